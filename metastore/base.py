@@ -1,0 +1,150 @@
+"""The metastore contract: tasks and per-channel positions, the same for every backend.
+
+Backends are synchronous (their client libraries block); the server calls them from worker
+threads. Every backend keeps the data of one ``root_path`` apart from every other, so several
+daemons can share one store.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+from metastore.errors import PositionConflictError, PositionRegressionError
+
+
+class TaskState(enum.StrEnum):
+    INITIAL = "Initial"
+    RUNNING = "Running"
+    PAUSED = "Paused"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a reader stands on one source pchannel.
+
+    ``msg_id`` is the backend's opaque message id; ``ts`` the hybrid time tick of that message.
+    "Start at a position" means the first record *after* it. Positions of one pchannel are
+    ordered by ``ts``; the metastore refuses to store an older one.
+    """
+
+    backend: str
+    pchannel: str
+    msg_id: bytes
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "pchannel": self.pchannel,
+            "msg_id": self.msg_id.hex(),
+            "ts": self.ts,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Position:
+        return cls(
+            backend=str(data["backend"]),
+            pchannel=str(data["pchannel"]),
+            msg_id=bytes.fromhex(str(data["msg_id"])),
+            ts=int(data["ts"]),
+        )
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A stored task. ``spec`` is the validated create request (JSON-able, secrets included:
+    the daemon needs them to reconnect after a restart; they are removed from every view)."""
+
+    task_id: str
+    state: TaskState
+    reason: str
+    spec: Mapping[str, Any]
+    created_at: float
+    updated_at: float
+    # Opaque token that changes on every update; pass it back to update_task for compare-and-set.
+    revision: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_state(self, state: TaskState, reason: str, now: float) -> TaskRecord:
+        return replace(self, state=state, reason=reason, updated_at=now)
+
+    def spec_json(self) -> str:
+        return json.dumps(self.spec, sort_keys=True, separators=(",", ":"))
+
+
+@runtime_checkable
+class MetaStore(Protocol):
+    """What the daemon needs from a store. Every method may raise ``MetaStoreUnavailableError``."""
+
+    root_path: str
+
+    # --- tasks -------------------------------------------------------------------------------
+    def create_task(self, task: TaskRecord) -> TaskRecord:
+        """Store a new task; ``TaskExistsError`` if the id is taken. Returns it with a revision."""
+
+    def get_task(self, task_id: str) -> TaskRecord | None: ...
+
+    def list_tasks(self) -> list[TaskRecord]:
+        """All tasks of this root path, oldest first."""
+
+    def update_task(
+        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+    ) -> TaskRecord:
+        """Set state and reason if the task still has ``expected_revision``.
+
+        ``TaskNotFoundError`` or ``ConcurrentUpdateError`` otherwise.
+        """
+
+    def delete_task(self, task_id: str) -> bool:
+        """Remove the task with its positions and state; False if it was not stored."""
+
+    # --- positions ---------------------------------------------------------------------------
+    def get_positions(self, task_id: str) -> dict[str, Position]:
+        """The saved position of every pchannel of the task, by pchannel."""
+
+    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+        """Compare-and-set the position of ``position.pchannel``.
+
+        ``expected`` is what the caller believes is stored (None: nothing yet). Raises
+        ``PositionConflictError`` when it is not, ``PositionRegressionError`` when the new
+        position is older than the stored one, ``TaskNotFoundError`` when the task is gone.
+        """
+
+    # --- per-task state (collection progress, backfill ranges, ...) ---------------------------
+    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+        """Store a value under the task; ``TaskNotFoundError`` when the task is gone."""
+
+    def get_state(self, task_id: str, key: str) -> bytes | None: ...
+
+    def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]: ...
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def ping(self) -> None:
+        """Raise ``MetaStoreUnavailableError`` unless the store answers."""
+
+    def close(self) -> None: ...
+
+
+def check_position_step(
+    task_id: str, stored: Position | None, expected: Position | None, new: Position
+) -> None:
+    """The compare-and-set rule every backend applies (inside its own transaction)."""
+    if stored != expected:
+        raise PositionConflictError(
+            f"position of task {task_id} channel {new.pchannel} changed: expected "
+            f"{_describe(expected)}, found {_describe(stored)}"
+        )
+    if stored is not None and new.ts < stored.ts:
+        raise PositionRegressionError(
+            f"position of task {task_id} channel {new.pchannel} would move backwards from "
+            f"ts {stored.ts} to ts {new.ts}"
+        )
+
+
+def _describe(p: Position | None) -> str:
+    return "nothing" if p is None else f"{p.backend}:{p.msg_id.hex()}@{p.ts}"

@@ -1,0 +1,51 @@
+"""Errors raised by metastore backends.
+
+MetaStoreError                 root; ``retriable`` tells the caller whether to try again
+├── MetaStoreUnavailableError       the backing store cannot be reached (retriable)
+├── TaskExistsError            create with a task id that is already stored
+├── TaskNotFoundError          the task id is not stored
+├── ConcurrentUpdateError      a task changed since the revision the caller read
+└── PositionError
+    ├── PositionConflictError  the stored position is not the one the caller expected
+    └── PositionRegressionError the new position is older than the stored one
+"""
+
+from __future__ import annotations
+
+
+class MetaStoreError(Exception):
+    retriable: bool = False
+
+
+class MetaStoreUnavailableError(MetaStoreError):
+    retriable = True
+
+
+class TaskExistsError(MetaStoreError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} already exists")
+        self.task_id = task_id
+
+
+class TaskNotFoundError(MetaStoreError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} not found")
+        self.task_id = task_id
+
+
+class ConcurrentUpdateError(MetaStoreError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} was changed concurrently; read it again")
+        self.task_id = task_id
+
+
+class PositionError(MetaStoreError):
+    pass
+
+
+class PositionConflictError(PositionError):
+    """Another writer saved a position for this channel since the caller last read it."""
+
+
+class PositionRegressionError(PositionError):
+    """Positions never move backwards."""

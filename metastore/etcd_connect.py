@@ -1,0 +1,70 @@
+"""Open an etcd v3 client from the addresses and credentials of cdc.yaml.
+
+Used for the metastore and for reading the source Milvus's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import etcd3
+import grpc
+
+
+@dataclass(frozen=True)
+class EtcdTls:
+    ca_cert_path: str = ""
+    cert_path: str = ""
+    key_path: str = ""
+
+
+def parse_etcd_address(address: str) -> tuple[str, int, bool]:
+    """``http://host:port``, ``https://host:port`` or ``host:port`` -> (host, port, secure)."""
+    text = address.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"etcd address {address!r} is not http(s)://host:port")
+    try:
+        port = parts.port or 2379
+    except ValueError as exc:
+        raise ValueError(f"etcd address {address!r} has an invalid port") from exc
+    return parts.hostname, port, parts.scheme == "https"
+
+
+def connect_etcd(
+    addresses: list[str],
+    *,
+    username: str = "",
+    password: str = "",
+    tls: EtcdTls | None = None,
+    timeout: float = 5.0,
+) -> etcd3.MultiEndpointEtcd3Client:
+    if not addresses:
+        raise ValueError("no etcd address given")
+    creds = None
+    if tls is not None:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(tls.ca_cert_path),
+            private_key=_read(tls.key_path),
+            certificate_chain=_read(tls.cert_path),
+        )
+    endpoints = []
+    for address in addresses:
+        host, port, secure = parse_etcd_address(address)
+        secure = secure or tls is not None
+        endpoints.append(etcd3.Endpoint(host, port, secure=secure, creds=creds if secure else None))
+    return etcd3.MultiEndpointEtcd3Client(
+        endpoints=endpoints,
+        timeout=timeout,
+        user=username or None,
+        password=password or None,
+        failover=len(endpoints) > 1,
+    )
+
+
+def _read(path: str) -> bytes | None:
+    return Path(path).read_bytes() if path else None

@@ -1,0 +1,397 @@
+"""SQL metastore: SQLite (the embedded default) and MySQL/MariaDB through SQLAlchemy + PyMySQL.
+
+Three tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
+position compare-and-set is one conditional UPDATE (or INSERT) followed by a locking read of the
+task row in the same transaction, so a position is never saved for a task deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import InterfaceError as SAInterfaceError
+
+from metastore.base import Position, TaskRecord, TaskState, check_position_step
+from metastore.errors import (
+    ConcurrentUpdateError,
+    MetaStoreUnavailableError,
+    PositionConflictError,
+    TaskExistsError,
+    TaskNotFoundError,
+)
+
+_metadata = MetaData()
+_BIG_TEXT = Text().with_variant(Text(length=2**24), "mysql")  # MEDIUMTEXT on MySQL
+_BIG_BLOB = LargeBinary().with_variant(LargeBinary(length=2**24), "mysql")
+
+tasks_table = Table(
+    "cdc_tasks",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("spec", _BIG_TEXT, nullable=False),
+    Column("extra", _BIG_TEXT, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+)
+positions_table = Table(
+    "cdc_positions",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("pchannel", String(255), primary_key=True),
+    Column("backend", String(32), nullable=False),
+    Column("msg_id", LargeBinary, nullable=False),
+    Column("ts", BigInteger, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+state_table = Table(
+    "cdc_task_state",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("state_key", String(255), primary_key=True),
+    Column("value", _BIG_BLOB, nullable=False),
+)
+
+_GO_DSN = re.compile(
+    r"^(?P<user>[^:@/]*)(?::(?P<password>[^@]*))?@tcp\((?P<host>[^:)]+)(?::(?P<port>\d+))?\)"
+    r"/(?P<db>[^?]*)(?:\?(?P<params>.*))?$"
+)
+
+
+def mysql_url_from_source(source: str) -> str:
+    """Accept both the Go tool's DSN (``user:pw@tcp(host:port)/db?charset=utf8``) and a
+    SQLAlchemy URL (``mysql+pymysql://...``); return a SQLAlchemy URL for PyMySQL."""
+    if "://" in source:
+        scheme, rest = source.split("://", 1)
+        if scheme not in ("mysql", "mysql+pymysql", "mariadb", "mariadb+pymysql"):
+            raise ValueError(f"mysqlSourceUrl: unsupported scheme {scheme!r}, use mysql+pymysql")
+        return f"mysql+pymysql://{rest}"
+    m = _GO_DSN.match(source)
+    if m is None:
+        raise ValueError(
+            "mysqlSourceUrl: expected user:password@tcp(host:port)/database or "
+            "mysql+pymysql://user:password@host:port/database"
+        )
+    user = quote(m["user"] or "", safe="")
+    password = m["password"]
+    auth = user if password is None else f"{user}:{quote(password, safe='')}"
+    port = f":{m['port']}" if m["port"] else ""
+    params = {}
+    for part in (m["params"] or "").split("&"):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            if key == "charset":  # the only Go DSN parameter that has a PyMySQL twin
+                params["charset"] = "utf8mb4" if value in ("utf8", "utf8mb4") else value
+    query = "?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else ""
+    return f"mysql+pymysql://{auth}@{m['host']}{port}/{m['db']}{query}"
+
+
+class SqlMetaStore:
+    """One class for SQLite and MySQL; the dialect differences are the engine's business."""
+
+    def __init__(self, url: str, root_path: str, *, connect_timeout: float = 5.0) -> None:
+        self.root_path = root_path
+        self._engine = _make_engine(url, connect_timeout)
+        self._is_mysql = self._engine.dialect.name == "mysql"
+        try:
+            _metadata.create_all(self._engine)
+        except SQLAlchemyError as exc:
+            self._engine.dispose()
+            raise MetaStoreUnavailableError(
+                f"cannot open the SQL metastore: {_brief(exc)}"
+            ) from exc
+
+    # --- plumbing ----------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except (OperationalError, SAInterfaceError) as exc:
+            raise MetaStoreUnavailableError(f"SQL metastore unavailable: {_brief(exc)}") from exc
+
+    def _task_key(self, task_id: str) -> Any:
+        return and_(tasks_table.c.root_path == self.root_path, tasks_table.c.task_id == task_id)
+
+    def _lock_task(self, conn: Connection, task_id: str) -> bool:
+        """True if the task exists; on MySQL the row stays locked until the transaction ends."""
+        query = select(tasks_table.c.revision).where(self._task_key(task_id))
+        if self._is_mysql:
+            query = query.with_for_update()
+        return conn.execute(query).first() is not None
+
+    def _write_for_task(self, conn: Connection, task_id: str, write: Callable[[], int]) -> int:
+        """Run ``write`` only if the task exists, atomically with respect to ``delete_task``.
+
+        MySQL: lock the task row first (the order ``delete_task`` uses, so no deadlock).
+        SQLite: write first, which takes the database's write lock, then look; a missing task
+        raises and the transaction rolls the write back.
+        """
+        if self._is_mysql and not self._lock_task(conn, task_id):
+            raise TaskNotFoundError(task_id)
+        written = write()
+        if not self._is_mysql and not self._lock_task(conn, task_id):
+            raise TaskNotFoundError(task_id)
+        return written
+
+    # --- tasks -------------------------------------------------------------------------------
+    def create_task(self, task: TaskRecord) -> TaskRecord:
+        stored = replace(task, revision=1)
+        try:
+            with self._tx() as conn:
+                conn.execute(insert(tasks_table).values(self._task_row(stored)))
+        except IntegrityError as exc:
+            raise TaskExistsError(task.task_id) from exc
+        return stored
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        with self._tx() as conn:
+            row = conn.execute(select(tasks_table).where(self._task_key(task_id))).first()
+        return None if row is None else _task_from_row(row._mapping)
+
+    def list_tasks(self) -> list[TaskRecord]:
+        query = (
+            select(tasks_table)
+            .where(tasks_table.c.root_path == self.root_path)
+            .order_by(tasks_table.c.created_at, tasks_table.c.task_id)
+        )
+        with self._tx() as conn:
+            return [_task_from_row(row._mapping) for row in conn.execute(query)]
+
+    def update_task(
+        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+    ) -> TaskRecord:
+        now = time.time()
+        with self._tx() as conn:
+            result = conn.execute(
+                update(tasks_table)
+                .where(self._task_key(task_id), tasks_table.c.revision == expected_revision)
+                .values(
+                    state=state.value,
+                    reason=reason,
+                    updated_at=now,
+                    revision=expected_revision + 1,
+                )
+            )
+            if result.rowcount != 1:
+                if not self._lock_task(conn, task_id):
+                    raise TaskNotFoundError(task_id)
+                raise ConcurrentUpdateError(task_id)
+            row = conn.execute(select(tasks_table).where(self._task_key(task_id))).one()
+        return _task_from_row(row._mapping)
+
+    def delete_task(self, task_id: str) -> bool:
+        with self._tx() as conn:
+            removed = conn.execute(delete(tasks_table).where(self._task_key(task_id))).rowcount
+            for table in (positions_table, state_table):
+                conn.execute(
+                    delete(table).where(
+                        table.c.root_path == self.root_path, table.c.task_id == task_id
+                    )
+                )
+        return bool(removed)
+
+    def _task_row(self, task: TaskRecord) -> dict[str, Any]:
+        return {
+            "root_path": self.root_path,
+            "task_id": task.task_id,
+            "state": task.state.value,
+            "reason": task.reason,
+            "spec": task.spec_json(),
+            "extra": json.dumps(dict(task.extra), sort_keys=True),
+            "created_at": task.created_at,
+            "updated_at": task.updated_at,
+            "revision": task.revision,
+        }
+
+    # --- positions ---------------------------------------------------------------------------
+    def get_positions(self, task_id: str) -> dict[str, Position]:
+        query = select(positions_table).where(
+            positions_table.c.root_path == self.root_path, positions_table.c.task_id == task_id
+        )
+        with self._tx() as conn:
+            return {row.pchannel: _position_from_row(row._mapping) for row in conn.execute(query)}
+
+    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+        values = {
+            "backend": position.backend,
+            "msg_id": position.msg_id,
+            "ts": position.ts,
+            "updated_at": time.time(),
+        }
+        key = and_(
+            positions_table.c.root_path == self.root_path,
+            positions_table.c.task_id == task_id,
+            positions_table.c.pchannel == position.pchannel,
+        )
+
+        def write(conn: Connection) -> int:
+            if expected is None:
+                conn.execute(
+                    insert(positions_table).values(
+                        root_path=self.root_path,
+                        task_id=task_id,
+                        pchannel=position.pchannel,
+                        **values,
+                    )
+                )
+                return 1
+            return int(
+                conn.execute(
+                    update(positions_table)
+                    .where(
+                        key,
+                        positions_table.c.backend == expected.backend,
+                        positions_table.c.msg_id == expected.msg_id,
+                        positions_table.c.ts == expected.ts,
+                        positions_table.c.ts <= position.ts,
+                    )
+                    .values(**values)
+                ).rowcount
+            )
+
+        try:
+            with self._tx() as conn:
+                if self._write_for_task(conn, task_id, lambda: write(conn)) != 1:
+                    row = conn.execute(select(positions_table).where(key)).first()
+                    stored = None if row is None else _position_from_row(row._mapping)
+                    check_position_step(task_id, stored, expected, position)
+                    # check_position_step raises for every way the UPDATE can miss
+                    raise PositionConflictError(f"position of task {task_id} was not saved")
+        except IntegrityError as exc:  # the INSERT met a row: someone saved first
+            raise PositionConflictError(
+                f"position of task {task_id} channel {position.pchannel} changed: expected "
+                "nothing, found a saved position"
+            ) from exc
+
+    # --- per-task state ----------------------------------------------------------------------
+    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+        where = and_(
+            state_table.c.root_path == self.root_path,
+            state_table.c.task_id == task_id,
+            state_table.c.state_key == key,
+        )
+
+        def write(conn: Connection) -> int:
+            if conn.execute(update(state_table).where(where).values(value=value)).rowcount == 0:
+                conn.execute(
+                    insert(state_table).values(
+                        root_path=self.root_path, task_id=task_id, state_key=key, value=value
+                    )
+                )
+            return 1
+
+        with self._tx() as conn:
+            self._write_for_task(conn, task_id, lambda: write(conn))
+
+    def get_state(self, task_id: str, key: str) -> bytes | None:
+        query = select(state_table.c.value).where(
+            state_table.c.root_path == self.root_path,
+            state_table.c.task_id == task_id,
+            state_table.c.state_key == key,
+        )
+        with self._tx() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else bytes(row[0])
+
+    def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]:
+        query = select(state_table.c.state_key, state_table.c.value).where(
+            state_table.c.root_path == self.root_path, state_table.c.task_id == task_id
+        )
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        # Prefix filtering in Python: LIKE would need escaping of % and _ in user keys.
+        return {k: bytes(v) for k, v in rows if k.startswith(prefix)}
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def ping(self) -> None:
+        with self._tx() as conn:
+            conn.execute(select(1))
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def sqlite_url(path: str) -> str:
+    Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+def _make_engine(url: str, connect_timeout: float) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=False
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        connect_args={"connect_timeout": max(1, int(connect_timeout))},
+    )
+
+
+def _brief(exc: BaseException) -> str:
+    """The driver's message without the SQL text or connection URL (which may hold a password)."""
+    orig = getattr(exc, "orig", None)
+    return str(orig if orig is not None else type(exc).__name__).splitlines()[0][:300]
+
+
+def _task_from_row(row: Any) -> TaskRecord:
+    return TaskRecord(
+        task_id=row["task_id"],
+        state=TaskState(row["state"]),
+        reason=row["reason"],
+        spec=json.loads(row["spec"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        revision=row["revision"],
+        extra=json.loads(row["extra"]),
+    )
+
+
+def _position_from_row(row: Any) -> Position:
+    return Position(
+        backend=row["backend"], pchannel=row["pchannel"], msg_id=bytes(row["msg_id"]), ts=row["ts"]
+    )

@@ -1,0 +1,1 @@
+"""The daemon: HTTP API, settings, task supervisor, CLI."""

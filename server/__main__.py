@@ -1,0 +1,7 @@
+"""``python -m server`` is ``milvus-cdc``; with no arguments it serves."""
+
+import sys
+
+from server.cli import main
+
+sys.exit(main(default_command="serve"))

@@ -1,0 +1,341 @@
+"""Request bodies of ``POST /cdc``: the Go milvus-cdc's field names, validated strictly.
+
+Pydantic checks shapes and types (unknown fields and wrong types are errors); ``validate_create``
+checks what needs the daemon's settings (name lengths, the source's channel prefix, files).
+Go clients send empty structs and ``null`` for fields they do not use, so those are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from server.errors import BadRequestError
+from server.settings import CdcSettings, describe_validation_error
+
+DEFAULT_CONNECT_TIMEOUT = 10
+MAX_CONNECT_TIMEOUT = 300
+DEFAULT_DB = "default"
+WILDCARD = "*"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_CHANNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class DialConfig(_Strict):
+    server_name: str = ""
+    server_pem_path: str = ""
+    ca_pem_path: str = ""
+    client_pem_path: str = ""
+    client_key_path: str = ""
+
+
+class MilvusConnectParam(_Strict):
+    host: str = ""
+    port: int = Field(default=0, ge=0, le=65535)
+    uri: str = ""
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+    enable_tls: bool = False
+    dial_config: DialConfig | None = None
+    connect_timeout: int = Field(default=0, ge=0, le=MAX_CONNECT_TIMEOUT)
+    channel_num: int = Field(default=0, ge=0)
+    ignore_partition: bool = False
+
+
+class KafkaSasl(_Strict):
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    mechanisms: str = ""
+    security_protocol: str = ""
+
+
+class KafkaConnectParam(_Strict):
+    address: str = ""
+    topic: str = ""
+    enable_sasl: bool = False
+    sasl: KafkaSasl | None = None
+
+
+class CollectionInfo(_Strict):
+    name: str
+    positions: dict[str, str] | None = None
+    use_start_position: bool = False
+
+
+class ChannelInfo(_Strict):
+    name: str = ""
+    position: str = ""
+
+
+class ExtraInfo(_Strict):
+    enable_user_role: bool = False
+
+
+class BufferConfig(_Strict):
+    period: int = Field(default=0, ge=0)
+    size: int = Field(default=0, ge=0)
+
+
+class NameMapping(_Strict):
+    source_db: str
+    target_db: str
+    collection_mapping: dict[str, str] | None = None
+
+
+class CreateRequest(_Strict):
+    milvus_connect_param: MilvusConnectParam | None = None
+    kafka_connect_param: KafkaConnectParam | None = None
+    collection_infos: list[CollectionInfo] | None = None
+    db_collections: dict[str, list[CollectionInfo]] | None = None
+    rpc_channel_info: ChannelInfo | None = None
+    extra_info: ExtraInfo | None = None
+    buffer_config: BufferConfig | None = None
+    name_mapping: list[NameMapping] | None = None
+    disable_auto_start: bool = False
+    task_id: str = ""
+    positions: dict[str, str] | None = None
+
+
+class TaskIdRequest(_Strict):
+    task_id: str
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_id(cls, value: str) -> str:
+        if not value:
+            raise ValueError("task_id is empty")
+        return value
+
+
+class DeleteRequest(TaskIdRequest):
+    ignore_not_found: bool = False
+
+
+class ListRequest(_Strict):
+    pass
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], data: Any, where: str = "request_data") -> M:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadRequestError(f"{where}: must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequestError(describe_validation_error(exc, where)) from exc
+
+
+def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]:
+    """Check a create request and return the task spec to store (JSON-able, secrets included)."""
+    if req.kafka_connect_param is not None and req.kafka_connect_param.address:
+        raise BadRequestError(
+            "kafka_connect_param: a Kafka target is not supported; give milvus_connect_param"
+        )
+    if req.positions:
+        raise BadRequestError("positions: start positions per channel are not supported")
+    if req.task_id and not _TASK_ID.fullmatch(req.task_id):
+        raise BadRequestError(
+            "task_id: must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+        )
+    connect = _validate_connect(req.milvus_connect_param)
+    selection = _validate_selection(req, settings.maxNameLength)
+    mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
+    channel = req.rpc_channel_info or ChannelInfo()
+    channel_name = channel.name or f"{settings.sourceConfig.root_path}-replicate-msg"
+    if not _CHANNEL.fullmatch(channel_name):
+        raise BadRequestError(f"rpc_channel_info.name: {channel_name!r} is not a channel name")
+    if channel.position:
+        raise BadRequestError("rpc_channel_info.position: start positions are not supported")
+    spec: dict[str, Any] = {
+        "milvus_connect_param": connect,
+        "rpc_channel_info": {"name": channel_name},
+        "extra_info": (req.extra_info or ExtraInfo()).model_dump(),
+        "buffer_config": (req.buffer_config or BufferConfig()).model_dump(),
+        "name_mapping": mapping,
+        "disable_auto_start": req.disable_auto_start,
+    }
+    if req.collection_infos:
+        spec["collection_infos"] = _collection_list(req.collection_infos)
+    else:
+        spec["db_collections"] = {
+            db: _collection_list(infos) for db, infos in (req.db_collections or {}).items()
+        }
+    return spec
+
+
+def _collection_list(infos: list[CollectionInfo]) -> list[dict[str, Any]]:
+    return [{"name": i.name, "use_start_position": i.use_start_position} for i in infos]
+
+
+def _validate_connect(param: MilvusConnectParam | None) -> dict[str, Any]:
+    where = "milvus_connect_param"
+    if param is None:
+        raise BadRequestError(f"{where}: required (the target Milvus)")
+    if param.uri and param.host:
+        raise BadRequestError(f"{where}: give either uri or host and port, not both")
+    if param.uri:
+        parts = urlsplit(param.uri)
+        try:
+            valid = parts.scheme in ("http", "https", "tcp", "grpc") and bool(parts.hostname)
+            valid = valid and (parts.port is None or parts.port > 0)
+        except ValueError:  # a port that is not a number
+            valid = False
+        if not valid:
+            raise BadRequestError(
+                f"{where}.uri: {param.uri!r} is not a Milvus address like http://host:19530"
+            )
+    elif not param.host:
+        raise BadRequestError(f"{where}: give uri, or host and port")
+    elif param.port <= 0:
+        raise BadRequestError(f"{where}.port: must be between 1 and 65535")
+    if bool(param.username) != bool(param.password.get_secret_value()):
+        raise BadRequestError(f"{where}: give both username and password, or neither")
+    if param.token.get_secret_value() and param.username:
+        raise BadRequestError(f"{where}: give either token or username and password, not both")
+    dial = param.dial_config or DialConfig()
+    for name in ("server_pem_path", "ca_pem_path", "client_pem_path", "client_key_path"):
+        path = getattr(dial, name)
+        if path and not Path(path).is_file():
+            raise BadRequestError(f"{where}.dial_config.{name}: no readable file at {path}")
+    two_way = [dial.ca_pem_path, dial.client_pem_path, dial.client_key_path]
+    if any(two_way) and not all(two_way):
+        raise BadRequestError(
+            f"{where}.dial_config: two-way TLS needs ca_pem_path, client_pem_path and "
+            "client_key_path together"
+        )
+    if (dial.server_pem_path or any(two_way)) and not param.enable_tls:
+        raise BadRequestError(f"{where}.dial_config: certificate paths need enable_tls: true")
+    data = param.model_dump()
+    data["password"] = param.password.get_secret_value()
+    data["token"] = param.token.get_secret_value()
+    data["dial_config"] = dial.model_dump()
+    data["connect_timeout"] = param.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+    return data
+
+
+def _check_name(name: str, where: str, max_length: int) -> None:
+    if len(name) > max_length:
+        raise BadRequestError(f"{where}: {name[:40]!r}... is longer than {max_length} characters")
+    if not _NAME.fullmatch(name):
+        raise BadRequestError(
+            f"{where}: {name!r} is not a valid name (letters, digits and '_', not starting "
+            "with a digit)"
+        )
+
+
+def _check_collections(infos: list[CollectionInfo], where: str, max_length: int) -> set[str]:
+    if not infos:
+        raise BadRequestError(f"{where}: empty; name at least one collection or '*'")
+    names = [info.name for info in infos]
+    if WILDCARD in names and len(names) > 1:
+        raise BadRequestError(f"{where}: '*' selects every collection and must stand alone")
+    if len(set(names)) != len(names):
+        raise BadRequestError(f"{where}: a collection is named twice")
+    for i, info in enumerate(infos):
+        if info.positions:
+            raise BadRequestError(f"{where}[{i}].positions: start positions are not supported")
+        if info.name != WILDCARD:
+            _check_name(info.name, f"{where}[{i}].name", max_length)
+    return set(names)
+
+
+def _validate_selection(req: CreateRequest, max_length: int) -> set[tuple[str, str]]:
+    if req.collection_infos and req.db_collections:
+        raise BadRequestError("give either collection_infos or db_collections, not both")
+    if req.collection_infos:
+        names = _check_collections(req.collection_infos, "collection_infos", max_length)
+        return {(DEFAULT_DB, name) for name in names}
+    if not req.db_collections:
+        raise BadRequestError("collection_infos or db_collections: required, e.g. [{'name': '*'}]")
+    selection = set()
+    for db, infos in req.db_collections.items():
+        where = f"db_collections.{db}"
+        if db != WILDCARD:
+            _check_name(db, "db_collections: database name", max_length)
+        selection |= {(db, name) for name in _check_collections(infos, where, max_length)}
+    return selection
+
+
+def _validate_name_mapping(
+    mappings: list[NameMapping], selection: set[tuple[str, str]], max_length: int
+) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    result = []
+    for i, mapping in enumerate(mappings):
+        where = f"name_mapping[{i}]"
+        _check_name(mapping.source_db, f"{where}.source_db", max_length)
+        _check_name(mapping.target_db, f"{where}.target_db", max_length)
+        if mapping.source_db in seen:
+            raise BadRequestError(f"{where}.source_db: {mapping.source_db!r} is mapped twice")
+        seen.add(mapping.source_db)
+        collections = mapping.collection_mapping or {}
+        for source, target in collections.items():
+            _check_name(source, f"{where}.collection_mapping", max_length)
+            _check_name(target, f"{where}.collection_mapping.{source}", max_length)
+            if not selection_matches(selection, mapping.source_db, source):
+                raise BadRequestError(
+                    f"{where}.collection_mapping: {mapping.source_db}.{source} is not selected "
+                    "by the task"
+                )
+        result.append(
+            {
+                "source_db": mapping.source_db,
+                "target_db": mapping.target_db,
+                "collection_mapping": dict(collections),
+            }
+        )
+    return result
+
+
+def selection_of(spec: dict[str, Any]) -> set[tuple[str, str]]:
+    """The (database, collection) pairs a stored spec selects; '*' is a wildcard in either."""
+    if spec.get("collection_infos"):
+        return {(DEFAULT_DB, info["name"]) for info in spec["collection_infos"]}
+    return {
+        (db, info["name"]) for db, infos in spec.get("db_collections", {}).items() for info in infos
+    }
+
+
+def selection_matches(selection: set[tuple[str, str]], db: str, collection: str) -> bool:
+    return any(d in (WILDCARD, db) and c in (WILDCARD, collection) for d, c in selection)
+
+
+def selections_overlap(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
+    return any(
+        (da == db or WILDCARD in (da, db)) and (ca == cb or WILDCARD in (ca, cb))
+        for da, ca in a
+        for db, cb in b
+    )
+
+
+def target_identity(connect: dict[str, Any]) -> tuple[str, int]:
+    """The target a spec writes to, comparable across ``uri`` and ``host``/``port`` spellings."""
+    if connect.get("uri"):
+        parts = urlsplit(connect["uri"])
+        default = 443 if parts.scheme == "https" else 19530
+        return (parts.hostname or "").lower(), parts.port or default
+    return connect["host"].lower(), int(connect["port"])
+
+
+def public_view(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as responses show it: no password, no token."""
+    view = dict(spec)
+    connect = dict(spec["milvus_connect_param"])
+    connect.pop("password", None)
+    connect.pop("token", None)
+    view["milvus_connect_param"] = connect
+    return view

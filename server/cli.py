@@ -1,0 +1,67 @@
+"""``milvus-cdc``: run the daemon, or look at its configuration."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+from metastore import MetaStoreError
+from server.logs import configure_logging
+from server.settings import ConfigError, load_settings, redacted
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="milvus-cdc", description="Change-data-capture daemon for Milvus"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the daemon (POST /cdc on `address`)")
+    serve.add_argument(
+        "--config", metavar="PATH", help="configuration file (default: $CDC_CONFIG, else defaults)"
+    )
+    config = commands.add_parser("config", help="inspect the configuration")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    show = config_commands.add_parser("show", help="print the merged configuration, redacted")
+    show.add_argument("--config", metavar="PATH")
+    return parser
+
+
+def main(argv: list[str] | None = None, default_command: str | None = None) -> int:
+    parser = build_parser()
+    args_list = sys.argv[1:] if argv is None else argv
+    if not args_list and default_command:
+        args_list = [default_command]
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"milvus-cdc: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "config":
+        print(json.dumps(redacted(settings), indent=2))
+        return 0
+    redactor = configure_logging(settings.logLevel, settings.logFormat)
+    redactor.add(
+        settings.metaStoreConfig.etcd.password.get_secret_value(),
+        settings.metaStoreConfig.mysqlSourceUrl.get_secret_value(),
+        settings.sourceConfig.etcd.password.get_secret_value(),
+        settings.sourceConfig.pulsar.authParams.get_secret_value(),
+    )
+    from server.daemon import serve
+
+    try:
+        asyncio.run(serve(settings, redactor))
+    except MetaStoreError as exc:
+        logging.getLogger("milvus-cdc").error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Run the daemon until SIGTERM/SIGINT, then drain within ``drainTimeoutSeconds``.
+
+A first signal stops accepting requests (``/readyz`` answers 503), stops every task runner so
+it saves its positions, and closes the metastore. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+from aiohttp import web
+
+from server.app import LIFECYCLE, create_app
+from server.logs import SecretRedactor
+from server.settings import CdcSettings
+
+log = logging.getLogger(__name__)
+
+
+async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:
+    app = create_app(settings, redactor=redactor)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()  # opens the metastore and brings the tasks back
+    host, port = settings.host_port
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise SystemExit(f"cannot listen on {settings.address}: {exc.strerror}") from exc
+    log.info("milvus-cdc listening on %s:%d", host, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("%s received: draining", signal.Signals(signum).name)
+        app[LIFECYCLE].draining = True
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await stop.wait()
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=settings.drainTimeoutSeconds + 5)
+    except TimeoutError:
+        log.error("drain did not finish within %.0f s", settings.drainTimeoutSeconds + 5)
+    log.info("milvus-cdc stopped")

@@ -1,0 +1,112 @@
+"""Structured logs: JSON lines in production, readable lines in a terminal.
+
+Every line carries the task id and channel of the code that wrote it (``log_context``), and a
+last-line-of-defence filter replaces every registered secret with ``******``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_id", default=None)
+_channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("channel", default=None)
+
+
+@contextlib.contextmanager
+def log_context(*, task_id: str | None = None, channel: str | None = None) -> Iterator[None]:
+    tokens = []
+    if task_id is not None:
+        tokens.append((_task_id, _task_id.set(task_id)))
+    if channel is not None:
+        tokens.append((_channel, _channel.set(channel)))
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+class SecretRedactor(logging.Filter):
+    """Replaces known secret strings in every record's final message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, *secrets: str) -> None:
+        with self._lock:
+            self._secrets.update(s for s in secrets if s and len(s) >= 3)
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "******")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = self.scrub(record.getMessage())
+        record.msg, record.args = message, None
+        if record.exc_info:
+            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        record.task_id = _task_id.get()
+        record.channel = _channel.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in ("task_id", "channel"):
+            value = getattr(record, key, None)
+            if value:
+                entry[key] = value
+        if record.exc_text:
+            entry["exc"] = record.exc_text
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class ConsoleFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        context = " ".join(
+            f"{key}={value}"
+            for key in ("task_id", "channel")
+            if (value := getattr(record, key, None))
+        )
+        line = (
+            f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<7} {record.name}: "
+            f"{record.getMessage()}" + (f" [{context}]" if context else "")
+        )
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        return line
+
+
+def configure_logging(level: str = "INFO", fmt: str = "auto") -> SecretRedactor:
+    """Install one handler on the root logger; returns the redactor to register secrets with."""
+    redactor = SecretRedactor()
+    handler = logging.StreamHandler(sys.stderr)
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    handler.setFormatter(JsonFormatter() if use_json else ConsoleFormatter())
+    handler.addFilter(redactor)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return redactor

@@ -1,0 +1,315 @@
+"""The daemon's configuration: ``configs/cdc.yaml`` plus environment overrides.
+
+Keys keep the camelCase of the Go milvus-cdc's ``cdc.yaml``. Every key can be overridden from the
+environment as ``CDC_`` followed by the key path joined with ``__`` (case does not matter)::
+
+    CDC_ADDRESS=127.0.0.1:8444
+    CDC_METASTORECONFIG__STORETYPE=mysql
+    CDC_METASTORECONFIG__ETCD__ADDRESS='["http://10.0.0.1:2379","http://10.0.0.2:2379"]'
+
+Values are read as YAML (numbers, booleans, lists) except for string keys, which take the text
+as it is. ``CDC_CONFIG`` names the configuration file and is not a key. An unknown key, in the
+file or the environment, a wrong type or a missing required value stops start-up with a
+``ConfigError`` that names the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from metastore.etcd_connect import parse_etcd_address
+
+ENV_PREFIX = "CDC_"
+ENV_CONFIG_FILE = "CDC_CONFIG"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class EtcdSettings(_Section):
+    address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    enableAuth: bool = False
+    username: str = "root"
+    password: SecretStr = SecretStr("")
+    enableTLS: bool = False
+    tlsCertPath: str = ""
+    tlsKeyPath: str = ""
+    tlsCACertPath: str = ""
+    tlsMinVersion: str = "1.3"
+
+    @field_validator("address")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one etcd address is required")
+        for address in value:
+            parse_etcd_address(address)
+        return value
+
+
+class SourceEtcdSettings(EtcdSettings):
+    rootPath: str = "by-dev"
+    metaSubPath: str = "meta"
+
+
+class MetaStoreSettings(_Section):
+    storeType: Literal["sqlite", "mysql", "etcd"] = "sqlite"
+    sqlitePath: str = "data/cdc-meta.sqlite3"
+    etcd: EtcdSettings = Field(default_factory=EtcdSettings)
+    mysqlSourceUrl: SecretStr = SecretStr("")
+    rootPath: str = "cdc"
+
+    @field_validator("rootPath")
+    @classmethod
+    def _root_path(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.\-/]{1,128}", value) or not value.strip("/"):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '-', '.', '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _required_for_type(self) -> MetaStoreSettings:
+        if self.storeType == "mysql" and not self.mysqlSourceUrl.get_secret_value():
+            raise ValueError("mysqlSourceUrl is required when storeType is mysql")
+        if self.storeType == "sqlite" and not self.sqlitePath:
+            raise ValueError("sqlitePath is required when storeType is sqlite")
+        return self
+
+
+class PulsarSettings(_Section):
+    address: str = "pulsar://localhost:6650"
+    webAddress: str = "localhost:80"
+    maxMessageSize: int = Field(default=5242880, gt=0)
+    tenant: str = "public"
+    namespace: str = "default"
+    authPlugin: str = ""
+    authParams: SecretStr = SecretStr("")
+
+
+class KafkaSettings(_Section):
+    address: str = ""
+
+
+class RocksmqSettings(_Section):
+    path: str = ""
+
+
+class SourceSettings(_Section):
+    etcd: SourceEtcdSettings = Field(default_factory=SourceEtcdSettings)
+    etcdRootPath: str | None = None
+    etcdMetaSubPath: str | None = None
+    defaultPartitionName: str = "_default"
+    readChanLen: int = Field(default=10, gt=0)
+    pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    rocksmq: RocksmqSettings = Field(default_factory=RocksmqSettings)
+
+    @property
+    def root_path(self) -> str:
+        """``etcdRootPath`` when given, else ``etcd.rootPath`` (both spellings are in use)."""
+        return self.etcdRootPath or self.etcd.rootPath
+
+    @property
+    def meta_sub_path(self) -> str:
+        return self.etcdMetaSubPath or self.etcd.metaSubPath
+
+
+class CdcSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+
+    address: str = "0.0.0.0:8444"
+    maxTaskNum: int = Field(default=100, gt=0)
+    maxNameLength: int = Field(default=256, gt=0, le=1024)
+    metaStoreConfig: MetaStoreSettings = Field(default_factory=MetaStoreSettings)
+    sourceConfig: SourceSettings = Field(default_factory=SourceSettings)
+    # Daemon settings beyond the Go tool's keys.
+    logLevel: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    logFormat: Literal["auto", "json", "console"] = "auto"
+    maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
+    drainTimeoutSeconds: float = Field(default=30.0, gt=0)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        split_host_port(value)
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only what load_settings passes in: it has already merged the file and CDC_* variables.
+        return (init_settings,)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return split_host_port(self.address)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class CdcEnvSource(PydanticBaseSettingsSource):
+    """``CDC_A__B__C`` environment variables as a nested dict, matched case-insensitively
+    against the model's keys; an unmatched variable is an error that names it."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ builds the whole tree at once
+
+    def __call__(self) -> dict[str, Any]:
+        tree: dict[str, Any] = {}
+        for name, raw in sorted(self._environ.items()):
+            if not name.upper().startswith(ENV_PREFIX) or name.upper() == ENV_CONFIG_FILE:
+                continue
+            path = name[len(ENV_PREFIX) :].split("__")
+            model: type[BaseModel] | None = self.settings_cls
+            node = tree
+            for depth, part in enumerate(path):
+                fields = model.model_fields if model is not None else {}
+                key = next((k for k in fields if k.lower() == part.lower()), None)
+                if key is None:
+                    raise ConfigError(
+                        f"environment variable {name}: unknown configuration key "
+                        f"{'.'.join(path[: depth + 1])!r}"
+                    )
+                annotation = fields[key].annotation
+                if depth == len(path) - 1:
+                    node[key] = _env_value(raw, annotation)
+                else:
+                    model = _model_of(annotation)
+                    if model is None:
+                        raise ConfigError(f"environment variable {name}: {key!r} has no sub-keys")
+                    node = node.setdefault(key, {})
+        return tree
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )
+
+
+def _env_value(raw: str, annotation: Any) -> Any:
+    candidates = (
+        get_args(annotation) if get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    )
+    if annotation in (str, SecretStr) or str in candidates:
+        return raw
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw  # validation names the key and the expected type
+
+
+def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"configuration file {path} must hold a mapping of keys")
+    return data
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per problem, naming the key path, never echoing the value (it may be secret)."""
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        loc = ".".join(str(part) for part in error["loc"])
+        where = f"{prefix}.{loc}" if prefix and loc else (loc or prefix or "(root)")
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif error["type"] == "missing":
+            message = "required"
+        message = message.removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> CdcSettings:
+    """Read the file (``path``, else ``$CDC_CONFIG``, else defaults only) and overlay CDC_* vars."""
+    env = os.environ if environ is None else environ
+    path = path or env.get(ENV_CONFIG_FILE) or None
+    data = read_config_file(path) if path else {}
+    overrides = CdcEnvSource(CdcSettings, env)()
+    try:
+        return CdcSettings(**_deep_merge(data, overrides))
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {describe_validation_error(exc)}") from exc
+
+
+def redacted(settings: CdcSettings) -> dict[str, Any]:
+    """The merged configuration for display, secrets replaced by '******'."""
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    _redact_tree(data)
+    return data
+
+
+_SECRET_KEYS = {"password", "authparams", "mysqlsourceurl"}
+
+
+def _redact_tree(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.lower() in _SECRET_KEYS and value:
+                node[key] = "******"
+            else:
+                _redact_tree(value)
+    elif isinstance(node, list):
+        for item in node:
+            _redact_tree(item)

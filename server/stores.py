@@ -1,0 +1,61 @@
+"""Open the configured metastore: one opener per ``metaStoreConfig.storeType``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from metastore import MetaStore
+from metastore.etcd_connect import EtcdTls, connect_etcd
+from server.settings import EtcdSettings, MetaStoreSettings
+
+
+def _open_sqlite(config: MetaStoreSettings) -> MetaStore:
+    from metastore.sql import SqlMetaStore, sqlite_url
+
+    return SqlMetaStore(sqlite_url(config.sqlitePath), config.rootPath)
+
+
+def _open_mysql(config: MetaStoreSettings) -> MetaStore:
+    from metastore.sql import SqlMetaStore, mysql_url_from_source
+
+    url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
+    return SqlMetaStore(url, config.rootPath)
+
+
+def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    tls = None
+    if config.enableTLS:
+        tls = EtcdTls(config.tlsCACertPath, config.tlsCertPath, config.tlsKeyPath)
+    return connect_etcd(
+        config.address,
+        username=config.username if config.enableAuth else "",
+        password=config.password.get_secret_value() if config.enableAuth else "",
+        tls=tls,
+        timeout=timeout,
+    )
+
+
+def _open_etcd(config: MetaStoreSettings) -> MetaStore:
+    from metastore.etcd import EtcdMetaStore
+
+    return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
+
+
+OPENERS: dict[str, Callable[[MetaStoreSettings], MetaStore]] = {
+    "sqlite": _open_sqlite,
+    "mysql": _open_mysql,
+    "etcd": _open_etcd,
+}
+
+
+def open_metastore(config: MetaStoreSettings) -> MetaStore:
+    return OPENERS[config.storeType](config)
+
+
+def describe_metastore(config: MetaStoreSettings) -> str:
+    """Where the store is, for logs (never the MySQL URL, which holds a password)."""
+    if config.storeType == "sqlite":
+        return f"sqlite at {config.sqlitePath} (rootPath {config.rootPath})"
+    if config.storeType == "etcd":
+        return f"etcd at {', '.join(config.etcd.address)} (rootPath {config.rootPath})"
+    return f"mysql (rootPath {config.rootPath})"

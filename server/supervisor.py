@@ -1,0 +1,279 @@
+"""The task supervisor: task lifecycle (create, pause, resume, delete) over the metastore, and
+one runner per Running task.
+
+State transitions (anything else is a 409 naming the current state)::
+
+    create   -> Running, or Initial with disable_auto_start
+    pause    Initial | Running | Failed -> Paused
+    resume   Initial | Paused | Failed  -> Running
+    delete   any state -> gone (the runner is stopped first)
+    runner error        -> Failed, with the runner's reason
+
+State changes are serialised by one lock; every write is compare-and-set on the task's
+revision, so a daemon sharing the store with another never overwrites a newer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from metastore import (
+    ConcurrentUpdateError,
+    MetaStore,
+    Position,
+    TaskExistsError,
+    TaskNotFoundError,
+    TaskRecord,
+    TaskState,
+)
+from replicator import RunnerFactory, TaskRunner
+from server.api_models import (
+    CreateRequest,
+    public_view,
+    selection_of,
+    selections_overlap,
+    target_identity,
+    validate_create,
+)
+from server.errors import ConflictError, NotFoundError
+from server.logs import SecretRedactor, log_context
+from server.settings import CdcSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PAUSED_BY_USER = "manually paused through the http interface"
+TargetChecker = Callable[[dict[str, Any]], str]
+
+
+class TaskSupervisor:
+    def __init__(
+        self,
+        store: MetaStore,
+        settings: CdcSettings,
+        runner_factory: RunnerFactory,
+        target_checker: TargetChecker,
+        redactor: SecretRedactor | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._runner_factory = runner_factory
+        self._target_checker = target_checker
+        self._redactor = redactor or SecretRedactor()
+        self._runners: dict[str, TaskRunner] = {}
+        self._states: dict[str, TaskState] = {}
+        self._lock = asyncio.Lock()
+
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bring every stored task back in its saved state; start the Running ones."""
+        tasks = await self._io(self._store.list_tasks)
+        async with self._lock:
+            for task in tasks:
+                self._remember(task)
+                if task.state is TaskState.RUNNING:
+                    await self._start_runner(task)
+        log.info("supervisor started with %d task(s)", len(tasks))
+
+    async def drain(self, budget: float) -> None:
+        """Stop every runner (each saves its positions); states stay as stored, so a restart
+        resumes them. Runners still busy after ``budget`` seconds are abandoned."""
+        async with self._lock:
+            runners = list(self._runners.items())
+            self._runners.clear()
+        if not runners:
+            return
+        results = await asyncio.wait(
+            [asyncio.create_task(self._stop_runner(tid, r)) for tid, r in runners],
+            timeout=budget,
+        )
+        if results[1]:
+            log.warning(
+                "drain budget of %.1f s spent; %d runner(s) abandoned", budget, len(results[1])
+            )
+
+    def state_counts(self) -> dict[TaskState, int]:
+        return dict(Counter(self._states.values()))
+
+    # --- requests ----------------------------------------------------------------------------
+    async def create(self, request: CreateRequest) -> TaskRecord:
+        spec = validate_create(request, self._settings)
+        task_id = request.task_id or uuid.uuid4().hex
+        existing = await self._io(self._store.list_tasks)
+        self._check_admission(task_id, spec, existing)
+        self._redactor.add(*_secrets_of(spec))
+        version = await self._io(self._target_checker, spec["milvus_connect_param"])
+        log.info("target %s answered, version %s", _target_text(spec), version)
+        now = time.time()
+        auto_start = not spec["disable_auto_start"]
+        record = TaskRecord(
+            task_id=task_id,
+            state=TaskState.RUNNING if auto_start else TaskState.INITIAL,
+            reason="" if auto_start else "created with disable_auto_start",
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self._lock:
+            # Again under the lock: another create may have been admitted meanwhile.
+            self._check_admission(task_id, spec, await self._io(self._store.list_tasks))
+            try:
+                stored = await self._io(self._store.create_task, record)
+            except TaskExistsError as exc:
+                raise ConflictError(f"task_id: task {task_id} already exists") from exc
+            self._remember(stored)
+            with log_context(task_id=task_id):
+                log.info("task created in state %s", stored.state.value)
+            if auto_start:
+                stored = await self._start_runner(stored)
+        return stored
+
+    def _check_admission(
+        self, task_id: str, spec: dict[str, Any], existing: list[TaskRecord]
+    ) -> None:
+        if any(t.task_id == task_id for t in existing):
+            raise ConflictError(f"task_id: task {task_id} already exists")
+        if len(existing) >= self._settings.maxTaskNum:
+            raise ConflictError(
+                f"the daemon already has {len(existing)} tasks, the limit set by maxTaskNum"
+            )
+        target = target_identity(spec["milvus_connect_param"])
+        selection = selection_of(spec)
+        for other in existing:
+            if target_identity(other.spec["milvus_connect_param"]) != target:
+                continue
+            if selections_overlap(selection, selection_of(dict(other.spec))):
+                raise ConflictError(
+                    f"task {other.task_id} already replicates an overlapping set of collections "
+                    f"to the target {target[0]}:{target[1]}"
+                )
+
+    async def get(self, task_id: str) -> TaskRecord:
+        task = await self._io(self._store.get_task, task_id)
+        if task is None:
+            raise NotFoundError(f"task {task_id} not found")
+        return task
+
+    async def list(self) -> list[TaskRecord]:
+        return await self._io(self._store.list_tasks)
+
+    async def positions(self, task_id: str) -> dict[str, Position]:
+        await self.get(task_id)
+        return await self._io(self._store.get_positions, task_id)
+
+    async def pause(self, task_id: str) -> TaskRecord:
+        async with self._lock:
+            task = await self.get(task_id)
+            if task.state is TaskState.PAUSED:
+                raise ConflictError(f"task {task_id} is already Paused")
+            runner = self._runners.pop(task_id, None)
+            if runner is not None:
+                await self._stop_runner(task_id, runner)
+            return await self._set_state(task, TaskState.PAUSED, PAUSED_BY_USER)
+
+    async def resume(self, task_id: str) -> TaskRecord:
+        async with self._lock:
+            task = await self.get(task_id)
+            if task.state is TaskState.RUNNING:
+                raise ConflictError(f"task {task_id} is already Running")
+            task = await self._set_state(task, TaskState.RUNNING, "")
+            return await self._start_runner(task)
+
+    async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
+        async with self._lock:
+            runner = self._runners.pop(task_id, None)
+            if runner is not None:
+                await self._stop_runner(task_id, runner)
+            removed = await self._io(self._store.delete_task, task_id)
+            self._states.pop(task_id, None)
+        if not removed and not ignore_not_found:
+            raise NotFoundError(f"task {task_id} not found")
+        if removed:
+            with log_context(task_id=task_id):
+                log.info("task deleted")
+
+    # --- internals ---------------------------------------------------------------------------
+    def _remember(self, task: TaskRecord) -> None:
+        self._states[task.task_id] = task.state
+        self._redactor.add(*_secrets_of(dict(task.spec)))
+
+    async def _set_state(self, task: TaskRecord, state: TaskState, reason: str) -> TaskRecord:
+        try:
+            updated = await self._io(
+                self._store.update_task,
+                task.task_id,
+                state=state,
+                reason=reason,
+                expected_revision=task.revision,
+            )
+        except TaskNotFoundError as exc:
+            raise NotFoundError(f"task {task.task_id} not found") from exc
+        except ConcurrentUpdateError as exc:
+            raise ConflictError(str(exc)) from exc
+        self._remember(updated)
+        with log_context(task_id=task.task_id):
+            log.info(
+                "task %s -> %s%s", task.state.value, state.value, f": {reason}" if reason else ""
+            )
+        return updated
+
+    async def _start_runner(self, task: TaskRecord) -> TaskRecord:
+        """Start the runner of a task stored as Running; a runner that cannot start fails it."""
+        runner = self._runner_factory(task, self._store, self._on_runner_failure)
+        with log_context(task_id=task.task_id):
+            try:
+                await runner.start()
+            except Exception as exc:
+                log.exception("task runner did not start")
+                return await self._set_state(task, TaskState.FAILED, f"cannot start: {exc}")
+        self._runners[task.task_id] = runner
+        return task
+
+    async def _stop_runner(self, task_id: str, runner: TaskRunner) -> None:
+        with log_context(task_id=task_id):
+            try:
+                await runner.stop()
+            except Exception:
+                log.exception("task runner did not stop cleanly")
+
+    async def _on_runner_failure(self, task_id: str, reason: str) -> None:
+        async with self._lock:
+            runner = self._runners.pop(task_id, None)
+            if runner is None:
+                return  # already paused, deleted or drained
+            task = await self._io(self._store.get_task, task_id)
+            if task is not None:
+                await self._set_state(task, TaskState.FAILED, reason)
+        await self._stop_runner(task_id, runner)
+
+
+def _secrets_of(spec: dict[str, Any]) -> list[str]:
+    connect = spec.get("milvus_connect_param", {})
+    return [connect.get("password", ""), connect.get("token", "")]
+
+
+def _target_text(spec: dict[str, Any]) -> str:
+    host, port = target_identity(spec["milvus_connect_param"])
+    return f"{host}:{port}"
+
+
+def task_view(task: TaskRecord) -> dict[str, Any]:
+    """A task as get and list show it (the Go tool's fields first; never a secret)."""
+    view = public_view(dict(task.spec))
+    return {
+        "task_id": task.task_id,
+        **view,
+        "state": task.state.value,
+        "reason": task.reason,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }

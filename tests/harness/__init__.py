@@ -1,0 +1,1 @@
+"""Test harness: real services (etcd, MariaDB, Milvus Lite) on free loopback ports."""

@@ -1,0 +1,78 @@
+"""The harness starts real services, and they answer."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def test_etcd_put_get(etcd_service) -> None:
+    import etcd3
+
+    client = etcd3.client(host=etcd_service.host, port=etcd_service.port, timeout=10)
+    try:
+        key = f"/harness-test/{_name('k')}"
+        client.put(key, "hello")
+        value, meta = client.get(key)
+        assert value == b"hello"
+        assert meta is not None
+        assert meta.key == key.encode()
+        assert client.delete(key)
+        assert client.get(key) == (None, None)
+    finally:
+        client.close()
+
+
+def test_mariadb_create_insert_select(mariadb_service) -> None:
+    import pymysql
+
+    conn = pymysql.connect(
+        host=mariadb_service.host,
+        port=mariadb_service.port,
+        user=mariadb_service.user,
+        password=mariadb_service.password,
+        database=mariadb_service.database,
+        connect_timeout=5,
+    )
+    table = _name("harness")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE `{table}` (id INT PRIMARY KEY, name VARCHAR(64))")
+            cur.executemany(
+                f"INSERT INTO `{table}` (id, name) VALUES (%s, %s)",
+                [(1, "one"), (2, "two"), (3, "three")],
+            )
+            conn.commit()
+            cur.execute(f"SELECT id, name FROM `{table}` ORDER BY id")
+            assert cur.fetchall() == ((1, "one"), (2, "two"), (3, "three"))
+            cur.execute(f"DROP TABLE `{table}`")
+    finally:
+        conn.close()
+    assert mariadb_service.sqlalchemy_url == (
+        f"mysql+pymysql://root:{mariadb_service.password}@127.0.0.1:{mariadb_service.port}"
+        f"/{mariadb_service.database}"
+    )
+
+
+def test_milvus_lite_collection_roundtrip(milvus_lite_service) -> None:
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=milvus_lite_service.uri, timeout=10)
+    collection = _name("harness")
+    try:
+        client.create_collection(collection, dimension=4, primary_field_name="id", id_type="int")
+        rows = [{"id": i, "vector": [float(i), 0.5, 0.25, 1.0]} for i in (1, 2, 3)]
+        assert client.insert(collection, rows)["insert_count"] == 3
+        got = client.query(collection, filter="id >= 0", output_fields=["id"])
+        assert sorted(row["id"] for row in got) == [1, 2, 3]
+        client.drop_collection(collection)
+        assert collection not in client.list_collections()
+    finally:
+        client.close()
