@@ -28,6 +28,7 @@ from metastore.errors import (
     ConcurrentUpdateError,
     MetaStoreUnavailableError,
     PositionConflictError,
+    PositionError,
     TaskExistsError,
     TaskNotFoundError,
 )
@@ -130,8 +131,8 @@ class EtcdMetaStore:
             lambda: self._client.transaction(
                 compare=[t.version(self._task_key(task_id)) > 0],
                 success=[t.delete(self._task_key(task_id))]
-                + [t.delete(p, range_end=prefix_range_end(p)) for p in ranges],
-                failure=[t.delete(p, range_end=prefix_range_end(p)) for p in ranges],
+                + [t.delete(p, range_end=prefix_range_end(p.encode())) for p in ranges],
+                failure=[t.delete(p, range_end=prefix_range_end(p.encode())) for p in ranges],
             )
         )
         return bool(ok)
@@ -147,7 +148,12 @@ class EtcdMetaStore:
         key = self._positions_prefix(task_id) + position.pchannel
         value, meta = self._call(lambda: self._client.get(key))
         stored = None if value is None else Position.from_json(json.loads(value))
-        check_position_step(task_id, stored, expected, position)
+        try:
+            check_position_step(task_id, stored, expected, position)
+        except PositionError:
+            if self.get_task(task_id) is None:  # a missing task explains any mismatch
+                raise TaskNotFoundError(task_id) from None
+            raise
         t = self._client.transactions
         guard = t.version(key) == 0 if meta is None else t.mod(key) == meta.mod_revision
         ok, _ = self._call(

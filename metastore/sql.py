@@ -21,8 +21,8 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Double,
     Engine,
-    Float,
     LargeBinary,
     MetaData,
     String,
@@ -61,8 +61,8 @@ tasks_table = Table(
     Column("reason", Text, nullable=False),
     Column("spec", _BIG_TEXT, nullable=False),
     Column("extra", _BIG_TEXT, nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
     Column("revision", BigInteger, nullable=False),
 )
 positions_table = Table(
@@ -74,7 +74,7 @@ positions_table = Table(
     Column("backend", String(32), nullable=False),
     Column("msg_id", LargeBinary, nullable=False),
     Column("ts", BigInteger, nullable=False),
-    Column("updated_at", Float, nullable=False),
+    Column("updated_at", Double, nullable=False),
 )
 state_table = Table(
     "cdc_task_state",

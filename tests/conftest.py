@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -15,6 +15,9 @@ try:  # tests/ has no __init__.py, so pytest puts tests/ itself on sys.path
     from harness import services
 except ImportError:  # pragma: no cover
     from tests.harness import services
+
+if TYPE_CHECKING:
+    from metastore import MetaStore
 
 T = TypeVar("T")
 
@@ -64,3 +67,55 @@ def milvus_lite_service(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[services.MilvusLiteService]:
     yield from _serve(services.milvus_lite_server, tmp_path_factory, "milvus-lite")
+
+
+# ---------------------------------------------------------------------------------------------
+# Metastores: one factory per backend, each opening a store on a real server under a root path.
+
+StoreOpener = Callable[[str], "MetaStore"]
+BACKENDS = ["sqlite", "mysql", "etcd"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store_opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreOpener]:
+    """Opens stores of one backend; every store opened is closed at the end of the test."""
+    from metastore.etcd import EtcdMetaStore
+    from metastore.etcd_connect import connect_etcd
+    from metastore.sql import SqlMetaStore, mysql_url_from_source, sqlite_url
+
+    backend = request.param
+    if backend == "sqlite":
+        url = sqlite_url(str(tmp_path / "meta.sqlite3"))
+
+        def opener(root: str) -> MetaStore:
+            return SqlMetaStore(url, root)
+    elif backend == "mysql":
+        service = request.getfixturevalue("mariadb_service")
+        url = mysql_url_from_source(service.go_dsn)  # the Go tool's DSN form, as cdc.yaml has it
+
+        def opener(root: str) -> MetaStore:
+            return SqlMetaStore(url, root)
+    else:
+        service = request.getfixturevalue("etcd_service")
+
+        def opener(root: str) -> MetaStore:
+            return EtcdMetaStore(connect_etcd([service.endpoint]), root)
+
+    opened: list[MetaStore] = []
+
+    def tracked(root: str) -> MetaStore:
+        store = opener(root)
+        opened.append(store)
+        return store
+
+    yield tracked
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def root_path() -> str:
+    """A root path of its own for each test, so tests sharing a server never see each other."""
+    import uuid
+
+    return f"test-{uuid.uuid4().hex[:12]}"

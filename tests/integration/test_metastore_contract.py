@@ -1,0 +1,237 @@
+"""The metastore contract, run against every backend on a real server (SQLite file, MariaDB,
+etcd). Each test has its own root path."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from metastore import (
+    ConcurrentUpdateError,
+    MetaStoreUnavailableError,
+    Position,
+    PositionConflictError,
+    PositionRegressionError,
+    TaskExistsError,
+    TaskNotFoundError,
+    TaskRecord,
+    TaskState,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def make_task(task_id: str, created_at: float | None = None, **spec: object) -> TaskRecord:
+    now = time.time() if created_at is None else created_at
+    return TaskRecord(
+        task_id=task_id,
+        state=TaskState.INITIAL,
+        reason="",
+        spec={"milvus_connect_param": {"host": "h", "port": 1, "password": "pw"}, **spec},
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def pos(ts: int, msg: bytes = b"\x01", channel: str = "by-dev-rootcoord-dml_0") -> Position:
+    return Position(backend="kafka", pchannel=channel, msg_id=msg, ts=ts)
+
+
+@pytest.fixture
+def store(store_opener, root_path):
+    return store_opener(root_path)
+
+
+def test_task_round_trip(store):
+    created = store.create_task(make_task("t1", note="ünïcode ✓"))
+    fetched = store.get_task("t1")
+    assert fetched == created
+    assert fetched.spec["note"] == "ünïcode ✓"
+    assert fetched.spec["milvus_connect_param"]["password"] == "pw"
+    assert fetched.state is TaskState.INITIAL
+    assert store.get_task("missing") is None
+
+
+def test_create_twice_is_refused(store):
+    store.create_task(make_task("t1"))
+    with pytest.raises(TaskExistsError):
+        store.create_task(make_task("t1"))
+    assert len(store.list_tasks()) == 1
+
+
+def test_list_is_oldest_first(store):
+    for i, task_id in enumerate(["c", "a", "b"]):
+        store.create_task(make_task(task_id, created_at=1000.0 + i))
+    assert [t.task_id for t in store.list_tasks()] == ["c", "a", "b"]
+
+
+def test_update_is_compare_and_set(store):
+    created = store.create_task(make_task("t1"))
+    running = store.update_task(
+        "t1", state=TaskState.RUNNING, reason="", expected_revision=created.revision
+    )
+    assert running.state is TaskState.RUNNING
+    assert running.revision != created.revision
+    with pytest.raises(ConcurrentUpdateError):
+        store.update_task(
+            "t1", state=TaskState.PAUSED, reason="stale", expected_revision=created.revision
+        )
+    assert store.get_task("t1").state is TaskState.RUNNING
+    paused = store.update_task(
+        "t1", state=TaskState.PAUSED, reason="by hand", expected_revision=running.revision
+    )
+    assert (paused.state, paused.reason) == (TaskState.PAUSED, "by hand")
+    assert store.get_task("t1") == paused
+
+
+def test_update_unknown_task(store):
+    with pytest.raises(TaskNotFoundError):
+        store.update_task("nope", state=TaskState.RUNNING, reason="", expected_revision=1)
+
+
+def test_delete_removes_positions_and_state(store):
+    store.create_task(make_task("t1"))
+    store.create_task(make_task("t2"))
+    store.save_position("t1", pos(10), None)
+    store.save_position("t2", pos(20), None)
+    store.put_state("t1", "coll/1", b"x")
+    assert store.delete_task("t1") is True
+    assert store.get_task("t1") is None
+    assert store.get_positions("t1") == {}
+    assert store.list_state("t1") == {}
+    assert store.delete_task("t1") is False
+    # the other task is untouched
+    assert store.get_positions("t2") == {"by-dev-rootcoord-dml_0": pos(20)}
+
+
+def test_positions_compare_and_set(store):
+    store.create_task(make_task("t1"))
+    first = pos(100, b"\x00\x01")
+    store.save_position("t1", first, None)
+    with pytest.raises(PositionConflictError):
+        store.save_position("t1", pos(200), None)  # something is stored already
+    second = pos(200, b"\x00\x02")
+    store.save_position("t1", second, first)
+    with pytest.raises(PositionConflictError):
+        store.save_position("t1", pos(300), first)  # stale expectation
+    with pytest.raises(PositionRegressionError):
+        store.save_position("t1", pos(150), second)  # backwards
+    same_tick = pos(200, b"\x00\x03")
+    store.save_position("t1", same_tick, second)  # the same tick is not backwards
+    assert store.get_positions("t1") == {"by-dev-rootcoord-dml_0": same_tick}
+
+
+def test_positions_per_channel_and_binary_ids(store):
+    store.create_task(make_task("t1"))
+    every_byte = bytes(range(256))
+    big_ts = (1 << 62) + 12345
+    a = Position("rocksmq", "ch_a", every_byte, big_ts)
+    b = Position("pulsar", "ch_b", b"", 0)
+    store.save_position("t1", a, None)
+    store.save_position("t1", b, None)
+    assert store.get_positions("t1") == {"ch_a": a, "ch_b": b}
+
+
+def test_position_of_unknown_or_deleted_task_is_refused(store):
+    with pytest.raises(TaskNotFoundError):
+        store.save_position("ghost", pos(1), None)
+    store.create_task(make_task("t1"))
+    store.save_position("t1", pos(1), None)
+    store.delete_task("t1")
+    with pytest.raises(TaskNotFoundError):
+        store.save_position("t1", pos(2), pos(1))
+    with pytest.raises(TaskNotFoundError):
+        store.save_position("t1", pos(2), None)
+    assert store.get_positions("t1") == {}
+
+
+def test_racing_position_writers_one_wins(store):
+    """Two writers that read the same position race to save; exactly one succeeds each round."""
+    store.create_task(make_task("t1"))
+    current = pos(0)
+    store.save_position("t1", current, None)
+    for round_no in range(1, 21):
+        outcomes: list[str] = []
+        barrier = threading.Barrier(2)
+
+        def write(
+            ts: int,
+            expected: Position = current,
+            barrier: threading.Barrier = barrier,
+            outcomes: list[str] = outcomes,
+        ) -> None:
+            barrier.wait()
+            try:
+                store.save_position("t1", pos(ts, bytes([ts % 256])), expected)
+                outcomes.append("won")
+            except PositionConflictError:
+                outcomes.append("lost")
+
+        threads = [threading.Thread(target=write, args=(round_no * 10 + k,)) for k in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost", "won"], f"round {round_no}: {outcomes}"
+        current = store.get_positions("t1")["by-dev-rootcoord-dml_0"]
+        assert current.ts in (round_no * 10 + 1, round_no * 10 + 2)
+
+
+def test_task_state_values(store):
+    store.create_task(make_task("t1"))
+    store.put_state("t1", "collections/100", b"created")
+    store.put_state("t1", "collections/101", b"\x00\xff")
+    store.put_state("t1", "backfill/range-1", b"done")
+    store.put_state("t1", "collections/100", b"dropped")  # overwrite
+    assert store.get_state("t1", "collections/100") == b"dropped"
+    assert store.get_state("t1", "nothing") is None
+    assert store.list_state("t1", "collections/") == {
+        "collections/100": b"dropped",
+        "collections/101": b"\x00\xff",
+    }
+    assert set(store.list_state("t1")) == {"collections/100", "collections/101", "backfill/range-1"}
+    with pytest.raises(TaskNotFoundError):
+        store.put_state("ghost", "k", b"v")
+
+
+def test_root_paths_keep_daemons_apart(store_opener, root_path):
+    one = store_opener(root_path + "-one")
+    two = store_opener(root_path + "-two")
+    one.create_task(make_task("shared-id"))
+    two.create_task(make_task("shared-id", marker="two"))
+    one.save_position("shared-id", pos(5), None)
+    assert [t.task_id for t in one.list_tasks()] == ["shared-id"]
+    assert two.get_task("shared-id").spec.get("marker") == "two"
+    assert two.get_positions("shared-id") == {}
+    assert two.delete_task("shared-id") is True
+    assert one.get_task("shared-id") is not None
+
+
+def test_data_survives_reopening(store_opener, root_path):
+    first = store_opener(root_path)
+    first.create_task(make_task("t1"))
+    first.save_position("t1", pos(42), None)
+    first.close()
+    again = store_opener(root_path)
+    assert again.get_task("t1").task_id == "t1"
+    assert again.get_positions("t1") == {"by-dev-rootcoord-dml_0": pos(42)}
+    again.ping()
+
+
+def test_unreachable_servers_raise_retriable_errors(tmp_path):
+    from harness.services import free_port
+
+    from metastore.etcd import EtcdMetaStore
+    from metastore.etcd_connect import connect_etcd
+    from metastore.sql import SqlMetaStore
+
+    closed = free_port()
+    with pytest.raises(MetaStoreUnavailableError) as etcd_error:
+        EtcdMetaStore(connect_etcd([f"http://127.0.0.1:{closed}"], timeout=1), "cdc")
+    assert etcd_error.value.retriable
+    with pytest.raises(MetaStoreUnavailableError) as mysql_error:
+        SqlMetaStore(f"mysql+pymysql://root:secret-pw@127.0.0.1:{closed}/x", "cdc")
+    assert mysql_error.value.retriable
+    assert "secret-pw" not in str(mysql_error.value)
