@@ -17,6 +17,8 @@ except ImportError:  # pragma: no cover
     from tests.harness import services
 
 if TYPE_CHECKING:
+    from harness.daemon import Daemon
+
     from metastore import MetaStore
 
 T = TypeVar("T")
@@ -119,3 +121,33 @@ def root_path() -> str:
     import uuid
 
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The daemon under test
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """Makes daemons (not started) with a SQLite store under the test's directory by default;
+    every daemon made is stopped at the end."""
+    from harness.daemon import Daemon
+
+    made: list[Daemon] = []
+
+    def make(name: str = "daemon", **config: object) -> Daemon:
+        workdir = tmp_path / name
+        workdir.mkdir(exist_ok=True)
+        settings: dict[str, object] = {
+            "metaStoreConfig": {"storeType": "sqlite", "sqlitePath": str(workdir / "meta.db")},
+            "drainTimeoutSeconds": 5,
+        }
+        settings.update(config)
+        daemon = Daemon(workdir=workdir, config=settings)
+        made.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in made:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.stop()

@@ -1,0 +1,137 @@
+"""Run the real daemon (``python -m server serve``) as a subprocess and talk to it over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.services import (
+    ServiceStartError,
+    _die_with_parent,
+    free_port,
+    stop_process,
+    wait_until,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+    raw: bytes
+
+    @property
+    def code(self) -> int:
+        return int(self.body["code"])
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.body.get("data") or {}
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", ""))
+
+
+@dataclass
+class Daemon:
+    """One daemon configuration; ``start``/``stop`` may be called repeatedly (restarts)."""
+
+    workdir: Path
+    config: dict[str, Any]
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "daemon.log"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "cdc.yaml"
+
+    def start(self, timeout: float = 30) -> Daemon:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        config = {**self.config, "address": f"127.0.0.1:{self.port}", "logFormat": "json"}
+        self.config_path.write_text(yaml.safe_dump(config))
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        env["no_proxy"] = "127.0.0.1,localhost"
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "server", "serve", "--config", str(self.config_path)],
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        self.starts += 1
+        wait_until(
+            lambda: self.get("/readyz")[0] == 200,
+            timeout,
+            "milvus-cdc daemon",
+            process=self.process,
+            log_paths=[self.log_path],
+        )
+        return self
+
+    def stop(self, grace: float = 15) -> int:
+        """SIGTERM, wait for the drain; returns the exit code."""
+        assert self.process is not None
+        stop_process(self.process, grace=grace)
+        return int(self.process.returncode)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def _conn(self, timeout: float) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
+        conn = self._conn(timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def send(
+        self, body: bytes, method: str = "POST", path: str = "/cdc", timeout: float = 60
+    ) -> Reply:
+        conn = self._conn(timeout)
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            raw = response.read()
+        finally:
+            conn.close()
+        return Reply(response.status, json.loads(raw), raw)
+
+    def call(self, request_type: str, data: dict[str, Any] | None = None) -> Reply:
+        payload: dict[str, Any] = {"request_type": request_type}
+        if data is not None:
+            payload["request_data"] = data
+        return self.send(json.dumps(payload).encode())
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+__all__ = ["Daemon", "Reply", "ServiceStartError"]
