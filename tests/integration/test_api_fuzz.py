@@ -151,8 +151,6 @@ def test_generated_bodies_get_wellformed_answers_and_leave_no_trace(
     assert seeded.code == 200
     store = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
 
-    positions = store.get_positions
-
     def snapshot() -> list[tuple]:
         return [
             (
