@@ -86,7 +86,7 @@ state_table = Table(
 )
 
 _GO_DSN = re.compile(
-    r"^(?P<user>[^:@/]*)(?::(?P<password>[^@]*))?@tcp\((?P<host>[^:)]+)(?::(?P<port>\d+))?\)"
+    r"^(?P<user>[^:@/]*)(?::(?P<password>.*))?@tcp\((?P<host>[^:)]+)(?::(?P<port>\d+))?\)"
     r"/(?P<db>[^?]*)(?:\?(?P<params>.*))?$"
 )
 

@@ -37,6 +37,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from metastore.etcd_connect import parse_etcd_address
+from metastore.sql import mysql_url_from_source
 
 ENV_PREFIX = "CDC_"
 ENV_CONFIG_FILE = "CDC_CONFIG"
@@ -47,7 +48,9 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # coerce_numbers_to_str: the Go tool's template has `tlsMinVersion: 1.3`, which YAML reads as
+    # a number; a drop-in configuration must load as it is.
+    model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
 
 
 class EtcdSettings(_Section):
@@ -92,8 +95,10 @@ class MetaStoreSettings(_Section):
 
     @model_validator(mode="after")
     def _required_for_type(self) -> MetaStoreSettings:
-        if self.storeType == "mysql" and not self.mysqlSourceUrl.get_secret_value():
-            raise ValueError("mysqlSourceUrl is required when storeType is mysql")
+        if self.storeType == "mysql":
+            if not self.mysqlSourceUrl.get_secret_value():
+                raise ValueError("mysqlSourceUrl is required when storeType is mysql")
+            mysql_url_from_source(self.mysqlSourceUrl.get_secret_value())  # names the problem
         if self.storeType == "sqlite" and not self.sqlitePath:
             raise ValueError("sqlitePath is required when storeType is sqlite")
         return self
@@ -138,7 +143,9 @@ class SourceSettings(_Section):
 
 
 class CdcSettings(BaseSettings):
-    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(
+        extra="forbid", validate_default=True, coerce_numbers_to_str=True
+    )
 
     address: str = "0.0.0.0:8444"
     maxTaskNum: int = Field(default=100, gt=0)
