@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import etcd3
 import grpc
+import orjson
 from etcd3 import exceptions as etcd_exceptions
 from etcd3.utils import prefix_range_end
 
@@ -141,13 +142,13 @@ class EtcdMetaStore:
     def get_positions(self, task_id: str) -> dict[str, Position]:
         prefix = self._positions_prefix(task_id)
         items = self._call(lambda: list(self._client.get_prefix(prefix)))
-        positions = (Position.from_json(json.loads(value)) for value, _ in items)
+        positions = (Position.from_json(orjson.loads(value)) for value, _ in items)
         return {p.pchannel: p for p in positions}
 
     def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
         key = self._positions_prefix(task_id) + position.pchannel
         value, meta = self._call(lambda: self._client.get(key))
-        stored = None if value is None else Position.from_json(json.loads(value))
+        stored = None if value is None else Position.from_json(orjson.loads(value))
         try:
             check_position_step(task_id, stored, expected, position)
         except PositionError:
@@ -215,7 +216,7 @@ def _encode_task(task: TaskRecord) -> str:
 
 
 def _decode_task(task_id: str, value: bytes, revision: int) -> TaskRecord:
-    data = json.loads(value)
+    data = orjson.loads(value)
     return TaskRecord(
         task_id=task_id,
         state=TaskState(data["state"]),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -383,11 +384,11 @@ def _task_from_row(row: Any) -> TaskRecord:
         task_id=row["task_id"],
         state=TaskState(row["state"]),
         reason=row["reason"],
-        spec=json.loads(row["spec"]),
+        spec=orjson.loads(row["spec"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         revision=row["revision"],
-        extra=json.loads(row["extra"]),
+        extra=orjson.loads(row["extra"]),
     )
 
 

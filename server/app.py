@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -116,7 +117,8 @@ HANDLERS: dict[str, Handler] = {
 
 
 def envelope(code: int, message: str = "", data: dict[str, Any] | None = None) -> web.Response:
-    return web.json_response({"code": code, "message": message, "data": data or {}}, status=code)
+    body = orjson.dumps({"code": code, "message": message, "data": data or {}})
+    return web.Response(body=body, status=code, content_type="application/json")
 
 
 def _reject_constant(name: str) -> Any:

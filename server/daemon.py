@@ -7,6 +7,7 @@ it saves its positions, and closes the metastore. A second signal exits at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -18,6 +19,19 @@ from server.logs import SecretRedactor
 from server.settings import CdcSettings
 
 log = logging.getLogger(__name__)
+
+
+def tune_gc() -> None:
+    """Keep garbage-collection pauses out of request latency.
+
+    Everything alive after start-up (imported modules, settings, the app) is moved out of the
+    collector's reach with ``gc.freeze()``, and the young generation is collected less often: a
+    ``list`` of 1,000 tasks allocates ~100k short-lived objects, and with the defaults its full
+    collections rescanned every module object (bench/list_latency.py, SQLite: p99 54 -> 20 ms).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
 
 
 async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:
@@ -32,6 +46,7 @@ async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -
         await runner.cleanup()
         raise SystemExit(f"cannot listen on {settings.address}: {exc.strerror}") from exc
     log.info("milvus-cdc listening on %s:%d", host, port)
+    tune_gc()
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what is missing (etcd-server and
+# mariadb-server with apt, the Python packages with pip), then lint, types, and every test —
+# unit, integration (real etcd, MariaDB, Milvus Lite started on free loopback ports) and e2e.
+# Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+python="${PYTHON:-python3}"
+
+bash scripts/install-test-deps.sh
+echo "== ruff"
+"$python" -m ruff check .
+"$python" -m ruff format --check .
+echo "== mypy"
+"$python" -m mypy
+echo "== pytest"
+export no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
+exec "$python" -m pytest -p no:cacheprovider "$@"
