@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from server.errors import TargetUnreachableError
@@ -49,7 +48,9 @@ def check_target_reachable(connect: dict[str, Any]) -> str:
     from pymilvus import MilvusClient  # heavy import, kept off the daemon's start-up path
 
     kwargs = milvus_client_kwargs(connect)
-    kwargs["alias"] = f"cdc-check-{uuid.uuid4().hex}"
+    # A dedicated channel: pymilvus 3 shares channels per address and keeps a shared one open
+    # (pinging every 10 s) after close(); a target then answers GOAWAY "too_many_pings".
+    kwargs["dedicated"] = True
     try:
         client = MilvusClient(**kwargs)
     except Exception as exc:  # noqa: BLE001 - pymilvus raises many kinds; all mean "not reachable"

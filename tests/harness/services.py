@@ -518,7 +518,8 @@ def _milvus_lite_ready(uri: str, port: int) -> bool:
         return False
     from pymilvus import MilvusClient
 
-    client = MilvusClient(uri=uri, timeout=2)
+    # dedicated: a shared pymilvus 3 channel outlives close() and keeps pinging the server
+    client = MilvusClient(uri=uri, timeout=2, dedicated=True)
     try:
         client.list_collections(timeout=2)
     finally:

@@ -64,7 +64,7 @@ def test_mariadb_create_insert_select(mariadb_service) -> None:
 def test_milvus_lite_collection_roundtrip(milvus_lite_service) -> None:
     from pymilvus import MilvusClient
 
-    client = MilvusClient(uri=milvus_lite_service.uri, timeout=10)
+    client = MilvusClient(uri=milvus_lite_service.uri, timeout=10, dedicated=True)
     collection = _name("harness")
     try:
         client.create_collection(collection, dimension=4, primary_field_name="id", id_type="int")
