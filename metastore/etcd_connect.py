@@ -56,13 +56,21 @@ def connect_etcd(
     for address in addresses:
         host, port, secure = parse_etcd_address(address)
         secure = secure or tls is not None
-        endpoints.append(etcd3.Endpoint(host, port, secure=secure, creds=creds if secure else None))
+        # time_retry: the client shuns an endpoint that failed once for this long (its default,
+        # 300 s, would keep the daemon away from an etcd that came back after a blip).
+        endpoints.append(
+            etcd3.Endpoint(
+                host, port, secure=secure, creds=creds if secure else None, time_retry=1.0
+            )
+        )
+    # failover=True even for one endpoint: with it, "every endpoint failed" is raised as the
+    # client's NoServerAvailableError rather than a bare ValueError.
     return etcd3.MultiEndpointEtcd3Client(
         endpoints=endpoints,
         timeout=timeout,
         user=username or None,
         password=password or None,
-        failover=len(endpoints) > 1,
+        failover=True,
     )
 
 

@@ -266,11 +266,16 @@ def _etcd_healthy(endpoint: str) -> bool:
 
 
 @contextlib.contextmanager
-def etcd_server(workdir: Path, *, startup_timeout: float = 30.0) -> Iterator[EtcdService]:
-    """A single-member etcd on free loopback ports, data under `workdir`."""
+def etcd_server(
+    workdir: Path, *, startup_timeout: float = 30.0, ports: tuple[int, int] | None = None
+) -> Iterator[EtcdService]:
+    """A single-member etcd on free loopback ports, data under `workdir`.
+
+    `ports` (client, peer) restarts an etcd where a stopped one was, to test recovery.
+    """
     etcd = _find_binary("etcd", "/usr/bin/etcd", package="etcd-server")
     workdir.mkdir(parents=True, exist_ok=True)
-    client_port, peer_port = _free_ports(2)
+    client_port, peer_port = ports or _free_ports(2)
     client_url = f"http://{LOOPBACK}:{client_port}"
     peer_url = f"http://{LOOPBACK}:{peer_port}"
     log_path = workdir / "etcd.log"

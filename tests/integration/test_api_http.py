@@ -223,7 +223,9 @@ def test_secrets_never_in_responses_or_logs(daemon, milvus_lite_service):
     assert "password" not in shown and "token" not in shown
     daemon.stop()
     log = daemon.log_text()
-    assert "task created" in log  # the log did record the work
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    created_lines = [e for e in lines if e["msg"].startswith("task created")]
+    assert {e.get("task_id") for e in created_lines} == set(ids)  # structured, with context
     assert PASSWORD not in log and TOKEN not in log
 
 
@@ -271,3 +273,30 @@ def test_health_metrics_and_http_errors(daemon, milvus_lite_service):
     assert unknown.code == 400 and "frobnicate" in unknown.message and "create" in unknown.message
     missing_path = daemon.send(b"{}", path="/nope")
     assert missing_path.status == 404 and missing_path.code == 404
+
+
+def test_metastore_outage_answers_503_and_recovers(daemon_factory, tmp_path, milvus_lite_service):
+    from harness import services
+
+    data_dir = tmp_path / "etcd-outage"
+    with services.etcd_server(data_dir) as etcd:
+        ports = (etcd.port, services.free_port())
+    with services.etcd_server(data_dir, ports=ports) as etcd:
+        daemon = daemon_factory(
+            metaStoreConfig={"storeType": "etcd", "etcd": {"address": [etcd.endpoint]}}
+        ).start()
+        created = daemon.call("create", create_body(milvus_lite_service))
+        assert created.code == 200
+    # etcd is down now
+    status, body = daemon.get("/readyz")
+    assert status == 503
+    assert b"metastore" in body
+    assert daemon.get("/livez")[0] == 200  # the process itself is fine
+    reply = daemon.call("list")
+    assert (reply.status, reply.code) == (503, 503)
+    assert "metastore unavailable" in reply.message
+    with services.etcd_server(data_dir, ports=ports):
+        services.wait_until(lambda: daemon.get("/readyz")[0] == 200, 20, "readyz after outage")
+        tasks = daemon.call("list").data["tasks"]
+        assert [t["task_id"] for t in tasks] == [created.data["task_id"]]
+    assert "Traceback" not in daemon.log_text()

@@ -1,0 +1,160 @@
+"""The supervisor's handling of task runners: start failures, runtime failures, drain and
+restart. Real SQLite store and a real Milvus Lite target; the runners are scripted stand-ins for
+the replication engine, which is what these tests are about."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from metastore import TaskState
+from metastore.sql import SqlMetaStore, sqlite_url
+from server.api_models import CreateRequest, parse_model
+from server.settings import load_settings
+from server.supervisor import TaskSupervisor
+from server.target_check import check_target_reachable
+
+pytestmark = pytest.mark.integration
+
+
+class ScriptedRunner:
+    def __init__(self, events: list, task, on_failure, fail_start: bool) -> None:
+        self.events, self.task_id, self.on_failure = events, task.task_id, on_failure
+        self.fail_start = fail_start
+
+    async def start(self) -> None:
+        self.events.append(("start", self.task_id))
+        if self.fail_start:
+            raise RuntimeError("source etcd unreachable")
+
+    async def stop(self) -> None:
+        self.events.append(("stop", self.task_id))
+
+
+@pytest.fixture
+def make_supervisor(tmp_path):
+    stores = []
+
+    def make(events: list, fail_start: bool = False) -> tuple[TaskSupervisor, list]:
+        store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")
+        stores.append(store)
+        runners: list[ScriptedRunner] = []
+
+        def factory(task, _store, on_failure):
+            runner = ScriptedRunner(events, task, on_failure, fail_start)
+            runners.append(runner)
+            return runner
+
+        settings = load_settings(None, {})
+        return TaskSupervisor(store, settings, factory, check_target_reachable), runners
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+def create_request(lite, name: str, **extra) -> CreateRequest:
+    return parse_model(
+        CreateRequest,
+        {
+            "milvus_connect_param": {"host": lite.host, "port": lite.port},
+            "collection_infos": [{"name": name}],
+            **extra,
+        },
+    )
+
+
+async def test_runner_that_cannot_start_fails_the_task(make_supervisor, milvus_lite_service):
+    events: list = []
+    supervisor, _ = make_supervisor(events, fail_start=True)
+    await supervisor.start()
+    task = await supervisor.create(create_request(milvus_lite_service, "a"))
+    assert task.state is TaskState.FAILED
+    assert task.reason == "cannot start: source etcd unreachable"
+    stored = await supervisor.get(task.task_id)
+    assert (stored.state, stored.reason) == (TaskState.FAILED, task.reason)
+    assert supervisor.state_counts() == {TaskState.FAILED: 1}
+
+
+async def test_runner_failure_while_running_fails_only_that_task(
+    make_supervisor, milvus_lite_service
+):
+    events: list = []
+    supervisor, runners = make_supervisor(events)
+    await supervisor.start()
+    a = await supervisor.create(create_request(milvus_lite_service, "a"))
+    b = await supervisor.create(create_request(milvus_lite_service, "b"))
+    await runners[0].on_failure(a.task_id, "channel dml_0 at 42: undecodable record")
+    assert (await supervisor.get(a.task_id)).state is TaskState.FAILED
+    assert (await supervisor.get(a.task_id)).reason == "channel dml_0 at 42: undecodable record"
+    assert (await supervisor.get(b.task_id)).state is TaskState.RUNNING
+    assert ("stop", a.task_id) in events
+    assert ("stop", b.task_id) not in events
+    # a failure reported twice, or after a pause, changes nothing
+    await runners[0].on_failure(a.task_id, "again")
+    assert (await supervisor.get(a.task_id)).reason == "channel dml_0 at 42: undecodable record"
+    # the operator resumes it: a new runner starts
+    resumed = await supervisor.resume(a.task_id)
+    assert resumed.state is TaskState.RUNNING
+    assert events.count(("start", a.task_id)) == 2
+
+
+async def test_drain_stops_runners_and_restart_starts_only_running_tasks(
+    make_supervisor, milvus_lite_service
+):
+    events: list = []
+    supervisor, _ = make_supervisor(events)
+    await supervisor.start()
+    running = await supervisor.create(create_request(milvus_lite_service, "r"))
+    paused = await supervisor.create(create_request(milvus_lite_service, "p"))
+    await supervisor.pause(paused.task_id)
+    initial = await supervisor.create(
+        create_request(milvus_lite_service, "i", disable_auto_start=True)
+    )
+    events.clear()
+    await supervisor.drain(budget=5)
+    assert sorted(events) == [("stop", running.task_id)]
+    # the states survive the drain, so a new daemon resumes exactly the running task
+    events.clear()
+    again, _ = make_supervisor(events)
+    await again.start()
+    assert events == [("start", running.task_id)]
+    states = {t.task_id: t.state for t in await again.list()}
+    assert states == {
+        running.task_id: TaskState.RUNNING,
+        paused.task_id: TaskState.PAUSED,
+        initial.task_id: TaskState.INITIAL,
+    }
+
+
+async def test_drain_budget_abandons_a_stuck_runner(make_supervisor, milvus_lite_service):
+    events: list = []
+    supervisor, runners = make_supervisor(events)
+    await supervisor.start()
+    await supervisor.create(create_request(milvus_lite_service, "stuck"))
+
+    async def never_stops() -> None:
+        await asyncio.sleep(3600)
+
+    runners[0].stop = never_stops
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await supervisor.drain(budget=0.5)
+    assert loop.time() - started < 3
+
+
+async def test_concurrent_creates_cannot_both_take_the_same_collections(
+    make_supervisor, milvus_lite_service
+):
+    supervisor, _ = make_supervisor([])
+    await supervisor.start()
+    results = await asyncio.gather(
+        *(supervisor.create(create_request(milvus_lite_service, "same")) for _ in range(4)),
+        return_exceptions=True,
+    )
+    created = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(created) == 1
+    assert all("overlapping" in str(e) for e in refused)
+    assert len(await supervisor.list()) == 1
