@@ -18,6 +18,8 @@ except ImportError:  # pragma: no cover
 
 if TYPE_CHECKING:
     from harness.daemon import Daemon
+    from harness.kafka_mock import KafkaMock
+    from harness.milvus_source import MilvusSource
 
     from metastore import MetaStore
 
@@ -151,3 +153,34 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     for daemon in made:
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Milvus source on Kafka
+#
+# A librdkafka mock Kafka cluster (in a child process of its own) and a real Milvus 2.3.5
+# standalone from the PyPI `milvus` wheel whose WAL is on that Kafka and whose metadata is in
+# the session's etcd (root path and channel prefix "by-dev", Milvus's defaults). Tests read the
+# source's etcd keys under "by-dev/meta/..." and its topics "by-dev-rootcoord-dml_<n>".
+# Isolate tests by collection names.
+
+
+@pytest.fixture(scope="session")
+def kafka_mock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaMock]:
+    from harness.kafka_mock import kafka_mock_cluster
+
+    yield from _serve(kafka_mock_cluster, tmp_path_factory, "kafka-mock")
+
+
+@pytest.fixture(scope="session")
+def milvus_source(
+    tmp_path_factory: pytest.TempPathFactory,
+    etcd_service: services.EtcdService,
+    kafka_mock: KafkaMock,
+) -> Iterator[MilvusSource]:
+    from harness.milvus_source import milvus_source as start_milvus_source
+
+    def factory(workdir: Path) -> AbstractContextManager[MilvusSource]:
+        return start_milvus_source(workdir, etcd_service.endpoint, kafka_mock.bootstrap)
+
+    yield from _serve(factory, tmp_path_factory, "milvus-source")

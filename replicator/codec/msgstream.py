@@ -1,0 +1,133 @@
+"""Decoding Milvus 2.3-2.5 msgstream records (the payload is the request protobuf; its field 1
+is ``common.MsgBase`` with the message type and timestamp)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError
+from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+
+from metastore import Position
+from replicator.codec.wire import WireError, find_bytes_field, find_varint_field, to_signed64
+from replicator.events import (
+    CreateCollection,
+    Delete,
+    DropCollection,
+    DropPartition,
+    Event,
+    FailedRecord,
+    Insert,
+    RawRecord,
+    Skipped,
+    TimeTick,
+)
+
+MSG_CREATE_COLLECTION = 100
+MSG_DROP_COLLECTION = 101
+MSG_DROP_PARTITION = 201
+MSG_INSERT = 400
+MSG_DELETE = 401
+MSG_TIME_TICK = 1200
+
+# collectionID field number in each body (all requests of msg.proto)
+_COLLECTION_FIELD = {
+    MSG_INSERT: 7,
+    MSG_DELETE: 7,
+    MSG_CREATE_COLLECTION: 6,
+    MSG_DROP_COLLECTION: 5,
+    MSG_DROP_PARTITION: 6,
+}
+
+Wanted = Callable[[int], bool]
+
+
+def message_header(payload: bytes) -> tuple[int, int]:
+    """(msg_type, timestamp) from the MsgBase in field 1."""
+    base = find_bytes_field(payload, 1)
+    if base is None:
+        raise WireError("no MsgBase")
+    msg_type = find_varint_field(base, 1) or 0
+    ts = find_varint_field(base, 3) or 0
+    return msg_type, ts
+
+
+def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRecord:
+    """Decode one record; bodies are parsed only for collections ``wanted`` selects."""
+    try:
+        msg_type, ts = message_header(record.payload)
+        if msg_type == MSG_TIME_TICK:
+            return TimeTick(ts=ts)
+        field = _COLLECTION_FIELD.get(msg_type)
+        if field is None:
+            return Skipped(ts=ts, reason=f"message type {msg_type}")
+        collection_id = to_signed64(find_varint_field(record.payload, field) or 0)
+        if not wanted(collection_id):
+            return Skipped(ts=ts, reason=f"collection {collection_id} not selected")
+        return _decode_body(msg_type, ts, collection_id, record.payload)
+    except (WireError, DecodeError, ValueError) as exc:
+        position = Position(backend, record.pchannel, record.msg_id, 0)
+        return FailedRecord(position, f"undecodable record: {exc}")
+
+
+def _decode_body(msg_type: int, ts: int, collection_id: int, payload: bytes) -> Event:
+    if msg_type == MSG_INSERT:
+        insert = msg_pb2.InsertRequest.FromString(payload)
+        row_ts = insert.timestamps[0] if insert.timestamps else ts
+        return Insert(
+            ts=row_ts or ts,
+            collection_id=collection_id,
+            db_name=insert.db_name,
+            collection_name=insert.collection_name,
+            partition_name=insert.partition_name,
+            num_rows=insert.num_rows,
+            request=insert,
+        )
+    if msg_type == MSG_DELETE:
+        delete = msg_pb2.DeleteRequest.FromString(payload)
+        row_ts = delete.timestamps[0] if delete.timestamps else ts
+        return Delete(
+            ts=row_ts or ts,
+            collection_id=collection_id,
+            db_name=delete.db_name,
+            collection_name=delete.collection_name,
+            partition_name=delete.partition_name,
+            num_rows=delete.num_rows,
+            request=delete,
+        )
+    if msg_type == MSG_CREATE_COLLECTION:
+        create = msg_pb2.CreateCollectionRequest.FromString(payload)
+        schema = schema_pb2.CollectionSchema.FromString(create.schema)
+        return CreateCollection(
+            ts=ts,
+            collection_id=collection_id,
+            db_name=create.db_name,
+            collection_name=create.collectionName or schema.name,
+            schema=schema,
+            vchannels=tuple(create.virtualChannelNames),
+            pchannels=tuple(create.physicalChannelNames),
+            partition_names=tuple(create.partitionNames),
+        )
+    if msg_type == MSG_DROP_COLLECTION:
+        drop = msg_pb2.DropCollectionRequest.FromString(payload)
+        return DropCollection(
+            ts=ts,
+            collection_id=collection_id,
+            db_name=drop.db_name,
+            collection_name=drop.collectionName,
+        )
+    drop_partition = msg_pb2.DropPartitionRequest.FromString(payload)
+    return DropPartition(
+        ts=ts,
+        collection_id=collection_id,
+        db_name=drop_partition.db_name,
+        collection_name=drop_partition.collection_name,
+        partition_name=drop_partition.partition_name,
+    )
+
+
+def msg_type_name(msg_type: int) -> str:
+    try:
+        return str(common_pb2.MsgType.Name(msg_type))
+    except ValueError:
+        return str(msg_type)

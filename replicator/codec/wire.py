@@ -1,0 +1,116 @@
+"""Reading single fields of a protobuf message without parsing the whole message.
+
+Used to route on a record's collection before deciding whether to decode its body: an Insert's
+collectionID (field 7) sits before its column data, so the scan stops after a few bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+class WireError(ValueError):
+    pass
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise WireError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise WireError("varint too long")
+
+
+def find_varint_field(buf: bytes, field_number: int) -> int | None:
+    """The first value of varint field ``field_number``, or None if absent."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, pos = _varint(buf, pos)
+            if number == field_number:
+                return value
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 2:
+            length, pos = _varint(buf, pos)
+            pos += length
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+        if pos > len(buf):
+            raise WireError("truncated field")
+    return None
+
+
+def find_bytes_field(buf: bytes, field_number: int) -> bytes | None:
+    """The first value of length-delimited field ``field_number``, or None if absent."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, pos = _varint(buf, pos)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > len(buf):
+                raise WireError("truncated field")
+            if number == field_number:
+                return buf[pos : pos + length]
+            pos += length
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+    return None
+
+
+def to_signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def iter_fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """Every (field number, wire type, value) of a message: ints for varints and fixed-width
+    fields, bytes for length-delimited ones (strings, bytes, sub-messages, packed repeats)."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, pos = _varint(buf, pos)
+            yield number, wire_type, value
+        elif wire_type == 1:
+            yield number, wire_type, int.from_bytes(buf[pos : pos + 8], "little")
+            pos += 8
+        elif wire_type == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > len(buf):
+                raise WireError("truncated field")
+            yield number, wire_type, buf[pos : pos + length]
+            pos += length
+        elif wire_type == 5:
+            yield number, wire_type, int.from_bytes(buf[pos : pos + 4], "little")
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+
+
+def packed_varints(buf: bytes) -> list[int]:
+    values = []
+    pos = 0
+    while pos < len(buf):
+        value, pos = _varint(buf, pos)
+        values.append(value)
+    return values

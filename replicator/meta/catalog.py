@@ -1,0 +1,174 @@
+"""The source's metadata as Milvus 2.3-2.5 keeps it in etcd (``<root>/<meta>/root-coord/...``).
+
+Databases, collections (with their full schemas), partitions and aliases. pymilvus does not ship
+these record types; they are read field by field with the numbers of Milvus's etcd_meta.proto:
+
+    DatabaseInfo    2 name, 3 id, 4 state
+    CollectionInfo  1 ID, 2 schema (name and flags; fields are separate keys), 3 create_time,
+                    7 virtual_channel_names, 8 physical_channel_names, 10 shards_num,
+                    11 start_positions (KeyDataPair: 1 key = pchannel, 2 data = msgID),
+                    12 consistency_level, 13 state, 15 db_id
+    FieldSchema     ``fields/<collID>/<fieldID>``: schema.FieldSchema as is
+    PartitionInfo   1 partitionID, 2 partitionName, 3 created ts, 4 collection_id
+    AliasInfo       1 alias_name, 2 collection_id, 3 created_time, 5 db_id
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymilvus.grpc_gen import schema_pb2
+
+from replicator.codec.wire import iter_fields, to_signed64
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DB = "default"
+COLLECTION_CREATED = 0
+COLLECTION_DROPPED_STATES = (2, 3)  # dropping, dropped
+
+
+@dataclass(frozen=True)
+class CollectionMeta:
+    collection_id: int
+    db_id: int
+    db_name: str
+    name: str
+    schema: Any  # schema_pb2.CollectionSchema, with its fields
+    vchannels: tuple[str, ...]
+    pchannels: tuple[str, ...]
+    shards: int
+    consistency_level: int
+    state: int
+    create_time: int
+    start_positions: dict[str, bytes] = field(default_factory=dict)
+    partitions: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def dropped(self) -> bool:
+        return self.state in COLLECTION_DROPPED_STATES
+
+
+def _text(value: int | bytes) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _int(value: int | bytes) -> int:
+    return to_signed64(value) if isinstance(value, int) else 0
+
+
+def decode_database(value: bytes) -> tuple[int, str]:
+    db_id, name = 0, ""
+    for number, _, v in iter_fields(value):
+        if number == 2:
+            name = _text(v)
+        elif number == 3:
+            db_id = _int(v)
+    return db_id, name
+
+
+def decode_collection(value: bytes) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "vchannels": [],
+        "pchannels": [],
+        "start_positions": {},
+        "shards": 1,
+        "consistency_level": 0,
+        "state": 0,
+        "db_id": 0,
+        "create_time": 0,
+    }
+    for number, _, v in iter_fields(value):
+        if number == 1:
+            info["id"] = _int(v)
+        elif number == 2 and isinstance(v, bytes):
+            info["schema"] = schema_pb2.CollectionSchema.FromString(v)
+        elif number == 3:
+            info["create_time"] = _int(v)
+        elif number == 7:
+            info["vchannels"].append(_text(v))
+        elif number == 8:
+            info["pchannels"].append(_text(v))
+        elif number == 10:
+            info["shards"] = _int(v)
+        elif number == 11 and isinstance(v, bytes):
+            pair = {n: val for n, _, val in iter_fields(v)}
+            info["start_positions"][_text(pair.get(1, b""))] = pair.get(2, b"")
+        elif number == 12:
+            info["consistency_level"] = _int(v)
+        elif number == 13:
+            info["state"] = _int(v)
+        elif number == 15:
+            info["db_id"] = _int(v)
+    return info
+
+
+def decode_partition(value: bytes) -> tuple[int, str, int]:
+    part_id, name, collection_id = 0, "", 0
+    for number, _, v in iter_fields(value):
+        if number == 1:
+            part_id = _int(v)
+        elif number == 2:
+            name = _text(v)
+        elif number == 4:
+            collection_id = _int(v)
+    return part_id, name, collection_id
+
+
+class SourceCatalog:
+    """Reads the source's collections from its etcd; blocking, call from a thread."""
+
+    def __init__(self, client: Any, root_path: str, meta_sub_path: str = "meta") -> None:
+        self._client = client
+        self._prefix = f"{root_path.strip('/')}/{meta_sub_path.strip('/')}/root-coord/"
+
+    def _items(self, sub: str) -> list[tuple[str, bytes]]:
+        prefix = self._prefix + sub
+        return [
+            (meta.key.decode()[len(prefix) :], bytes(value))
+            for value, meta in self._client.get_prefix(prefix)
+        ]
+
+    def databases(self) -> dict[int, str]:
+        names = {1: DEFAULT_DB}
+        for _, value in self._items("database/db-info/"):
+            db_id, name = decode_database(value)
+            names[db_id] = name
+        return names
+
+    def collections(self) -> dict[int, CollectionMeta]:
+        databases = self.databases()
+        fields: dict[int, list[Any]] = {}
+        for key, value in self._items("fields/"):
+            collection_id = int(key.split("/", 1)[0])
+            fields.setdefault(collection_id, []).append(schema_pb2.FieldSchema.FromString(value))
+        partitions: dict[int, dict[int, str]] = {}
+        for _, value in self._items("partitions/"):
+            part_id, name, collection_id = decode_partition(value)
+            partitions.setdefault(collection_id, {})[part_id] = name
+        result = {}
+        for key, value in self._items("database/collection-info/"):
+            info = decode_collection(value)
+            collection_id = info.get("id") or int(key.rsplit("/", 1)[-1])
+            schema = info.get("schema") or schema_pb2.CollectionSchema()
+            for field_schema in sorted(fields.get(collection_id, []), key=lambda f: f.fieldID):
+                schema.fields.append(field_schema)
+            db_id = info["db_id"] or int(key.split("/", 1)[0])
+            result[collection_id] = CollectionMeta(
+                collection_id=collection_id,
+                db_id=db_id,
+                db_name=databases.get(db_id, DEFAULT_DB),
+                name=schema.name,
+                schema=schema,
+                vchannels=tuple(info["vchannels"]),
+                pchannels=tuple(info["pchannels"]),
+                shards=info["shards"],
+                consistency_level=info["consistency_level"],
+                state=info["state"],
+                create_time=info["create_time"],
+                start_positions=info["start_positions"],
+                partitions=partitions.get(collection_id, {}),
+            )
+        return result

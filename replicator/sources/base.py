@@ -1,0 +1,39 @@
+"""The WAL reader contract: one reader per source pchannel, built from its resume position.
+
+``open_channel(pchannel, start)`` returns a reader positioned at the first record *after*
+``start`` (the beginning of the channel when ``start`` is None). Readers never commit offsets to
+the broker: the metastore is the only truth about progress.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from metastore import Position
+from replicator.events import RawRecord
+
+
+class SourceUnavailableError(Exception):
+    """The broker cannot be reached; retriable."""
+
+    retriable = True
+
+
+class ChannelReader(Protocol):
+    pchannel: str
+
+    def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
+        """Up to ``max_records`` records in channel order; an empty list after ``timeout``."""
+
+    def seek(self, position: Position | None) -> None:
+        """Continue after ``position`` (from the beginning when None)."""
+
+    def close(self) -> None: ...
+
+
+class WalSource(Protocol):
+    backend: str
+
+    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader: ...
+
+    def earliest_offset(self, pchannel: str) -> int: ...

@@ -1,0 +1,396 @@
+"""A real Milvus 2.3.5 standalone (from the PyPI ``milvus`` wheel) as the replication source.
+
+Its metadata goes to an external etcd (under ``<root_path>/meta/...``) and its WAL to a Kafka
+protocol broker (the librdkafka mock of kafka_mock.py) or to RocksMQ under its own directory, so
+tests can read both the way the daemon does. Several instances can share one etcd and one Kafka:
+give each its own ``root_path`` and ``chan_prefix``.
+
+How the wheel is used: ``milvus.MilvusServerConfig`` renders the wheel's config template
+(``{{ name(type): default }}`` placeholders, every ``*_port`` one set here to a free port; other
+keys are replaced through its "extra configs") into ``<base_dir>/configs/milvus.yaml``. The
+binary is unpacked once per wheel into a cache directory and hard-linked into ``<base_dir>/bin``.
+We run ``bin/milvus run standalone`` ourselves (cwd = base dir, LD_LIBRARY_PATH = bin) instead of
+``MilvusServer.start()``, whose ``wait_started()`` keeps waiting 180 s after the process died and
+whose ``stop()`` kills after 1 s. Settings are also passed as environment variables, which Milvus
+prefers to the yaml (``ETCD_ROOTPATH`` = ``etcd.rootPath``: lower-cased, ``_`` and ``.`` ignored).
+
+Stopping: SIGTERM, 2 s grace, then SIGKILL (a graceful stop can take very long, and the data is
+disposable). Milvus also writes ``/tmp/milvus/server_id_<pid>`` and ``/run/milvus/standalone.pid``
+outside its directory; both are removed after the stop when they are this instance's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import types
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.services import (
+    LOOPBACK,
+    MissingBinaryError,
+    _free_ports,
+    _port_open,
+    _running,
+    wait_until,
+)
+
+DEFAULT_ROOT_PATH = "by-dev"
+DML_CHANNEL_NUM = 16  # rootCoord.dmlChannelNum in the wheel's template
+GRACEFUL_STOP_TIMEOUT_S = 5  # common.gracefulStopTimeout (default 1800 s): an orphan exits soon
+STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this many seconds
+
+# Environment variables whose normalised names could be read as Milvus settings: dropped from the
+# inherited environment so the caller's shell cannot reconfigure the instance.
+_MILVUS_ENV_PREFIXES = (
+    "ETCD_",
+    "METASTORE_",
+    "TIKV_",
+    "LOCALSTORAGE_",
+    "MINIO_",
+    "MQ_",
+    "PULSAR_",
+    "KAFKA_",
+    "ROCKSMQ_",
+    "NATSMQ_",
+    "ROOTCOORD_",
+    "PROXY_",
+    "QUERYCOORD_",
+    "QUERYNODE_",
+    "INDEXCOORD_",
+    "INDEXNODE_",
+    "DATACOORD_",
+    "DATANODE_",
+    "COMMON_",
+    "LOG_",
+    "GRPC_",
+    "TLS_",
+    "QUOTAANDLIMITS_",
+    "TRACE_",
+    "MILVUS",
+    "DEPLOY_MODE",
+    "METRICS_PORT",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MilvusSource:
+    uri: str  # "http://127.0.0.1:PORT" (pymilvus: MilvusClient(uri=..., dedicated=True))
+    host: str
+    port: int  # the proxy's gRPC (and RESTful) port
+    pid: int
+    etcd_endpoint: str  # "127.0.0.1:PORT"
+    etcd_root_path: str  # metadata under f"{etcd_root_path}/meta/root-coord/..."
+    chan_prefix: str  # pchannels f"{chan_prefix}-rootcoord-dml_{n}"
+    mq_type: str  # "kafka" or "rocksmq"
+    kafka_bootstrap: str | None
+    rocksmq_path: Path | None
+    metrics_port: int  # /healthz, /metrics
+    ports: Mapping[str, int] = field(default_factory=dict)  # template key -> port
+    base_dir: Path
+    log_path: Path  # the process's stdout and stderr (Milvus also writes base_dir/logs/)
+
+    @property
+    def meta_root(self) -> str:
+        return f"{self.etcd_root_path}/meta"
+
+    @property
+    def dml_channels(self) -> list[str]:
+        """Every pchannel (Kafka topic / RocksMQ topic) this instance may write DML to."""
+        return [f"{self.chan_prefix}-rootcoord-dml_{n}" for n in range(DML_CHANNEL_NUM)]
+
+    @property
+    def replicate_channel(self) -> str:
+        return f"{self.chan_prefix}-replicate-msg"
+
+
+# --------------------------------------------------------------------------------------------
+# The binary: unpacked once per wheel, hard-linked into each instance's bin/
+
+
+def _wheel_module() -> types.ModuleType:
+    try:
+        import milvus
+    except ImportError as exc:
+        raise MissingBinaryError(
+            "the PyPI package milvus==2.3.5 (a Milvus standalone binary) is not installed; "
+            "install the Python test extras (pip install -e '.[test]')"
+        ) from exc
+    return milvus
+
+
+def _default_cache_root() -> Path:
+    configured = os.environ.get("MILVUS_CDC_TEST_CACHE")
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "milvus-cdc-tests"
+
+
+def _wheel_fingerprint(lzma_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(lzma_dir.glob("*.lzma")):
+        digest.update(f"{path.name}:{path.stat().st_size}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def _cached_bin(cache_root: Path) -> Path:
+    """The unpacked bin/ of the installed wheel, under `cache_root` (unpacked on first use).
+
+    A finished directory is never written again (running instances hard-link its files): a new
+    wheel gets a directory of its own, and unpacking happens in a temporary directory that is
+    renamed into place under a lock.
+    """
+    milvus = _wheel_module()
+    lzma_dir = Path(milvus.__file__).resolve().parent / "data" / "bin"
+    name = f"milvus-{milvus.__version__}-{_wheel_fingerprint(lzma_dir)}"
+    cache_root.mkdir(parents=True, exist_ok=True)
+    final = cache_root / name / "bin"
+    with open(cache_root / f"{name}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "milvus").is_file():
+            return final
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
+        try:
+            milvus._initialize_data_files(str(staging))
+            final.parent.mkdir(exist_ok=True)
+            os.rename(staging / "bin", final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _install_bin(base_dir: Path, cache_root: Path | None) -> Path:
+    """Make `base_dir`/bin hold the Milvus binary and its libraries; returns that directory."""
+    target = base_dir / "bin"
+    try:
+        source = _cached_bin(cache_root or _default_cache_root())
+    except OSError:  # cache not writable: unpack into the instance itself (about 5 s)
+        _wheel_module()._initialize_data_files(str(base_dir))
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        dest = target / entry.name
+        if dest.exists():
+            continue
+        try:
+            os.link(entry, dest)
+        except OSError:  # another filesystem: copy
+            shutil.copy2(entry, dest)
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and stopping
+
+
+def _host_port(endpoint: str) -> str:
+    """ "http://127.0.0.1:2379" or "127.0.0.1:2379" -> "127.0.0.1:2379"."""
+    for scheme in ("http://", "https://"):
+        if endpoint.startswith(scheme):
+            endpoint = endpoint[len(scheme) :]
+    return endpoint.rstrip("/")
+
+
+def _is_milvus_setting(name: str) -> bool:
+    upper = name.upper()
+    return any(upper.startswith(prefix) for prefix in _MILVUS_ENV_PREFIXES)
+
+
+def _healthz(metrics_port: int) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{LOOPBACK}:{metrics_port}/healthz", timeout=1) as response:
+        return b"OK" in response.read()
+
+
+def _lists_collections(uri: str, port: int) -> bool:
+    if not _port_open(port):
+        return False
+    from pymilvus import MilvusClient
+
+    # dedicated: a shared pymilvus 3 channel outlives close() and keeps pinging the server
+    client = MilvusClient(uri=uri, timeout=3, dedicated=True)
+    try:
+        client.list_collections(timeout=3)
+    finally:
+        client.close()
+    return True
+
+
+def _remove_outside_files(pid: int) -> None:
+    """Remove what Milvus left outside its directory, if it is this process's."""
+    with contextlib.suppress(OSError):
+        Path(f"/tmp/milvus/server_id_{pid}").unlink()
+    for pid_file in (Path("/run/milvus/standalone.pid"), Path("/tmp/milvus/standalone.pid")):
+        with contextlib.suppress(OSError):
+            if pid_file.read_text(encoding="utf-8").strip() == str(pid):
+                pid_file.unlink()
+
+
+@contextlib.contextmanager
+def _milvus_standalone(
+    workdir: Path,
+    etcd_endpoint: str,
+    *,
+    mq_type: str,
+    kafka_bootstrap: str | None,
+    root_path: str,
+    chan_prefix: str | None,
+    startup_timeout: float,
+    bin_cache: Path | None,
+) -> Iterator[MilvusSource]:
+    from milvus import MilvusServerConfig
+
+    base_dir = workdir.resolve()
+    base_dir.mkdir(parents=True, exist_ok=True)
+    chan_prefix = chan_prefix or root_path
+    etcd_address = _host_port(etcd_endpoint)
+    bin_dir = _install_bin(base_dir, bin_cache)
+
+    # Every `{{ *_port }}` placeholder of the template, plus the metrics port (an env variable).
+    config = MilvusServerConfig(data_dir=str(base_dir))
+    port_keys = sorted(k for k in config.configurable_items if k.endswith("_port"))
+    *chosen, metrics_port = _free_ports(len(port_keys) + 1)
+    ports = dict(zip(port_keys, chosen, strict=True))
+    config.update(**ports)  # resolve() binds each of them once to check, then writes the yaml
+    rocksmq_path = base_dir / "data" / "rocksmq"  # what the wheel's resolve_storage() sets
+    yaml_settings: dict[str, str] = {
+        "etcd.endpoints": etcd_address,
+        "etcd.use.embed": "false",
+        "etcd.rootPath": root_path,
+        "mq.type": mq_type,
+        "common.chanNamePrefix.cluster": chan_prefix,
+        "common.gracefulStopTimeout": str(GRACEFUL_STOP_TIMEOUT_S),
+    }
+    for key, value in yaml_settings.items():
+        config.set(key, value)
+    config.resolve()  # writes configs/milvus.yaml and configs/glog.conf
+
+    env = {k: v for k, v in os.environ.items() if not _is_milvus_setting(k)}
+    library_path = os.environ.get("LD_LIBRARY_PATH")
+    env.update(
+        {
+            "DEPLOY_MODE": "STANDALONE",
+            "METRICS_PORT": str(metrics_port),
+            "MILVUS_RUN_DIR": str(base_dir / "run"),
+            "LD_LIBRARY_PATH": f"{bin_dir}:{library_path}" if library_path else str(bin_dir),
+            "ETCD_USE_EMBED": "false",
+            "ETCD_ENDPOINTS": etcd_address,
+            "ETCD_ROOTPATH": root_path,
+            "MQ_TYPE": mq_type,
+            "COMMON_CHANNAMEPREFIX_CLUSTER": chan_prefix,
+            "COMMON_GRACEFULSTOPTIMEOUT": str(GRACEFUL_STOP_TIMEOUT_S),
+        }
+    )
+    if mq_type == "kafka":
+        assert kafka_bootstrap, "kafka_bootstrap is required with mq_type='kafka'"
+        env["KAFKA_BROKERLIST"] = kafka_bootstrap
+    else:
+        env["ROCKSMQ_PATH"] = str(rocksmq_path)
+
+    proxy_port = ports["proxy_port"]
+    uri = f"http://{LOOPBACK}:{proxy_port}"
+    log_path = base_dir / "milvus.log"
+    argv = [str(bin_dir / "milvus"), "run", "standalone"]
+    what = f"milvus 2.3.5 standalone on {uri} ({mq_type}, etcd root {root_path!r})"
+    pid = -1
+    try:
+        with _running(
+            argv, log_path=log_path, env=env, cwd=base_dir, grace=STOP_GRACE_S
+        ) as process:
+            pid = process.pid
+            wait_until(
+                lambda: _healthz(metrics_port),
+                startup_timeout,
+                f"{what}: /healthz on port {metrics_port}",
+                process=process,
+                log_paths=[log_path],
+                interval=0.2,
+            )
+            wait_until(
+                lambda: _lists_collections(uri, proxy_port),
+                startup_timeout,
+                f"{what}: list_collections",
+                process=process,
+                log_paths=[log_path],
+                interval=0.2,
+            )
+            yield MilvusSource(
+                uri=uri,
+                host=LOOPBACK,
+                port=proxy_port,
+                pid=process.pid,
+                etcd_endpoint=etcd_address,
+                etcd_root_path=root_path,
+                chan_prefix=chan_prefix,
+                mq_type=mq_type,
+                kafka_bootstrap=kafka_bootstrap if mq_type == "kafka" else None,
+                rocksmq_path=rocksmq_path if mq_type == "rocksmq" else None,
+                metrics_port=metrics_port,
+                ports=dict(ports),
+                base_dir=base_dir,
+                log_path=log_path,
+            )
+    finally:
+        if pid > 0:
+            _remove_outside_files(pid)
+
+
+@contextlib.contextmanager
+def milvus_source(
+    workdir: Path,
+    etcd_endpoint: str,
+    kafka_bootstrap: str,
+    *,
+    root_path: str = DEFAULT_ROOT_PATH,
+    chan_prefix: str | None = None,
+    startup_timeout: float = 120.0,
+    bin_cache: Path | None = None,
+) -> Iterator[MilvusSource]:
+    """Milvus 2.3.5 standalone: metadata in the etcd at `etcd_endpoint` under `root_path`, WAL
+    on the Kafka at `kafka_bootstrap` in topics named after `chan_prefix` (default: root_path).
+    `bin_cache` is where the unpacked binary is kept (default ~/.cache/milvus-cdc-tests, or
+    $MILVUS_CDC_TEST_CACHE)."""
+    with _milvus_standalone(
+        workdir,
+        etcd_endpoint,
+        mq_type="kafka",
+        kafka_bootstrap=kafka_bootstrap,
+        root_path=root_path,
+        chan_prefix=chan_prefix,
+        startup_timeout=startup_timeout,
+        bin_cache=bin_cache,
+    ) as source:
+        yield source
+
+
+@contextlib.contextmanager
+def milvus_source_rocksmq(
+    workdir: Path,
+    etcd_endpoint: str,
+    *,
+    root_path: str = DEFAULT_ROOT_PATH,
+    chan_prefix: str | None = None,
+    startup_timeout: float = 120.0,
+    bin_cache: Path | None = None,
+) -> Iterator[MilvusSource]:
+    """As milvus_source(), with the WAL in RocksMQ at `<workdir>/data/rocksmq` (its metadata
+    RocksDB beside it, `..._meta_kv`); the result's rocksmq_path names it."""
+    with _milvus_standalone(
+        workdir,
+        etcd_endpoint,
+        mq_type="rocksmq",
+        kafka_bootstrap=None,
+        root_path=root_path,
+        chan_prefix=chan_prefix,
+        startup_timeout=startup_timeout,
+        bin_cache=bin_cache,
+    ) as source:
+        yield source
