@@ -14,13 +14,12 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, selection_matches
 from server.errors import BadRequestError
 from server.settings import CdcSettings, describe_validation_error
 
 DEFAULT_CONNECT_TIMEOUT = 10
 MAX_CONNECT_TIMEOUT = 300
-DEFAULT_DB = "default"
-WILDCARD = "*"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _CHANNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
@@ -299,27 +298,6 @@ def _validate_name_mapping(
             }
         )
     return result
-
-
-def selection_of(spec: dict[str, Any]) -> set[tuple[str, str]]:
-    """The (database, collection) pairs a stored spec selects; '*' is a wildcard in either."""
-    if spec.get("collection_infos"):
-        return {(DEFAULT_DB, info["name"]) for info in spec["collection_infos"]}
-    return {
-        (db, info["name"]) for db, infos in spec.get("db_collections", {}).items() for info in infos
-    }
-
-
-def selection_matches(selection: set[tuple[str, str]], db: str, collection: str) -> bool:
-    return any(d in (WILDCARD, db) and c in (WILDCARD, collection) for d, c in selection)
-
-
-def selections_overlap(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
-    return any(
-        (da == db or WILDCARD in (da, db)) and (ca == cb or WILDCARD in (ca, cb))
-        for da, ca in a
-        for db, cb in b
-    )
 
 
 def target_identity(connect: dict[str, Any]) -> tuple[str, int]:

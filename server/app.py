@@ -17,7 +17,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metastore import MetaStore, MetaStoreError, MetaStoreUnavailableError
 from replicator import RunnerFactory
-from replicator.task_runner import no_engine_factory
 from server.api_models import (
     CreateRequest,
     DeleteRequest,
@@ -25,6 +24,7 @@ from server.api_models import (
     TaskIdRequest,
     parse_model,
 )
+from server.engine import make_runner_factory
 from server.errors import (
     ApiError,
     BadRequestError,
@@ -223,7 +223,7 @@ async def json_errors(
 def create_app(
     settings: CdcSettings,
     *,
-    runner_factory: RunnerFactory = no_engine_factory,
+    runner_factory: RunnerFactory | None = None,
     target_checker: TargetChecker = check_target_reachable,
     redactor: SecretRedactor | None = None,
 ) -> web.Application:
@@ -239,7 +239,8 @@ def create_app(
         await asyncio.to_thread(store.close)
 
     async def supervisor_ctx(app: web.Application) -> AsyncIterator[None]:
-        supervisor = TaskSupervisor(app[STORE], settings, runner_factory, target_checker, redactor)
+        factory = runner_factory or make_runner_factory(settings)
+        supervisor = TaskSupervisor(app[STORE], settings, factory, target_checker, redactor)
         app[SUPERVISOR] = supervisor
         app[METRICS] = DaemonMetrics(supervisor.state_counts)
         await supervisor.start()

@@ -6,32 +6,22 @@ last-line-of-defence filter replaces every registered secret with ``******``.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_id", default=None)
-_channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("channel", default=None)
+from replicator.log_context import channel_var, log_context, task_id_var
 
-
-@contextlib.contextmanager
-def log_context(*, task_id: str | None = None, channel: str | None = None) -> Iterator[None]:
-    tokens = []
-    if task_id is not None:
-        tokens.append((_task_id, _task_id.set(task_id)))
-    if channel is not None:
-        tokens.append((_channel, _channel.set(channel)))
-    try:
-        yield
-    finally:
-        for var, token in reversed(tokens):
-            var.reset(token)
+__all__ = [
+    "ConsoleFormatter",
+    "JsonFormatter",
+    "SecretRedactor",
+    "configure_logging",
+    "log_context",
+]
 
 
 class SecretRedactor(logging.Filter):
@@ -58,8 +48,8 @@ class SecretRedactor(logging.Filter):
         if record.exc_info:
             record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
-        record.task_id = _task_id.get()
-        record.channel = _channel.get()
+        record.task_id = task_id_var.get()
+        record.channel = channel_var.get()
         return True
 
 

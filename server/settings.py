@@ -128,6 +128,10 @@ class SourceSettings(_Section):
     etcdMetaSubPath: str | None = None
     defaultPartitionName: str = "_default"
     readChanLen: int = Field(default=10, gt=0)
+    # ours: the source's common.chanNamePrefix.cluster (null: the etcd root path) and
+    # rootCoord.dmlChannelNum; the daemon reads <prefix>-rootcoord-dml_0 .. _<n-1>.
+    channelPrefix: str | None = None
+    dmlChannelNum: int = Field(default=16, gt=0, le=1024)
     pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     rocksmq: RocksmqSettings = Field(default_factory=RocksmqSettings)
@@ -140,6 +144,11 @@ class SourceSettings(_Section):
     @property
     def meta_sub_path(self) -> str:
         return self.etcdMetaSubPath or self.etcd.metaSubPath
+
+    @property
+    def dml_channels(self) -> list[str]:
+        prefix = self.channelPrefix or self.root_path
+        return [f"{prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
 
 
 class CdcSettings(BaseSettings):

@@ -33,14 +33,8 @@ from metastore import (
     TaskState,
 )
 from replicator import RunnerFactory, TaskRunner
-from server.api_models import (
-    CreateRequest,
-    public_view,
-    selection_of,
-    selections_overlap,
-    target_identity,
-    validate_create,
-)
+from replicator.pipeline.selection import selection_of, selections_overlap
+from server.api_models import CreateRequest, public_view, target_identity, validate_create
 from server.errors import ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings

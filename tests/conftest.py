@@ -130,9 +130,12 @@ def root_path() -> str:
 
 
 @pytest.fixture
-def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    """Makes daemons (not started) with a SQLite store under the test's directory by default;
-    every daemon made is stopped at the end."""
+def daemon_factory(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Daemon]]:
+    """Makes daemons (not started) with a SQLite store under the test's directory and a real,
+    empty source (the session's etcd and Kafka mock under a prefix no Milvus writes to) by
+    default; every daemon made is stopped at the end."""
     from harness.daemon import Daemon
 
     made: list[Daemon] = []
@@ -144,6 +147,15 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             "metaStoreConfig": {"storeType": "sqlite", "sqlitePath": str(workdir / "meta.db")},
             "drainTimeoutSeconds": 5,
         }
+        if "sourceConfig" not in config:
+            etcd = request.getfixturevalue("etcd_service")
+            kafka = request.getfixturevalue("kafka_mock")
+            settings["sourceConfig"] = {
+                "etcd": {"address": [etcd.endpoint]},
+                "etcdRootPath": "no-source",
+                "kafka": {"address": kafka.bootstrap},
+                "dmlChannelNum": 2,
+            }
         settings.update(config)
         daemon = Daemon(workdir=workdir, config=settings)
         made.append(daemon)

@@ -53,7 +53,7 @@ def message_header(payload: bytes) -> tuple[int, int]:
 
 
 def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRecord:
-    """Decode one record; bodies are parsed only for collections ``wanted`` selects."""
+    """Decode one record; DML bodies are parsed only for collections ``wanted`` selects."""
     try:
         msg_type, ts = message_header(record.payload)
         if msg_type == MSG_TIME_TICK:
@@ -62,7 +62,9 @@ def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRec
         if field is None:
             return Skipped(ts=ts, reason=f"message type {msg_type}")
         collection_id = to_signed64(find_varint_field(record.payload, field) or 0)
-        if not wanted(collection_id):
+        # DML bodies are parsed only for wanted collections; DDL is rare and always decoded
+        # (a new collection's id is unknown until its CreateCollection has been read).
+        if msg_type in (MSG_INSERT, MSG_DELETE) and not wanted(collection_id):
             return Skipped(ts=ts, reason=f"collection {collection_id} not selected")
         return _decode_body(msg_type, ts, collection_id, record.payload)
     except (WireError, DecodeError, ValueError) as exc:

@@ -36,4 +36,5 @@ class WalSource(Protocol):
 
     def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader: ...
 
-    def earliest_offset(self, pchannel: str) -> int: ...
+    def watermarks(self, pchannel: str) -> tuple[int, int]:
+        """(earliest offset still held, offset the next record will get)."""

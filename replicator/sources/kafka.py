@@ -92,14 +92,17 @@ class KafkaSource:
     def open_channel(self, pchannel: str, start: Position | None) -> KafkaChannelReader:
         return KafkaChannelReader(self._config, pchannel, start)
 
-    def earliest_offset(self, pchannel: str) -> int:
+    def watermarks(self, pchannel: str) -> tuple[int, int]:
         consumer = Consumer({**self._config, "group.id": f"milvus-cdc-{uuid.uuid4().hex}"})
         try:
-            low, _ = consumer.get_watermark_offsets(
+            low, high = consumer.get_watermark_offsets(
                 TopicPartition(pchannel, _PARTITION), timeout=10
             )
-            return int(low)
+            return int(low), int(high)
         except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                return 0, 0  # no topic yet: Milvus has written nothing to this channel
+
             raise SourceUnavailableError(f"kafka: {exc}") from exc
         finally:
             consumer.close()

@@ -222,6 +222,7 @@ def test_source_writes_etcd_metadata_and_kafka_dml(
         per_topic: dict[str, Counter[str]] = {}
         headers_seen: dict[str, set[str]] = defaultdict(set)
         ours: list[tuple[str, int, int, Any]] = []  # (topic, offset, msg_type, parsed)
+        last_tick: dict[str, tuple[int, int]] = {}  # topic -> (offset, timestamp)
         for topic in dml_topics:
             counts: Counter[str] = Counter()
             for record in _read_partition(kafka_mock.bootstrap, topic):
@@ -236,13 +237,20 @@ def test_source_writes_etcd_metadata_and_kafka_dml(
                     parsed = msg_pb2.DeleteRequest.FromString(record.value())
                 elif msg_type == common_pb2.MsgType.CreateCollection:
                     parsed = msg_pb2.CreateCollectionRequest.FromString(record.value())
+                elif msg_type == common_pb2.MsgType.TimeTick:
+                    tick = msg_pb2.TimeTickMsg.FromString(record.value())
+                    last_tick[topic] = (record.offset(), tick.base.timestamp)
                 if parsed is not None and parsed.collectionID == collection_id:
                     ours.append((topic, record.offset(), msg_type, parsed))
             per_topic[topic] = counts
-        types = [t for _topic, _offset, t, _p in ours]
-        if common_pb2.MsgType.Insert in types and common_pb2.MsgType.Delete in types:
+        deletes_at = [(t, o) for t, o, m, _p in ours if m == common_pb2.MsgType.Delete]
+        inserted = any(m == common_pb2.MsgType.Insert for _t, _o, m, _p in ours)
+        # done when a TimeTick follows the Delete on its topic (ticks come about 5 per second)
+        if inserted and deletes_at and all(last_tick.get(t, (-1, 0))[0] > o for t, o in deletes_at):
             break
-        assert time.monotonic() < deadline, f"no Insert and Delete of {collection_id}: {ours}"
+        assert time.monotonic() < deadline, (
+            f"no Insert, Delete and later TimeTick of {collection_id}: {ours} {last_tick}"
+        )
         time.sleep(0.5)
 
     print("message types per DML topic (partition 0, whole topic):")
@@ -268,12 +276,18 @@ def test_source_writes_etcd_metadata_and_kafka_dml(
             )
         print(f"  {topic}@{offset}: {_msg_type_name(msg_type)} ts={parsed.base.timestamp}{extra}")
 
+    for topic, (offset, timestamp) in sorted(last_tick.items()):
+        print(f"  {topic}@{offset}: last TimeTick ts={timestamp} (physical ms {timestamp >> 18})")
+
     inserts = [p for _t, _o, t, p in ours if t == common_pb2.MsgType.Insert]
     deletes = [p for _t, _o, t, p in ours if t == common_pb2.MsgType.Delete]
     assert sum(p.num_rows for p in inserts) == 10
     assert inserts[0].collection_name == name
     assert sorted(pk for p in deletes for pk in p.primary_keys.int_id.data) == [0, 1]
     assert all(topic.startswith(f"{prefix}-rootcoord-dml_") for topic, *_ in ours)
+    # a TimeTick after a message carries a timestamp at or past it: the release point
+    for topic, _offset, _type, parsed in ours:
+        assert last_tick[topic][1] >= parsed.base.timestamp
 
 
 # --------------------------------------------------------------------------------------------

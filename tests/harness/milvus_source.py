@@ -24,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import http.client
 import os
 import shutil
+import subprocess
 import tempfile
 import types
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,17 @@ DEFAULT_ROOT_PATH = "by-dev"
 DML_CHANNEL_NUM = 16  # rootCoord.dmlChannelNum in the wheel's template
 GRACEFUL_STOP_TIMEOUT_S = 5  # common.gracefulStopTimeout (default 1800 s): an orphan exits soon
 STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this many seconds
+# Components whose `<component>.ip` is the address they register in etcd (default: the host's
+# first unicast address, not loopback); they listen on every interface whatever it says.
+_COMPONENTS = (
+    "rootCoord",
+    "proxy",
+    "queryCoord",
+    "queryNode",
+    "indexNode",
+    "dataCoord",
+    "dataNode",
+)
 
 # Environment variables whose normalised names could be read as Milvus settings: dropped from the
 # inherited environment so the caller's shell cannot reconfigure the instance.
@@ -205,9 +217,15 @@ def _is_milvus_setting(name: str) -> bool:
 
 
 def _healthz(metrics_port: int) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://{LOOPBACK}:{metrics_port}/healthz", timeout=1) as response:
-        return b"OK" in response.read()
+    # http.client, not urllib: urllib's HTTPError (the 500 answered while components start)
+    # leaves its socket to the garbage collector, a ResourceWarning under filterwarnings=error
+    conn = http.client.HTTPConnection(LOOPBACK, metrics_port, timeout=1)
+    try:
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        return response.status == 200 and b"OK" in response.read()
+    finally:
+        conn.close()
 
 
 def _lists_collections(uri: str, port: int) -> bool:
@@ -269,6 +287,7 @@ def _milvus_standalone(
         "common.chanNamePrefix.cluster": chan_prefix,
         "common.gracefulStopTimeout": str(GRACEFUL_STOP_TIMEOUT_S),
     }
+    yaml_settings.update({f"{component}.ip": LOOPBACK for component in _COMPONENTS})
     for key, value in yaml_settings.items():
         config.set(key, value)
     config.resolve()  # writes configs/milvus.yaml and configs/glog.conf
@@ -289,6 +308,7 @@ def _milvus_standalone(
             "COMMON_GRACEFULSTOPTIMEOUT": str(GRACEFUL_STOP_TIMEOUT_S),
         }
     )
+    env.update({f"{component.upper()}_IP": LOOPBACK for component in _COMPONENTS})
     if mq_type == "kafka":
         assert kafka_bootstrap, "kafka_bootstrap is required with mq_type='kafka'"
         env["KAFKA_BROKERLIST"] = kafka_bootstrap
@@ -300,12 +320,12 @@ def _milvus_standalone(
     log_path = base_dir / "milvus.log"
     argv = [str(bin_dir / "milvus"), "run", "standalone"]
     what = f"milvus 2.3.5 standalone on {uri} ({mq_type}, etcd root {root_path!r})"
-    pid = -1
+    started: subprocess.Popen[bytes] | None = None
     try:
         with _running(
             argv, log_path=log_path, env=env, cwd=base_dir, grace=STOP_GRACE_S
         ) as process:
-            pid = process.pid
+            started = process
             wait_until(
                 lambda: _healthz(metrics_port),
                 startup_timeout,
@@ -339,8 +359,10 @@ def _milvus_standalone(
                 log_path=log_path,
             )
     finally:
-        if pid > 0:
-            _remove_outside_files(pid)
+        if started is not None:
+            _remove_outside_files(started.pid)
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[harness] milvus pid {started.pid} exit code {started.returncode}\n")
 
 
 @contextlib.contextmanager

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from metastore.sql import mysql_url_from_source
+from replicator.pipeline.selection import TaskSelection, selection_of, selections_overlap
 from server.api_models import (
     CreateRequest,
     parse_model,
     public_view,
-    selection_of,
-    selections_overlap,
     target_identity,
     validate_create,
 )
@@ -136,6 +135,13 @@ def test_name_mapping_and_db_collections():
     )
     assert selection_of(spec) == {("sales", "orders"), ("*", "audit")}
     assert spec["name_mapping"][0]["collection_mapping"] == {"orders": "orders_v2"}
+    selection = TaskSelection.from_spec(spec)
+    assert selection.selects("sales", "orders")
+    assert selection.selects("anything", "audit")
+    assert not selection.selects("sales", "items")
+    assert selection.target_name("sales", "orders") == ("sales_copy", "orders_v2")
+    assert selection.target_name("sales", "audit") == ("sales_copy", "audit")
+    assert selection.target_name("", "audit") == ("default", "audit")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,55 @@
+"""The collections a running task replicates: source id -> target collection, kept current from
+the source catalog and from the DDL the task reads. Shared by the task's channel workers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from replicator.meta.catalog import DEFAULT_DB
+from replicator.pipeline.apply import TargetCollection
+from replicator.pipeline.selection import TaskSelection
+from replicator.sinks.milvus import has_partition_key, pk_field
+
+
+class CollectionRegistry:
+    def __init__(self, selection: TaskSelection, default_partition: str) -> None:
+        self._selection = selection
+        self._default_partition = default_partition
+        self._by_id: dict[int, TargetCollection] = {}
+        self._pchannels: dict[int, frozenset[str]] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self, collection_id: int, db: str, name: str, schema: Any, pchannels: tuple[str, ...]
+    ) -> TargetCollection | None:
+        """Register a source collection; None when the task does not select it."""
+        db = db or DEFAULT_DB
+        if not self._selection.selects(db, name):
+            return None
+        target_db, target_name = self._selection.target_name(db, name)
+        collection = TargetCollection(
+            collection_id=collection_id,
+            db=target_db,
+            name=target_name,
+            pk_name=pk_field(schema).name,
+            partition_key=has_partition_key(schema),
+            default_partition=self._default_partition,
+        )
+        with self._lock:
+            self._by_id[collection_id] = collection
+            self._pchannels[collection_id] = frozenset(pchannels)
+        return collection
+
+    def remove(self, collection_id: int) -> None:
+        with self._lock:
+            self._by_id.pop(collection_id, None)
+
+    def wanted(self, collection_id: int) -> bool:
+        return collection_id in self._by_id
+
+    def resolve(self, collection_id: int) -> TargetCollection | None:
+        return self._by_id.get(collection_id)
+
+    def pchannels(self, collection_id: int) -> frozenset[str]:
+        return self._pchannels.get(collection_id, frozenset())

@@ -1,0 +1,437 @@
+"""The replication runner of one task: a worker thread per source pchannel.
+
+A worker reads its channel, decodes, and collects DML until a TimeTick; then it applies the
+batch to the target and saves the tick's position. Commit order, per channel:
+
+    1. persist the in-flight bound (offset of the batch's last record)   put_state
+    2. write the batch to the target; it acknowledges each request       MilvusTarget
+    3. persist the position (the TimeTick after the batch)                save_position
+
+A crash between 1 and 3 leaves a saved position before the batch and a bound at its end: after
+a restart the worker re-reads the batch and writes its inserts as upserts, so rows the target
+already has are replaced, never doubled (deletes and DDL are idempotent anyway). A crash before
+1 re-reads records the target never saw and writes them as plain inserts.
+
+Source and target outages are retried with backoff (the task stays Running, its lag grows); an
+undecodable record or a write the target rejects fails the task with a reason naming the
+channel, the position and the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metastore import (
+    MetaStore,
+    MetaStoreError,
+    Position,
+    PositionConflictError,
+    TaskNotFoundError,
+    TaskRecord,
+)
+from replicator.codec.msgstream import decode
+from replicator.events import (
+    CreateCollection,
+    Delete,
+    DropCollection,
+    FailedRecord,
+    Insert,
+    RawRecord,
+    TimeTick,
+)
+from replicator.log_context import log_context
+from replicator.meta.catalog import CollectionMeta
+from replicator.pipeline.apply import BatchApplier, TargetCollection
+from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.selection import TaskSelection
+from replicator.sinks.base import SinkError
+from replicator.sinks.milvus import MilvusTarget
+from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
+from replicator.task_runner import FailureCallback
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+READ_TIMEOUT = 0.2
+IDLE_SAVE_SECONDS = 5.0
+MAX_BACKOFF = 30.0
+
+
+class TaskFailedError(Exception):
+    """Stops the task: needs an operator."""
+
+
+@dataclass
+class ChannelStatus:
+    pchannel: str
+    rows: int = 0
+    bytes: int = 0
+    position: Position | None = None
+    last_tick_ts: int = 0
+    state: str = "starting"
+
+    @property
+    def lag_seconds(self) -> float | None:
+        if not self.last_tick_ts:
+            return None
+        return max(0.0, time.time() - (self.last_tick_ts >> 18) / 1000)
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "channel": self.pchannel,
+            "state": self.state,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "position": None if self.position is None else self.position.to_json(),
+        }
+
+
+@dataclass
+class RunnerContext:
+    """What a runner needs from the daemon, built once from its settings."""
+
+    source: Callable[[], WalSource]
+    catalog: Callable[[], dict[int, CollectionMeta]]
+    channels: list[str]
+    default_partition: str = "_default"
+    backend: str = "kafka"
+    target_factory: Callable[[dict[str, Any]], MilvusTarget] = MilvusTarget
+
+
+@dataclass
+class _Shared:
+    task_id: str
+    store: MetaStore
+    registry: CollectionRegistry
+    target: MilvusTarget
+    stop: threading.Event
+    ddl_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ChannelWorker:
+    def __init__(
+        self,
+        shared: _Shared,
+        source: WalSource,
+        backend: str,
+        pchannel: str,
+        start: Position | None,
+        saved: Position | None,
+        status: ChannelStatus,
+    ) -> None:
+        self.shared = shared
+        self.source = source
+        self.backend = backend
+        self.pchannel = pchannel
+        self.start = start  # where reading begins (after it)
+        self.saved = saved  # what the metastore holds (for compare-and-set)
+        self.status = status
+        self.applier = BatchApplier(shared.target, shared.registry.resolve)
+        store_value = shared.store.get_state(shared.task_id, self._inflight_key)
+        self.replay_until = int(store_value) if store_value else -1
+        self.inflight = self.replay_until
+
+    @property
+    def _inflight_key(self) -> str:
+        return f"inflight/{self.pchannel}"
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = 1.0
+        while not self.shared.stop.is_set():
+            reader: ChannelReader | None = None
+            try:
+                reader = self.source.open_channel(self.pchannel, self.start)
+                self.status.state = "running"
+                self._consume(reader)
+                return
+            except (SourceUnavailableError, SinkError, MetaStoreError) as exc:
+                if isinstance(exc, (TaskNotFoundError, PositionConflictError)):
+                    raise
+                if not getattr(exc, "retriable", False):
+                    raise TaskFailedError(
+                        f"channel {self.pchannel} after {self._where()}: {exc}"
+                    ) from exc
+                self.status.state = f"retrying: {exc}"
+                log.warning("retrying in %.0f s: %s", backoff, exc)
+                self.start = self.saved  # re-read what was not committed
+                self.shared.stop.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+            finally:
+                if reader is not None:
+                    reader.close()
+
+    def _where(self) -> str:
+        return "the beginning" if self.saved is None else f"position {self.saved.msg_id.hex()}"
+
+    def _consume(self, reader: ChannelReader) -> None:
+        batch: list[tuple[RawRecord, Insert | Delete]] = []
+        last: RawRecord | None = None
+        last_save = time.monotonic()
+        tick_ts = self.saved.ts if self.saved else 0
+        while not self.shared.stop.is_set():
+            for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
+                last = record
+                event = decode(record, self.backend, self.shared.registry.wanted)
+                if isinstance(event, FailedRecord):
+                    raise TaskFailedError(
+                        f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
+                    )
+                if isinstance(event, (Insert, Delete)):
+                    batch.append((record, event))
+                elif isinstance(event, TimeTick):
+                    tick_ts = max(tick_ts, event.ts)
+                    self.status.last_tick_ts = tick_ts
+                    if batch or time.monotonic() - last_save > IDLE_SAVE_SECONDS:
+                        self._commit(batch, record, tick_ts)
+                        last_save = time.monotonic()
+                elif isinstance(event, (CreateCollection, DropCollection)):
+                    self._commit(batch, None, tick_ts)  # DML before the DDL goes first
+                    self._apply_ddl(event)
+        # stopping: write what was read and remember where we are
+        behind = self.saved is None or (last is not None and last.offset > self._saved_offset())
+        if last is not None and (batch or behind):
+            self._commit(batch, last, tick_ts)
+
+    def _saved_offset(self) -> int:
+        return (
+            -1 if self.saved is None else int.from_bytes(self.saved.msg_id, "little", signed=True)
+        )
+
+    # --- commit ------------------------------------------------------------------------------
+    def _commit(
+        self, batch: list[tuple[RawRecord, Insert | Delete]], at: RawRecord | None, ts: int
+    ) -> None:
+        if batch:
+            last_offset = batch[-1][0].offset
+            replay = batch[0][0].offset <= self.replay_until
+            if last_offset > self.inflight:
+                self.shared.store.put_state(
+                    self.shared.task_id, self._inflight_key, str(last_offset).encode()
+                )
+                self.inflight = last_offset
+            before = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
+            self.applier.apply([event for _, event in batch], replay=replay)
+            after = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
+            self.status.rows += after - before
+            self.status.bytes = self.applier.stats.bytes
+            batch.clear()
+        if at is not None:
+            position = Position(self.backend, self.pchannel, at.msg_id, ts)
+            self.shared.store.save_position(self.shared.task_id, position, self.saved)
+            self.saved = position
+            self.start = position
+            self.status.position = position
+
+    # --- DDL ---------------------------------------------------------------------------------
+    def _apply_ddl(self, event: CreateCollection | DropCollection) -> None:
+        shared = self.shared
+        with shared.ddl_lock:
+            if isinstance(event, CreateCollection):
+                collection = shared.registry.add(
+                    event.collection_id,
+                    event.db_name,
+                    event.collection_name,
+                    event.schema,
+                    event.pchannels,
+                )
+                if collection is None:
+                    return
+                created = shared.target.create_collection(
+                    collection.db, collection.name, event.schema, len(event.vchannels) or 1
+                )
+                if created:
+                    log.info(
+                        "created collection %s.%s on the target", collection.db, collection.name
+                    )
+                return
+            collection = shared.registry.resolve(event.collection_id)
+            if collection is None:
+                return
+            # A drop waits until every channel of the collection has read up to it.
+            key = f"drop/{event.collection_id}"
+            arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
+            arrived.add(self.pchannel)
+            expected = shared.registry.pchannels(event.collection_id) or {self.pchannel}
+            if not expected <= arrived:
+                shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
+                return
+            if shared.target.drop_collection(collection.db, collection.name):
+                log.info("dropped collection %s.%s on the target", *_names(collection))
+            shared.registry.remove(event.collection_id)
+            shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
+
+
+def _names(collection: TargetCollection) -> tuple[str, str]:
+    return collection.db, collection.name
+
+
+class ReplicationRunner:
+    def __init__(
+        self,
+        task: TaskRecord,
+        store: MetaStore,
+        on_failure: FailureCallback,
+        context: RunnerContext,
+    ) -> None:
+        self.task = task
+        self.store = store
+        self.on_failure = on_failure
+        self.context = context
+        self.selection = TaskSelection.from_spec(task.spec)
+        self.statuses = {ch: ChannelStatus(ch) for ch in context.channels}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(
+            target=self._main, name=f"task-{self.task.task_id[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    def status(self) -> dict[str, Any]:
+        return {"channels": [s.view() for s in self.statuses.values()]}
+
+    # --- the task's main thread --------------------------------------------------------------
+    def _main(self) -> None:
+        with log_context(task_id=self.task.task_id):
+            try:
+                self._run()
+            except TaskNotFoundError:
+                log.info("task deleted; runner stops")
+            except (TaskFailedError, PositionConflictError, SinkError) as exc:
+                log.error("task failed: %s", exc)
+                self._report(str(exc))
+            except Exception as exc:
+                log.exception("task runner crashed")
+                self._report(f"internal error: {type(exc).__name__}: {exc}")
+
+    def _report(self, reason: str) -> None:
+        if self._loop is not None and not self._stop.is_set():
+            asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
+
+    def _run(self) -> None:
+        """Connect and run the workers; source, target and store outages are retried."""
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                source, target, catalog = self._connect()
+                try:
+                    self._run_workers(source, target, catalog)
+                finally:
+                    target.close()
+                return
+            except (SourceUnavailableError, SinkError, MetaStoreError, OSError) as exc:
+                if isinstance(exc, (TaskNotFoundError, PositionConflictError)):
+                    raise
+                if not getattr(exc, "retriable", True):
+                    raise
+                log.warning("source or target unavailable, retrying in %.0f s: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+
+    def _connect(self) -> tuple[WalSource, MilvusTarget, dict[int, CollectionMeta]]:
+        catalog = self.context.catalog()
+        source = self.context.source()
+        target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
+        return source, target, catalog
+
+    def _run_workers(
+        self, source: WalSource, target: MilvusTarget, catalog: dict[int, CollectionMeta]
+    ) -> None:
+        registry = CollectionRegistry(self.selection, self.context.default_partition)
+        shared = _Shared(self.task.task_id, self.store, registry, target, self._stop)
+        for meta in catalog.values():
+            if meta.dropped:
+                continue
+            collection = registry.add(
+                meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
+            )
+            if collection is not None:
+                target.create_collection(
+                    collection.db, collection.name, meta.schema, meta.shards, meta.consistency_level
+                )
+        saved = self.store.get_positions(self.task.task_id)
+        workers = []
+        for pchannel in self.context.channels:
+            start = saved.get(pchannel)
+            if start is None:
+                start = self._initial_position(source, pchannel, catalog, registry)
+                if start is not None:
+                    self.store.save_position(self.task.task_id, start, None)
+            worker = ChannelWorker(
+                shared,
+                source,
+                self.context.backend,
+                pchannel,
+                start,
+                start,
+                self.statuses[pchannel],
+            )
+            workers.append(worker)
+        errors: list[Exception] = []
+
+        def run(worker: ChannelWorker) -> None:
+            with log_context(task_id=self.task.task_id, channel=worker.pchannel):
+                try:
+                    worker.run()
+                except Exception as exc:  # noqa: BLE001 - any worker error stops the task
+                    errors.append(exc)
+                    self._stop.set()
+
+        threads = [
+            threading.Thread(target=run, args=(w,), name=f"{w.pchannel}", daemon=True)
+            for w in workers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    def _initial_position(
+        self,
+        source: WalSource,
+        pchannel: str,
+        catalog: dict[int, CollectionMeta],
+        registry: CollectionRegistry,
+    ) -> Position | None:
+        """Where a new task starts on a channel: at the creation of the earliest selected
+        collection on it when the WAL still has it; else at the end (what comes next)."""
+        earliest, latest = source.watermarks(pchannel)
+        starts = [
+            int.from_bytes(meta.start_positions[pchannel], "little", signed=True)
+            for meta in catalog.values()
+            if registry.wanted(meta.collection_id) and pchannel in meta.start_positions
+        ]
+        if starts and min(starts) >= earliest:
+            offset = min(starts)
+        else:
+            if starts:
+                log.warning(
+                    "channel %s: the WAL no longer holds the creation of the selected "
+                    "collections; starting at its end (use a backfill for older data)",
+                    pchannel,
+                )
+            offset = latest
+        if offset <= 0:
+            return None
+        return Position(
+            self.context.backend, pchannel, (offset - 1).to_bytes(8, "little", signed=True), 0
+        )

@@ -1,0 +1,67 @@
+"""Build task runners from the daemon's settings: the source queue, the source catalog, the
+channels to read."""
+
+from __future__ import annotations
+
+import grpc
+from etcd3.exceptions import Etcd3Exception
+
+from metastore import MetaStore, TaskRecord
+from replicator import FailureCallback, RunnerFactory, TaskRunner
+from replicator.meta.catalog import CollectionMeta, SourceCatalog
+from replicator.pipeline.runner import ReplicationRunner, RunnerContext
+from replicator.sources.base import SourceUnavailableError, WalSource
+from server.settings import CdcSettings
+from server.stores import etcd_client_for
+
+
+class MisconfiguredRunner:
+    """A runner that cannot run: it fails its task at once with the configuration problem."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def start(self) -> None:
+        raise RuntimeError(self.reason)
+
+    async def stop(self) -> None:
+        return None
+
+
+def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
+    source_config = settings.sourceConfig
+
+    def catalog() -> dict[int, CollectionMeta]:
+        try:
+            client = etcd_client_for(source_config.etcd)
+            try:
+                return SourceCatalog(
+                    client, source_config.root_path, source_config.meta_sub_path
+                ).collections()
+            finally:
+                client.close()
+        except (Etcd3Exception, grpc.RpcError, ValueError) as exc:
+            raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
+
+    def source() -> WalSource:
+        from replicator.sources.kafka import KafkaSource
+
+        return KafkaSource(source_config.kafka.address)
+
+    context = RunnerContext(
+        source=source,
+        catalog=catalog,
+        channels=source_config.dml_channels,
+        default_partition=source_config.defaultPartitionName,
+        backend="kafka",
+    )
+
+    def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
+        if not source_config.kafka.address:
+            return MisconfiguredRunner(
+                "no source message queue configured: set sourceConfig.kafka.address "
+                "(RocksMQ and Pulsar sources are not supported yet)"
+            )
+        return ReplicationRunner(task, store, on_failure, context)
+
+    return factory

@@ -1,0 +1,144 @@
+"""Decoding msgstream payloads (built with the protobufs Milvus itself writes) and the order in
+which a batch reaches the target."""
+
+from __future__ import annotations
+
+from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+
+from replicator.codec.msgstream import decode, message_header
+from replicator.codec.wire import find_varint_field, to_signed64
+from replicator.events import (
+    CreateCollection,
+    FailedRecord,
+    Insert,
+    RawRecord,
+    Skipped,
+    TimeTick,
+)
+from replicator.pipeline.apply import delete_keys, merge_fields, order_for_target
+
+TS = (1_700_000_000_000 << 18) + 5
+
+
+def record(message, offset: int = 7) -> RawRecord:
+    return RawRecord(
+        "by-dev-rootcoord-dml_0",
+        offset.to_bytes(8, "little"),
+        message.SerializeToString(),
+        offset=offset,
+    )
+
+
+def insert_request(collection_id: int, pks: list[int], ts: int = TS) -> msg_pb2.InsertRequest:
+    request = msg_pb2.InsertRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.Insert, timestamp=0),
+        shardName=f"by-dev-rootcoord-dml_0_{collection_id}v0",
+        collection_name="c",
+        partition_name="_default",
+        collectionID=collection_id,
+        timestamps=[ts] * len(pks),
+        num_rows=len(pks),
+        version=msg_pb2.ColumnBased,
+    )
+    pk = request.fields_data.add(field_name="id", field_id=100, type=schema_pb2.Int64)
+    pk.scalars.long_data.data.extend(pks)
+    vec = request.fields_data.add(field_name="v", field_id=101, type=schema_pb2.FloatVector)
+    vec.vectors.dim = 2
+    vec.vectors.float_vector.data.extend([float(p) for p in pks for _ in range(2)])
+    return request
+
+
+def delete_request(collection_id: int, pks: list[int], ts: int = TS) -> msg_pb2.DeleteRequest:
+    request = msg_pb2.DeleteRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.Delete, timestamp=ts),
+        collection_name="c",
+        collectionID=collection_id,
+        timestamps=[ts] * len(pks),
+        num_rows=len(pks),
+    )
+    request.primary_keys.int_id.data.extend(pks)
+    return request
+
+
+def test_insert_is_decoded_with_row_timestamp_and_columns():
+    event = decode(record(insert_request(444, [1, 2, 3])), "kafka", lambda cid: cid == 444)
+    assert isinstance(event, Insert)
+    assert (event.collection_id, event.num_rows, event.ts) == (444, 3, TS)
+    assert list(event.request.fields_data[0].scalars.long_data.data) == [1, 2, 3]
+
+
+def test_unselected_collections_are_skipped_before_the_body_is_parsed():
+    payload = insert_request(445, [1]).SerializeToString()
+    # the routing fields are read off the wire, without parsing the columns
+    assert find_varint_field(payload, 7) == 445
+    assert message_header(payload) == (common_pb2.Insert, 0)
+    event = decode(record(insert_request(445, [1])), "kafka", lambda cid: False)
+    assert isinstance(event, Skipped)
+    assert "445" in event.reason
+
+
+def test_time_tick_and_negative_ids():
+    tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=TS))
+    assert decode(record(tick), "kafka", lambda cid: True) == TimeTick(ts=TS)
+    assert to_signed64((1 << 64) - 1) == -1
+
+
+def test_create_collection_carries_the_full_schema():
+    schema = schema_pb2.CollectionSchema(name="c", enable_dynamic_field=True)
+    schema.fields.add(fieldID=100, name="id", is_primary_key=True, data_type=schema_pb2.Int64)
+    create = msg_pb2.CreateCollectionRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.CreateCollection, timestamp=TS),
+        collectionName="c",
+        collectionID=9,
+        schema=schema.SerializeToString(),
+        virtualChannelNames=["by-dev-rootcoord-dml_0_9v0"],
+        physicalChannelNames=["by-dev-rootcoord-dml_0"],
+    )
+    event = decode(record(create), "kafka", lambda cid: False)  # DDL is decoded regardless
+    assert isinstance(event, CreateCollection)
+    assert event.schema == schema
+    assert event.pchannels == ("by-dev-rootcoord-dml_0",)
+
+
+def test_garbage_is_a_failed_record_naming_the_position():
+    bad = RawRecord(
+        "by-dev-rootcoord-dml_3", (12).to_bytes(8, "little"), b"\xff\xff\xff", offset=12
+    )
+    event = decode(bad, "kafka", lambda cid: True)
+    assert isinstance(event, FailedRecord)
+    assert event.position.pchannel == "by-dev-rootcoord-dml_3"
+    assert "undecodable" in event.reason
+
+
+def _events(*requests):
+    return [decode(record(r), "kafka", lambda cid: True) for r in requests]
+
+
+def test_upsert_pair_is_applied_delete_first():
+    # Milvus writes an upsert as Insert then Delete at one timestamp
+    earlier_insert, upsert_insert, upsert_delete = _events(
+        insert_request(1, [5], ts=TS - 10),
+        insert_request(1, [5], ts=TS),
+        delete_request(1, [5], ts=TS),
+    )
+    ordered = order_for_target([earlier_insert, upsert_insert, upsert_delete])
+    assert [type(e).__name__ for e in ordered] == ["Insert", "Delete", "Insert"]
+    assert ordered[0] is earlier_insert
+    assert ordered[2] is upsert_insert
+    assert delete_keys(upsert_delete.request) == [5]
+
+
+def test_a_later_delete_stays_after_the_insert():
+    insert, delete = _events(insert_request(1, [5], ts=TS), delete_request(1, [5], ts=TS + 1))
+    assert order_for_target([insert, delete]) == [insert, delete]
+
+
+def test_inserts_merge_column_by_column():
+    a, b = _events(insert_request(1, [1, 2]), insert_request(1, [3]))
+    columns = [type(f)() for f in a.request.fields_data]
+    for column, source in zip(columns, a.request.fields_data, strict=True):
+        column.CopyFrom(source)
+    merge_fields(columns, b.request.fields_data)
+    assert list(columns[0].scalars.long_data.data) == [1, 2, 3]
+    assert list(columns[1].vectors.float_vector.data) == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    assert columns[1].vectors.dim == 2
