@@ -3,6 +3,9 @@ channels to read."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import grpc
 from etcd3.exceptions import Etcd3Exception
 
@@ -31,15 +34,18 @@ class MisconfiguredRunner:
 def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     source_config = settings.sourceConfig
 
+    clients: list[Any] = []  # one source-etcd client for the daemon's life, opened on demand
+    lock = threading.Lock()
+
     def catalog() -> dict[int, CollectionMeta]:
         try:
-            client = etcd_client_for(source_config.etcd)
-            try:
-                return SourceCatalog(
-                    client, source_config.root_path, source_config.meta_sub_path
-                ).collections()
-            finally:
-                client.close()
+            with lock:
+                if not clients:
+                    clients.append(etcd_client_for(source_config.etcd))
+                client = clients[0]
+            return SourceCatalog(
+                client, source_config.root_path, source_config.meta_sub_path
+            ).collections()
         except (Etcd3Exception, grpc.RpcError, ValueError) as exc:
             raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
 

@@ -116,6 +116,20 @@ class _Shared:
     ddl_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A DML event waiting for the time tick that makes it final."""
+
+    record: RawRecord
+    event: Insert | Delete
+    before: bytes | None  # msg id of the record before it: where to resume to re-read it
+
+
+def _split(pending: list[_Pending], ts: int) -> tuple[list[_Pending], list[_Pending]]:
+    """(events with ts <= ``ts``, the rest), each in channel order."""
+    return [p for p in pending if p.event.ts <= ts], [p for p in pending if p.event.ts > ts]
+
+
 class ChannelWorker:
     def __init__(
         self,
@@ -173,12 +187,18 @@ class ChannelWorker:
         return "the beginning" if self.saved is None else f"position {self.saved.msg_id.hex()}"
 
     def _consume(self, reader: ChannelReader) -> None:
-        batch: list[tuple[RawRecord, Insert | Delete]] = []
+        """Release DML by time tick: at a tick ``t`` every event with ``ts <= t`` is final (no
+        later record can be older) and is applied in (ts, delete-first) order; younger events
+        wait for a later tick. An upsert's Insert and Delete share one timestamp but a tick can
+        fall between them, so a batch cut at the tick alone would apply the Insert, then the
+        Delete, and lose the row. The saved position never passes a waiting event."""
+        pending: list[_Pending] = []
         last: RawRecord | None = None
         last_save = time.monotonic()
         tick_ts = self.saved.ts if self.saved else 0
         while not self.shared.stop.is_set():
             for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
+                before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
                 event = decode(record, self.backend, self.shared.registry.wanted)
                 if isinstance(event, FailedRecord):
@@ -186,20 +206,26 @@ class ChannelWorker:
                         f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
                     )
                 if isinstance(event, (Insert, Delete)):
-                    batch.append((record, event))
+                    pending.append(_Pending(record, event, before))
                 elif isinstance(event, TimeTick):
                     tick_ts = max(tick_ts, event.ts)
                     self.status.last_tick_ts = tick_ts
-                    if batch or time.monotonic() - last_save > IDLE_SAVE_SECONDS:
-                        self._commit(batch, record, tick_ts)
+                    ready, pending = _split(pending, tick_ts)
+                    if ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS:
+                        at = pending[0].before if pending else record.msg_id
+                        self._commit(ready, at, tick_ts)
                         last_save = time.monotonic()
                 elif isinstance(event, (CreateCollection, DropCollection)):
-                    self._commit(batch, None, tick_ts)  # DML before the DDL goes first
+                    # DML older than the DDL goes first; a drop's barrier needs it applied
+                    ready, pending = _split(pending, event.ts)
+                    self._commit(ready, None, tick_ts)
                     self._apply_ddl(event)
-        # stopping: write what was read and remember where we are
-        behind = self.saved is None or (last is not None and last.offset > self._saved_offset())
-        if last is not None and (batch or behind):
-            self._commit(batch, last, tick_ts)
+        # stopping: events still waiting for their tick are re-read after a restart
+        if last is not None and not pending and last.offset > self._saved_offset():
+            self._commit([], last.msg_id, tick_ts)
+
+    def _saved_msg_id(self) -> bytes | None:
+        return None if self.saved is None else self.saved.msg_id
 
     def _saved_offset(self) -> int:
         return (
@@ -207,26 +233,34 @@ class ChannelWorker:
         )
 
     # --- commit ------------------------------------------------------------------------------
-    def _commit(
-        self, batch: list[tuple[RawRecord, Insert | Delete]], at: RawRecord | None, ts: int
-    ) -> None:
-        if batch:
-            last_offset = batch[-1][0].offset
-            replay = batch[0][0].offset <= self.replay_until
+    def _commit(self, ready: list[_Pending], at: bytes | None, ts: int) -> None:
+        """Apply ``ready`` (in-flight bound first), then save the position ``at``."""
+        if ready:
+            offsets = [p.record.offset for p in ready]
+            first, last_offset = min(offsets), max(offsets)
+            replay = first <= self.replay_until
             if last_offset > self.inflight:
                 self.shared.store.put_state(
                     self.shared.task_id, self._inflight_key, str(last_offset).encode()
                 )
                 self.inflight = last_offset
             before = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
-            self.applier.apply([event for _, event in batch], replay=replay)
+            log.debug(
+                "applying %d events, offsets %d..%d%s",
+                len(ready),
+                first,
+                last_offset,
+                " as replay" if replay else "",
+            )
+            self.applier.apply([p.event for p in ready], replay=replay)
             after = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
             self.status.rows += after - before
             self.status.bytes = self.applier.stats.bytes
-            batch.clear()
-        if at is not None:
-            position = Position(self.backend, self.pchannel, at.msg_id, ts)
+        moved = self.saved is None or at != self.saved.msg_id or ts > self.saved.ts
+        if at is not None and moved:
+            position = Position(self.backend, self.pchannel, at, ts)
             self.shared.store.save_position(self.shared.task_id, position, self.saved)
+            log.debug("saved position %s ts %d", at.hex(), ts)
             self.saved = position
             self.start = position
             self.status.position = position

@@ -41,20 +41,42 @@ def target_client(milvus_lite_service):
     client.close()
 
 
+QUERY_LIMIT = 16384
+
+
 def rows(client: MilvusClient, collection: str, pk: str) -> dict:
+    """Every row by primary key, read in key windows (a single query stops at 16,384 rows);
+    a primary key seen twice fails the test."""
     client.load_collection(collection)
-    found = client.query(
-        collection,
-        filter=f"{pk} >= 0" if pk == "id" else f'{pk} != ""',
-        output_fields=["*"],
-        limit=16384,
-        consistency_level="Strong",
+    total = int(
+        client.query(collection, filter="", output_fields=["count(*)"], consistency_level="Strong")[
+            0
+        ]["count(*)"]
     )
-    result = {}
-    for row in found:
-        key = row[pk]
-        assert key not in result, f"duplicate primary key {key!r} in {collection}"
-        result[key] = {k: (list(map(float, v)) if k == "vec" else v) for k, v in row.items()}
+    windows = (
+        [f"{pk} >= {lo} and {pk} < {lo + 10_000}" for lo in range(0, 10_000_000, 10_000)]
+        if pk == "id"
+        else [f'{pk} != ""']
+    )
+    result: dict = {}
+    seen = 0
+    for expr in windows:
+        if seen >= total:
+            break
+        found = client.query(
+            collection,
+            filter=expr,
+            output_fields=["*"],
+            limit=QUERY_LIMIT,
+            consistency_level="Strong",
+        )
+        assert len(found) < QUERY_LIMIT, f"window {expr} too large to read in one query"
+        for row in found:
+            key = row[pk]
+            assert key not in result, f"duplicate primary key {key!r} in {collection}"
+            result[key] = {k: (list(map(float, v)) if k == "vec" else v) for k, v in row.items()}
+        seen += len(found)
+    assert seen == total, f"{collection}: count(*) says {total} rows, read {seen}"
     return result
 
 

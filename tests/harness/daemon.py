@@ -15,7 +15,7 @@ import yaml
 
 from harness.services import (
     ServiceStartError,
-    _die_with_parent,
+    die_with_parent,
     free_port,
     stop_process,
     wait_until,
@@ -70,14 +70,15 @@ class Daemon:
         env["no_proxy"] = "127.0.0.1,localhost"
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "server", "serve", "--config", str(self.config_path)],
+                die_with_parent(
+                    [sys.executable, "-m", "server", "serve", "--config", str(self.config_path)]
+                ),
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         self.starts += 1
         wait_until(

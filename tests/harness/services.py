@@ -11,7 +11,6 @@ that importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import json
 import os
@@ -189,19 +188,19 @@ def stop_process(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         process.wait(timeout=30)
 
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux/glibc
-    _prctl = None
+_SETPRIV = shutil.which("setpriv")
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: ask the kernel to SIGTERM it if the test
-    process dies without cleaning up (SIGKILL, OOM). start_new_session=True keeps terminal
-    signals away from it, so nothing else would stop an orphaned service."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def die_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv` run so that the kernel SIGTERMs it if the test process dies without cleaning up
+    (SIGKILL, OOM); start_new_session=True keeps terminal signals away from it, so nothing else
+    would stop an orphaned service. util-linux's setpriv sets the signal and execs `argv` (same
+    PID). Not a preexec_fn: that forces a real fork() of the test process, and with gRPC threads
+    running there gRPC's at-fork handler aborted the child ("ev_epoll1_linux.cc: Check failed")
+    before it could exec; without one, subprocess uses vfork and runs no code in the child."""
+    if _SETPRIV is None:
+        return list(argv)
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
 
 
 @contextlib.contextmanager
@@ -216,14 +215,13 @@ def _running(
     """Run `argv` in a new session with stdout and stderr appended to `log_path`."""
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            list(argv),
+            die_with_parent(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
     try:
         yield process

@@ -1,0 +1,331 @@
+"""RocksMQ WAL reader: the RocksDB of a standalone Milvus on the same host, opened as a RocksDB
+*secondary instance* (rocksdict). A secondary never takes the primary's LOCK and never writes to
+its files; it sees what Milvus wrote after ``try_catch_up_with_primary()``.
+
+What Milvus 2.3 keeps at ``<rocksmq.path>`` (checked on a real 2.3.5):
+
+- column family ``default``: one key per message, ``<topic>/<msgID>`` with the id in decimal.
+  Ids are hybrid-TSO numbers (``physical ms << 18 | logical``, 18 digits until about 2090), so
+  within a topic key order is id order; Milvus's own consumer relies on the same. The value is the
+  plain msgstream payload (the request protobuf, field 1 = ``common.MsgBase``).
+- column family ``properties``: kept by Milvus "for upgrading"; empty in 2.3.5. Not read.
+- ``<rocksmq.path>_meta_kv`` (a second RocksDB): ``topic_id/<topic>``, ``message_size/<topic>``,
+  ``page_message_size/<topic>/<id>``, ``page_ts/...``, ``acked_ts/...`` and the id allocator's
+  ``rmq_id``. Nothing there is needed to read messages; it is never opened.
+
+Milvus 2.4/2.5 still store the plain payload (their producer moves the message properties into
+``MsgBase.properties`` inside it). Milvus 2.6 (streaming service) writes values as the 10 bytes
+``FF FE FD FC "STREAM"`` followed by ``RMQMessageLayout{payload = 1, properties = 2 (map)}``;
+such values are unwrapped here so records look the same as from Kafka (payload, properties).
+
+A record's ``msg_id`` is the id as 8 bytes little-endian int64, as Milvus's ``MsgPosition`` has it.
+Retention (``rocksmq.retentionTimeInMinutes`` / ``retentionSizeInMB``) deletes old messages
+whatever this reader has read: the earliest id is the first key still present.
+
+Pitfalls of rocksdict (0.3.29): opening an ``Rdict`` creates the directory when it is missing and
+writes a ``rocksdict-config.json`` into the database directory, even as a secondary (fixed
+upstream by rocksdict PR #186). So the path is checked before opening, and the daemon needs write
+permission on ``<rocksmq.path>`` for that one file (RocksDB and Milvus ignore it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+
+from rocksdict import AccessType, Options, Rdict, RdictIter
+
+from metastore import Position
+from replicator.codec.wire import WireError, find_bytes_field, iter_fields
+from replicator.events import RawRecord
+from replicator.sources.base import SourceUnavailableError
+
+BACKEND = "rocksmq"
+POLL_INTERVAL = 0.05  # seconds between catch-ups while a channel has nothing new
+STREAMING_MAGIC = b"\xff\xfe\xfd\xfcSTREAM"  # Milvus 2.6 RocksMQ value prefix
+
+log = logging.getLogger(__name__)
+
+
+def encode_id(msg_id: int) -> bytes:
+    return struct.pack("<q", msg_id)
+
+
+def decode_id(msg_id: bytes) -> int:
+    if len(msg_id) != 8:
+        raise ValueError(f"a RocksMQ message id is 8 bytes, got {len(msg_id)}")
+    return int(struct.unpack("<q", msg_id)[0])
+
+
+def unwrap_value(value: bytes) -> tuple[bytes, dict[str, str]]:
+    """(payload, properties) of a stored value: as it is for Milvus 2.3-2.5, unwrapped from the
+    2.6 streaming layout when it has the magic prefix. A value that cannot be unwrapped is passed
+    on as it is: the decoder then reports it as an undecodable record at its position."""
+    if not value.startswith(STREAMING_MAGIC):
+        return value, {}
+    body = value[len(STREAMING_MAGIC) :]
+    payload = b""
+    properties: dict[str, str] = {}
+    try:
+        for number, wire_type, field in iter_fields(body):
+            if wire_type != 2 or not isinstance(field, bytes):
+                continue
+            if number == 1:
+                payload = field
+            elif number == 2:  # map entry {key = 1, value = 2}
+                key = (find_bytes_field(field, 1) or b"").decode("utf-8", "replace")
+                properties[key] = (find_bytes_field(field, 2) or b"").decode("utf-8", "replace")
+    except WireError:
+        return value, {}
+    return payload, properties
+
+
+def _topic_prefix(pchannel: str) -> bytes:
+    if "/" in pchannel:
+        raise ValueError(f"a RocksMQ topic name has no '/': {pchannel!r}")
+    return pchannel.encode() + b"/"
+
+
+def _upper_bound(prefix: bytes) -> bytes:
+    # the prefix ends with "/" (0x2F): every key of the topic sorts before prefix[:-1] + "0"
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def _parse_id(prefix: bytes, key: bytes) -> int | None:
+    suffix = key[len(prefix) :]
+    if not key.startswith(prefix) or not suffix.isdigit():
+        return None
+    return int(suffix)
+
+
+class _SecondaryDB:
+    """One RocksDB secondary instance on the RocksMQ store (column family ``default`` only),
+    with its own scratch directory (the secondary's info log), removed on close.
+
+    Shared by every reader of a source: one catch-up serves them all, at most one per
+    ``POLL_INTERVAL`` (a catch-up costs about a millisecond and holds the GIL).
+    """
+
+    def __init__(self, path: str, secondary_dir: str | None) -> None:
+        self.path = path
+        self.broken = False
+        self.users = 0  # readers holding it (guarded by the source's lock)
+        self._lock = threading.Lock()
+        self._caught_up_at = time.monotonic()
+        if not os.path.isfile(os.path.join(path, "CURRENT")):
+            # checked first: rocksdict would create the directory (and no database is there yet)
+            raise SourceUnavailableError(f"rocksmq: no RocksDB at {path!r} (is Milvus running?)")
+        if secondary_dir is not None:
+            os.makedirs(secondary_dir, exist_ok=True)
+        self._scratch = tempfile.mkdtemp(prefix="milvus-cdc-rocksmq-", dir=secondary_dir)
+        options = Options(raw_mode=True)
+        options.create_if_missing(False)
+        # keep every table file open: the primary may delete files a secondary still reads
+        options.set_max_open_files(-1)
+        try:
+            self._db: Rdict | None = Rdict(
+                path,
+                options,
+                column_families={"default": options},
+                access_type=AccessType.secondary(self._scratch),
+            )
+        except Exception as exc:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            raise SourceUnavailableError(f"rocksmq: cannot open {path!r}: {exc}") from exc
+
+    def _failed(self, what: str, exc: Exception) -> SourceUnavailableError:
+        self.broken = True  # the source opens a new instance for the next reader
+        return SourceUnavailableError(f"rocksmq: {what} {self.path!r}: {exc}")
+
+    @property
+    def db(self) -> Rdict:
+        db = self._db
+        if db is None:
+            raise SourceUnavailableError(f"rocksmq: {self.path!r} is closed")
+        return db
+
+    def catch_up(self, min_interval: float = 0.0) -> None:
+        """Apply what the primary wrote since the last catch-up, unless another reader did so
+        less than ``min_interval`` seconds ago."""
+        with self._lock:
+            if time.monotonic() - self._caught_up_at < min_interval:
+                return
+            try:
+                self.db.try_catch_up_with_primary()
+            except SourceUnavailableError:
+                raise
+            except Exception as exc:
+                raise self._failed("catching up with", exc) from exc
+            self._caught_up_at = time.monotonic()
+
+    def iterator(self) -> RdictIter:
+        # No iterate bounds: in rocksdict 0.3.29 ReadOptions.set_iterate_lower_bound sets the
+        # upper bound, and neither bound was applied here; callers check the topic prefix.
+        return self.db.iter()
+
+    def first_last(self, prefix: bytes) -> tuple[int, int] | None:
+        """(first id, last id) of a topic, None when it holds no message."""
+        try:
+            it = self.iterator()
+            it.seek(prefix)
+            first = _parse_id(prefix, it.key()) if it.valid() else None
+            it.seek_for_prev(_upper_bound(prefix))
+            last = _parse_id(prefix, it.key()) if it.valid() else None
+            it.status()
+        except SourceUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._failed("reading", exc) from exc
+        if first is None or last is None:
+            return None
+        return first, last
+
+    def read(self, prefix: bytes, after: int | None, max_records: int) -> list[tuple[int, bytes]]:
+        """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``."""
+        found: list[tuple[int, bytes]] = []
+        try:
+            it = self.iterator()
+            it.seek(prefix)
+            if after is not None and it.valid():
+                first = _parse_id(prefix, it.key())
+                if first is not None and first <= after:
+                    # ids of one width: key order is id order (Milvus's consumer relies on it)
+                    it.seek(prefix + str(after).encode())
+            while it.valid() and len(found) < max_records:
+                key = it.key()
+                if not key.startswith(prefix):
+                    break  # past the topic
+                msg_id = _parse_id(prefix, key)
+                if msg_id is not None and (after is None or msg_id > after):
+                    found.append((msg_id, it.value()))
+                    after = msg_id
+                it.next()
+            it.status()
+        except SourceUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._failed("reading", exc) from exc
+        return found
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+class RocksmqChannelReader:
+    def __init__(self, source: RocksmqSource, pchannel: str, start: Position | None) -> None:
+        self.pchannel = pchannel
+        self._prefix = _topic_prefix(pchannel)
+        self._source = source
+        self._store: _SecondaryDB | None = source._acquire()
+        self._last_id: int | None = None
+        try:
+            self.seek(start)
+        except BaseException:
+            self.close()
+            raise
+
+    def _db(self) -> _SecondaryDB:
+        if self._store is None:
+            raise SourceUnavailableError(f"rocksmq {self.pchannel}: the reader is closed")
+        return self._store
+
+    def seek(self, position: Position | None) -> None:
+        self._last_id = None if position is None else decode_id(position.msg_id)
+        if self._last_id is not None:
+            held = self._db().first_last(self._prefix)
+            if held is not None and held[0] > self._last_id + 1:
+                log.warning(
+                    "rocksmq %s: resuming after id %d but the earliest id still held is %d; "
+                    "Milvus's retention may have deleted records in between",
+                    self.pchannel,
+                    self._last_id,
+                    held[0],
+                )
+
+    def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
+        store = self._db()
+        deadline = time.monotonic() + timeout
+        found = store.read(self._prefix, self._last_id, max_records)
+        while not found:
+            store.catch_up(POLL_INTERVAL)
+            found = store.read(self._prefix, self._last_id, max_records)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                break
+            time.sleep(min(POLL_INTERVAL, remaining))
+        records = []
+        for msg_id, value in found:
+            payload, properties = unwrap_value(value)
+            records.append(
+                RawRecord(
+                    pchannel=self.pchannel,
+                    msg_id=encode_id(msg_id),
+                    payload=payload,
+                    properties=properties,
+                    offset=msg_id,
+                )
+            )
+        if found:
+            self._last_id = found[-1][0]
+        return records
+
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            self._source._release(store)
+
+
+class RocksmqSource:
+    """Readers of one source share one secondary instance (opened with the first reader, closed
+    with the last). ``secondary_dir`` is where its scratch directory goes (default: the system's
+    temporary directory)."""
+
+    backend = BACKEND
+
+    def __init__(self, path: str, secondary_dir: str | None = None) -> None:
+        self.path = path
+        self.secondary_dir = secondary_dir
+        self._lock = threading.Lock()
+        self._shared: _SecondaryDB | None = None
+
+    def open_channel(self, pchannel: str, start: Position | None) -> RocksmqChannelReader:
+        return RocksmqChannelReader(self, pchannel, start)
+
+    def _acquire(self) -> _SecondaryDB:
+        with self._lock:
+            if self._shared is None or self._shared.broken:
+                self._shared = _SecondaryDB(self.path, self.secondary_dir)
+            self._shared.users += 1
+            return self._shared
+
+    def _release(self, store: _SecondaryDB) -> None:
+        with self._lock:
+            store.users -= 1
+            if store.users > 0:
+                return
+            if self._shared is store:
+                self._shared = None
+        store.close()
+
+    def watermarks(self, pchannel: str) -> tuple[int, int]:
+        """(first id held, last id + 1); (0, 0) when the topic holds nothing. Ids of a topic
+        increase but need not be consecutive: the next record gets an id >= the second value."""
+        store = self._acquire()
+        try:
+            store.catch_up()
+            held = store.first_last(_topic_prefix(pchannel))
+        finally:
+            self._release(store)
+        if held is None:
+            return 0, 0
+        return held[0], held[1] + 1

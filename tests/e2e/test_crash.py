@@ -1,0 +1,133 @@
+"""Crash safety: the daemon is killed with SIGKILL ten times at random moments while the source
+takes a steady stream of inserts, upserts and deletes; afterwards the target equals the source
+row by row and holds no duplicate primary key."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+
+import pytest
+from harness.services import ServiceStartError, wait_until
+from pymilvus import DataType, MilvusClient
+from test_replication import DIM, make_rows, rows, source_config
+
+pytestmark = pytest.mark.e2e
+
+KILLS = 10
+
+
+def count(client: MilvusClient, collection: str) -> int:
+    client.load_collection(collection)
+    result = client.query(
+        collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+    )
+    return int(result[0]["count(*)"])
+
+
+class SteadyWriter(threading.Thread):
+    """Batches of inserts, with upserts of earlier rows and deletes mixed in."""
+
+    def __init__(self, uri: str, collection: str) -> None:
+        super().__init__(daemon=True)
+        self.uri, self.collection = uri, collection
+        self.stop = threading.Event()
+        self.batches = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        client = MilvusClient(uri=self.uri, dedicated=True)
+        rnd = random.Random(7)
+        next_id = 0
+        try:
+            while not self.stop.is_set():
+                client.insert(self.collection, make_rows(next_id, 50, f"b{self.batches}"))
+                next_id += 50
+                if self.batches % 3 == 2:
+                    ids = rnd.sample(range(next_id), 30)
+                    client.upsert(
+                        self.collection,
+                        [
+                            dict(r, title=f"up{self.batches}")
+                            for r in make_rows(0, next_id, "")
+                            if r["id"] in set(ids)
+                        ],
+                    )
+                if self.batches % 5 == 4:
+                    client.delete(self.collection, ids=rnd.sample(range(next_id), 20))
+                self.batches += 1
+                time.sleep(0.1)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.error = exc
+        finally:
+            client.close()
+
+
+def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service
+):
+    name = f"crash_{uuid.uuid4().hex[:8]}"
+    source = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
+    try:
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+        schema.add_field("title", DataType.VARCHAR, max_length=64)
+        schema.add_field("score", DataType.DOUBLE)
+        index = source.prepare_index_params()
+        index.add_index("vec", index_type="FLAT", metric_type="L2")
+        source.create_collection(name, schema=schema, index_params=index)
+
+        daemon = daemon_factory(
+            **source_config(milvus_source, etcd_service, kafka_mock), logLevel="DEBUG"
+        ).start()
+        reply = daemon.call(
+            "create",
+            {
+                "milvus_connect_param": {"uri": milvus_lite_service.uri},
+                "collection_infos": [{"name": name}],
+            },
+        )
+        assert reply.code == 200, reply.body
+        task_id = reply.data["task_id"]
+
+        writer = SteadyWriter(milvus_source.uri, name)
+        writer.start()
+        rnd = random.Random(2024)
+        for _ in range(KILLS):
+            time.sleep(rnd.uniform(0.3, 2.5))
+            daemon.kill()
+            daemon.start()
+        writer.stop.set()
+        writer.join(timeout=60)
+        assert writer.error is None, writer.error
+        assert writer.batches >= KILLS
+
+        expected = rows(source, name, "id")
+
+        def equal() -> bool:
+            return target.has_collection(name) and rows(target, name, "id") == expected
+
+        try:
+            wait_until(equal, 120, f"target {name} equal to the source after {KILLS} kills")
+        except ServiceStartError:
+            actual = rows(target, name, "id") if target.has_collection(name) else {}
+            missing = sorted(set(expected) - set(actual))
+            extra = sorted(set(actual) - set(expected))
+            changed = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
+            pytest.fail(
+                f"after {KILLS} kills: {len(missing)} missing {missing[:10]}, {len(extra)} extra "
+                f"{extra[:10]}, {len(changed)} changed {changed[:10]}; e.g. "
+                f"{[(expected[k], actual[k]) for k in changed[:1]]}; daemon log: {daemon.log_path}"
+            )
+        assert count(target, name) == len(expected)  # no doubled row hides behind a dedup
+        task = daemon.call("get", {"task_id": task_id}).data["task"]
+        assert task["state"] == "Running"
+        assert daemon.starts == KILLS + 1
+        print(f"crash test: {writer.batches} write batches, {len(expected)} rows, {KILLS} kills")
+    finally:
+        source.close()
+        target.close()

@@ -1,0 +1,401 @@
+"""The RocksMQ WAL reader against a real Milvus 2.3.5 standalone whose message queue is RocksMQ.
+
+The reader opens Milvus's RocksDB as a secondary instance while Milvus runs (Milvus keeps its
+lock and goes on writing), and catches up with it to see new records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from metastore import Position
+from replicator.codec.msgstream import decode
+from replicator.codec.wire import find_bytes_field, iter_fields
+from replicator.events import CreateCollection, Delete, Event, Insert, RawRecord, TimeTick
+from replicator.sources.base import SourceUnavailableError
+from replicator.sources.rocksmq import (
+    STREAMING_MAGIC,
+    RocksmqChannelReader,
+    RocksmqSource,
+    unwrap_value,
+)
+
+if TYPE_CHECKING:
+    from harness.milvus_source import MilvusSource
+    from harness.services import EtcdService
+
+pytestmark = pytest.mark.e2e
+
+DIM = 8
+BACKEND = "rocksmq"
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: one Milvus on RocksMQ for the module, one collection written to it
+
+
+@pytest.fixture(scope="module")
+def rocksmq_milvus(
+    tmp_path_factory: pytest.TempPathFactory, etcd_service: EtcdService
+) -> Iterator[MilvusSource]:
+    from harness.milvus_source import milvus_source_rocksmq
+
+    root = f"rmq-{uuid.uuid4().hex[:10]}"
+    with milvus_source_rocksmq(
+        tmp_path_factory.mktemp("milvus-rocksmq"), etcd_service.endpoint, root_path=root
+    ) as source:
+        assert source.rocksmq_path is not None
+        yield source
+
+
+@pytest.fixture(scope="module")
+def client(rocksmq_milvus: MilvusSource) -> Iterator[Any]:
+    from pymilvus import MilvusClient
+
+    milvus = MilvusClient(uri=rocksmq_milvus.uri, timeout=30, dedicated=True)
+    try:
+        yield milvus
+    finally:
+        milvus.close()
+
+
+@pytest.fixture(scope="module")
+def source(rocksmq_milvus: MilvusSource) -> RocksmqSource:
+    return RocksmqSource(str(rocksmq_milvus.rocksmq_path))
+
+
+@dataclass(frozen=True)
+class Written:
+    name: str
+    collection_id: int
+    pchannel: str
+    start_position: bytes  # the channel's start position Milvus stored in etcd
+
+
+@pytest.fixture(scope="module")
+def written(rocksmq_milvus: MilvusSource, client: Any) -> Written:
+    """A collection with one shard: created, 10 rows inserted, ids 1 and 2 deleted."""
+    from pymilvus import DataType, MilvusClient
+
+    name = f"rmq_{uuid.uuid4().hex[:10]}"
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    client.create_collection(name, schema=schema, shards_num=1)
+    assert client.insert(name, _rows(range(10)))["insert_count"] == 10
+    client.delete(name, ids=[1, 2])
+    collection_id = int(client.describe_collection(name)["collection_id"])
+    pchannels, starts = _collection_channels(rocksmq_milvus, collection_id)
+    assert len(pchannels) == 1, pchannels
+    assert pchannels[0] in rocksmq_milvus.dml_channels
+    return Written(name, collection_id, pchannels[0], starts[pchannels[0]])
+
+
+def _rows(ids: range) -> list[dict[str, Any]]:
+    return [{"id": i, "vec": [float(i) + d / 10 for d in range(DIM)]} for i in ids]
+
+
+def _collection_channels(
+    milvus: MilvusSource, collection_id: int
+) -> tuple[list[str], dict[str, bytes]]:
+    """CollectionInfo from etcd: physical_channel_names (8) and start_positions (11,
+    KeyDataPair{key = 1, data = 2})."""
+    import etcd3
+
+    host, _, port = milvus.etcd_endpoint.rpartition(":")
+    etcd = etcd3.client(host=host, port=int(port))
+    try:
+        key = f"{milvus.meta_root}/root-coord/database/collection-info/1/{collection_id}"
+        value, _meta = etcd.get(key)
+    finally:
+        etcd.close()
+    assert value, f"{key} is missing"
+    pchannels: list[str] = []
+    starts: dict[str, bytes] = {}
+    for number, _wire_type, field in iter_fields(value):
+        if number == 8 and isinstance(field, bytes):
+            pchannels.append(field.decode())
+        elif number == 11 and isinstance(field, bytes):
+            channel = (find_bytes_field(field, 1) or b"").decode()
+            starts[channel] = find_bytes_field(field, 2) or b""
+    return pchannels, starts
+
+
+def _unused_channel(milvus: MilvusSource, source: RocksmqSource, used: str) -> str:
+    for channel in milvus.dml_channels:
+        if channel != used and source.watermarks(channel) == (0, 0):
+            return channel
+    raise AssertionError("every DML channel holds records")
+
+
+def _decode(record: RawRecord) -> Event:
+    event = decode(record, BACKEND, lambda _cid: True)
+    assert isinstance(event, Event), event
+    return event
+
+
+def _read_until(
+    reader: RocksmqChannelReader, done: Any, timeout: float = 30.0, batch: int = 100
+) -> list[RawRecord]:
+    """Records from `reader` until done(records read so far) is true."""
+    records: list[RawRecord] = []
+    deadline = time.monotonic() + timeout
+    while not done(records):
+        assert time.monotonic() < deadline, f"gave up after {len(records)} records"
+        records.extend(reader.read_batch(batch, 0.5))
+    return records
+
+
+def _position(record: RawRecord) -> Position:
+    return Position(BACKEND, record.pchannel, record.msg_id, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def test_reads_the_channel_from_the_beginning(source: RocksmqSource, written: Written) -> None:
+    def seen_delete_and_tick(records: list[RawRecord]) -> bool:
+        events = [_decode(r) for r in records]
+        return any(isinstance(e, Delete) for e in events) and any(
+            isinstance(e, TimeTick) for e in events
+        )
+
+    reader = source.open_channel(written.pchannel, None)
+    try:
+        records = _read_until(reader, seen_delete_and_tick)
+    finally:
+        reader.close()
+
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(set(offsets)), "ids strictly increasing"
+    for record in records:
+        assert record.pchannel == written.pchannel
+        assert record.msg_id == struct.pack("<q", record.offset)
+        assert record.properties == {}
+        assert record.payload[:1] == b"\x0a", "plain msgstream payload: field 1 is MsgBase"
+
+    events = [_decode(r) for r in records]
+    print(f"\n{written.pchannel}: " + ", ".join(type(e).__name__ for e in events))
+    first = events[0]
+    assert isinstance(first, CreateCollection)
+    assert first.collection_id == written.collection_id
+    assert first.collection_name == written.name
+    # Milvus's own start position of the channel is the CreateCollection's id, 8 bytes LE
+    assert records[0].msg_id == written.start_position
+
+    first_delete = next(i for i, e in enumerate(events) if isinstance(e, Delete))
+    inserts = [e for e in events[:first_delete] if isinstance(e, Insert)]
+    assert inserts and all(e.collection_id == written.collection_id for e in inserts)
+    assert sum(e.num_rows for e in inserts) == 10
+    delete = events[first_delete]
+    assert isinstance(delete, Delete)
+    assert delete.num_rows == 2
+    assert sorted(delete.request.primary_keys.int_id.data) == [1, 2]
+    assert any(isinstance(e, TimeTick) for e in events)
+
+
+def test_batches_and_seek(
+    source: RocksmqSource, written: Written, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = source.open_channel(written.pchannel, None)
+    try:
+        head = _read_until(reader, lambda rs: len(rs) >= 4, batch=2)
+        assert len(head) == 4, "read_batch returns at most max_records"
+
+        reader.seek(_position(head[1]))
+        (after,) = reader.read_batch(1, 5.0)
+        assert (after.offset, after.payload) == (head[2].offset, head[2].payload)
+
+        reader.seek(None)
+        again = reader.read_batch(3, 5.0)
+        assert [r.offset for r in again] == [r.offset for r in head[:3]]
+    finally:
+        reader.close()
+
+    # opening at a position starts right after it
+    resumed = source.open_channel(written.pchannel, _position(head[1]))
+    try:
+        got = resumed.read_batch(2, 5.0)
+        assert [r.offset for r in got] == [head[2].offset, head[3].offset]
+    finally:
+        resumed.close()
+
+    # a position older than everything held reads from the first record, with a warning (the
+    # records in between may have been deleted by Milvus's retention)
+    old = Position(BACKEND, written.pchannel, struct.pack("<q", 5), 0)
+    with caplog.at_level(logging.WARNING, logger="replicator.sources.rocksmq"):
+        from_old = source.open_channel(written.pchannel, old)
+    try:
+        assert from_old.read_batch(1, 5.0)[0].offset == head[0].offset
+    finally:
+        from_old.close()
+    assert "retention may have deleted records" in caplog.text
+    # resuming right before the first record held is not a gap
+    caplog.clear()
+    just_before = Position(BACKEND, written.pchannel, struct.pack("<q", head[0].offset - 1), 0)
+    with caplog.at_level(logging.WARNING, logger="replicator.sources.rocksmq"):
+        source.open_channel(written.pchannel, just_before).close()
+    assert "retention" not in caplog.text
+
+
+def test_readers_in_threads_share_one_secondary_instance(
+    rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "secondary"
+    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch))
+    readers = [source.open_channel(written.pchannel, None) for _ in range(4)]
+    try:
+        assert len(os.listdir(scratch)) == 1, "one secondary instance for all readers"
+        results: list[list[int]] = [[] for _ in readers]
+
+        def read(i: int) -> None:
+            results[i] = [r.offset for r in _read_until(readers[i], lambda rs: len(rs) >= 6)]
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert all(len(offsets) >= 6 for offsets in results), results
+        assert len({tuple(offsets[:6]) for offsets in results}) == 1
+        readers.pop().close()
+        assert len(os.listdir(scratch)) == 1, "still used by the other readers"
+    finally:
+        for reader in readers:
+            reader.close()
+    assert os.listdir(scratch) == [], "closed with the last reader"
+
+
+def test_sees_records_written_after_it_opened(
+    source: RocksmqSource, written: Written, client: Any
+) -> None:
+    _earliest, latest = source.watermarks(written.pchannel)
+    start = Position(BACKEND, written.pchannel, struct.pack("<q", latest - 1), 0)
+    reader = source.open_channel(written.pchannel, start)
+    try:
+        before = reader.read_batch(1000, 0.0)  # whatever was there when it opened
+        assert all(r.offset >= latest for r in before)
+
+        new_ids = range(100, 107)
+        assert client.insert(written.name, _rows(new_ids))["insert_count"] == 7
+
+        def has_new_insert(records: list[RawRecord]) -> bool:
+            return any(
+                isinstance(e, Insert) and e.num_rows == 7 for e in (_decode(r) for r in records)
+            )
+
+        records = _read_until(reader, has_new_insert)
+    finally:
+        reader.close()
+    assert all(r.offset >= latest for r in records)
+    (insert,) = [e for e in (_decode(r) for r in records) if isinstance(e, Insert)]
+    assert isinstance(insert, Insert)
+    assert insert.collection_id == written.collection_id
+    pk = next(f for f in insert.request.fields_data if f.field_name == "id")
+    assert list(pk.scalars.long_data.data) == list(new_ids)
+
+
+def test_watermarks(source: RocksmqSource, written: Written, rocksmq_milvus: MilvusSource) -> None:
+    earliest, latest = source.watermarks(written.pchannel)
+    assert 0 < earliest < latest
+
+    reader = source.open_channel(written.pchannel, None)
+    try:
+        (first,) = reader.read_batch(1, 5.0)
+        assert first.offset == earliest
+        # `latest` is one past the last id held then: reading after latest - 1 gives newer ones
+        reader.seek(Position(BACKEND, written.pchannel, struct.pack("<q", latest - 2), 0))
+        (last,) = reader.read_batch(1, 5.0)
+        assert last.offset == latest - 1
+    finally:
+        reader.close()
+
+    unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
+    assert source.watermarks(unused) == (0, 0)
+    assert source.watermarks(f"no-such-topic-{uuid.uuid4().hex[:6]}") == (0, 0)
+
+
+def test_empty_channel_returns_nothing_within_the_timeout(
+    source: RocksmqSource, written: Written, rocksmq_milvus: MilvusSource
+) -> None:
+    unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
+    reader = source.open_channel(unused, None)
+    try:
+        started = time.monotonic()
+        assert reader.read_batch(100, 0.5) == []
+        elapsed = time.monotonic() - started
+        assert 0.45 <= elapsed < 2.0, elapsed
+        assert reader.read_batch(100, 0.0) == []
+    finally:
+        reader.close()
+
+
+def test_secondary_scratch_directory_is_removed_on_close(
+    rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "secondary"
+    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch))
+    reader = source.open_channel(written.pchannel, None)
+    try:
+        assert len(os.listdir(scratch)) == 1
+        assert reader.read_batch(1, 5.0)
+    finally:
+        reader.close()
+    reader.close()  # twice is harmless
+    assert source.watermarks(written.pchannel) != (0, 0)
+    assert os.listdir(scratch) == []
+
+
+def test_missing_database_is_unavailable(tmp_path: Path) -> None:
+    missing = tmp_path / "no-rocksmq"
+    source = RocksmqSource(str(missing))
+    with pytest.raises(SourceUnavailableError):
+        source.open_channel("by-dev-rootcoord-dml_0", None)
+    with pytest.raises(SourceUnavailableError):
+        source.watermarks("by-dev-rootcoord-dml_0")
+    assert not missing.exists(), "the reader must not create the database directory"
+
+    not_a_db = tmp_path / "not-a-db"
+    not_a_db.mkdir()
+    (not_a_db / "CURRENT").write_text("MANIFEST-000001\n")
+    with pytest.raises(SourceUnavailableError):
+        RocksmqSource(str(not_a_db)).open_channel("by-dev-rootcoord-dml_0", None)
+
+
+# --------------------------------------------------------------------------------------------
+# Value framing (no server needed)
+
+
+def _field(number: int, data: bytes) -> bytes:
+    assert len(data) < 128
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def test_streaming_layout_is_unwrapped() -> None:
+    payload = b"\x0a\x02\x08\x01body"
+    layout = (
+        _field(1, payload)
+        + _field(2, _field(1, b"_t") + _field(2, b"2"))
+        + _field(2, _field(1, b"_vc") + _field(2, b"by-dev-rootcoord-dml_0_1v0"))
+    )
+    assert unwrap_value(STREAMING_MAGIC + layout) == (
+        payload,
+        {"_t": "2", "_vc": "by-dev-rootcoord-dml_0_1v0"},
+    )
+    # Milvus 2.3-2.5 values are the payload itself
+    assert unwrap_value(payload) == (payload, {})
+    # a broken layout is passed on as it is (the decoder reports it at its position)
+    broken = STREAMING_MAGIC + b"\x0a\x7f"
+    assert unwrap_value(broken) == (broken, {})
