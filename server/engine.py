@@ -18,19 +18,6 @@ from server.settings import CdcSettings
 from server.stores import etcd_client_for
 
 
-class MisconfiguredRunner:
-    """A runner that cannot run: it fails its task at once with the configuration problem."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    async def start(self) -> None:
-        raise RuntimeError(self.reason)
-
-    async def stop(self) -> None:
-        return None
-
-
 def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     source_config = settings.sourceConfig
 
@@ -50,24 +37,35 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
             raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
 
     def source() -> WalSource:
-        from replicator.sources.kafka import KafkaSource
+        mq_type = source_config.mq_type
+        if mq_type == "kafka":
+            from replicator.sources.kafka import KafkaSource
 
-        return KafkaSource(source_config.kafka.address)
+            return KafkaSource(source_config.kafka.address)
+        if mq_type == "rocksmq":
+            from replicator.sources.rocksmq import RocksmqSource
+
+            return RocksmqSource(source_config.rocksmq.path)
+        from replicator.sources.pulsar import PulsarSource
+
+        pulsar = source_config.pulsar
+        return PulsarSource(
+            pulsar.address,
+            tenant=pulsar.tenant,
+            namespace=pulsar.namespace,
+            auth_plugin=pulsar.authPlugin,
+            auth_params=pulsar.authParams.get_secret_value(),
+            max_message_size=pulsar.maxMessageSize,
+        )
 
     context = RunnerContext(
         source=source,
         catalog=catalog,
         channels=source_config.dml_channels,
         default_partition=source_config.defaultPartitionName,
-        backend="kafka",
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
-        if not source_config.kafka.address:
-            return MisconfiguredRunner(
-                "no source message queue configured: set sourceConfig.kafka.address "
-                "(RocksMQ and Pulsar sources are not supported yet)"
-            )
         return ReplicationRunner(task, store, on_failure, context)
 
     return factory

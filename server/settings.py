@@ -123,6 +123,9 @@ class RocksmqSettings(_Section):
 
 
 class SourceSettings(_Section):
+    # ours: the source's message queue; auto: kafka when kafka.address is set, else rocksmq
+    # when rocksmq.path is set, else pulsar (the Go tool's rule).
+    mqType: Literal["auto", "kafka", "pulsar", "rocksmq"] = "auto"
     etcd: SourceEtcdSettings = Field(default_factory=SourceEtcdSettings)
     etcdRootPath: str | None = None
     etcdMetaSubPath: str | None = None
@@ -144,6 +147,24 @@ class SourceSettings(_Section):
     @property
     def meta_sub_path(self) -> str:
         return self.etcdMetaSubPath or self.etcd.metaSubPath
+
+    @model_validator(mode="after")
+    def _queue_configured(self) -> SourceSettings:
+        if self.mqType == "kafka" and not self.kafka.address:
+            raise ValueError("kafka.address is required when mqType is kafka")
+        if self.mqType == "rocksmq" and not self.rocksmq.path:
+            raise ValueError("rocksmq.path is required when mqType is rocksmq")
+        if self.mqType == "pulsar" and not self.pulsar.address:
+            raise ValueError("pulsar.address is required when mqType is pulsar")
+        return self
+
+    @property
+    def mq_type(self) -> str:
+        if self.mqType != "auto":
+            return self.mqType
+        if self.kafka.address:
+            return "kafka"
+        return "rocksmq" if self.rocksmq.path else "pulsar"
 
     @property
     def dml_channels(self) -> list[str]:

@@ -196,3 +196,21 @@ def milvus_source(
         return start_milvus_source(workdir, etcd_service.endpoint, kafka_mock.bootstrap)
 
     yield from _serve(factory, tmp_path_factory, "milvus-source")
+
+
+@pytest.fixture(scope="session")
+def milvus_source_rocksmq(
+    tmp_path_factory: pytest.TempPathFactory, etcd_service: services.EtcdService
+) -> Iterator[MilvusSource]:
+    """A second real Milvus 2.3.5 whose WAL is RocksMQ (a standalone on this host), metadata in
+    the session's etcd under a root path of its own."""
+    import uuid
+
+    from harness.milvus_source import milvus_source_rocksmq as start
+
+    root = f"rmq-{uuid.uuid4().hex[:10]}"
+
+    def factory(workdir: Path) -> AbstractContextManager[MilvusSource]:
+        return start(workdir, etcd_service.endpoint, root_path=root)
+
+    yield from _serve(factory, tmp_path_factory, "milvus-rocksmq")

@@ -102,7 +102,6 @@ class RunnerContext:
     catalog: Callable[[], dict[int, CollectionMeta]]
     channels: list[str]
     default_partition: str = "_default"
-    backend: str = "kafka"
     target_factory: Callable[[dict[str, Any]], MilvusTarget] = MilvusTarget
 
 
@@ -411,7 +410,7 @@ class ReplicationRunner:
             worker = ChannelWorker(
                 shared,
                 source,
-                self.context.backend,
+                source.backend,
                 pchannel,
                 start,
                 start,
@@ -450,7 +449,7 @@ class ReplicationRunner:
         collection on it when the WAL still has it; else at the end (what comes next)."""
         earliest, latest = source.watermarks(pchannel)
         starts = [
-            int.from_bytes(meta.start_positions[pchannel], "little", signed=True)
+            source.offset_of(meta.start_positions[pchannel])
             for meta in catalog.values()
             if registry.wanted(meta.collection_id) and pchannel in meta.start_positions
         ]
@@ -464,8 +463,5 @@ class ReplicationRunner:
                     pchannel,
                 )
             offset = latest
-        if offset <= 0:
-            return None
-        return Position(
-            self.context.backend, pchannel, (offset - 1).to_bytes(8, "little", signed=True), 0
-        )
+        msg_id = source.position_before(offset)
+        return None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)

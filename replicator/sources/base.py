@@ -38,3 +38,11 @@ class WalSource(Protocol):
 
     def watermarks(self, pchannel: str) -> tuple[int, int]:
         """(earliest offset still held, offset the next record will get)."""
+
+    def offset_of(self, msg_id: bytes) -> int:
+        """The order of a record on its channel, from its message id (Milvus's own positions
+        use the same ids, so a collection's start position converts too)."""
+
+    def position_before(self, offset: int) -> bytes | None:
+        """A message id to resume after so that reading starts at ``offset`` (None: from the
+        beginning of the channel)."""

@@ -92,6 +92,14 @@ class KafkaSource:
     def open_channel(self, pchannel: str, start: Position | None) -> KafkaChannelReader:
         return KafkaChannelReader(self._config, pchannel, start)
 
+    @staticmethod
+    def offset_of(msg_id: bytes) -> int:
+        return decode_offset(msg_id)
+
+    @staticmethod
+    def position_before(offset: int) -> bytes | None:
+        return encode_offset(offset - 1) if offset > 0 else None
+
     def watermarks(self, pchannel: str) -> tuple[int, int]:
         consumer = Consumer({**self._config, "group.id": f"milvus-cdc-{uuid.uuid4().hex}"})
         try:

@@ -617,6 +617,13 @@ class PulsarSource:
         """The offset a record with this message id gets (see the module doc)."""
         return offset_of_msg_id(msg_id)
 
+    @staticmethod
+    def position_before(offset: int) -> bytes | None:
+        """Resume so that the message at ``offset`` is read next."""
+        if offset <= 0:
+            return None
+        return msg_id_before(MessageIdParts.from_offset(offset).serialize())
+
     # -- client --------------------------------------------------------------------------------
     def _new_client(self) -> Any:
         try:

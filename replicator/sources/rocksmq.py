@@ -317,6 +317,14 @@ class RocksmqSource:
                 self._shared = None
         store.close()
 
+    @staticmethod
+    def offset_of(msg_id: bytes) -> int:
+        return decode_id(msg_id)
+
+    @staticmethod
+    def position_before(offset: int) -> bytes | None:
+        return encode_id(offset - 1) if offset > 0 else None
+
     def watermarks(self, pchannel: str) -> tuple[int, int]:
         """(first id held, last id + 1); (0, 0) when the topic holds nothing. Ids of a topic
         increase but need not be consecutive: the next record gets an id >= the second value."""

@@ -171,3 +171,53 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     # drop on the source drops on the target
     source_client.drop_collection(name)
     wait_until(lambda: not target_client.has_collection(name), 60, "target collection dropped")
+
+
+def test_rocksmq_source_replicates_and_resumes(
+    daemon_factory, milvus_source_rocksmq, etcd_service, milvus_lite_service, target_client
+):
+    """A standalone source on this host whose WAL is RocksMQ, read as a RocksDB secondary."""
+    src = milvus_source_rocksmq
+    source = MilvusClient(uri=src.uri, dedicated=True)
+    try:
+        name = f"rmq_{uuid.uuid4().hex[:8]}"
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+        schema.add_field("title", DataType.VARCHAR, max_length=64)
+        schema.add_field("score", DataType.DOUBLE)
+        index = source.prepare_index_params()
+        index.add_index("vec", index_type="FLAT", metric_type="L2")
+        source.create_collection(name, schema=schema, index_params=index)
+        source.insert(name, make_rows(0, 100, "before"))
+        daemon = daemon_factory(
+            sourceConfig={
+                "etcd": {"address": [etcd_service.endpoint]},
+                "etcdRootPath": src.etcd_root_path,
+                "channelPrefix": src.chan_prefix,
+                "mqType": "rocksmq",
+                "rocksmq": {"path": str(src.rocksmq_path)},
+            }
+        ).start()
+        created = daemon.call(
+            "create",
+            {
+                "milvus_connect_param": {"uri": milvus_lite_service.uri},
+                "db_collections": {"default": [{"name": name}]},
+            },
+        )
+        assert created.code == 200, created.body
+        source.insert(name, make_rows(100, 200, "after"))
+        source.upsert(name, [dict(r, title="upserted") for r in make_rows(50, 100, "x")])
+        source.delete(name, ids=list(range(25)))
+        expected = wait_equal(source, target_client, name, "id")
+        assert len(expected) == 300 - 25
+        assert expected[120]["title"] == "upserted"
+        positions = daemon.call("position", {"task_id": created.data["task_id"]}).data
+        assert {p["backend"] for p in positions["positions"]} == {"rocksmq"}
+        assert daemon.stop() == 0
+        source.insert(name, make_rows(1000, 30, "while down"))
+        daemon.start()
+        assert 1029 in wait_equal(source, target_client, name, "id")
+    finally:
+        source.close()

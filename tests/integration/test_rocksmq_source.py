@@ -33,7 +33,6 @@ from replicator.sources.rocksmq import (
 
 if TYPE_CHECKING:
     from harness.milvus_source import MilvusSource
-    from harness.services import EtcdService
 
 pytestmark = pytest.mark.e2e
 
@@ -46,17 +45,9 @@ BACKEND = "rocksmq"
 
 
 @pytest.fixture(scope="module")
-def rocksmq_milvus(
-    tmp_path_factory: pytest.TempPathFactory, etcd_service: EtcdService
-) -> Iterator[MilvusSource]:
-    from harness.milvus_source import milvus_source_rocksmq
-
-    root = f"rmq-{uuid.uuid4().hex[:10]}"
-    with milvus_source_rocksmq(
-        tmp_path_factory.mktemp("milvus-rocksmq"), etcd_service.endpoint, root_path=root
-    ) as source:
-        assert source.rocksmq_path is not None
-        yield source
+def rocksmq_milvus(milvus_source_rocksmq: MilvusSource) -> MilvusSource:
+    assert milvus_source_rocksmq.rocksmq_path is not None
+    return milvus_source_rocksmq
 
 
 @pytest.fixture(scope="module")
