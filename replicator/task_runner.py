@@ -18,5 +18,8 @@ class TaskRunner(Protocol):
     async def stop(self) -> None:
         """Stop reading, flush what was read to the target, save positions, then return."""
 
+    def status(self) -> dict[str, Any]:
+        """Progress: rows, bytes, lag_seconds and per-channel details (JSON-able)."""
+
 
 RunnerFactory = Callable[[TaskRecord, MetaStore, FailureCallback], TaskRunner]

@@ -79,14 +79,16 @@ async def _resume(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
 
 
 async def _get(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    view = task_view(await sup.get(parse_model(TaskIdRequest, data).task_id))
+    task = await sup.get(parse_model(TaskIdRequest, data).task_id)
+    view = task_view(task, sup.progress(task.task_id))
     # The Go server answers "task"; its document shows "Task". Serve both spellings.
     return {"task": view, "Task": view}
 
 
 async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     parse_model(ListRequest, data)
-    return {"tasks": [task_view(t) for t in await sup.list()]}
+    progress = sup.all_progress()
+    return {"tasks": [task_view(t, progress.get(t.task_id)) for t in await sup.list()]}
 
 
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
@@ -242,7 +244,7 @@ def create_app(
         factory = runner_factory or make_runner_factory(settings)
         supervisor = TaskSupervisor(app[STORE], settings, factory, target_checker, redactor)
         app[SUPERVISOR] = supervisor
-        app[METRICS] = DaemonMetrics(supervisor.state_counts)
+        app[METRICS] = DaemonMetrics(supervisor.state_counts, supervisor.all_progress)
         await supervisor.start()
         yield
         app[LIFECYCLE].draining = True

@@ -3,30 +3,64 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
 
+Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
 
-class _TaskStateCollector(Collector):
-    def __init__(self, counts: Callable[[], Mapping[TaskState, int]]) -> None:
+
+class _TaskCollector(Collector):
+    """Read at every scrape: task counts by state, and each running task's channels."""
+
+    def __init__(self, counts: Callable[[], Mapping[TaskState, int]], progress: Progress) -> None:
         self._counts = counts
+        self._progress = progress
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily("cdc_tasks", "Replication tasks by state", labels=["state"])
         counts = self._counts()
         for state in TaskState:
             family.add_metric([state.value], counts.get(state, 0))
         yield family
+        labels = ["task_id", "channel"]
+        rows = CounterMetricFamily(
+            "cdc_replicated_rows", "Rows written to the target (inserted or deleted)", labels=labels
+        )
+        size = CounterMetricFamily(
+            "cdc_replicated_bytes", "Bytes of source messages applied to the target", labels=labels
+        )
+        lag = GaugeMetricFamily(
+            "cdc_lag_seconds", "Source time not yet applied to the target", labels=labels
+        )
+        position = GaugeMetricFamily(
+            "cdc_position_timestamp_seconds",
+            "Source time of the last saved position (physical part of the hybrid timestamp)",
+            labels=labels,
+        )
+        for task_id, status in self._progress().items():
+            for channel in status.get("channels", []):
+                key = [task_id, channel["channel"]]
+                rows.add_metric(key, channel["rows"])
+                size.add_metric(key, channel["bytes"])
+                if channel["lag_seconds"] is not None:
+                    lag.add_metric(key, channel["lag_seconds"])
+                if channel["position"]:
+                    position.add_metric(key, (channel["position"]["ts"] >> 18) / 1000)
+        yield from (rows, size, lag, position)
 
 
 class DaemonMetrics:
-    def __init__(self, task_counts: Callable[[], Mapping[TaskState, int]]) -> None:
+    def __init__(
+        self, task_counts: Callable[[], Mapping[TaskState, int]], progress: Progress
+    ) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_TaskStateCollector(task_counts))
+        self.registry.register(_TaskCollector(task_counts, progress))
         self.requests = Counter(
             "cdc_requests",
             "POST /cdc requests by request type and answer code",

@@ -98,6 +98,13 @@ class TaskSupervisor:
     def state_counts(self) -> dict[TaskState, int]:
         return dict(Counter(self._states.values()))
 
+    def progress(self, task_id: str) -> dict[str, Any] | None:
+        runner = self._runners.get(task_id)
+        return None if runner is None else runner.status()
+
+    def all_progress(self) -> dict[str, dict[str, Any]]:
+        return {task_id: runner.status() for task_id, runner in list(self._runners.items())}
+
     # --- requests ----------------------------------------------------------------------------
     async def create(self, request: CreateRequest) -> TaskRecord:
         spec = validate_create(request, self._settings)
@@ -260,8 +267,9 @@ def _target_text(spec: dict[str, Any]) -> str:
     return f"{host}:{port}"
 
 
-def task_view(task: TaskRecord) -> dict[str, Any]:
-    """A task as get and list show it (the Go tool's fields first; never a secret)."""
+def task_view(task: TaskRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A task as get and list show it (the Go tool's fields first; never a secret).
+    ``progress`` is the runner's status while it runs (rows, bytes, lag, channels)."""
     view = public_view(dict(task.spec))
     return {
         "task_id": task.task_id,
@@ -270,4 +278,5 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "reason": task.reason,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
+        "progress": progress,
     }

@@ -74,14 +74,17 @@ class ChannelStatus:
     rows: int = 0
     bytes: int = 0
     position: Position | None = None
-    last_tick_ts: int = 0
+    # the source time (hybrid ts) up to which everything on the channel is on the target
+    applied_ts: int = 0
     state: str = "starting"
 
     @property
     def lag_seconds(self) -> float | None:
-        if not self.last_tick_ts:
+        """Source time not yet on the target; None until the channel's first time tick. It is
+        computed when asked, so a stuck worker shows a growing lag."""
+        if not self.applied_ts:
             return None
-        return max(0.0, time.time() - (self.last_tick_ts >> 18) / 1000)
+        return max(0.0, time.time() - (self.applied_ts >> 18) / 1000)
 
     def view(self) -> dict[str, Any]:
         return {
@@ -208,12 +211,14 @@ class ChannelWorker:
                     pending.append(_Pending(record, event, before))
                 elif isinstance(event, TimeTick):
                     tick_ts = max(tick_ts, event.ts)
-                    self.status.last_tick_ts = tick_ts
                     ready, pending = _split(pending, tick_ts)
                     if ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS:
                         at = pending[0].before if pending else record.msg_id
                         self._commit(ready, at, tick_ts)
                         last_save = time.monotonic()
+                    # everything up to the oldest waiting event is on the target now
+                    applied_to = pending[0].event.ts - 1 if pending else tick_ts
+                    self.status.applied_ts = max(self.status.applied_ts, applied_to)
                 elif isinstance(event, (CreateCollection, DropCollection)):
                     # DML older than the DDL goes first; a drop's barrier needs it applied
                     ready, pending = _split(pending, event.ts)
@@ -338,7 +343,16 @@ class ReplicationRunner:
             await asyncio.to_thread(self._thread.join)
 
     def status(self) -> dict[str, Any]:
-        return {"channels": [s.view() for s in self.statuses.values()]}
+        """Progress for get/list and /metrics: totals and every channel that has seen data or
+        time ticks (a task reads every DML channel of the source; idle ones are left out)."""
+        channels = [s for s in self.statuses.values() if s.applied_ts or s.rows]
+        lags = [lag for s in channels if (lag := s.lag_seconds) is not None]
+        return {
+            "rows": sum(s.rows for s in channels),
+            "bytes": sum(s.bytes for s in channels),
+            "lag_seconds": round(max(lags), 3) if lags else None,
+            "channels": [s.view() for s in channels],
+        }
 
     # --- the task's main thread --------------------------------------------------------------
     def _main(self) -> None:

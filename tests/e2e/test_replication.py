@@ -149,6 +149,20 @@ def test_inserts_upserts_and_deletes_reach_the_target(
 
     task = daemon.call("get", {"task_id": task_id}).data["task"]
     assert task["state"] == "Running", task
+    progress = task["progress"]
+    # 200 rows before the task + 300 + 100 upserted (written as delete + insert) + 40 + 5
+    assert progress["rows"] >= 500 + 100 + 40 + 5, progress
+    assert progress["bytes"] > 0
+    assert progress["lag_seconds"] is not None
+    assert progress["lag_seconds"] < 30
+    channel = next(c for c in progress["channels"] if c["rows"])
+    assert channel["position"]["backend"] == "kafka"
+    listed = daemon.call("list").data["tasks"][0]
+    assert listed["progress"]["rows"] >= progress["rows"]
+    metrics = daemon.get("/metrics")[1].decode()
+    label = f'channel="{channel["channel"]}",task_id="{task_id}"'
+    assert f"cdc_replicated_rows_total{{{label}}}" in metrics
+    assert f"cdc_lag_seconds{{{label}}}" in metrics
     positions = daemon.call("position", {"task_id": task_id}).data["positions"]
     assert positions, "positions are saved per channel"
 

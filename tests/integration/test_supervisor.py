@@ -31,6 +31,9 @@ class ScriptedRunner:
     async def stop(self) -> None:
         self.events.append(("stop", self.task_id))
 
+    def status(self) -> dict:
+        return {"rows": 0, "bytes": 0, "lag_seconds": None, "channels": []}
+
 
 @pytest.fixture
 def make_supervisor(tmp_path):
