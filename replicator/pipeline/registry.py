@@ -18,6 +18,7 @@ class CollectionRegistry:
         self._default_partition = default_partition
         self._by_id: dict[int, TargetCollection] = {}
         self._pchannels: dict[int, frozenset[str]] = {}
+        self._source_names: dict[int, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
     def add(
@@ -39,11 +40,17 @@ class CollectionRegistry:
         with self._lock:
             self._by_id[collection_id] = collection
             self._pchannels[collection_id] = frozenset(pchannels)
+            self._source_names[collection_id] = (db, name)
         return collection
 
     def remove(self, collection_id: int) -> None:
         with self._lock:
             self._by_id.pop(collection_id, None)
+            self._source_names.pop(collection_id, None)
+
+    def knows(self, db: str, name: str) -> bool:
+        """Is a selected source collection of this name being replicated now?"""
+        return (db or DEFAULT_DB, name) in set(self._source_names.values())
 
     def wanted(self, collection_id: int) -> bool:
         return collection_id in self._by_id

@@ -37,6 +37,7 @@ from metastore import (
     TaskRecord,
 )
 from replicator.codec.msgstream import decode
+from replicator.codec.replicate import RpcEvent, decode_replicate
 from replicator.events import (
     CreateCollection,
     Delete,
@@ -50,8 +51,8 @@ from replicator.log_context import log_context
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
-from replicator.pipeline.selection import TaskSelection
-from replicator.sinks.base import SinkError
+from replicator.pipeline.selection import WILDCARD, TaskSelection
+from replicator.sinks.base import SinkError, TargetRejectedError
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
 from replicator.task_runner import FailureCallback
@@ -308,6 +309,91 @@ class ChannelWorker:
             shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
 
 
+class ReplicateWorker(ChannelWorker):
+    """The replicate channel: the source's index, load, flush and database calls, made on the
+    target in order under the task's names; the position is saved after each record."""
+
+    WAIT_FOR_COLLECTION = 60.0
+
+    def __init__(self, *args: Any, selection: TaskSelection, task_ts: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.selection = selection
+        self.task_ts = task_ts  # calls older than the task about unknown collections are history
+
+    def _consume(self, reader: ChannelReader) -> None:
+        while not self.shared.stop.is_set():
+            for record in reader.read_batch(100, READ_TIMEOUT):
+                event = decode_replicate(record, self.backend)
+                if isinstance(event, FailedRecord):
+                    raise TaskFailedError(
+                        f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
+                    )
+                if isinstance(event, RpcEvent):
+                    self._apply_rpc(event)
+                ts = max(event.ts, self.saved.ts if self.saved else 0)
+                self.status.applied_ts = max(self.status.applied_ts, ts)
+                self._commit([], record.msg_id, ts)
+
+    def _target_request(self, event: RpcEvent) -> Any:
+        """The request under the target's names, or None when the task does not select it."""
+        db = event.db_name
+        request = type(event.request)()
+        request.CopyFrom(event.request)
+        request.ClearField("base")
+        if event.kind == "database":
+            if not any(d in (WILDCARD, db) for d, _ in self.selection.selection):
+                return None
+            request.db_name = self.selection.target_name(db, "")[0]
+            return request
+        names = [c for c in event.collections if self.selection.selects(db, c)]
+        if not names:
+            return None
+        if not all(self._wait_known(db, c, event.ts) for c in names):
+            return None
+        mapped = [self.selection.target_name(db, c) for c in names]
+        request.db_name = mapped[0][0]
+        if event.kind == "collections":
+            del request.collection_names[:]
+            request.collection_names.extend(c for _, c in mapped)
+        else:
+            request.collection_name = mapped[0][1]
+        return request
+
+    def _wait_known(self, db: str, collection: str, ts: int) -> bool:
+        """The DML channel creates collections; a call about one it has not seen yet waits
+        for it, unless the call predates the task (history of a collection since dropped)."""
+        if self.shared.registry.knows(db, collection):
+            return True
+        if ts < self.task_ts:
+            return False
+        deadline = time.monotonic() + self.WAIT_FOR_COLLECTION
+        while time.monotonic() < deadline and not self.shared.stop.is_set():
+            if self.shared.registry.knows(db, collection):
+                return True
+            self.shared.stop.wait(0.5)
+        raise TaskFailedError(
+            f"channel {self.pchannel}: {collection!r} in {db!r} is not on the target "
+            f"{self.WAIT_FOR_COLLECTION:.0f} s after the source used it"
+        )
+
+    def _apply_rpc(self, event: RpcEvent) -> None:
+        request = self._target_request(event)
+        if request is None:
+            return
+        what = f"{event.method} {request.db_name}.{','.join(event.collections) or ''}"
+        try:
+            self.shared.target.call(event.method, request, what)
+            log.info("applied %s", what)
+        except TargetRejectedError as exc:
+            text = str(exc).lower()
+            absent = any(w in text for w in ("not exist", "not found", "doesn't exist"))
+            creating = event.method.startswith(("Create", "Load"))
+            if (creating and "exist" in text and not absent) or (not creating and absent):
+                log.info("%s: already in that state on the target", what)
+                return
+            raise
+
+
 def _names(collection: TargetCollection) -> tuple[str, str]:
     return collection.db, collection.name
 
@@ -325,7 +411,9 @@ class ReplicationRunner:
         self.on_failure = on_failure
         self.context = context
         self.selection = TaskSelection.from_spec(task.spec)
-        self.statuses = {ch: ChannelStatus(ch) for ch in context.channels}
+        self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
+        channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
+        self.statuses = {ch: ChannelStatus(ch) for ch in channels}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -431,6 +519,29 @@ class ReplicationRunner:
                 self.statuses[pchannel],
             )
             workers.append(worker)
+        if self.rpc_channel:
+            start = saved.get(self.rpc_channel)
+            if start is None:
+                # from the oldest call the WAL holds: earlier index and load calls of the
+                # selected collections are made again (they are idempotent)
+                earliest, _ = source.watermarks(self.rpc_channel)
+                msg_id = source.position_before(earliest)
+                if msg_id is not None:
+                    start = Position(source.backend, self.rpc_channel, msg_id, 0)
+                    self.store.save_position(self.task.task_id, start, None)
+            workers.append(
+                ReplicateWorker(
+                    shared,
+                    source,
+                    source.backend,
+                    self.rpc_channel,
+                    start,
+                    start,
+                    self.statuses[self.rpc_channel],
+                    selection=self.selection,
+                    task_ts=int(self.task.created_at * 1000) << 18,
+                )
+            )
         errors: list[Exception] = []
 
         def run(worker: ChannelWorker) -> None:

@@ -193,6 +193,10 @@ class MilvusTarget:
                 f"create partition {db}.{collection}.{partition}",
             )
 
+    def call(self, method: str, request: Any, what: str) -> Any:
+        """Any MilvusService call with a request the caller built (the replicate channel's)."""
+        return self._call(method, request, what)
+
     # --- DML ---------------------------------------------------------------------------------
     def insert(
         self,
@@ -234,6 +238,19 @@ class MilvusTarget:
             )
 
 
-_STATUS_ONLY = {"CreateCollection", "DropCollection", "CreatePartition"}
+_STATUS_ONLY = {
+    "CreateCollection",
+    "DropCollection",
+    "CreatePartition",
+    "CreateIndex",
+    "DropIndex",
+    "AlterIndex",
+    "LoadCollection",
+    "ReleaseCollection",
+    "LoadPartitions",
+    "ReleasePartitions",
+    "CreateDatabase",
+    "DropDatabase",
+}
 
 __all__ = ["MilvusTarget", "SinkError", "pk_field", "target_schema"]

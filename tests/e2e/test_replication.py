@@ -165,6 +165,11 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     assert f"cdc_lag_seconds{{{label}}}" in metrics
     positions = daemon.call("position", {"task_id": task_id}).data["positions"]
     assert positions, "positions are saved per channel"
+    # the index made on the source (replicate channel) is on the target with its parameters
+    wait_until(lambda: "vec" in target_client.list_indexes(name), 30, "index replicated")
+    described = target_client.describe_index(name, "vec")
+    assert (described["index_type"], described["metric_type"]) == ("FLAT", "L2")
+    assert milvus_source.replicate_channel in {p["channel_name"] for p in positions}
 
     # pause: nothing moves; resume: the writes made meanwhile arrive
     assert daemon.call("pause", {"task_id": task_id}).code == 200
