@@ -54,7 +54,12 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.sinks.base import SinkError, TargetRejectedError
 from replicator.sinks.milvus import MilvusTarget
-from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
+from replicator.sources.base import (
+    ChannelReader,
+    SourceUnavailableError,
+    WalSource,
+    WalTruncatedError,
+)
 from replicator.task_runner import FailureCallback
 
 log = logging.getLogger(__name__)
@@ -170,6 +175,8 @@ class ChannelWorker:
                 self.status.state = "running"
                 self._consume(reader)
                 return
+            except WalTruncatedError as exc:
+                raise TaskFailedError(f"channel {self.pchannel}: {exc}") from exc
             except (SourceUnavailableError, SinkError, MetaStoreError) as exc:
                 if isinstance(exc, (TaskNotFoundError, PositionConflictError)):
                     raise
@@ -416,6 +423,7 @@ class ReplicationRunner:
         self.statuses = {ch: ChannelStatus(ch) for ch in channels}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watermarks: dict[str, tuple[int, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -481,8 +489,14 @@ class ReplicationRunner:
                 backoff = min(MAX_BACKOFF, backoff * 2)
 
     def _connect(self) -> tuple[WalSource, MilvusTarget, dict[int, CollectionMeta]]:
-        catalog = self.context.catalog()
         source = self.context.source()
+        # The ends of the channels a new task has no position on are read BEFORE the catalog:
+        # a collection created in between is then in the catalog or after the start in the WAL.
+        saved = self.store.get_positions(self.task.task_id)
+        self._watermarks = {
+            ch: source.watermarks(ch) for ch in self.context.channels if ch not in saved
+        }
+        catalog = self.context.catalog()
         target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
         return source, target, catalog
 
@@ -571,8 +585,9 @@ class ReplicationRunner:
         registry: CollectionRegistry,
     ) -> Position | None:
         """Where a new task starts on a channel: at the creation of the earliest selected
-        collection on it when the WAL still has it; else at the end (what comes next)."""
-        earliest, latest = source.watermarks(pchannel)
+        collection on it when the WAL still has it; else at the end (what comes next) as it
+        was before the catalog was read."""
+        earliest, latest = self._watermarks.get(pchannel) or source.watermarks(pchannel)
         starts = [
             source.offset_of(meta.start_positions[pchannel])
             for meta in catalog.values()

@@ -19,6 +19,13 @@ class SourceUnavailableError(Exception):
     retriable = True
 
 
+class WalTruncatedError(Exception):
+    """The position to resume from is no longer held by the queue: records were lost to
+    retention. Not retriable; the task fails and says so (a backfill can repair the target)."""
+
+    retriable = False
+
+
 class ChannelReader(Protocol):
     pchannel: str
 

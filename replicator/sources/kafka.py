@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import SourceUnavailableError
+from replicator.sources.base import SourceUnavailableError, WalTruncatedError
 
 BACKEND = "kafka"
 _PARTITION = 0
@@ -37,7 +37,9 @@ class KafkaChannelReader:
                 "group.id": f"milvus-cdc-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
+                # a position the broker no longer holds (retention) is an error, never a
+                # silent jump to whatever is oldest: that would lose the records in between
+                "auto.offset.reset": "error",
                 "enable.partition.eof": False,
             }
         )
@@ -60,6 +62,11 @@ class KafkaChannelReader:
                     continue
                 if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # the channel has no records yet
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise WalTruncatedError(
+                        f"kafka {self.pchannel}: the saved position is no longer in the topic "
+                        f"(retention removed it): {error.str()}"
+                    )
                 raise SourceUnavailableError(f"kafka {self.pchannel}: {error.str()}")
             offset = int(message.offset() or 0)
             headers: dict[str, str] = {}

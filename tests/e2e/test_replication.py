@@ -8,7 +8,7 @@ import time
 import uuid
 
 import pytest
-from harness.services import wait_until
+from harness.services import ServiceStartError, wait_until
 from pymilvus import DataType, MilvusClient
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +69,7 @@ def rows(client: MilvusClient, collection: str, pk: str) -> dict:
             output_fields=["*"],
             limit=QUERY_LIMIT,
             consistency_level="Strong",
+            timeout=30,
         )
         assert len(found) < QUERY_LIMIT, f"window {expr} too large to read in one query"
         for row in found:
@@ -80,15 +81,31 @@ def rows(client: MilvusClient, collection: str, pk: str) -> dict:
     return result
 
 
+def describe_difference(expected: dict, actual: dict) -> str:
+    missing = sorted(set(expected) - set(actual), key=str)
+    extra = sorted(set(actual) - set(expected), key=str)
+    changed = sorted((k for k in set(expected) & set(actual) if expected[k] != actual[k]), key=str)
+    example = [(expected[k], actual[k]) for k in changed[:1]]
+    return (
+        f"{len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}, "
+        f"{len(changed)} changed {changed[:10]}, e.g. {example}"
+    )
+
+
 def wait_equal(source, target, collection: str, pk: str, timeout: float = 90) -> dict:
-    expected = rows(source, collection, pk)
+    # a query can fail when a server drops the test client's connection (GOAWAY): read again
+    (expected,) = wait_until(lambda: (rows(source, collection, pk),), 120, f"read {collection}")
 
     def same() -> bool:
         if not target.has_collection(collection):
             return False
         return rows(target, collection, pk) == expected
 
-    wait_until(same, timeout, f"target {collection} equal to the source")
+    try:
+        wait_until(same, timeout, f"target {collection} equal to the source")
+    except ServiceStartError:
+        actual = rows(target, collection, pk) if target.has_collection(collection) else {}
+        pytest.fail(f"{collection}: {describe_difference(expected, actual)}")
     return expected
 
 
