@@ -42,6 +42,7 @@ from harness.services import (
     _running,
     wait_until,
 )
+from server.demo import MILVUS_ENV_PREFIXES
 
 DEFAULT_ROOT_PATH = "by-dev"
 DML_CHANNEL_NUM = 16  # rootCoord.dmlChannelNum in the wheel's template
@@ -59,37 +60,9 @@ _COMPONENTS = (
     "dataNode",
 )
 
-# Environment variables whose normalised names could be read as Milvus settings: dropped from the
-# inherited environment so the caller's shell cannot reconfigure the instance.
-_MILVUS_ENV_PREFIXES = (
-    "ETCD_",
-    "METASTORE_",
-    "TIKV_",
-    "LOCALSTORAGE_",
-    "MINIO_",
-    "MQ_",
-    "PULSAR_",
-    "KAFKA_",
-    "ROCKSMQ_",
-    "NATSMQ_",
-    "ROOTCOORD_",
-    "PROXY_",
-    "QUERYCOORD_",
-    "QUERYNODE_",
-    "INDEXCOORD_",
-    "INDEXNODE_",
-    "DATACOORD_",
-    "DATANODE_",
-    "COMMON_",
-    "LOG_",
-    "GRPC_",
-    "TLS_",
-    "QUOTAANDLIMITS_",
-    "TRACE_",
-    "MILVUS",
-    "DEPLOY_MODE",
-    "METRICS_PORT",
-)
+# Environment variables whose names Milvus would read as settings: dropped from the inherited
+# environment so the caller's shell cannot reconfigure the instance (the demo's list).
+_MILVUS_ENV_PREFIXES = MILVUS_ENV_PREFIXES
 
 
 @dataclass(frozen=True, kw_only=True)

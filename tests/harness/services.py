@@ -96,17 +96,10 @@ def free_port() -> int:
 
 
 def _free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (all sockets are held open until every port is chosen)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    """Distinct free loopback ports (held together while chosen, so they differ)."""
+    from server.demo import free_ports
+
+    return free_ports(count)
 
 
 def log_tail(path: Path, lines: int = 40, max_bytes: int = 16384) -> str:
