@@ -42,6 +42,7 @@ from replicator.events import (
     CreateCollection,
     Delete,
     DropCollection,
+    DropPartition,
     FailedRecord,
     Insert,
     RawRecord,
@@ -53,7 +54,7 @@ from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.sinks.base import SinkError, TargetRejectedError
-from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.milvus import MilvusTarget, is_unimplemented
 from replicator.sources.base import (
     ChannelReader,
     SourceUnavailableError,
@@ -227,7 +228,7 @@ class ChannelWorker:
                     # everything up to the oldest waiting event is on the target now
                     applied_to = pending[0].event.ts - 1 if pending else tick_ts
                     self.status.applied_ts = max(self.status.applied_ts, applied_to)
-                elif isinstance(event, (CreateCollection, DropCollection)):
+                elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                     # DML older than the DDL goes first; a drop's barrier needs it applied
                     ready, pending = _split(pending, event.ts)
                     self._commit(ready, None, tick_ts)
@@ -278,7 +279,17 @@ class ChannelWorker:
             self.status.position = position
 
     # --- DDL ---------------------------------------------------------------------------------
-    def _apply_ddl(self, event: CreateCollection | DropCollection) -> None:
+    def _all_channels_reached(self, key: str, collection_id: int) -> bool:
+        """A drop waits until every channel of the collection has read up to it; the channels
+        that have are kept in the task's state, so a restart in between does not forget them."""
+        shared = self.shared
+        arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
+        arrived.add(self.pchannel)
+        shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
+        expected = shared.registry.pchannels(collection_id) or {self.pchannel}
+        return expected <= arrived
+
+    def _apply_ddl(self, event: CreateCollection | DropCollection | DropPartition) -> None:
         shared = self.shared
         with shared.ddl_lock:
             if isinstance(event, CreateCollection):
@@ -302,18 +313,25 @@ class ChannelWorker:
             collection = shared.registry.resolve(event.collection_id)
             if collection is None:
                 return
-            # A drop waits until every channel of the collection has read up to it.
-            key = f"drop/{event.collection_id}"
-            arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
-            arrived.add(self.pchannel)
-            expected = shared.registry.pchannels(event.collection_id) or {self.pchannel}
-            if not expected <= arrived:
-                shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
+            if isinstance(event, DropPartition):
+                key = f"drop-partition/{event.collection_id}/{event.partition_name}"
+                if not self._all_channels_reached(key, event.collection_id):
+                    return
+                if shared.target.drop_partition(
+                    collection.db, collection.name, event.partition_name
+                ):
+                    log.info(
+                        "dropped partition %s of %s.%s on the target",
+                        event.partition_name,
+                        *_names(collection),
+                    )
+                collection.known_partitions.discard(event.partition_name)
+                return
+            if not self._all_channels_reached(f"drop/{event.collection_id}", event.collection_id):
                 return
             if shared.target.drop_collection(collection.db, collection.name):
                 log.info("dropped collection %s.%s on the target", *_names(collection))
             shared.registry.remove(event.collection_id)
-            shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
 
 
 class ReplicateWorker(ChannelWorker):
@@ -392,6 +410,10 @@ class ReplicateWorker(ChannelWorker):
             self.shared.target.call(event.method, request, what)
             log.info("applied %s", what)
         except TargetRejectedError as exc:
+            if is_unimplemented(exc):
+                # e.g. Milvus Lite has no partition load state; the data is unaffected
+                log.warning("%s: the target does not offer this call; skipped", what)
+                return
             text = str(exc).lower()
             absent = any(w in text for w in ("not exist", "not found", "doesn't exist"))
             creating = event.method.startswith(("Create", "Load"))

@@ -197,6 +197,37 @@ class MilvusTarget:
         """Any MilvusService call with a request the caller built (the replicate channel's)."""
         return self._call(method, request, what)
 
+    def drop_partition(self, db: str, collection: str, partition: str) -> bool:
+        """Release, then drop (Milvus refuses to drop a loaded partition); False if absent."""
+        has = self._call(
+            "HasPartition",
+            milvus_pb2.HasPartitionRequest(
+                db_name=db, collection_name=collection, partition_name=partition
+            ),
+            f"has partition {db}.{collection}.{partition}",
+        )
+        if not has.value:
+            return False
+        try:
+            self._call(
+                "ReleasePartitions",
+                milvus_pb2.ReleasePartitionsRequest(
+                    db_name=db, collection_name=collection, partition_names=[partition]
+                ),
+                f"release partition {db}.{collection}.{partition}",
+            )
+        except TargetRejectedError as exc:
+            if not is_unimplemented(exc):
+                raise  # Milvus Lite has no partition load state: nothing to release there
+        self._call(
+            "DropPartition",
+            milvus_pb2.DropPartitionRequest(
+                db_name=db, collection_name=collection, partition_name=partition
+            ),
+            f"drop partition {db}.{collection}.{partition}",
+        )
+        return True
+
     # --- DML ---------------------------------------------------------------------------------
     def insert(
         self,
@@ -238,6 +269,11 @@ class MilvusTarget:
             )
 
 
+def is_unimplemented(exc: SinkError) -> bool:
+    """The target does not offer the call at all (Milvus Lite: partition load and release)."""
+    return "UNIMPLEMENTED" in str(exc)
+
+
 _STATUS_ONLY = {
     "CreateCollection",
     "DropCollection",
@@ -249,6 +285,7 @@ _STATUS_ONLY = {
     "ReleaseCollection",
     "LoadPartitions",
     "ReleasePartitions",
+    "DropPartition",
     "CreateDatabase",
     "DropDatabase",
 }

@@ -204,6 +204,19 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     final = wait_equal(source_client, target_client, name, "id")
     assert 3049 in final
 
+    # a partition (made in etcd only in 2.3) appears on first insert; dropping it drops it
+    source_client.create_partition(name, "p_extra")
+    source_client.insert(name, make_rows(5000, 40, "partition"), partition_name="p_extra")
+    with_partition = wait_equal(source_client, target_client, name, "id")
+    assert 5039 in with_partition
+    assert "p_extra" in target_client.list_partitions(name)
+    source_client.release_partitions(name, ["p_extra"])
+    source_client.drop_partition(name, "p_extra")
+    wait_until(
+        lambda: "p_extra" not in target_client.list_partitions(name), 60, "partition dropped"
+    )
+    assert 5039 not in wait_equal(source_client, target_client, name, "id")
+
     # drop on the source drops on the target
     source_client.drop_collection(name)
     wait_until(lambda: not target_client.has_collection(name), 60, "target collection dropped")
