@@ -29,51 +29,46 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise WireError("varint too long")
 
 
-def find_varint_field(buf: bytes, field_number: int) -> int | None:
-    """The first value of varint field ``field_number``, or None if absent."""
+def _walk(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """Every field as (number, wire type, value, start): varints and fixed-width fields carry
+    their value; length-delimited ones their length and where their bytes start (not sliced,
+    so skipping a large column costs nothing)."""
     pos = 0
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
             value, pos = _varint(buf, pos)
-            if number == field_number:
-                return value
-        elif wire_type == 1:
-            pos += 8
+            yield number, wire_type, value, pos
+        elif wire_type in (1, 5):
+            width = 8 if wire_type == 1 else 4
+            if pos + width > len(buf):
+                raise WireError("truncated field")
+            yield number, wire_type, int.from_bytes(buf[pos : pos + width], "little"), pos
+            pos += width
         elif wire_type == 2:
             length, pos = _varint(buf, pos)
+            if pos + length > len(buf):
+                raise WireError("truncated field")
+            yield number, wire_type, length, pos
             pos += length
-        elif wire_type == 5:
-            pos += 4
         else:
             raise WireError(f"unsupported wire type {wire_type}")
-        if pos > len(buf):
-            raise WireError("truncated field")
+
+
+def find_varint_field(buf: bytes, field_number: int) -> int | None:
+    """The first value of varint field ``field_number``, or None if absent."""
+    for number, wire_type, value, _ in _walk(buf):
+        if number == field_number and wire_type == 0:
+            return value
     return None
 
 
 def find_bytes_field(buf: bytes, field_number: int) -> bytes | None:
     """The first value of length-delimited field ``field_number``, or None if absent."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            _, pos = _varint(buf, pos)
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > len(buf):
-                raise WireError("truncated field")
-            if number == field_number:
-                return buf[pos : pos + length]
-            pos += length
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise WireError(f"unsupported wire type {wire_type}")
+    for number, wire_type, length, start in _walk(buf):
+        if number == field_number and wire_type == 2:
+            return buf[start : start + length]
     return None
 
 
@@ -84,27 +79,11 @@ def to_signed64(value: int) -> int:
 def iter_fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
     """Every (field number, wire type, value) of a message: ints for varints and fixed-width
     fields, bytes for length-delimited ones (strings, bytes, sub-messages, packed repeats)."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, pos = _varint(buf, pos)
-            yield number, wire_type, value
-        elif wire_type == 1:
-            yield number, wire_type, int.from_bytes(buf[pos : pos + 8], "little")
-            pos += 8
-        elif wire_type == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > len(buf):
-                raise WireError("truncated field")
-            yield number, wire_type, buf[pos : pos + length]
-            pos += length
-        elif wire_type == 5:
-            yield number, wire_type, int.from_bytes(buf[pos : pos + 4], "little")
-            pos += 4
+    for number, wire_type, value, start in _walk(buf):
+        if wire_type == 2:
+            yield number, wire_type, buf[start : start + value]
         else:
-            raise WireError(f"unsupported wire type {wire_type}")
+            yield number, wire_type, value
 
 
 def packed_varints(buf: bytes) -> list[int]:

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 from harness.services import ServiceStartError, wait_until
-from pymilvus import DataType, MilvusClient
-from test_replication import DIM, make_rows, rows, source_config
+from pymilvus import MilvusClient
+from test_replication import create_source_collection, make_rows, rows, source_config
 
 pytestmark = pytest.mark.e2e
 
@@ -72,14 +72,7 @@ def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
     try:
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.INT64, is_primary=True)
-        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
-        schema.add_field("title", DataType.VARCHAR, max_length=64)
-        schema.add_field("score", DataType.DOUBLE)
-        index = source.prepare_index_params()
-        index.add_index("vec", index_type="FLAT", metric_type="L2")
-        source.create_collection(name, schema=schema, index_params=index)
+        create_source_collection(source, name, dynamic=False)
 
         daemon = daemon_factory(
             **source_config(milvus_source, etcd_service, kafka_mock), logLevel="DEBUG"

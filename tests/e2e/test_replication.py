@@ -109,6 +109,18 @@ def wait_equal(source, target, collection: str, pk: str, timeout: float = 90) ->
     return expected
 
 
+def create_source_collection(client: MilvusClient, name: str, *, dynamic: bool = True) -> None:
+    """id (int64 key), vec, title, score, with a FLAT index: the collection most tests use."""
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=dynamic)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("title", DataType.VARCHAR, max_length=64)
+    schema.add_field("score", DataType.DOUBLE)
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    client.create_collection(name, schema=schema, index_params=index)
+
+
 def make_rows(start: int, count: int, tag: str) -> list[dict]:
     rnd = random.Random(start)
     return [
@@ -132,14 +144,7 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     target_client,
 ):
     name = f"e2e_{uuid.uuid4().hex[:8]}"
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
-    schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
-    schema.add_field("title", DataType.VARCHAR, max_length=64)
-    schema.add_field("score", DataType.DOUBLE)
-    index = source_client.prepare_index_params()
-    index.add_index("vec", index_type="FLAT", metric_type="L2")
-    source_client.create_collection(name, schema=schema, index_params=index)
+    create_source_collection(source_client, name)
     source_client.insert(name, make_rows(0, 200, "before"))  # written before the task exists
 
     daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
@@ -230,14 +235,7 @@ def test_rocksmq_source_replicates_and_resumes(
     source = MilvusClient(uri=src.uri, dedicated=True)
     try:
         name = f"rmq_{uuid.uuid4().hex[:8]}"
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
-        schema.add_field("id", DataType.INT64, is_primary=True)
-        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
-        schema.add_field("title", DataType.VARCHAR, max_length=64)
-        schema.add_field("score", DataType.DOUBLE)
-        index = source.prepare_index_params()
-        index.add_index("vec", index_type="FLAT", metric_type="L2")
-        source.create_collection(name, schema=schema, index_params=index)
+        create_source_collection(source, name)
         source.insert(name, make_rows(0, 100, "before"))
         daemon = daemon_factory(
             sourceConfig={
