@@ -27,58 +27,44 @@ def source_config(milvus_source, etcd_service, kafka_mock) -> dict:
     }
 
 
-@pytest.fixture
-def source_client(milvus_source):
-    client = MilvusClient(uri=milvus_source.uri, dedicated=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def target_client(milvus_lite_service):
-    client = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
-    yield client
-    client.close()
-
-
-QUERY_LIMIT = 16384
-
-
 def rows(client: MilvusClient, collection: str, pk: str) -> dict:
-    """Every row by primary key, read in key windows (a single query stops at 16,384 rows);
-    a primary key seen twice fails the test."""
-    client.load_collection(collection)
+    """Every row by primary key (read with a query iterator, so any key range works); a primary
+    key seen twice fails the test, and so does a count that disagrees with count(*)."""
+    client.load_collection(collection, timeout=60)
     total = int(
-        client.query(collection, filter="", output_fields=["count(*)"], consistency_level="Strong")[
-            0
-        ]["count(*)"]
-    )
-    windows = (
-        [f"{pk} >= {lo} and {pk} < {lo + 10_000}" for lo in range(0, 10_000_000, 10_000)]
-        if pk == "id"
-        else [f'{pk} != ""']
-    )
-    result: dict = {}
-    seen = 0
-    for expr in windows:
-        if seen >= total:
-            break
-        found = client.query(
+        client.query(
             collection,
-            filter=expr,
-            output_fields=["*"],
-            limit=QUERY_LIMIT,
+            filter="",
+            output_fields=["count(*)"],
             consistency_level="Strong",
             timeout=30,
-        )
-        assert len(found) < QUERY_LIMIT, f"window {expr} too large to read in one query"
-        for row in found:
-            key = row[pk]
-            assert key not in result, f"duplicate primary key {key!r} in {collection}"
-            result[key] = {k: (list(map(float, v)) if k == "vec" else v) for k, v in row.items()}
-        seen += len(found)
-    assert seen == total, f"{collection}: count(*) says {total} rows, read {seen}"
+        )[0]["count(*)"]
+    )
+    result: dict = {}
+    pages = client.query_iterator(
+        collection,
+        batch_size=2000,
+        output_fields=["*"],
+        consistency_level="Strong",
+        timeout=30,
+    )
+    try:
+        while page := pages.next():
+            for row in page:
+                key = row[pk]
+                assert key not in result, f"duplicate primary key {key!r} in {collection}"
+                result[key] = {k: comparable(v) for k, v in row.items()}
+    finally:
+        pages.close()
+    assert len(result) == total, f"{collection}: count(*) says {total} rows, read {len(result)}"
     return result
+
+
+def comparable(value):
+    """Field values as plain Python: float vectors come back as numpy floats or lists of them."""
+    if isinstance(value, list) and value and not isinstance(value[0], (str, dict, bytes)):
+        return [float(x) if not isinstance(x, bool) else x for x in value]
+    return value
 
 
 def describe_difference(expected: dict, actual: dict) -> str:
@@ -139,9 +125,9 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     milvus_source,
     etcd_service,
     kafka_mock,
-    milvus_lite_service,
+    target,
     source_client,
-    target_client,
+    target_milvus,
 ):
     name = f"e2e_{uuid.uuid4().hex[:8]}"
     create_source_collection(source_client, name)
@@ -151,7 +137,7 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     created = daemon.call(
         "create",
         {
-            "milvus_connect_param": {"uri": milvus_lite_service.uri},
+            "milvus_connect_param": {"uri": target.uri},
             "collection_infos": [{"name": name}],
         },
     )
@@ -163,7 +149,7 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     source_client.delete(name, ids=list(range(40)))
     source_client.insert(name, [dict(r, extra_field="dynamic") for r in make_rows(900, 5, "dyn")])
 
-    expected = wait_equal(source_client, target_client, name, "id")
+    expected = wait_equal(source_client, target_milvus, name, "id")
     assert len(expected) == 500 - 40 + 5
     assert expected[160]["title"] == "upserted"
     assert expected[905 - 1]["extra_field"] == "dynamic"
@@ -188,8 +174,8 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     positions = daemon.call("position", {"task_id": task_id}).data["positions"]
     assert positions, "positions are saved per channel"
     # the index made on the source (replicate channel) is on the target with its parameters
-    wait_until(lambda: "vec" in target_client.list_indexes(name), 30, "index replicated")
-    described = target_client.describe_index(name, "vec")
+    wait_until(lambda: "vec" in target_milvus.list_indexes(name), 30, "index replicated")
+    described = target_milvus.describe_index(name, "vec")
     assert (described["index_type"], described["metric_type"]) == ("FLAT", "L2")
     assert milvus_source.replicate_channel in {p["channel_name"] for p in positions}
 
@@ -197,34 +183,34 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     assert daemon.call("pause", {"task_id": task_id}).code == 200
     source_client.insert(name, make_rows(2000, 50, "paused"))
     time.sleep(2)
-    target_now = rows(target_client, name, "id")
+    target_now = rows(target_milvus, name, "id")
     assert 2000 not in target_now
     assert daemon.call("resume", {"task_id": task_id}).code == 200
-    wait_equal(source_client, target_client, name, "id")
+    wait_equal(source_client, target_milvus, name, "id")
 
     # a restart resumes from the saved positions, with no duplicates
     assert daemon.stop() == 0
     source_client.insert(name, make_rows(3000, 50, "while down"))
     daemon.start()
-    final = wait_equal(source_client, target_client, name, "id")
+    final = wait_equal(source_client, target_milvus, name, "id")
     assert 3049 in final
 
     # a partition (made in etcd only in 2.3) appears on first insert; dropping it drops it
     source_client.create_partition(name, "p_extra")
     source_client.insert(name, make_rows(5000, 40, "partition"), partition_name="p_extra")
-    with_partition = wait_equal(source_client, target_client, name, "id")
+    with_partition = wait_equal(source_client, target_milvus, name, "id")
     assert 5039 in with_partition
-    assert "p_extra" in target_client.list_partitions(name)
+    assert "p_extra" in target_milvus.list_partitions(name)
     source_client.release_partitions(name, ["p_extra"])
     source_client.drop_partition(name, "p_extra")
     wait_until(
-        lambda: "p_extra" not in target_client.list_partitions(name), 60, "partition dropped"
+        lambda: "p_extra" not in target_milvus.list_partitions(name), 60, "partition dropped"
     )
-    assert 5039 not in wait_equal(source_client, target_client, name, "id")
+    assert 5039 not in wait_equal(source_client, target_milvus, name, "id")
 
     # drop on the source drops on the target
     source_client.drop_collection(name)
-    wait_until(lambda: not target_client.has_collection(name), 60, "target collection dropped")
+    wait_until(lambda: not target_milvus.has_collection(name), 60, "target collection dropped")
 
 
 def test_rocksmq_source_replicates_and_resumes(

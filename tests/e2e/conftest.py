@@ -1,0 +1,44 @@
+"""Fixtures of the end-to-end tests: the target Milvus under test and clients of both sides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from pymilvus import MilvusClient
+
+
+@dataclass
+class Target:
+    kind: str
+    uri: str
+
+
+@pytest.fixture(params=["milvus-lite", "milvus-2.3.5"])
+def target(request) -> Target:
+    """The target Milvus: Milvus Lite, or a real Milvus 2.3.5 standalone (the session's
+    RocksMQ-backed server, which the Kafka-source tests do not otherwise touch)."""
+    if request.param == "milvus-lite":
+        return Target(request.param, request.getfixturevalue("milvus_lite_service").uri)
+    return Target(request.param, request.getfixturevalue("milvus_source_rocksmq").uri)
+
+
+@pytest.fixture
+def source_client(milvus_source):
+    client = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def target_milvus(target):
+    client = MilvusClient(uri=target.uri, dedicated=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def target_client(milvus_lite_service):
+    client = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
+    yield client
+    client.close()
