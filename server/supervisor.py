@@ -179,6 +179,7 @@ class TaskSupervisor:
             runner = self._runners.pop(task_id, None)
             if runner is not None:
                 await self._stop_runner(task_id, runner)
+                task = await self.get(task_id)  # a runner may record a warning until it stops
             return await self._set_state(task, TaskState.PAUSED, PAUSED_BY_USER)
 
     async def resume(self, task_id: str) -> TaskRecord:

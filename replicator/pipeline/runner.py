@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metastore import (
+    ConcurrentUpdateError,
     MetaStore,
     MetaStoreError,
     Position,
     PositionConflictError,
     TaskNotFoundError,
     TaskRecord,
+    TaskState,
 )
 from replicator.codec.msgstream import decode
 from replicator.codec.replicate import RpcEvent, decode_replicate
@@ -69,6 +71,7 @@ READ_BATCH = 1000
 READ_TIMEOUT = 0.2
 IDLE_SAVE_SECONDS = 5.0
 MAX_BACKOFF = 30.0
+WARNINGS_KEY = "warnings"
 
 
 class TaskFailedError(Exception):
@@ -447,6 +450,7 @@ class ReplicationRunner:
         self._thread: threading.Thread | None = None
         self._watermarks: dict[str, tuple[int, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._warnings: list[str] = []
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -470,6 +474,7 @@ class ReplicationRunner:
             "bytes": sum(s.bytes for s in channels),
             "lag_seconds": round(max(lags), 3) if lags else None,
             "channels": [s.view() for s in channels],
+            "warnings": list(self._warnings),
         }
 
     # --- the task's main thread --------------------------------------------------------------
@@ -539,10 +544,13 @@ class ReplicationRunner:
                 )
         saved = self.store.get_positions(self.task.task_id)
         workers = []
+        history_lost = []
         for pchannel in self.context.channels:
             start = saved.get(pchannel)
             if start is None:
-                start = self._initial_position(source, pchannel, catalog, registry)
+                start, lost = self._initial_position(source, pchannel, catalog, registry)
+                if lost:
+                    history_lost.append(pchannel)
                 if start is not None:
                     self.store.save_position(self.task.task_id, start, None)
             worker = ChannelWorker(
@@ -555,6 +563,15 @@ class ReplicationRunner:
                 self.statuses[pchannel],
             )
             workers.append(worker)
+        self._load_warnings()
+        if history_lost:
+            self._warn(
+                f"the WAL no longer holds the creation of the selected collections on "
+                f"{', '.join(history_lost)}: replication there starts at the end of the WAL, "
+                f"and older rows are not copied (use a backfill)"
+            )
+        elif self._warnings:
+            self._show_warnings()
         if self.rpc_channel:
             start = saved.get(self.rpc_channel)
             if start is None:
@@ -605,25 +622,48 @@ class ReplicationRunner:
         pchannel: str,
         catalog: dict[int, CollectionMeta],
         registry: CollectionRegistry,
-    ) -> Position | None:
+    ) -> tuple[Position | None, bool]:
         """Where a new task starts on a channel: at the creation of the earliest selected
         collection on it when the WAL still has it; else at the end (what comes next) as it
-        was before the catalog was read."""
+        was before the catalog was read. The flag tells that selected history was lost."""
         earliest, latest = self._watermarks.get(pchannel) or source.watermarks(pchannel)
         starts = [
             source.offset_of(meta.start_positions[pchannel])
             for meta in catalog.values()
             if registry.wanted(meta.collection_id) and pchannel in meta.start_positions
         ]
-        if starts and min(starts) >= earliest:
-            offset = min(starts)
-        else:
-            if starts:
-                log.warning(
-                    "channel %s: the WAL no longer holds the creation of the selected "
-                    "collections; starting at its end (use a backfill for older data)",
-                    pchannel,
-                )
-            offset = latest
+        lost = bool(starts) and min(starts) < earliest
+        offset = min(starts) if starts and not lost else latest
         msg_id = source.position_before(offset)
-        return None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)
+        return (None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)), lost
+
+    # --- warnings: kept in the task's state, shown in progress and, while Running, as reason --
+    def _load_warnings(self) -> None:
+        raw = self.store.get_state(self.task.task_id, WARNINGS_KEY)
+        self._warnings = json.loads(raw) if raw else []
+
+    def _warn(self, text: str) -> None:
+        log.warning("%s", text)
+        if text not in self._warnings:
+            self._warnings.append(text)
+            payload = json.dumps(self._warnings).encode()
+            self.store.put_state(self.task.task_id, WARNINGS_KEY, payload)
+        self._show_warnings()
+
+    def _show_warnings(self) -> None:
+        """Put the warnings into the reason of the Running task (resume clears the reason)."""
+        task = self.store.get_task(self.task.task_id)
+        if task is None or task.state is not TaskState.RUNNING:
+            return
+        missing = [w for w in self._warnings if w not in task.reason]
+        if not missing:
+            return
+        try:
+            self.store.update_task(
+                task.task_id,
+                state=TaskState.RUNNING,
+                reason="; ".join([task.reason, *missing] if task.reason else missing),
+                expected_revision=task.revision,
+            )
+        except ConcurrentUpdateError:
+            log.info("task changed while recording a warning; it stays in progress.warnings")

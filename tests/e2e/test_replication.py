@@ -254,3 +254,76 @@ def test_rocksmq_source_replicates_and_resumes(
         assert 1029 in wait_equal(source, target_client, name, "id")
     finally:
         source.close()
+
+
+def test_history_lost_to_retention_starts_at_the_end_with_a_warning(
+    daemon_factory,
+    milvus_source,
+    etcd_service,
+    kafka_mock,
+    milvus_lite_service,
+    source_client,
+    target_client,
+):
+    """A collection whose creation the queue no longer holds: the task starts at the end of the
+    WAL, says so in its reason (again after a pause and resume), and replicates what follows."""
+    from replicator.sources.kafka import KafkaSource
+
+    name = f"lost_{uuid.uuid4().hex[:8]}"
+    dim = 1024
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+    index = source_client.prepare_index_params()
+    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    source_client.create_collection(name, schema=schema, index_params=index, num_shards=1)
+    rnd = random.Random(5)
+
+    def batch(start: int, count: int) -> list[dict]:
+        return [
+            {"id": i, "vec": [rnd.random() for _ in range(dim)]}
+            for i in range(start, start + count)
+        ]
+
+    # about 16 MB into the collection's one channel: the mock keeps a few MB per partition
+    for start in range(0, 4000, 100):
+        source_client.insert(name, batch(start, 100))
+    kafka = KafkaSource(kafka_mock.bootstrap)
+    assert any(kafka.watermarks(ch)[0] > 0 for ch in milvus_source.dml_channels), (
+        "the mock kept the whole channel; write more to test retention"
+    )
+
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": milvus_lite_service.uri},
+            "collection_infos": [{"name": name}],
+        },
+    )
+    assert created.code == 200, created.body
+    task_id = created.data["task_id"]
+
+    def task() -> dict:
+        return daemon.call("get", {"task_id": task_id}).data["task"]
+
+    wait_until(lambda: "no longer holds" in task()["reason"], 60, "the warning in the reason")
+    assert task()["state"] == "Running"
+    assert "backfill" in task()["reason"]
+    assert task()["progress"]["warnings"] == [task()["reason"]]
+
+    source_client.insert(name, batch(100_000, 50))
+    source_client.delete(name, ids=[100_000, 100_001])
+
+    def replicated() -> bool:
+        return target_client.has_collection(name) and set(rows(target_client, name, "id")) == set(
+            range(100_002, 100_050)
+        )
+
+    # only what was written after the task started: the older rows need a backfill
+    wait_until(replicated, 60, "rows written after the task on the target")
+
+    assert daemon.call("pause", {"task_id": task_id}).code == 200
+    assert "no longer holds" not in task()["reason"]
+    assert daemon.call("resume", {"task_id": task_id}).code == 200
+    wait_until(lambda: "no longer holds" in task()["reason"], 60, "the warning after a resume")
