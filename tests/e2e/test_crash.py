@@ -12,7 +12,13 @@ import uuid
 import pytest
 from harness.services import ServiceStartError, wait_until
 from pymilvus import MilvusClient
-from test_replication import create_source_collection, make_rows, rows, source_config
+from test_replication import (
+    create_source_collection,
+    create_task,
+    make_rows,
+    rows,
+    source_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -77,15 +83,7 @@ def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
         daemon = daemon_factory(
             **source_config(milvus_source, etcd_service, kafka_mock), logLevel="DEBUG"
         ).start()
-        reply = daemon.call(
-            "create",
-            {
-                "milvus_connect_param": {"uri": milvus_lite_service.uri},
-                "collection_infos": [{"name": name}],
-            },
-        )
-        assert reply.code == 200, reply.body
-        task_id = reply.data["task_id"]
+        task_id = create_task(daemon, milvus_lite_service.uri, name)
 
         writer = SteadyWriter(milvus_source.uri, name)
         writer.start()

@@ -107,6 +107,19 @@ def create_source_collection(client: MilvusClient, name: str, *, dynamic: bool =
     client.create_collection(name, schema=schema, index_params=index)
 
 
+def create_task(daemon, target_uri: str, *collections: str) -> str:
+    """Create a task replicating the named collections of the default database; its id."""
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": target_uri},
+            "collection_infos": [{"name": name} for name in collections],
+        },
+    )
+    assert created.code == 200, created.body
+    return str(created.data["task_id"])
+
+
 def make_rows(start: int, count: int, tag: str) -> list[dict]:
     rnd = random.Random(start)
     return [
@@ -134,15 +147,7 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     source_client.insert(name, make_rows(0, 200, "before"))  # written before the task exists
 
     daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
-    created = daemon.call(
-        "create",
-        {
-            "milvus_connect_param": {"uri": target.uri},
-            "collection_infos": [{"name": name}],
-        },
-    )
-    assert created.code == 200, created.body
-    task_id = created.data["task_id"]
+    task_id = create_task(daemon, target.uri, name)
 
     source_client.insert(name, make_rows(200, 300, "after"))
     source_client.upsert(name, [dict(r, title="upserted") for r in make_rows(150, 100, "x")])
@@ -294,15 +299,7 @@ def test_history_lost_to_retention_starts_at_the_end_with_a_warning(
     )
 
     daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
-    created = daemon.call(
-        "create",
-        {
-            "milvus_connect_param": {"uri": milvus_lite_service.uri},
-            "collection_infos": [{"name": name}],
-        },
-    )
-    assert created.code == 200, created.body
-    task_id = created.data["task_id"]
+    task_id = create_task(daemon, milvus_lite_service.uri, name)
 
     def task() -> dict:
         return daemon.call("get", {"task_id": task_id}).data["task"]
