@@ -4,18 +4,21 @@ channels to read."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 from etcd3.exceptions import Etcd3Exception
 
 from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
-from replicator.meta.catalog import CollectionMeta, SourceCatalog
+from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import SourceUnavailableError, WalSource
 from server.settings import CdcSettings
 from server.stores import etcd_client_for
+
+T = TypeVar("T")
 
 
 def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
@@ -24,17 +27,21 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     clients: list[Any] = []  # one source-etcd client for the daemon's life, opened on demand
     lock = threading.Lock()
 
-    def catalog() -> dict[int, CollectionMeta]:
+    def read_catalog(read: Callable[[SourceCatalog], T]) -> T:
         try:
             with lock:
                 if not clients:
                     clients.append(etcd_client_for(source_config.etcd))
                 client = clients[0]
-            return SourceCatalog(
-                client, source_config.root_path, source_config.meta_sub_path
-            ).collections()
+            return read(SourceCatalog(client, source_config.root_path, source_config.meta_sub_path))
         except (Etcd3Exception, grpc.RpcError, ValueError) as exc:
             raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
+
+    def catalog() -> dict[int, CollectionMeta]:
+        return read_catalog(SourceCatalog.collections)
+
+    def aliases() -> list[AliasMeta]:
+        return read_catalog(SourceCatalog.aliases)
 
     def source() -> WalSource:
         mq_type = source_config.mq_type
@@ -63,6 +70,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         catalog=catalog,
         channels=source_config.dml_channels,
         default_partition=source_config.defaultPartitionName,
+        aliases=aliases,
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:

@@ -10,7 +10,10 @@ these record types; they are read field by field with the numbers of Milvus's et
                     12 consistency_level, 13 state, 15 db_id
     FieldSchema     ``fields/<collID>/<fieldID>``: schema.FieldSchema as is
     PartitionInfo   1 partitionID, 2 partitionName, 3 created ts, 4 collection_id
-    AliasInfo       1 alias_name, 2 collection_id, 3 created_time, 5 db_id
+    AliasInfo       1 alias_name, 2 collection_id, 3 created_time, 4 state, 5 db_id
+
+A key Milvus has removed may still hold its snapshot tombstone (the bytes of U+26FC); such keys
+are skipped.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ log = logging.getLogger(__name__)
 DEFAULT_DB = "default"
 COLLECTION_CREATED = 0
 COLLECTION_DROPPED_STATES = (2, 3)  # dropping, dropped
+ALIAS_CREATED = 0
+TOMBSTONE = b"\xe2\x9b\xbc"
+
+
+@dataclass(frozen=True)
+class AliasMeta:
+    name: str
+    db_id: int
+    collection_id: int
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,21 @@ def decode_partition(value: bytes) -> tuple[int, str, int]:
     return part_id, name, collection_id
 
 
+def decode_alias(value: bytes) -> tuple[str, int, int, int]:
+    """(alias name, collection id, state, db id)."""
+    name, collection_id, state, db_id = "", 0, ALIAS_CREATED, 0
+    for number, _, v in iter_fields(value):
+        if number == 1:
+            name = _text(v)
+        elif number == 2:
+            collection_id = _int(v)
+        elif number == 4:
+            state = _int(v)
+        elif number == 5:
+            db_id = _int(v)
+    return name, collection_id, state, db_id
+
+
 class SourceCatalog:
     """Reads the source's collections from its etcd; blocking, call from a thread."""
 
@@ -129,6 +156,7 @@ class SourceCatalog:
         return [
             (meta.key.decode()[len(prefix) :], bytes(value))
             for value, meta in self._client.get_prefix(prefix)
+            if bytes(value) != TOMBSTONE
         ]
 
     def databases(self) -> dict[int, str]:
@@ -171,4 +199,13 @@ class SourceCatalog:
                 start_positions=info["start_positions"],
                 partitions=partitions.get(collection_id, {}),
             )
+        return result
+
+    def aliases(self) -> list[AliasMeta]:
+        """The aliases in effect (being created or dropped ones are left out)."""
+        result = []
+        for key, value in self._items("database/aliases/"):
+            name, collection_id, state, db_id = decode_alias(value)
+            if state == ALIAS_CREATED and name and collection_id:
+                result.append(AliasMeta(name, db_id or int(key.split("/", 1)[0]), collection_id))
         return result

@@ -58,5 +58,9 @@ class CollectionRegistry:
     def resolve(self, collection_id: int) -> TargetCollection | None:
         return self._by_id.get(collection_id)
 
+    def collections(self) -> list[TargetCollection]:
+        with self._lock:
+            return list(self._by_id.values())
+
     def pchannels(self, collection_id: int) -> frozenset[str]:
         return self._pchannels.get(collection_id, frozenset())

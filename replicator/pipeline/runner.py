@@ -51,7 +51,8 @@ from replicator.events import (
     TimeTick,
 )
 from replicator.log_context import log_context
-from replicator.meta.catalog import CollectionMeta
+from replicator.meta.catalog import AliasMeta, CollectionMeta
+from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
@@ -116,6 +117,8 @@ class RunnerContext:
     channels: list[str]
     default_partition: str = "_default"
     target_factory: Callable[[dict[str, Any]], MilvusTarget] = MilvusTarget
+    # the source's aliases (etcd only in 2.3-2.5); None: aliases are not mirrored
+    aliases: Callable[[], list[AliasMeta]] | None = None
 
 
 @dataclass
@@ -596,6 +599,12 @@ class ReplicationRunner:
                 )
             )
         errors: list[Exception] = []
+        threads = []
+        if self.context.aliases is not None:
+            # its own target connection: gRPC calls of the workers are not held up by it
+            alias_target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
+            mirror = AliasMirror(self.context.aliases, registry, alias_target, self._stop)
+            threads.append(threading.Thread(target=self._mirror, args=(mirror,), name="aliases"))
 
         def run(worker: ChannelWorker) -> None:
             with log_context(task_id=self.task.task_id, channel=worker.pchannel):
@@ -605,7 +614,7 @@ class ReplicationRunner:
                     errors.append(exc)
                     self._stop.set()
 
-        threads = [
+        threads += [
             threading.Thread(target=run, args=(w,), name=f"{w.pchannel}", daemon=True)
             for w in workers
         ]
@@ -615,6 +624,13 @@ class ReplicationRunner:
             thread.join()
         if errors:
             raise errors[0]
+
+    def _mirror(self, mirror: AliasMirror) -> None:
+        with log_context(task_id=self.task.task_id):
+            try:
+                mirror.run()
+            finally:
+                mirror.close()
 
     def _initial_position(
         self,

@@ -167,8 +167,11 @@ class MilvusTarget:
         return True
 
     def drop_collection(self, db: str, name: str) -> bool:
+        """Drop with its aliases (Milvus 2.4+ refuses to drop a collection that has any)."""
         if not self.has_collection(db, name):
             return False
+        for alias in self.aliases_of(db, name):
+            self.drop_alias(db, alias)
         self._call(
             "DropCollection",
             milvus_pb2.DropCollectionRequest(db_name=db, collection_name=name),
@@ -227,6 +230,32 @@ class MilvusTarget:
             f"drop partition {db}.{collection}.{partition}",
         )
         return True
+
+    # --- aliases -----------------------------------------------------------------------------
+    def aliases_of(self, db: str, collection: str) -> list[str]:
+        # ListAliases, not DescribeCollection.aliases: Milvus Lite leaves the latter empty
+        response = self._call(
+            "ListAliases",
+            milvus_pb2.ListAliasesRequest(db_name=db, collection_name=collection),
+            f"list aliases of {db}.{collection}",
+        )
+        return list(response.aliases)
+
+    def create_alias(self, db: str, alias: str, collection: str) -> None:
+        """Point ``alias`` at ``collection``, creating it or moving it from another collection."""
+        request = {"db_name": db, "collection_name": collection, "alias": alias}
+        what = f"alias {db}.{alias} -> {collection}"
+        try:
+            self._call("CreateAlias", milvus_pb2.CreateAliasRequest(**request), f"create {what}")
+        except TargetRejectedError:
+            self._call("AlterAlias", milvus_pb2.AlterAliasRequest(**request), f"alter {what}")
+
+    def drop_alias(self, db: str, alias: str) -> None:
+        self._call(
+            "DropAlias",
+            milvus_pb2.DropAliasRequest(db_name=db, alias=alias),
+            f"drop alias {db}.{alias}",
+        )
 
     # --- DML ---------------------------------------------------------------------------------
     def insert(
@@ -288,6 +317,9 @@ _STATUS_ONLY = {
     "DropPartition",
     "CreateDatabase",
     "DropDatabase",
+    "CreateAlias",
+    "AlterAlias",
+    "DropAlias",
 }
 
 __all__ = ["MilvusTarget", "SinkError", "pk_field", "target_schema"]

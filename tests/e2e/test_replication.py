@@ -324,3 +324,40 @@ def test_history_lost_to_retention_starts_at_the_end_with_a_warning(
     assert "no longer holds" not in task()["reason"]
     assert daemon.call("resume", {"task_id": task_id}).code == 200
     wait_until(lambda: "no longer holds" in task()["reason"], 60, "the warning after a resume")
+
+
+def test_aliases_follow_the_source(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, target, source_client, target_milvus
+):
+    """Aliases exist only in the source's etcd (no WAL record in 2.3): created, moved between
+    collections, dropped, and gone with their collection on the target too."""
+    tag = uuid.uuid4().hex[:6]
+    first, second = f"al_a_{tag}", f"al_b_{tag}"
+    alias, other = f"live_{tag}", f"old_{tag}"
+    for name in (first, second):
+        create_source_collection(source_client, name)
+        source_client.insert(name, make_rows(0, 10, name))
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    create_task(daemon, target.uri, first, second)
+    wait_equal(source_client, target_milvus, second, "id")
+
+    def aliases() -> dict[str, list[str]]:
+        return {
+            name: sorted(target_milvus.list_aliases(name)["aliases"]) for name in (first, second)
+        }
+
+    source_client.create_alias(first, alias)
+    source_client.create_alias(first, other)
+    wait_until(lambda: aliases() == {first: [alias, other], second: []}, 30, "aliases created")
+    source_client.alter_alias(second, alias)
+    source_client.drop_alias(other)
+    wait_until(lambda: aliases() == {first: [], second: [alias]}, 30, "alias moved, one dropped")
+    # the alias reaches the data: a query through it on the target reads the second collection
+    assert len(target_milvus.query(alias, filter="id >= 0", output_fields=["id"])) == 10
+
+    source_client.create_alias(first, other)
+    wait_until(lambda: aliases()[first] == [other], 30, "alias created again")
+    source_client.drop_alias(other)  # Milvus 2.3 refuses to drop a collection that has aliases
+    source_client.drop_collection(first)
+    wait_until(lambda: not target_milvus.has_collection(first), 60, "collection dropped")
+    assert target_milvus.list_aliases(second)["aliases"] == [alias]
