@@ -71,14 +71,14 @@ def _int(value: int | bytes) -> int:
     return to_signed64(value) if isinstance(value, int) else 0
 
 
+def _scalars(value: bytes) -> dict[int, int | bytes]:
+    """A flat record's fields by number (the last occurrence wins, as in protobuf)."""
+    return {number: v for number, _, v in iter_fields(value)}
+
+
 def decode_database(value: bytes) -> tuple[int, str]:
-    db_id, name = 0, ""
-    for number, _, v in iter_fields(value):
-        if number == 2:
-            name = _text(v)
-        elif number == 3:
-            db_id = _int(v)
-    return db_id, name
+    fields = _scalars(value)
+    return _int(fields.get(3, 0)), _text(fields.get(2, b""))
 
 
 def decode_collection(value: bytes) -> dict[str, Any]:
@@ -118,30 +118,20 @@ def decode_collection(value: bytes) -> dict[str, Any]:
 
 
 def decode_partition(value: bytes) -> tuple[int, str, int]:
-    part_id, name, collection_id = 0, "", 0
-    for number, _, v in iter_fields(value):
-        if number == 1:
-            part_id = _int(v)
-        elif number == 2:
-            name = _text(v)
-        elif number == 4:
-            collection_id = _int(v)
-    return part_id, name, collection_id
+    """(partition id, name, collection id)."""
+    fields = _scalars(value)
+    return _int(fields.get(1, 0)), _text(fields.get(2, b"")), _int(fields.get(4, 0))
 
 
 def decode_alias(value: bytes) -> tuple[str, int, int, int]:
     """(alias name, collection id, state, db id)."""
-    name, collection_id, state, db_id = "", 0, ALIAS_CREATED, 0
-    for number, _, v in iter_fields(value):
-        if number == 1:
-            name = _text(v)
-        elif number == 2:
-            collection_id = _int(v)
-        elif number == 4:
-            state = _int(v)
-        elif number == 5:
-            db_id = _int(v)
-    return name, collection_id, state, db_id
+    fields = _scalars(value)
+    return (
+        _text(fields.get(1, b"")),
+        _int(fields.get(2, 0)),
+        _int(fields.get(4, ALIAS_CREATED)),
+        _int(fields.get(5, 0)),
+    )
 
 
 class SourceCatalog:
