@@ -100,7 +100,7 @@ MILVUS_ENV_PREFIXES = (
     "DEPLOY_MODE",
     "METRICS_PORT",
 )
-INSTALL_HINT = "run scripts/demo.sh, or: python3 -m pip install -e '.[demo]'"
+INSTALL_HINT = "run scripts/run.sh, or: python3 -m pip install -e '.[demo]'"
 
 
 class DemoError(RuntimeError):
