@@ -4,13 +4,17 @@ target, in one run.
 A real Milvus 2.3.5 source with its WAL in RocksMQ (which keeps a backlog of any size, unlike the
 librdkafka mock's ~5 MB per partition), a Milvus Lite target, the daemon on SQLite.
 
-1. Direct (baseline): R rows (int64 pk + 128-dim float vector) written with pymilvus
-   MilvusClient.insert in batches of B straight into Milvus Lite, until its count(*) reads R.
-2. Backlog: the same R rows written into the source while no task exists.
+1. Backlog: R rows (int64 pk + 128-dim float vector) written into the source with pymilvus
+   MilvusClient.insert in batches of B while no task exists; then the source is flushed and left
+   until it is quiet (its own segment work would otherwise compete for the cores with what is
+   measured next).
+2. Direct (baseline): the same R rows written the same way straight into Milvus Lite, until its
+   count(*) reads R.
 3. Replicated: the daemon starts (its idle RSS is noted), a task is created, and the time until
    the target's count(*) reads R is the catch-up time. The daemon's RSS is sampled every 0.1 s;
    its peak is the kernel's VmHWM at the end. count(*) must reach exactly R (more fails: a row
    doubled), and a sample of rows is compared value by value with the source.
+CPU seconds of the source, the target and the daemon are noted for both timed phases.
 
     python bench/catch_up.py [--rows 1000000] [--batch 5000] [--out FILE.md]
 
@@ -70,6 +74,32 @@ def memory_kb(pid: int) -> dict[str, int]:
     return found
 
 
+def cpu_seconds(*pids: int) -> list[float]:
+    """User + system CPU seconds of each process (and its reaped children) so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    result = []
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        result.append(sum(int(v) for v in fields[11:15]) / tick)
+    return result
+
+
+def spent(before: list[float], after: list[float]) -> list[float]:
+    return [b - a for a, b in zip(before, after, strict=False)]
+
+
+def settle(pid: int, quiet: float = 0.15, window: float = 5.0, limit: float = 180.0) -> float:
+    """Wait until the process uses under `quiet` of a core over `window` seconds; the wait."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit:
+        (before,) = cpu_seconds(pid)
+        time.sleep(window)
+        (after,) = cpu_seconds(pid)
+        if (after - before) / window < quiet:
+            break
+    return time.perf_counter() - started
+
+
 class RssSampler(threading.Thread):
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         super().__init__(daemon=True)
@@ -116,19 +146,23 @@ def run(args, work: Path) -> dict:
         dst = MilvusClient(uri=lite.uri, dedicated=True)
         stack.callback(dst.close)
 
-        direct = f"direct_{uuid.uuid4().hex[:8]}"
-        create_collection(dst, direct)
-        t0 = time.perf_counter()
-        result["direct_write_s"] = write(dst, direct, args.rows, args.batch)
-        result["direct_s"] = wait_count(dst, direct, args.rows, args.timeout) - t0
-        dst.drop_collection(direct)
-
         name = f"backlog_{uuid.uuid4().hex[:8]}"
         create_collection(src, name)
         result["source_write_s"] = write(src, name, args.rows, args.batch)
         result["wal_mb"] = (
             sum(f.stat().st_size for f in source.rocksmq_path.rglob("*") if f.is_file()) / MB
         )
+        src.flush(name)
+        result["settle_s"] = settle(source.pid)
+
+        direct = f"direct_{uuid.uuid4().hex[:8]}"
+        create_collection(dst, direct)
+        before = cpu_seconds(source.pid, lite.pid)
+        t0 = time.perf_counter()
+        result["direct_write_s"] = write(dst, direct, args.rows, args.batch)
+        result["direct_s"] = wait_count(dst, direct, args.rows, args.timeout) - t0
+        result["direct_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid))
+        dst.drop_collection(direct)
 
         (work / "daemon").mkdir()
         daemon = Daemon(
@@ -156,6 +190,7 @@ def run(args, work: Path) -> dict:
         result["idle_rss_mb"] = memory_kb(pid)["VmRSS"] / 1024
         sampler = RssSampler(pid)
         sampler.start()
+        before = cpu_seconds(source.pid, lite.pid, pid)
         t0 = time.perf_counter()
         created = daemon.call(
             "create",
@@ -169,6 +204,7 @@ def run(args, work: Path) -> dict:
             print(daemon.call("get", {"task_id": task_id}).body, file=sys.stderr)
             print(daemon.log_text()[-3000:], file=sys.stderr)
             raise
+        result["replicated_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid, pid))
         sampler.stop.set()
         sampler.join()
         result["peak_rss_mb"] = memory_kb(pid)["VmHWM"] / 1024
@@ -178,6 +214,10 @@ def run(args, work: Path) -> dict:
         result["progress_rows"] = task["progress"]["rows"]
         result["compared"] = same_sample(src, dst, name, args.rows)
     return result
+
+
+def fmt_cpu(values: list[float]) -> str:
+    return " / ".join(f"{v:.0f}" for v in values) + (" / -" if len(values) == 2 else "")
 
 
 def report(args, r: dict, total_s: float) -> str:
@@ -213,6 +253,11 @@ def report(args, r: dict, total_s: float) -> str:
         f"| (for scale) pymilvus -> Milvus 2.3.5 source | writes returned | "
         f"{r['source_write_s']:.1f} | {rows / r['source_write_s']:,.0f} | "
         f"{rows / r['source_write_s'] / direct_rps:.2f} |",
+        "",
+        "CPU seconds during each timed phase (source Milvus / Milvus Lite target / daemon): "
+        f"direct {fmt_cpu(r['direct_cpu'])}; replicated {fmt_cpu(r['replicated_cpu'])}. The "
+        f"source was flushed and left to settle for {r['settle_s']:.0f} s after the backlog "
+        "writes, before either timed phase.",
         "",
         f"The target's count(*) reached exactly {rows:,} (more would fail the run: a doubled "
         f"row); {r['compared']} rows spread over the key range were compared value by value with "

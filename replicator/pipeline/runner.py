@@ -129,13 +129,16 @@ class _Shared:
     target: MilvusTarget
     stop: threading.Event
     ddl_lock: threading.Lock = field(default_factory=threading.Lock)
+    # the source catalog, for what a CreateCollection record does not carry (consistency level)
+    catalog: Callable[[], dict[int, CollectionMeta]] = dict
 
 
 @dataclass(frozen=True)
 class _Pending:
-    """A DML event waiting for the time tick that makes it final."""
+    """A DML event waiting for the time tick that makes it final (the record's payload is not
+    kept: the decoded event holds the data)."""
 
-    record: RawRecord
+    offset: int
     event: Insert | Delete
     before: bytes | None  # msg id of the record before it: where to resume to re-read it
 
@@ -189,7 +192,7 @@ class ChannelWorker:
                     raise
                 if not getattr(exc, "retriable", False):
                     raise TaskFailedError(
-                        f"channel {self.pchannel} after {self._where()}: {exc}"
+                        f"channel {self.pchannel}, reading {self._where()}: {exc}"
                     ) from exc
                 self.status.state = f"retrying: {exc}"
                 log.warning("retrying in %.0f s: %s", backoff, exc)
@@ -201,7 +204,9 @@ class ChannelWorker:
                     reader.close()
 
     def _where(self) -> str:
-        return "the beginning" if self.saved is None else f"position {self.saved.msg_id.hex()}"
+        if self.saved is None:
+            return "from the beginning"
+        return f"after position {self.saved.msg_id.hex()} (ts {self.saved.ts})"
 
     def _consume(self, reader: ChannelReader) -> None:
         """Release DML by time tick: at a tick ``t`` every event with ``ts <= t`` is final (no
@@ -223,7 +228,7 @@ class ChannelWorker:
                         f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
                     )
                 if isinstance(event, (Insert, Delete)):
-                    pending.append(_Pending(record, event, before))
+                    pending.append(_Pending(record.offset, event, before))
                 elif isinstance(event, TimeTick):
                     tick_ts = max(tick_ts, event.ts)
                     ready, pending = _split(pending, tick_ts)
@@ -255,7 +260,7 @@ class ChannelWorker:
     def _commit(self, ready: list[_Pending], at: bytes | None, ts: int) -> None:
         """Apply ``ready`` (in-flight bound first), then save the position ``at``."""
         if ready:
-            offsets = [p.record.offset for p in ready]
+            offsets = [p.offset for p in ready]
             first, last_offset = min(offsets), max(offsets)
             replay = first <= self.replay_until
             if last_offset > self.inflight:
@@ -299,9 +304,13 @@ class ChannelWorker:
         shared = self.shared
         with shared.ddl_lock:
             if isinstance(event, CreateCollection):
+                # Milvus 2.3 leaves the record's db_name empty outside the default database
+                # (it names only the dbID), and the record has no consistency level: both come
+                # from the source catalog
+                meta = shared.catalog().get(event.collection_id)
                 collection = shared.registry.add(
                     event.collection_id,
-                    event.db_name,
+                    meta.db_name if meta is not None else event.db_name,
                     event.collection_name,
                     event.schema,
                     event.pchannels,
@@ -309,7 +318,11 @@ class ChannelWorker:
                 if collection is None:
                     return
                 created = shared.target.create_collection(
-                    collection.db, collection.name, event.schema, len(event.vchannels) or 1
+                    collection.db,
+                    collection.name,
+                    event.schema,
+                    len(event.vchannels) or 1,
+                    meta.consistency_level if meta is not None else 0,
                 )
                 if created:
                     log.info(
@@ -449,7 +462,8 @@ class ReplicationRunner:
         self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
         channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
         self.statuses = {ch: ChannelStatus(ch) for ch in channels}
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
+        self._stop_requested = False  # stop() was called: a failure then is not reported
         self._thread: threading.Thread | None = None
         self._watermarks: dict[str, tuple[int, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -463,6 +477,7 @@ class ReplicationRunner:
         self._thread.start()
 
     async def stop(self) -> None:
+        self._stop_requested = True
         self._stop.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
@@ -495,7 +510,7 @@ class ReplicationRunner:
                 self._report(f"internal error: {type(exc).__name__}: {exc}")
 
     def _report(self, reason: str) -> None:
-        if self._loop is not None and not self._stop.is_set():
+        if self._loop is not None and not self._stop_requested:
             asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
 
     def _run(self) -> None:
@@ -534,7 +549,8 @@ class ReplicationRunner:
         self, source: WalSource, target: MilvusTarget, catalog: dict[int, CollectionMeta]
     ) -> None:
         registry = CollectionRegistry(self.selection, self.context.default_partition)
-        shared = _Shared(self.task.task_id, self.store, registry, target, self._stop)
+        task_id, catalog_reader = self.task.task_id, self.context.catalog
+        shared = _Shared(task_id, self.store, registry, target, self._stop, catalog=catalog_reader)
         for meta in catalog.values():
             if meta.dropped:
                 continue

@@ -148,7 +148,8 @@ class MilvusTarget:
         shards: int,
         consistency_level: int = 0,
     ) -> bool:
-        """Create unless it exists; True when created."""
+        """Create unless it exists (with its database); True when created."""
+        self.ensure_database(db)
         if self.has_collection(db, name):
             return False
         schema = target_schema(source_schema)
@@ -165,6 +166,24 @@ class MilvusTarget:
             f"create collection {db}.{name}",
         )
         return True
+
+    def ensure_database(self, db: str) -> None:
+        """Databases come from the replicate channel, collections from the DML channels, in no
+        order between them: a collection's database is made when it is missing."""
+        if not db or db == "default":
+            return
+        response = self._call("ListDatabases", milvus_pb2.ListDatabasesRequest(), "list databases")
+        if db in response.db_names:
+            return
+        try:
+            self._call(
+                "CreateDatabase",
+                milvus_pb2.CreateDatabaseRequest(db_name=db),
+                f"create database {db}",
+            )
+        except TargetRejectedError as exc:
+            if "exist" not in str(exc).lower():
+                raise
 
     def drop_collection(self, db: str, name: str) -> bool:
         """Drop with its aliases (Milvus 2.4+ refuses to drop a collection that has any)."""

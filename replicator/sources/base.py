@@ -12,6 +12,10 @@ from typing import Protocol
 from metastore import Position
 from replicator.events import RawRecord
 
+# What one read_batch returns at most, in payload bytes (always at least one record): a backlog
+# of multi-MB Insert records is read a slice at a time, so memory stays bounded.
+READ_BYTES = 8 * 1024 * 1024
+
 
 class SourceUnavailableError(Exception):
     """The broker cannot be reached; retriable."""
@@ -30,7 +34,8 @@ class ChannelReader(Protocol):
     pchannel: str
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
-        """Up to ``max_records`` records in channel order; an empty list after ``timeout``."""
+        """Up to ``max_records`` records (and about ``READ_BYTES`` of payload) in channel
+        order; an empty list after ``timeout``."""
 
     def seek(self, position: Position | None) -> None:
         """Continue after ``position`` (from the beginning when None)."""

@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import SourceUnavailableError, WalTruncatedError
+from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalTruncatedError
 
 BACKEND = "kafka"
 _PARTITION = 0
@@ -41,6 +41,8 @@ class KafkaChannelReader:
                 # silent jump to whatever is oldest: that would lose the records in between
                 "auto.offset.reset": "error",
                 "enable.partition.eof": False,
+                # prefetch at most this much per channel (librdkafka's default is 64 MB)
+                "queued.max.messages.kbytes": READ_BYTES // 1024,
             }
         )
         self.seek(start)

@@ -51,7 +51,7 @@ import pulsar
 from metastore import Position
 from replicator.codec.wire import WireError, iter_fields, to_signed64
 from replicator.events import RawRecord
-from replicator.sources.base import SourceUnavailableError
+from replicator.sources.base import READ_BYTES, SourceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -494,7 +494,8 @@ class PulsarChannelReader:
             time.sleep(max(0.0, timeout))
             return []
         records: list[RawRecord] = []
-        while len(records) < max_records:
+        size = 0
+        while len(records) < max_records and size < READ_BYTES:
             wait_ms = 0 if records else max(0, int((deadline - time.monotonic()) * 1000))
             try:
                 message = self._reader.read_next(wait_ms)
@@ -505,6 +506,7 @@ class PulsarChannelReader:
             record = self._record(message)
             if record is not None:
                 records.append(record)
+                size += len(record.payload)
         self._check_connected(bool(records))
         return records
 

@@ -44,7 +44,7 @@ from rocksdict import AccessType, Options, Rdict, RdictIter
 from metastore import Position
 from replicator.codec.wire import WireError, find_bytes_field, iter_fields
 from replicator.events import RawRecord
-from replicator.sources.base import SourceUnavailableError
+from replicator.sources.base import READ_BYTES, SourceUnavailableError
 
 BACKEND = "rocksmq"
 POLL_INTERVAL = 0.05  # seconds between catch-ups while a channel has nothing new
@@ -187,7 +187,8 @@ class _SecondaryDB:
         return first, last
 
     def read(self, prefix: bytes, after: int | None, max_records: int) -> list[tuple[int, bytes]]:
-        """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``."""
+        """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``, and
+        about READ_BYTES of values."""
         found: list[tuple[int, bytes]] = []
         try:
             it = self.iterator()
@@ -197,13 +198,16 @@ class _SecondaryDB:
                 if first is not None and first <= after:
                     # ids of one width: key order is id order (Milvus's consumer relies on it)
                     it.seek(prefix + str(after).encode())
-            while it.valid() and len(found) < max_records:
+            size = 0
+            while it.valid() and len(found) < max_records and size < READ_BYTES:
                 key = it.key()
                 if not key.startswith(prefix):
                     break  # past the topic
                 msg_id = _parse_id(prefix, key)
                 if msg_id is not None and (after is None or msg_id > after):
-                    found.append((msg_id, it.value()))
+                    value = it.value()
+                    found.append((msg_id, value))
+                    size += len(value)
                     after = msg_id
                 it.next()
             it.status()

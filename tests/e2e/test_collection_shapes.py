@@ -11,7 +11,14 @@ import uuid
 import pytest
 from harness.services import wait_until
 from pymilvus import DataType, MilvusClient
-from test_replication import DIM, source_config, wait_equal
+from test_replication import (
+    DIM,
+    create_source_collection,
+    make_rows,
+    rows,
+    source_config,
+    wait_equal,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +33,7 @@ def with_index(client: MilvusClient, name: str, schema, **kwargs) -> None:
     client.create_collection(name, schema=schema, index_params=index, **kwargs)
 
 
-def schema_of(client: MilvusClient, name: str) -> dict:
+def schema_of(client: MilvusClient, name: str, lite: bool = False) -> dict:
     """What a user sees of a collection's schema: fields with types and parameters, keys."""
     described = client.describe_collection(name)
     fields = [
@@ -39,11 +46,20 @@ def schema_of(client: MilvusClient, name: str) -> dict:
         }
         for f in described["fields"]
     ]
-    return {"fields": fields, "dynamic": described.get("enable_dynamic_field")}
+    shape = {
+        "fields": fields,
+        "dynamic": described.get("enable_dynamic_field"),
+    }
+    if not lite:  # Milvus Lite keeps none of these (it answers "", 1 and Strong)
+        shape["description"] = described.get("description")
+        shape["shards"] = described.get("num_shards")
+        shape["consistency"] = described.get("consistency_level")
+    return shape
 
 
 def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mock, target):
-    target_uri, binary = target.uri, target.kind != "milvus-lite"  # Lite has no binary vectors
+    target_uri, lite = target.uri, target.kind == "milvus-lite"
+    binary = not lite  # Milvus Lite has no binary vectors
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     target = MilvusClient(uri=target_uri, dedicated=True)
     rnd = random.Random(11)
@@ -113,7 +129,9 @@ def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mo
         )
 
         # every scalar type, with a binary vector where the target supports one
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema = MilvusClient.create_schema(
+            auto_id=False, enable_dynamic_field=False, description="every scalar type"
+        )
         schema.add_field("id", DataType.INT64, is_primary=True)
         if binary:
             schema.add_field("bits", DataType.BINARY_VECTOR, dim=16)
@@ -132,7 +150,13 @@ def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mo
             index.add_index("bits", index_type="BIN_FLAT", metric_type="HAMMING")
         else:
             index.add_index("bits", index_type="FLAT", metric_type="L2")
-        source.create_collection(names["types"], schema=schema, index_params=index)
+        source.create_collection(
+            names["types"],
+            schema=schema,
+            index_params=index,
+            consistency_level="Bounded",
+            num_shards=2,
+        )
         source.insert(
             names["types"],
             [
@@ -162,8 +186,8 @@ def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mo
         wait_equal(source, target, names["parts"], "id")
         typed = wait_equal(source, target, names["types"], "id")
         assert typed[7]["doc"]["nested"] == {"ok": False} and 4 not in typed
-        assert schema_of(target, names["types"]) == schema_of(source, names["types"])
-        assert schema_of(target, names["pkey"]) == schema_of(source, names["pkey"])
+        for name in (names["types"], names["pkey"]):
+            assert schema_of(target, name, lite) == schema_of(source, name, lite)
         assert set(target.list_partitions(names["parts"])) >= {"_default", "p_keep", "p_drop"}
         kept = target.query(
             names["parts"], filter="id >= 0", partition_names=["p_keep"], output_fields=["id"]
@@ -182,3 +206,62 @@ def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mo
     finally:
         source.close()
         target.close()
+
+
+def test_database_wildcard_and_name_mapping(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, target
+):
+    """A task on `<db>.*` with a name mapping: the database is made on the target under its
+    mapped name, collections created after the task started are picked up, one is renamed,
+    and a drop follows."""
+    tag = uuid.uuid4().hex[:6]
+    source_db, target_db = f"shop_{tag}", f"mirror_{tag}"
+    admin = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    admin.create_database(source_db)
+    admin.close()
+    # clients bound to a database (use_database asks DescribeDatabase, which 2.3.5 lacks)
+    source = MilvusClient(uri=milvus_source.uri, db_name=source_db, dedicated=True)
+    target_client = MilvusClient(uri=target.uri, dedicated=True)
+    try:
+        daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+        reply = daemon.call(
+            "create",
+            {
+                "milvus_connect_param": {"uri": target.uri},
+                "db_collections": {source_db: [{"name": "*"}]},
+                "name_mapping": [
+                    {
+                        "source_db": source_db,
+                        "target_db": target_db,
+                        "collection_mapping": {"orders": "orders_copy"},
+                    }
+                ],
+            },
+        )
+        assert reply.code == 200, reply.body
+        for name in ("orders", "users"):
+            create_source_collection(source, name)
+            source.insert(name, make_rows(0, 30, name))
+        source.delete("orders", ids=[1, 2])
+
+        wait_until(
+            lambda: target_db in target_client.list_databases(), 60, "database on the target"
+        )
+        target_client.close()
+        target_client = MilvusClient(uri=target.uri, db_name=target_db, dedicated=True)
+        orders = rows(source, "orders", "id")
+        wait_until(
+            lambda: (
+                target_client.has_collection("orders_copy")
+                and rows(target_client, "orders_copy", "id") == orders
+            ),
+            90,
+            "orders under its mapped name",
+        )
+        wait_equal(source, target_client, "users", "id")
+        assert not target_client.has_collection("orders")
+        source.drop_collection("users")
+        wait_until(lambda: not target_client.has_collection("users"), 60, "users dropped")
+    finally:
+        source.close()
+        target_client.close()

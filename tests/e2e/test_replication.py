@@ -4,6 +4,7 @@ over HTTP, and a Milvus Lite target; the target is compared with the source row 
 from __future__ import annotations
 
 import random
+import re
 import time
 import uuid
 
@@ -361,3 +362,93 @@ def test_aliases_follow_the_source(
     source_client.drop_collection(first)
     wait_until(lambda: not target_milvus.has_collection(first), 60, "collection dropped")
     assert target_milvus.list_aliases(second)["aliases"] == [alias]
+
+
+def test_target_outage_is_retried_and_caught_up(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, source_client, tmp_path
+):
+    """The target goes away mid-stream: the task stays Running, its lag grows, and when the
+    target returns (same address, same data) everything written meanwhile arrives, once."""
+    from harness.services import milvus_lite_server
+
+    name = f"outage_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source_client, name)
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    with milvus_lite_server(tmp_path / "target") as lite:
+        port, uri = lite.port, lite.uri
+        task_id = create_task(daemon, uri, name)
+        source_client.insert(name, make_rows(0, 100, "before"))
+        target = MilvusClient(uri=uri, dedicated=True)
+        try:
+            wait_equal(source_client, target, name, "id")
+        finally:
+            target.close()
+
+    # the target is down: writes go on at the source
+    source_client.insert(name, make_rows(100, 200, "during"))
+    source_client.upsert(name, [dict(r, title="upserted") for r in make_rows(0, 20, "x")])
+    source_client.delete(name, ids=list(range(50, 60)))
+
+    def task() -> dict:
+        return daemon.call("get", {"task_id": task_id}).data["task"]
+
+    time.sleep(3)
+    first_lag = task()["progress"]["lag_seconds"]
+    time.sleep(3)
+    during = task()
+    assert during["state"] == "Running", during
+    assert during["progress"]["lag_seconds"] > first_lag + 2, (first_lag, during["progress"])
+
+    with milvus_lite_server(tmp_path / "target", port=port):
+        target = MilvusClient(uri=uri, dedicated=True)
+        try:
+            expected = wait_equal(source_client, target, name, "id", timeout=120)
+        finally:
+            target.close()
+    assert len(expected) == 300 - 10 and expected[5]["title"] == "upserted"
+    assert task()["state"] == "Running"
+    assert task()["progress"]["lag_seconds"] < 30
+
+
+def test_a_rejected_write_fails_only_its_task_with_a_reason(
+    daemon_factory,
+    milvus_source,
+    etcd_service,
+    kafka_mock,
+    milvus_lite_service,
+    source_client,
+    target_client,
+):
+    """The target refuses a task's rows (a collection of that name with another vector size was
+    already there): that task goes Failed naming channel, position and cause; another task
+    keeps replicating."""
+    tag = uuid.uuid4().hex[:8]
+    clash, fine = f"clash_{tag}", f"fine_{tag}"
+    for name in (clash, fine):
+        create_source_collection(source_client, name)
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM * 2)
+    target_client.create_collection(clash, schema=schema)
+
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    failing = create_task(daemon, milvus_lite_service.uri, clash)
+    healthy = create_task(daemon, milvus_lite_service.uri, fine)
+    source_client.insert(clash, make_rows(0, 10, "clash"))
+    source_client.insert(fine, make_rows(0, 10, "fine"))
+
+    def state(task_id: str) -> dict:
+        return daemon.call("get", {"task_id": task_id}).data["task"]
+
+    wait_until(
+        lambda: state(failing)["state"] == "Failed", 60, "the task with rejected rows failed"
+    )
+    reason = state(failing)["reason"]
+    # channel, where it was reading, and the cause
+    where = r"channel \S+-rootcoord-dml_\d+, reading (after position [0-9a-f]+|from the beginning)"
+    assert re.search(where, reason), reason
+    assert clash in reason and "dim" in reason, reason
+    wait_equal(source_client, target_client, fine, "id")
+    source_client.insert(fine, make_rows(10, 10, "more"))
+    wait_equal(source_client, target_client, fine, "id")
+    assert state(healthy)["state"] == "Running"

@@ -525,34 +525,39 @@ def _milvus_lite_ready(uri: str, port: int) -> bool:
 
 @contextlib.contextmanager
 def milvus_lite_server(
-    workdir: Path, *, startup_timeout: float = 60.0
+    workdir: Path, *, startup_timeout: float = 60.0, port: int | None = None
 ) -> Iterator[MilvusLiteService]:
-    """A Milvus Lite gRPC server on a free loopback port, data under `workdir`."""
+    """A Milvus Lite gRPC server on a free loopback port (or `port`: a restart where it was),
+    data under `workdir`. A free port taken by another process before the server bound it is
+    replaced by another one (twice at most)."""
     command = _milvus_lite_command()
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    uri = f"http://{LOOPBACK}:{port}"
     log_path = workdir / "milvus-lite.log"
-    argv = [
-        *command,
-        "server",
-        "--data-dir",
-        str(workdir / "data"),
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-    ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with _running(argv, log_path=log_path, env=env, cwd=workdir) as process:
-        wait_until(
-            lambda: _milvus_lite_ready(uri, port),
-            startup_timeout,
-            f"milvus-lite on {uri}",
-            process=process,
-            log_paths=[log_path],
-            interval=0.2,
-        )
-        yield MilvusLiteService(
-            host=LOOPBACK, port=port, uri=uri, pid=process.pid, log_path=log_path
-        )
+    attempts = 1 if port else 3
+    for attempt in range(attempts):
+        chosen = port or free_port()
+        uri = f"http://{LOOPBACK}:{chosen}"
+        argv = [*command, "server", "--data-dir", str(workdir / "data")]
+        argv += ["--host", LOOPBACK, "--port", str(chosen)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        stack = contextlib.ExitStack()
+        try:
+            process = stack.enter_context(_running(argv, log_path=log_path, env=env, cwd=workdir))
+            wait_until(
+                lambda: _milvus_lite_ready(uri, chosen),  # noqa: B023 - used in this iteration
+                startup_timeout,
+                f"milvus-lite on {uri}",
+                process=process,
+                log_paths=[log_path],
+                interval=0.2,
+            )
+        except ServiceStartError as exc:
+            stack.close()
+            if attempt + 1 < attempts and "Address already in use" in str(exc):
+                continue
+            raise
+        with stack:
+            yield MilvusLiteService(
+                host=LOOPBACK, port=chosen, uri=uri, pid=process.pid, log_path=log_path
+            )
+        return
