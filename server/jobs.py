@@ -276,6 +276,9 @@ class DaemonJobs:
         ]
         if self.settings.retry.enabled:
             jobs.append((self.retry_transient, self.settings.retry.checkSeconds))
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            # APScheduler logs two INFO lines per run of every job; keep its warnings and errors
+            logging.getLogger("apscheduler").setLevel(logging.WARNING)
         now = datetime.now(UTC)
         for job, seconds in jobs:
             self.scheduler.add_job(
