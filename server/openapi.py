@@ -48,6 +48,7 @@ _ERRORS = {
     "503": _problem("Metastore unavailable or the daemon is draining; try again"),
 }
 _TASK_ERRORS = {**_ERRORS, "404": _problem("No task with this id")}
+_CROSS_SITE = {"403": _problem("A browser request whose Origin is another site")}
 _TASK_ANSWER = {"type": "object", "required": ["task"], "properties": {"task": _ref("Task")}}
 
 
@@ -216,6 +217,7 @@ def _paths() -> dict[str, Any]:
                         },
                     },
                     **_ERRORS,
+                    **_CROSS_SITE,
                     "409": _problem(
                         "The task id exists, maxTaskNum is reached, or another "
                         "task replicates an overlapping selection to the target"
@@ -234,7 +236,7 @@ def _paths() -> dict[str, Any]:
             "delete": {
                 "operationId": "deleteTask",
                 "summary": "Stop and delete a task",
-                "responses": {"204": {"description": "Deleted"}, **_TASK_ERRORS},
+                "responses": {"204": {"description": "Deleted"}, **_TASK_ERRORS, **_CROSS_SITE},
             },
         },
         "/v1/tasks/{task_id}/pause": {
@@ -245,6 +247,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json(_TASK_ANSWER, "Paused"),
                     **_TASK_ERRORS,
+                    **_CROSS_SITE,
                     "409": _problem("Already Paused"),
                 },
             },
@@ -257,6 +260,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json(_TASK_ANSWER, "Running (or Failed when it cannot start)"),
                     **_TASK_ERRORS,
+                    **_CROSS_SITE,
                     "409": _problem("Already Running"),
                 },
             },

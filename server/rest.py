@@ -10,10 +10,13 @@
     GET    /v1/tasks/{task_id}/positions 200 {"task_id": ..., "positions": [...]}
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
-"detail"}``: 400 invalid request, 404 unknown task, 405, 409 state conflict, 413, 503 metastore
-down or daemon draining. A task is the view of ``get``/``list`` (never a secret) plus what the
-scheduled jobs know: ``rows_per_second``, ``lag_samples``, ``retry``; ``backfill`` is null until
-the engine has a backfill.
+"detail"}``: 400 invalid request, 403 a browser request from another site's page (its ``Origin``
+is not this daemon: the dashboard's buttons must not be pressable by other sites), 404 unknown
+task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
+
+A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
+``rows_per_second``, ``lag_samples``, ``retry``; ``backfill`` is null until the engine has a
+backfill.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -75,14 +79,27 @@ def _task_id(request: web.Request) -> str:
     return parse_model(TaskIdRequest, {"task_id": request.match_info["task_id"]}, "path").task_id
 
 
+def _cross_site(request: web.Request) -> bool:
+    """A browser request made by another site's page (a form posting to pause, say): its
+    ``Origin`` names another host. Clients that are not browsers send no ``Origin``."""
+    origin = request.headers.get("Origin")
+    if request.method in ("GET", "HEAD") or origin is None:
+        return False
+    return origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower()
+
+
 def resource(verb: str) -> Callable[[Resource], Resource]:
-    """Common answer handling: draining, failures as problems, request metrics under ``verb``."""
+    """Common answer handling: cross-site refusal, draining, failures as problems, request
+    metrics under ``verb``."""
 
     def wrap(handler: Resource) -> Resource:
         async def run(request: web.Request) -> web.Response:
             started = time.perf_counter()
             status = 500
             try:
+                if _cross_site(request):
+                    status = 403
+                    return problem(403, "cross-site request refused: Origin is not this daemon")
                 if request.app[LIFECYCLE].draining:
                     raise UnavailableError("the daemon is shutting down")
                 response = await handler(request)

@@ -126,14 +126,20 @@ class Daemon:
         return Reply(response.status, json.loads(raw), raw)
 
     def request(
-        self, method: str, path: str, body: Any = None, timeout: float = 60
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 60,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, str], Any]:
         """Any HTTP request; a JSON ``body`` is sent as JSON. Returns (status, headers, the
         answer parsed as JSON, or None when it is empty)."""
         conn = self._conn(timeout)
         try:
             payload = body if isinstance(body, bytes) or body is None else json.dumps(body)
-            conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+            sent = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=payload, headers=sent)
             response = conn.getresponse()
             raw = response.read()
             headers = {k.lower(): v for k, v in response.getheaders()}

@@ -144,3 +144,24 @@ def test_openapi_document_is_served(daemon):
     status, headers, body = daemon.request("GET", "/openapi.json")
     assert status == 200 and headers["content-type"].startswith("application/json")
     assert body == openapi_document()
+
+
+def test_cross_site_browser_requests_cannot_change_tasks(daemon, milvus_lite_service):
+    """A page of another site could post a form to pause (no preflight for a form): refused."""
+    daemon.request("POST", "/v1/tasks", create_body(milvus_lite_service, task_id="csrf-1"))
+    evil = {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"}
+    for method, path in [
+        ("POST", "/v1/tasks/csrf-1/pause"),
+        ("DELETE", "/v1/tasks/csrf-1"),
+        ("POST", "/v1/tasks"),
+    ]:
+        assert_problem(daemon.request(method, path, headers=evil), 403, "cross-site")
+    assert_problem(
+        daemon.request("POST", "/v1/tasks/csrf-1/pause", headers={"Origin": "null"}), 403
+    )
+    assert daemon.request("GET", "/v1/tasks/csrf-1", headers=evil)[0] == 200  # reading is fine
+    assert daemon.request("GET", "/v1/tasks/csrf-1")[2]["task"]["state"] == "Running"
+    # the daemon's own page (same origin) and clients without Origin may
+    same = {"Origin": f"http://127.0.0.1:{daemon.port}"}
+    assert daemon.request("POST", "/v1/tasks/csrf-1/pause", headers=same)[0] == 200
+    assert daemon.request("POST", "/v1/tasks/csrf-1/resume")[0] == 200
