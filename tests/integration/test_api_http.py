@@ -174,7 +174,11 @@ def test_restart_brings_tasks_back_in_their_states(
     assert "SIGTERM received: draining" in daemon.log_text()
     daemon.start()
     after = {t["task_id"]: t for t in daemon.call("list").data["tasks"]}
-    assert after == before
+
+    def stored(views):  # progress is the live runner's (counters restart with it, lag moves)
+        return {tid: {k: v for k, v in t.items() if k != "progress"} for tid, t in views.items()}
+
+    assert stored(after) == stored(before)
     states = {name: after[task_id]["state"] for name, task_id in ids.items()}
     assert states == {"running": "Running", "paused": "Paused", "initial": "Initial"}
     # and it keeps working after the restart
