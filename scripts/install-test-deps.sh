@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs, idempotently:
-#   - etcd-server and mariadb-server from Debian, only when etcd / mariadbd are missing
+#   - etcd-server, mariadb-server and chromium from Debian, only when etcd / mariadbd /
+#     chromium are missing
 #     (one `apt-get update` first, since a fresh machine has empty package lists);
 #   - this project in editable mode with its `test` extra (pytest, milvus-lite, ...).
 # Meant for Debian 12, run as root (sudo is used when available otherwise).
@@ -18,6 +19,8 @@ have() {
 packages=()
 have etcd || packages+=(etcd-server)
 { have mariadbd && have mariadb-install-db; } || packages+=(mariadb-server)
+# Debian's chromium for the dashboard's browser tests (driven over the DevTools protocol).
+have chromium || packages+=(chromium)
 # A fresh Debian 12 has python3 but not pip.
 "$python" -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 

@@ -1,22 +1,23 @@
-"""The HTTP application: ``POST /cdc`` (the Go milvus-cdc protocol), health and metrics."""
+"""The HTTP application: ``POST /cdc`` (the Go milvus-cdc protocol), the /v1 REST resources
+(server/rest.py), the dashboard at ``/``, ``/openapi.json``, health and metrics; the scheduled
+jobs (server/jobs.py) run while it runs."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from metastore import MetaStore, MetaStoreError, MetaStoreUnavailableError
+from metastore import MetaStoreError
 from replicator import RunnerFactory
+from server import dashboard, rest
+from server.api_common import failure_answer, positions_view, read_json
 from server.api_models import (
     CreateRequest,
     DeleteRequest,
@@ -24,16 +25,13 @@ from server.api_models import (
     TaskIdRequest,
     parse_model,
 )
+from server.app_state import LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
 from server.engine import make_runner_factory
-from server.errors import (
-    ApiError,
-    BadRequestError,
-    MethodNotAllowedError,
-    PayloadTooLargeError,
-    UnavailableError,
-)
+from server.errors import BadRequestError, MethodNotAllowedError, UnavailableError
+from server.jobs import JOBS, install_jobs
 from server.logs import SecretRedactor
 from server.metrics import DaemonMetrics
+from server.openapi import openapi_endpoint
 from server.settings import CdcSettings
 from server.stores import describe_metastore, open_metastore
 from server.supervisor import TargetChecker, TaskSupervisor, task_view
@@ -41,17 +39,7 @@ from server.target_check import check_target_reachable
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Lifecycle:
-    draining: bool = False
-
-
-SETTINGS = web.AppKey("settings", CdcSettings)
-STORE = web.AppKey("store", MetaStore)
-SUPERVISOR = web.AppKey("supervisor", TaskSupervisor)
-METRICS = web.AppKey("metrics", DaemonMetrics)
-LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+__all__ = ["LIFECYCLE", "METRICS", "SETTINGS", "STORE", "SUPERVISOR", "Lifecycle", "create_app"]
 
 Handler = Callable[[TaskSupervisor, Any], Awaitable[dict[str, Any]]]
 
@@ -93,18 +81,7 @@ async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
 
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
-    return {
-        "positions": [
-            {
-                "channel_name": p.pchannel,
-                "backend": p.backend,
-                "msg_id": base64.b64encode(p.msg_id).decode(),
-                "tt": p.ts,
-                "time": p.ts >> 18,  # physical milliseconds of the hybrid timestamp
-            }
-            for p in sorted(positions.values(), key=lambda p: p.pchannel)
-        ]
-    }
+    return {"positions": positions_view(positions.values())}
 
 
 HANDLERS: dict[str, Handler] = {
@@ -123,22 +100,8 @@ def envelope(code: int, message: str = "", data: dict[str, Any] | None = None) -
     return web.Response(body=body, status=code, content_type="application/json")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 async def _read_request(request: web.Request) -> tuple[str, Any]:
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise PayloadTooLargeError(
-            f"request body is larger than the limit of {request.app[SETTINGS].maxRequestBytes} "
-            "bytes (maxRequestBytes)"
-        ) from exc
-    try:
-        payload = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
+    payload = await read_json(request, request.app[SETTINGS].maxRequestBytes)
     if not isinstance(payload, dict):
         raise BadRequestError("request body must be a JSON object with request_type")
     extra = sorted(set(payload) - {"request_type", "request_data"})
@@ -167,21 +130,9 @@ async def cdc_endpoint(request: web.Request) -> web.Response:
         result = await HANDLERS[request_type](request.app[SUPERVISOR], data)
         status = 200
         return envelope(200, "", result)
-    except ApiError as exc:
-        status = exc.status
-        return envelope(exc.status, exc.message)
-    except MetaStoreUnavailableError as exc:
-        status = 503
-        log.warning("metastore unavailable during %s: %s", request_type, exc)
-        return envelope(503, f"metastore unavailable, try again: {exc}")
-    except MetaStoreError as exc:
-        status = 500
-        log.error("metastore error during %s: %s", request_type, exc)
-        return envelope(500, f"metastore error: {exc}")
-    except Exception:
-        status = 500
-        log.exception("internal error while handling %s", request_type)
-        return envelope(500, f"internal error while handling {request_type}; see the daemon log")
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
+        status, message = failure_answer(exc, request_type)
+        return envelope(status, message)
     finally:
         request.app[METRICS].observe_request(request_type, status, time.perf_counter() - started)
 
@@ -193,13 +144,17 @@ async def livez(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     if request.app[LIFECYCLE].draining:
         return web.json_response({"status": "draining"}, status=503)
+    jobs = request.app.get(JOBS)
+    # the scheduled health check's last result, next to this request's own ping
+    watch = {"metastore_watch": jobs.health.view()} if jobs is not None else {}
     try:
         await asyncio.wait_for(asyncio.to_thread(request.app[STORE].ping), timeout=3)
     except (MetaStoreError, TimeoutError) as exc:
         return web.json_response(
-            {"status": "unavailable", "reason": f"metastore: {exc or 'timeout'}"}, status=503
+            {"status": "unavailable", "reason": f"metastore: {exc or 'timeout'}", **watch},
+            status=503,
         )
-    return web.json_response({"status": "ok"})
+    return web.json_response({"status": "ok", **watch})
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
@@ -217,6 +172,8 @@ async def json_errors(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
+        if request.path.startswith(rest.PREFIX + "/"):
+            return rest.problem(exc.status, f"{exc.reason}: {request.method} {request.path}")
         if exc.status == 404:
             return envelope(404, f"no such path: {request.path}")
         return envelope(exc.status, exc.reason)
@@ -251,8 +208,12 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
+    install_jobs(app, settings.scheduler)
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/openapi.json", openapi_endpoint)
+    rest.add_rest_routes(app)
+    dashboard.add_dashboard_routes(app)
     return app

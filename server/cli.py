@@ -1,4 +1,5 @@
-"""``milvus-cdc``: run the daemon, or look at its configuration."""
+"""``milvus-cdc``: run the daemon, manage its tasks (``task``, server/cli_tasks.py), check what
+it connects to (``check``, server/check.py), or look at its configuration."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import logging
 import sys
 
 from metastore import MetaStoreError
+from server.check import add_check_parser, run_check_command
+from server.cli_tasks import CliError, add_task_parser, run_task_command
 from server.logs import configure_logging
 from server.settings import ConfigError, load_settings, redacted
 
@@ -26,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     show = config_commands.add_parser("show", help="print the merged configuration, redacted")
     show.add_argument("--config", metavar="PATH")
+    add_task_parser(commands)
+    add_check_parser(commands)
     return parser
 
 
@@ -46,6 +51,13 @@ def main(argv: list[str] | None = None, default_command: str | None = None) -> i
     if args.command == "config":
         print(json.dumps(redacted(settings), indent=2))
         return 0
+    if args.command in ("task", "check"):
+        run = run_task_command if args.command == "task" else run_check_command
+        try:
+            return run(args, settings, sys.stdout)
+        except CliError as exc:
+            print(f"milvus-cdc: {exc}", file=sys.stderr)
+            return 1
     redactor = configure_logging(settings.logLevel, settings.logFormat)
     redactor.add(
         settings.metaStoreConfig.etcd.password.get_secret_value(),

@@ -172,6 +172,36 @@ class SourceSettings(_Section):
         return [f"{prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
 
 
+DEFAULT_TRANSIENT_REASONS = [
+    "cannot start:",
+    "unavailable",
+    "deadline_exceeded",
+    "connection refused",
+    "connection reset",
+    "timed out",
+]
+
+
+class RetrySettings(_Section):
+    """ours: resume tasks stopped by a transient error, with exponential backoff."""
+
+    enabled: bool = True
+    checkSeconds: float = Field(default=5.0, gt=0)
+    initialBackoffSeconds: float = Field(default=10.0, gt=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    maxBackoffSeconds: float = Field(default=600.0, gt=0)
+    maxAttempts: int = Field(default=0, ge=0)
+    transientReasons: list[str] = Field(default_factory=lambda: list(DEFAULT_TRANSIENT_REASONS))
+
+
+class SchedulerSettings(_Section):
+    """ours: the daemon's periodic jobs (APScheduler)."""
+
+    progressSampleSeconds: float = Field(default=5.0, gt=0)
+    metastoreCheckSeconds: float = Field(default=10.0, gt=0)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -187,6 +217,7 @@ class CdcSettings(BaseSettings):
     logFormat: Literal["auto", "json", "console"] = "auto"
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
 
     @field_validator("address")
     @classmethod

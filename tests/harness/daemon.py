@@ -125,6 +125,32 @@ class Daemon:
             conn.close()
         return Reply(response.status, json.loads(raw), raw)
 
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 60,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
+        """Any HTTP request; a JSON ``body`` is sent as JSON. Returns (status, headers, the
+        answer parsed as JSON, or None when it is empty)."""
+        conn = self._conn(timeout)
+        try:
+            payload = body if isinstance(body, bytes) or body is None else json.dumps(body)
+            sent = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=payload, headers=sent)
+            response = conn.getresponse()
+            raw = response.read()
+            headers = {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            conn.close()
+        return response.status, headers, json.loads(raw) if raw else None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def call(self, request_type: str, data: dict[str, Any] | None = None) -> Reply:
         payload: dict[str, Any] = {"request_type": request_type}
         if data is not None:

@@ -1,0 +1,262 @@
+"""``milvus-cdc check``: can this daemon's configuration reach what it needs?
+
+- the metastore (``metaStoreConfig``);
+- the source etcd (``sourceConfig.etcd``): its version and the collections under the root path;
+- the source message queue: Kafka (brokers and the DML channel topics), RocksMQ (the path is a
+  RocksDB directory) or Pulsar (a topic lookup);
+- targets: one given by ``--target`` (credentials from environment variables), and/or the target
+  of a stored task (``--task``, read from the metastore, with its credentials): the Milvus server
+  version, over a dedicated channel that is closed afterwards.
+
+Every check has a timeout; every detail is scrubbed of the configured secrets. Exit status 0 when
+every check passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka.admin import AdminClient
+
+from replicator.meta.catalog import SourceCatalog
+from server.cli_tasks import secret_from_env, table
+from server.errors import TargetUnreachableError
+from server.settings import CdcSettings
+from server.stores import describe_metastore, etcd_client_for, open_metastore
+from server.target_check import check_target_reachable, describe_target
+
+
+@dataclass
+class CheckResult:
+    check: str
+    target: str
+    ok: bool
+    version: str = ""
+    detail: str = ""
+
+
+class CheckFailedError(Exception):
+    """A check's failure, with what to show."""
+
+
+def add_check_parser(commands: Any) -> None:
+    check = commands.add_parser(
+        "check", help="check that the source etcd, the source queue and targets answer"
+    )
+    check.add_argument("--config", metavar="PATH", help="configuration file")
+    check.add_argument("--target", metavar="URI", help="a target Milvus, http://host:19530")
+    check.add_argument("--username", help="user for --target (with --password-env)")
+    check.add_argument("--password-env", metavar="VAR", help="environment variable with it")
+    check.add_argument("--token-env", metavar="VAR", help="environment variable with a token")
+    check.add_argument(
+        "--task", action="append", metavar="TASK_ID", help="check this stored task's target"
+    )
+    check.add_argument("--timeout", type=float, default=5.0, help="seconds per check (default 5)")
+    check.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+# --- the checks (blocking; each runs in a thread under the timeout) ------------------------------
+def check_metastore(settings: CdcSettings) -> tuple[str, str]:
+    config = settings.metaStoreConfig
+    if config.storeType == "sqlite" and not Path(config.sqlitePath).exists():
+        return "", f"{config.sqlitePath} does not exist yet (the daemon creates it)"
+    store = open_metastore(config)
+    try:
+        store.ping()
+        count = len(store.list_tasks())
+    finally:
+        store.close()
+    return "", f"{count} task(s)"
+
+
+def check_source_etcd(settings: CdcSettings, timeout: float) -> tuple[str, str]:
+    source = settings.sourceConfig
+    client = etcd_client_for(source.etcd, timeout=timeout)
+    try:
+        version = str(client.status().version)
+        collections = SourceCatalog(client, source.root_path, source.meta_sub_path).collections()
+    finally:
+        client.close()
+    live = sum(1 for c in collections.values() if not c.dropped)
+    return (
+        f"etcd {version}",
+        f"{live} collection(s) under {source.root_path}/{source.meta_sub_path}",
+    )
+
+
+def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]:
+    source = settings.sourceConfig
+    channels = [*source.dml_channels, f"{source.root_path}-replicate-msg"]
+    kind = source.mq_type
+    if kind == "kafka":
+        # log_level 0: librdkafka's own connection errors would flood stderr; the result says it
+        admin = AdminClient({"bootstrap.servers": source.kafka.address, "log_level": 0})
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - KafkaException and friends: not reachable
+            raise CheckFailedError(f"kafka {source.kafka.address}: {exc}") from None
+        present = sum(1 for ch in channels if ch in metadata.topics)
+        return "", (
+            f"kafka {source.kafka.address}: {len(metadata.brokers)} broker(s), "
+            f"{present}/{len(channels)} channel topics present"
+        )
+    if kind == "rocksmq":
+        path = Path(source.rocksmq.path)
+        if not (path / "CURRENT").is_file():
+            raise CheckFailedError(f"rocksmq {path}: no RocksDB directory there (no CURRENT file)")
+        return "", f"rocksmq {path}: RocksDB directory present"
+    import pulsar
+
+    pulsar_settings = source.pulsar
+    auth = None
+    if pulsar_settings.authPlugin:
+        auth = pulsar.Authentication(
+            pulsar_settings.authPlugin, pulsar_settings.authParams.get_secret_value()
+        )
+    client = pulsar.Client(
+        pulsar_settings.address,
+        authentication=auth,
+        operation_timeout_seconds=max(1, int(timeout)),
+        connection_timeout_ms=int(timeout * 1000),
+    )
+    try:
+        topic = f"persistent://{pulsar_settings.tenant}/{pulsar_settings.namespace}/{channels[0]}"
+        client.get_topic_partitions(topic)
+    except Exception as exc:  # noqa: BLE001 - pulsar raises its own kinds
+        raise CheckFailedError(f"pulsar {pulsar_settings.address}: {exc}") from None
+    finally:
+        client.close()
+    return "", f"pulsar {pulsar_settings.address}: topic lookup answered"
+
+
+def check_target(connect: dict[str, Any]) -> tuple[str, str]:
+    try:
+        return f"milvus {check_target_reachable(connect)}", ""
+    except TargetUnreachableError as exc:
+        raise CheckFailedError(exc.message.removeprefix("milvus_connect_param: ")) from None
+
+
+# --- running them --------------------------------------------------------------------------------
+def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
+    connect: dict[str, Any] = {"uri": args.target, "connect_timeout": max(1, int(args.timeout))}
+    if args.token_env:
+        connect["token"] = secret_from_env(args.token_env)
+    elif args.username:
+        connect["username"] = args.username
+        connect["password"] = secret_from_env(args.password_env) if args.password_env else ""
+    return connect
+
+
+def _task_targets(
+    settings: CdcSettings, task_ids: list[str]
+) -> list[tuple[str, dict[str, Any] | None]]:
+    """(name, connect param or the reason it cannot be checked) per stored task."""
+    store = open_metastore(settings.metaStoreConfig)
+    try:
+        found: list[tuple[str, dict[str, Any] | None]] = []
+        for task_id in task_ids:
+            task = store.get_task(task_id)
+            if task is None:
+                found.append((f"target of task {task_id}", None))
+            else:
+                found.append((f"target of task {task_id}", dict(task.spec["milvus_connect_param"])))
+        return found
+    finally:
+        store.close()
+
+
+def run_checks(args: argparse.Namespace, settings: CdcSettings) -> list[CheckResult]:
+    timeout = args.timeout
+    source = settings.sourceConfig
+    planned: list[tuple[str, str, Callable[[], tuple[str, str]] | str]] = [
+        (
+            "metastore",
+            describe_metastore(settings.metaStoreConfig),
+            lambda: check_metastore(settings),
+        ),
+        (
+            "source etcd",
+            ", ".join(source.etcd.address),
+            lambda: check_source_etcd(settings, timeout),
+        ),
+        ("source queue", source.mq_type, lambda: check_source_queue(settings, timeout)),
+    ]
+    secrets = _secrets(settings)
+    targets: list[tuple[str, dict[str, Any] | None]] = []
+    if args.target:
+        targets.append(("target", _target_connect(args)))
+    if args.task:
+        targets += _task_targets(settings, args.task)
+    for name, connect in targets:
+        if connect is None:
+            planned.append((name, "", "no such task in the metastore"))
+            continue
+        connect = {**connect, "connect_timeout": min(connect["connect_timeout"], timeout)}
+        secrets += [connect.get("password") or "", connect.get("token") or ""]
+        planned.append((name, describe_target(connect), functools.partial(check_target, connect)))
+    if targets:
+        import pymilvus  # noqa: F401 - imported here: concurrent first imports in threads deadlock
+
+    results = []
+    pool = ThreadPoolExecutor(max_workers=len(planned))
+    futures = [
+        (name, where, pool.submit(job) if callable(job) else job) for name, where, job in planned
+    ]
+    try:
+        for name, where, future in futures:
+            if isinstance(future, str):
+                results.append(CheckResult(name, where, False, detail=future))
+                continue
+            try:
+                version, detail = future.result(timeout=timeout + 5)
+            except FutureTimeout:
+                results.append(CheckResult(name, where, False, detail=f"no answer in {timeout} s"))
+            except Exception as exc:  # noqa: BLE001 - any failure is the check's result
+                text = (
+                    str(exc)
+                    if isinstance(exc, CheckFailedError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+                results.append(CheckResult(name, where, False, detail=_scrub(text, secrets)))
+            else:
+                results.append(CheckResult(name, where, True, version, _scrub(detail, secrets)))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a check past its timeout is abandoned
+    return results
+
+
+def _secrets(settings: CdcSettings) -> list[str]:
+    return [
+        settings.metaStoreConfig.etcd.password.get_secret_value(),
+        settings.metaStoreConfig.mysqlSourceUrl.get_secret_value(),
+        settings.sourceConfig.etcd.password.get_secret_value(),
+        settings.sourceConfig.pulsar.authParams.get_secret_value(),
+    ]
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "******")
+    return text[:500]
+
+
+def run_check_command(args: argparse.Namespace, settings: CdcSettings, out: TextIO) -> int:
+    results = run_checks(args, settings)
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2), file=out)
+    else:
+        table(
+            ["CHECK", "TARGET", "RESULT", "VERSION", "DETAIL"],
+            [[r.check, r.target, "ok" if r.ok else "FAILED", r.version, r.detail] for r in results],
+            out,
+        )
+    return 0 if all(r.ok for r in results) else 1

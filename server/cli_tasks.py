@@ -1,0 +1,297 @@
+"""``milvus-cdc task create|list|get|pause|resume|delete``: a client of a running daemon's /v1
+resources, printing tables (or the answers as JSON with ``--json``).
+
+The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
+(a wildcard host means this host). Exit status: 0 done, 1 the daemon refused or is unreachable.
+Passwords and tokens for ``create`` are read from environment variables, never from the command
+line (where ``ps`` would show them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from server.settings import CdcSettings
+
+DASH = "-"
+
+
+class CliError(Exception):
+    """A failure to report on stderr (exit status 1)."""
+
+
+# --- the HTTP client -----------------------------------------------------------------------------
+def daemon_url(settings: CdcSettings, given: str | None) -> str:
+    url = given or os.environ.get("CDC_URL")
+    if url:
+        return url.rstrip("/")
+    host, port = settings.host_port
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+class DaemonClient:
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - the operator's daemon URL
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise CliError(_problem_text(exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CliError(f"cannot reach the daemon at {self.url}: {reason}") from None
+        return json.loads(raw) if raw else None
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v1/tasks/{_quote(task_id)}")["task"])
+
+
+def _quote(task_id: str) -> str:
+    return urllib.parse.quote(task_id, safe="")
+
+
+def _problem_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read())
+        detail = body.get("detail") or body.get("message") or ""
+    except ValueError:
+        detail = ""
+    return f"{exc.code} {exc.reason}: {detail}" if detail else f"{exc.code} {exc.reason}"
+
+
+# --- output --------------------------------------------------------------------------------------
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
+    """Columns padded to their widest cell; the last column is not padded."""
+    cells = [[str(h) for h in headers], *[[_cell(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=False))
+        print(f"{line}  {row[-1]}".rstrip() if len(row) > 1 else row[0], file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return DASH
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _time(unix: float | None) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S") if unix else DASH
+
+
+def target_text(task: dict[str, Any]) -> str:
+    connect = task.get("milvus_connect_param") or {}
+    return str(connect.get("uri") or f"{connect.get('host')}:{connect.get('port')}")
+
+
+def collections_text(task: dict[str, Any]) -> str:
+    if task.get("collection_infos"):
+        return ",".join(c["name"] for c in task["collection_infos"])
+    return ",".join(
+        f"{db}.{c['name']}"
+        for db, infos in (task.get("db_collections") or {}).items()
+        for c in infos
+    )
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def print_tasks(tasks: list[dict[str, Any]], out: TextIO) -> None:
+    rows = []
+    for task in tasks:
+        progress = task.get("progress") or {}
+        rows.append(
+            [
+                task["task_id"],
+                task["state"],
+                progress.get("lag_seconds"),
+                task.get("rows_per_second"),
+                progress.get("rows"),
+                target_text(task),
+                collections_text(task),
+                _short(task.get("reason") or ""),
+            ]
+        )
+    headers = ["TASK", "STATE", "LAG_S", "ROWS/S", "ROWS", "TARGET", "COLLECTIONS", "REASON"]
+    table(headers, rows, out)
+
+
+def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextIO) -> None:
+    progress = task.get("progress") or {}
+    facts = [
+        ("task", task["task_id"]),
+        ("state", task["state"]),
+        ("reason", task.get("reason") or DASH),
+        ("target", target_text(task)),
+        ("collections", collections_text(task)),
+        ("replicate channel", (task.get("rpc_channel_info") or {}).get("name") or DASH),
+        ("created", _time(task.get("created_at"))),
+        ("updated", _time(task.get("updated_at"))),
+        ("rows", _cell(progress.get("rows"))),
+        ("rows/s", _cell(task.get("rows_per_second"))),
+        ("lag (s)", _cell(progress.get("lag_seconds"))),
+    ]
+    for mapping in task.get("name_mapping") or []:
+        facts.append((f"database {mapping['source_db']}", f"-> {mapping['target_db']}"))
+    width = max(len(k) for k, _ in facts)
+    for key, value in facts:
+        print(f"{key.ljust(width)}  {value}", file=out)
+    channels = progress.get("channels") or []
+    if channels:
+        print(file=out)
+        table(
+            ["CHANNEL", "STATE", "ROWS", "BYTES", "LAG_S"],
+            [[c["channel"], c["state"], c["rows"], c["bytes"], c["lag_seconds"]] for c in channels],
+            out,
+        )
+    if positions:
+        print(file=out)
+        table(
+            ["CHANNEL", "BACKEND", "MSG_ID", "SOURCE_TIME"],
+            [
+                [p["channel_name"], p["backend"], p["msg_id"], _time(p["time"] / 1000)]
+                for p in positions
+            ],
+            out,
+        )
+
+
+# --- commands ------------------------------------------------------------------------------------
+def add_task_parser(commands: Any) -> None:
+    task = commands.add_parser("task", help="manage the tasks of a running daemon")
+    actions = task.add_subparsers(dest="task_command", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str, with_id: bool = True) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        if with_id:
+            parser.add_argument("task_id", metavar="TASK_ID")
+        parser.add_argument("--url", help="the daemon (default: $CDC_URL, else `address`)")
+        parser.add_argument("--config", metavar="PATH", help="configuration file")
+        parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+        parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+        return parser
+
+    action("list", "list the tasks", with_id=False)
+    action("get", "show one task: state, progress, channels, positions")
+    action("pause", "pause a task")
+    action("resume", "resume a task")
+    action("delete", "delete a task")
+    create = action("create", "create a task", with_id=False)
+    create.add_argument("--body", metavar="FILE", help="the create request as JSON ('-': stdin)")
+    create.add_argument("--target", metavar="URI", help="the target Milvus, http://host:19530")
+    create.add_argument(
+        "--collection",
+        action="append",
+        metavar="[DB.]NAME",
+        help="a collection to replicate ('*' for all; repeatable; default: all)",
+    )
+    create.add_argument("--task-id", help="the task's id (default: generated)")
+    create.add_argument("--username", help="target user (with --password-env)")
+    create.add_argument("--password-env", metavar="VAR", help="environment variable with it")
+    create.add_argument("--token-env", metavar="VAR", help="environment variable with a token")
+    create.add_argument("--connect-timeout", type=int, help="seconds for the target to answer")
+    create.add_argument("--no-start", action="store_true", help="create in state Initial")
+
+
+def secret_from_env(variable: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        raise CliError(f"environment variable {variable} is not set")
+    return value
+
+
+def create_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.body:
+        text = sys.stdin.read() if args.body == "-" else Path(args.body).read_text()
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            raise CliError(f"--body: not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise CliError("--body: must hold a JSON object (the create request)")
+    elif args.target:
+        connect: dict[str, Any] = {"uri": args.target}
+        if args.username:
+            connect["username"] = args.username
+        if args.password_env:
+            connect["password"] = secret_from_env(args.password_env)
+        if args.token_env:
+            connect["token"] = secret_from_env(args.token_env)
+        if args.connect_timeout:
+            connect["connect_timeout"] = args.connect_timeout
+        by_db: dict[str, list[dict[str, str]]] = {}
+        for name in args.collection or ["*"]:
+            db, _, collection = name.rpartition(".")
+            by_db.setdefault(db or "default", []).append({"name": collection})
+        body = {"milvus_connect_param": connect, "db_collections": by_db}
+    else:
+        raise CliError("give --target (and --collection), or --body FILE")
+    if args.task_id:
+        body["task_id"] = args.task_id
+    if args.no_start:
+        body["disable_auto_start"] = True
+    return body
+
+
+def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextIO) -> int:
+    client = DaemonClient(daemon_url(settings, args.url), args.timeout)
+    command = args.task_command
+    if command == "list":
+        answer = client.call("GET", "/v1/tasks")
+        if args.json:
+            print(json.dumps(answer, indent=2), file=out)
+        else:
+            print_tasks(answer["tasks"], out)
+        return 0
+    if command == "get":
+        task = client.task(args.task_id)
+        positions = client.call("GET", f"/v1/tasks/{_quote(args.task_id)}/positions")
+        if args.json:
+            print(json.dumps({"task": task, **positions}, indent=2), file=out)
+        else:
+            print_task(task, positions["positions"], out)
+        return 0
+    if command == "delete":
+        client.call("DELETE", f"/v1/tasks/{_quote(args.task_id)}")
+        if args.json:
+            print(json.dumps({"task_id": args.task_id, "deleted": True}), file=out)
+        else:
+            print(f"task {args.task_id} deleted", file=out)
+        return 0
+    if command == "create":
+        answer = client.call("POST", "/v1/tasks", create_body(args))
+    else:  # pause, resume
+        answer = client.call("POST", f"/v1/tasks/{_quote(args.task_id)}/{command}")
+    if args.json:
+        print(json.dumps(answer, indent=2), file=out)
+    else:
+        print_tasks([answer["task"]], out)
+    return 0

@@ -1,0 +1,252 @@
+// milvus-cdc dashboard: polls the /v1 REST resources; pause, resume and delete go through them.
+// Plain browser JavaScript, no build step. Text from the API is only ever set as textContent.
+"use strict";
+
+const REFRESH_MS = 2000;
+const state = { tasks: [], selected: null, refreshes: 0, confirmDelete: null };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("data-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const dash = "\u2014";
+const seconds = (v) => (v === null || v === undefined ? dash : `${Number(v).toFixed(1)} s`);
+const number = (v, digits = 0) =>
+  v === null || v === undefined ? dash : Number(v).toLocaleString("en", {
+    maximumFractionDigits: digits, minimumFractionDigits: digits });
+const when = (unix) => (unix ? new Date(unix * 1000).toISOString().replace("T", " ").slice(0, 19) : dash);
+
+async function api(method, path) {
+  const response = await fetch(path, { method, headers: { Accept: "application/json" } });
+  if (response.status === 204) return null;
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new Error(body.detail || body.message || `${method} ${path}: HTTP ${response.status}`);
+  }
+  return body;
+}
+
+function showMessage(text) {
+  const box = $("message");
+  box.textContent = text || "";
+  box.hidden = !text;
+}
+
+function backfillText(backfill) {
+  if (!backfill) return dash;
+  if (typeof backfill.percent === "number") return `${backfill.percent.toFixed(0)}%`;
+  return backfill.state || dash;
+}
+
+function lastError(task) {
+  if (task.state !== "Failed") return "";
+  const retry = task.retry;
+  if (retry && retry.next_at) {
+    return `${task.reason} (retry ${retry.attempts} at ${when(retry.next_at)})`;
+  }
+  return task.reason;
+}
+
+function actionButton(task, action, label, enabled) {
+  const button = el("button", { type: "button", "data-action": action, disabled: !enabled }, label);
+  button.addEventListener("click", (event) => {
+    event.stopPropagation();
+    act(task.task_id, action, button);
+  });
+  return button;
+}
+
+function renderTasks() {
+  const body = $("tasks").querySelector("tbody");
+  body.replaceChildren();
+  for (const task of state.tasks) {
+    const progress = task.progress || {};
+    const deleteButton = actionButton(task, "delete", "Delete", true);
+    deleteButton.classList.add("danger");
+    if (state.confirmDelete === task.task_id) {
+      deleteButton.textContent = "Confirm delete";
+      deleteButton.classList.add("confirm");
+    }
+    const row = el(
+      "tr",
+      { class: "task", "data-task-id": task.task_id, "data-state": task.state },
+      el("td", {}, el("code", {}, task.task_id)),
+      el("td", { class: "state", "data-state": task.state }, task.state),
+      el("td", { class: "num lag" }, seconds(progress.lag_seconds)),
+      el("td", { class: "num rate" }, number(task.rows_per_second, 1)),
+      el("td", { class: "num rows" }, number(progress.rows)),
+      el("td", { class: "backfill" }, backfillText(task.backfill)),
+      el("td", { class: "error" }, lastError(task)),
+      el(
+        "td",
+        { class: "actions" },
+        actionButton(task, "pause", "Pause", task.state !== "Paused"),
+        actionButton(task, "resume", "Resume", task.state !== "Running"),
+        deleteButton,
+      ),
+    );
+    if (task.task_id === state.selected) row.classList.add("selected");
+    row.addEventListener("click", () => select(task.task_id));
+    body.append(row);
+  }
+  $("no-tasks").hidden = state.tasks.length > 0;
+  $("task-count").textContent = `(${state.tasks.length})`;
+}
+
+function collectionsOf(task) {
+  if (task.collection_infos) return task.collection_infos.map((c) => `default.${c.name}`);
+  const names = [];
+  for (const [db, infos] of Object.entries(task.db_collections || {})) {
+    for (const info of infos) names.push(`${db}.${info.name}`);
+  }
+  return names;
+}
+
+function targetOf(task) {
+  const target = task.milvus_connect_param || {};
+  return target.uri || `${target.host}:${target.port}`;
+}
+
+function renderDetail(task, positions) {
+  const section = $("detail");
+  if (!task) {
+    section.hidden = true;
+    return;
+  }
+  section.hidden = false;
+  section.setAttribute("data-task-id", task.task_id);
+  $("detail-id").textContent = task.task_id;
+  const badge = $("detail-state");
+  badge.textContent = task.state;
+  badge.setAttribute("data-state", task.state);
+  const facts = [
+    ["Target", targetOf(task)],
+    ["Reason", task.reason || dash],
+    ["Created", when(task.created_at)],
+    ["Updated", when(task.updated_at)],
+    ["Replicate channel", (task.rpc_channel_info || {}).name || dash],
+    ["Rows / bytes", task.progress ? `${number(task.progress.rows)} / ${number(task.progress.bytes)}` : dash],
+  ];
+  for (const mapping of task.name_mapping || []) {
+    facts.push([`Database ${mapping.source_db}`, `-> ${mapping.target_db}`]);
+  }
+  $("detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  $("detail-collections").replaceChildren(...collectionsOf(task).map((n) => el("li", {}, el("code", {}, n))));
+  const channels = (task.progress && task.progress.channels) || [];
+  $("detail-channels").querySelector("tbody").replaceChildren(
+    ...channels.map((c) =>
+      el(
+        "tr",
+        { "data-channel": c.channel },
+        el("td", {}, el("code", {}, c.channel)),
+        el("td", {}, c.state),
+        el("td", { class: "num" }, number(c.rows)),
+        el("td", { class: "num" }, number(c.bytes)),
+        el("td", { class: "num" }, seconds(c.lag_seconds)),
+      ),
+    ),
+  );
+  $("no-channels").hidden = channels.length > 0;
+  $("detail-positions").querySelector("tbody").replaceChildren(
+    ...(positions || []).map((p) =>
+      el(
+        "tr",
+        { "data-channel": p.channel_name },
+        el("td", {}, el("code", {}, p.channel_name)),
+        el("td", {}, p.backend),
+        el("td", { class: "mono" }, p.msg_id),
+        el("td", {}, p.time ? when(p.time / 1000) : dash),
+      ),
+    ),
+  );
+}
+
+async function refreshDetail() {
+  const task = state.tasks.find((t) => t.task_id === state.selected);
+  if (!task) {
+    state.selected = null;
+    renderDetail(null);
+    return;
+  }
+  let positions = [];
+  try {
+    positions = (await api("GET", `/v1/tasks/${encodeURIComponent(task.task_id)}/positions`)).positions;
+  } catch (error) {
+    positions = [];
+  }
+  renderDetail(task, positions);
+}
+
+async function refreshStatus() {
+  const pill = $("daemon-status");
+  try {
+    const response = await fetch("/readyz");
+    const body = await response.json();
+    pill.setAttribute("data-status", body.status);
+    pill.textContent = body.status === "ok" ? "ready" : body.status;
+  } catch (error) {
+    pill.setAttribute("data-status", "unavailable");
+    pill.textContent = "unreachable";
+  }
+}
+
+async function refresh() {
+  try {
+    const body = await api("GET", "/v1/tasks");
+    state.tasks = body.tasks;
+    renderTasks();
+    await refreshDetail();
+    $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
+  } catch (error) {
+    showMessage(`Cannot list tasks: ${error.message}`);
+  }
+  await refreshStatus();
+  state.refreshes += 1;
+  document.body.setAttribute("data-refreshes", String(state.refreshes));
+}
+
+async function act(taskId, action, button) {
+  if (action === "delete" && state.confirmDelete !== taskId) {
+    state.confirmDelete = taskId; // a second click confirms
+    renderTasks();
+    setTimeout(() => {
+      if (state.confirmDelete === taskId) {
+        state.confirmDelete = null;
+        renderTasks();
+      }
+    }, 5000);
+    return;
+  }
+  state.confirmDelete = null;
+  button.disabled = true;
+  const path = `/v1/tasks/${encodeURIComponent(taskId)}`;
+  try {
+    if (action === "delete") await api("DELETE", path);
+    else await api("POST", `${path}/${action}`);
+    showMessage("");
+  } catch (error) {
+    showMessage(`${action} ${taskId}: ${error.message}`);
+  }
+  await refresh();
+}
+
+function select(taskId) {
+  state.selected = taskId;
+  renderTasks();
+  refreshDetail();
+}
+
+window.cdcDashboard = { refresh, select, state };
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,321 @@
+"""The daemon's periodic jobs, run by an APScheduler ``AsyncIOScheduler`` that starts and stops
+with the application (``scheduler`` in cdc.yaml):
+
+progress sampling    every ``progressSampleSeconds``: each running task's rows and lag, kept for
+                     a few minutes; gives rows/s to /v1/tasks, the dashboard and
+                     ``cdc_task_rows_per_second``.
+metastore health     every ``metastoreCheckSeconds``: a ping with a timeout; ``cdc_metastore_up``
+                     and the ``metastore_watch`` part of /readyz; changes are logged.
+transient retry      every ``retry.checkSeconds``: a task in Failed whose reason contains one of
+                     ``retry.transientReasons`` is resumed (the same call as the API's resume)
+                     after ``initialBackoffSeconds * multiplier^(attempt-1)`` seconds, at most
+                     ``maxBackoffSeconds``; ``maxAttempts`` (0: no limit) bounds the attempts.
+
+Saving positions of idle channels is not a job here: each channel worker of the engine saves
+its position on a time tick when it has saved nothing for a while (replicator/pipeline), in the
+thread that owns that position, so positions stay compare-and-set from one writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
+from server.app_state import METRICS, STORE, SUPERVISOR
+from server.errors import ApiError
+from server.logs import log_context
+from server.settings import RetrySettings, SchedulerSettings
+from server.supervisor import TaskSupervisor
+
+log = logging.getLogger(__name__)
+
+SAMPLES_KEPT = 60
+RATE_WINDOW = 6  # samples (30 s at the default interval) behind rows/s
+PING_TIMEOUT = 3.0
+
+
+# --- progress sampling ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    rows: int
+    lag_seconds: float | None
+
+
+class ProgressSampler:
+    """Recent (time, rows, lag) samples of each running task."""
+
+    def __init__(self) -> None:
+        self._samples: dict[str, deque[Sample]] = {}
+
+    def sample(self, progress: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        for task_id in set(self._samples) - set(progress):
+            del self._samples[task_id]  # stopped, paused or deleted
+        for task_id, status in progress.items():
+            samples = self._samples.setdefault(task_id, deque(maxlen=SAMPLES_KEPT))
+            samples.append(Sample(now, int(status.get("rows") or 0), status.get("lag_seconds")))
+
+    def rows_per_second(self, task_id: str) -> float | None:
+        """Rows applied per second over the last samples; None before two samples."""
+        samples = list(self._samples.get(task_id, ()))[-RATE_WINDOW:]
+        if len(samples) < 2 or samples[-1].at <= samples[0].at:
+            return None
+        rows = max(0, samples[-1].rows - samples[0].rows)
+        return round(rows / (samples[-1].at - samples[0].at), 3)
+
+    def view(self, task_id: str) -> dict[str, Any]:
+        samples = self._samples.get(task_id, ())
+        return {
+            "rows_per_second": self.rows_per_second(task_id),
+            "lag_samples": [s.lag_seconds for s in samples],
+        }
+
+
+# --- metastore health ----------------------------------------------------------------------------
+@dataclass
+class MetastoreHealth:
+    healthy: bool | None = None  # None: not checked yet
+    checked_at: float | None = None
+    consecutive_failures: int = 0
+    last_error: str = ""
+
+    async def check(self, store: MetaStore, now: float) -> None:
+        try:
+            await asyncio.wait_for(asyncio.to_thread(store.ping), timeout=PING_TIMEOUT)
+        except (MetaStoreError, TimeoutError) as exc:
+            error = str(exc) or f"no answer within {PING_TIMEOUT:.0f} s"
+            if self.healthy is not False:
+                log.warning("metastore health check failed: %s", error)
+            self.healthy = False
+            self.consecutive_failures += 1
+            self.last_error = error
+        else:
+            if self.healthy is False:
+                log.info(
+                    "metastore healthy again after %d failed check(s)", self.consecutive_failures
+                )
+            self.healthy = True
+            self.consecutive_failures = 0
+            self.last_error = ""
+        self.checked_at = now
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "checked_at": self.checked_at,
+            "consecutive_failures": self.consecutive_failures,
+            "last_error": self.last_error,
+        }
+
+
+# --- retry of transient failures -----------------------------------------------------------------
+def backoff_seconds(policy: RetrySettings, attempt: int) -> float:
+    """Wait before retry number ``attempt`` (1-based)."""
+    delay = policy.initialBackoffSeconds * policy.multiplier ** max(0, attempt - 1)
+    return float(min(policy.maxBackoffSeconds, delay))
+
+
+def is_transient(policy: RetrySettings, reason: str) -> bool:
+    text = reason.lower()
+    return any(marker.lower() in text for marker in policy.transientReasons if marker)
+
+
+@dataclass
+class RetryState:
+    attempts: int = 0
+    next_at: float = 0.0
+    waiting: bool = False  # a resume is scheduled and not made yet
+    last_retry_at: float | None = None
+    gave_up: bool = False
+
+
+@dataclass
+class TransientRetrier:
+    policy: RetrySettings
+    states: dict[str, RetryState] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)  # resumes made, per task
+
+    def _forget_settled(self, tasks: Iterable[TaskRecord], now: float) -> None:
+        current = {t.task_id: t for t in tasks}
+        for task_id, state in list(self.states.items()):
+            task = current.get(task_id)
+            if task is None or task.state in (TaskState.PAUSED, TaskState.INITIAL):
+                del self.states[task_id]  # deleted, or an operator took it over
+            elif (
+                task.state is TaskState.RUNNING
+                and state.last_retry_at is not None
+                and now - state.last_retry_at > self.policy.maxBackoffSeconds
+            ):
+                del self.states[task_id]  # has run long enough: count afresh next time
+
+    async def run_once(self, supervisor: TaskSupervisor, now: float) -> list[str]:
+        """Resume the Failed tasks whose wait is over; returns their ids."""
+        tasks = await supervisor.list()
+        self._forget_settled(tasks, now)
+        resumed = []
+        for task in tasks:
+            if task.state is not TaskState.FAILED or not is_transient(self.policy, task.reason):
+                continue
+            state = self.states.setdefault(task.task_id, RetryState())
+            if not state.waiting and not state.gave_up:
+                self._schedule(task.task_id, state, now)  # a failure not yet answered
+            if state.gave_up or now < state.next_at:
+                continue
+            with log_context(task_id=task.task_id):
+                log.info(
+                    "resuming a task stopped by a transient error (attempt %d): %s",
+                    state.attempts,
+                    task.reason,
+                )
+                try:
+                    await supervisor.resume(task.task_id)
+                except ApiError as exc:  # resumed, paused or deleted meanwhile
+                    log.info("retry skipped: %s", exc.message)
+                    continue
+            state.waiting = False
+            state.last_retry_at = now
+            self.retries[task.task_id] = self.retries.get(task.task_id, 0) + 1
+            resumed.append(task.task_id)
+        return resumed
+
+    def _schedule(self, task_id: str, state: RetryState, now: float) -> None:
+        limit = self.policy.maxAttempts
+        if limit and state.attempts >= limit:
+            state.gave_up = True
+            with log_context(task_id=task_id):
+                log.warning("left Failed after %d automatic resumes (retry.maxAttempts)", limit)
+            return
+        state.attempts += 1
+        state.next_at = now + backoff_seconds(self.policy, state.attempts)
+        state.waiting = True
+
+    def view(self, task_id: str) -> dict[str, Any] | None:
+        state = self.states.get(task_id)
+        if state is None:
+            return None
+        return {
+            "attempts": state.attempts,
+            "next_at": state.next_at if state.waiting else None,
+            "gave_up": state.gave_up,
+        }
+
+
+# --- the jobs together ---------------------------------------------------------------------------
+class _JobsCollector(Collector):
+    def __init__(self, jobs: DaemonJobs) -> None:
+        self._jobs = jobs
+
+    def collect(self) -> Iterable[Metric]:
+        jobs = self._jobs
+        up = GaugeMetricFamily(
+            "cdc_metastore_up", "1 when the last metastore health check answered, else 0"
+        )
+        up.add_metric([], 1.0 if jobs.health.healthy else 0.0)
+        yield up
+        rate = GaugeMetricFamily(
+            "cdc_task_rows_per_second",
+            "Rows applied to the target per second, over the last progress samples",
+            labels=["task_id"],
+        )
+        for task_id in jobs.supervisor.all_progress():
+            value = jobs.sampler.rows_per_second(task_id)
+            if value is not None:
+                rate.add_metric([task_id], value)
+        yield rate
+        retries = CounterMetricFamily(
+            "cdc_task_retries",
+            "Automatic resumes of tasks stopped by a transient error",
+            labels=["task_id"],
+        )
+        for task_id, count in jobs.retrier.retries.items():
+            retries.add_metric([task_id], count)
+        yield retries
+
+
+class DaemonJobs:
+    """The scheduler and the state its jobs keep."""
+
+    def __init__(self, settings: SchedulerSettings, supervisor: TaskSupervisor, store: MetaStore):
+        self.settings = settings
+        self.supervisor = supervisor
+        self.store = store
+        self.sampler = ProgressSampler()
+        self.health = MetastoreHealth()
+        self.retrier = TransientRetrier(settings.retry)
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+
+    async def sample_progress(self) -> None:
+        self.sampler.sample(self.supervisor.all_progress(), time.time())
+
+    async def check_metastore(self) -> None:
+        await self.health.check(self.store, time.time())
+
+    async def retry_transient(self) -> None:
+        try:
+            await self.retrier.run_once(self.supervisor, time.time())
+        except MetaStoreError as exc:
+            log.warning("transient-retry job: metastore unavailable: %s", exc)
+
+    def start(self) -> None:
+        jobs = [
+            (self.sample_progress, self.settings.progressSampleSeconds),
+            (self.check_metastore, self.settings.metastoreCheckSeconds),
+        ]
+        if self.settings.retry.enabled:
+            jobs.append((self.retry_transient, self.settings.retry.checkSeconds))
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            # APScheduler logs two INFO lines per run of every job; keep its warnings and errors
+            logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        now = datetime.now(UTC)
+        for job, seconds in jobs:
+            self.scheduler.add_job(
+                job,
+                "interval",
+                seconds=seconds,
+                id=job.__name__,
+                next_run_time=now,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
+        self.scheduler.start()
+        log.info("scheduler started: %s", ", ".join(job.__name__ for job, _ in jobs))
+
+    def stop(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def task_extras(self, task_id: str) -> dict[str, Any]:
+        """What the jobs know about one task, for /v1 views."""
+        return {**self.sampler.view(task_id), "retry": self.retrier.view(task_id)}
+
+
+JOBS = web.AppKey("jobs", DaemonJobs)
+
+
+def install_jobs(app: web.Application, settings: SchedulerSettings) -> None:
+    """Run the jobs while the application runs (after the supervisor is up, stopped before it
+    drains)."""
+
+    async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
+        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE])
+        app[METRICS].registry.register(_JobsCollector(jobs))
+        app[JOBS] = jobs
+        jobs.start()
+        yield
+        jobs.stop()
+
+    app.cleanup_ctx.append(jobs_ctx)

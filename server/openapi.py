@@ -1,0 +1,383 @@
+"""The OpenAPI 3.1 document served at ``/openapi.json``.
+
+Request bodies come from the same pydantic models that validate them (server/api_models.py);
+answers are described here. tests/unit/test_openapi.py pins the document and checks that it
+names every route the application serves, so a change to the API shows up as a change to the
+pinned file.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from aiohttp import web
+
+from server.api_models import CreateRequest
+
+API_VERSION = "1.0.0"
+REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/problem+json": {"schema": _ref("Problem")}},
+    }
+
+
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_TASK_ID_PARAM = {
+    "name": "task_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "The task's id",
+}
+_ERRORS = {
+    "400": _problem("Invalid request (the detail names the field)"),
+    "503": _problem("Metastore unavailable or the daemon is draining; try again"),
+}
+_TASK_ERRORS = {**_ERRORS, "404": _problem("No task with this id")}
+_CROSS_SITE = {"403": _problem("A browser request whose Origin is another site")}
+_TASK_ANSWER = {"type": "object", "required": ["task"], "properties": {"task": _ref("Task")}}
+
+
+def _schemas() -> dict[str, Any]:
+    create = CreateRequest.model_json_schema(ref_template=REF)
+    defs = create.pop("$defs", {})
+    channel = {
+        "type": "object",
+        "properties": {
+            "channel": {"type": "string"},
+            "state": {"type": "string"},
+            "rows": {"type": "integer"},
+            "bytes": {"type": "integer"},
+            "lag_seconds": _NULLABLE_NUMBER,
+            "position": {"type": ["object", "null"]},
+        },
+    }
+    progress = {
+        "type": ["object", "null"],
+        "description": "The runner's progress while the task runs; null otherwise",
+        "properties": {
+            "rows": {"type": "integer"},
+            "bytes": {"type": "integer"},
+            "lag_seconds": _NULLABLE_NUMBER,
+            "channels": {"type": "array", "items": _ref("ChannelProgress")},
+        },
+    }
+    task = {
+        "type": "object",
+        "description": "A task as get and list show it: its specification without secrets, "
+        "its state and progress",
+        "required": ["task_id", "state", "reason", "created_at", "updated_at", "progress"],
+        "properties": {
+            "task_id": {"type": "string"},
+            "state": {"type": "string", "enum": ["Initial", "Running", "Paused", "Failed"]},
+            "reason": {"type": "string", "description": "Why the task is in its state"},
+            "created_at": {"type": "number", "description": "Unix time"},
+            "updated_at": {"type": "number", "description": "Unix time"},
+            "milvus_connect_param": {
+                "type": "object",
+                "description": "The target; password and token are never shown",
+            },
+            "collection_infos": {"type": "array", "items": {"type": "object"}},
+            "db_collections": {"type": "object"},
+            "rpc_channel_info": {"type": "object"},
+            "name_mapping": {"type": "array", "items": {"type": "object"}},
+            "progress": _ref("Progress"),
+            "rows_per_second": {
+                **_NULLABLE_NUMBER,
+                "description": "/v1 only: rows applied per second over the last samples",
+            },
+            "lag_samples": {
+                "type": "array",
+                "items": _NULLABLE_NUMBER,
+                "description": "/v1 only: recent lag samples in seconds, oldest first",
+            },
+            "retry": {
+                "type": ["object", "null"],
+                "description": "/v1 only: automatic resumes after transient failures",
+                "properties": {
+                    "attempts": {"type": "integer"},
+                    "next_at": _NULLABLE_NUMBER,
+                    "gave_up": {"type": "boolean"},
+                },
+            },
+            "backfill": {
+                "type": ["object", "null"],
+                "description": "/v1 only: backfill progress (null: no backfill)",
+            },
+        },
+    }
+    position = {
+        "type": "object",
+        "required": ["channel_name", "backend", "msg_id", "tt", "time"],
+        "properties": {
+            "channel_name": {"type": "string"},
+            "backend": {"type": "string"},
+            "msg_id": {"type": "string", "contentEncoding": "base64"},
+            "tt": {"type": "integer", "description": "Hybrid timestamp"},
+            "time": {"type": "integer", "description": "Physical milliseconds of tt"},
+        },
+    }
+    problem = {
+        "type": "object",
+        "description": "RFC 9457 problem details",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+        },
+    }
+    cdc_request = {
+        "type": "object",
+        "required": ["request_type"],
+        "additionalProperties": False,
+        "properties": {
+            "request_type": {
+                "type": "string",
+                "enum": ["create", "delete", "pause", "resume", "get", "list", "position"],
+            },
+            "request_data": {
+                "type": ["object", "null"],
+                "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
+                "pause, resume, get, position: {task_id}; list: {}",
+            },
+        },
+    }
+    cdc_answer = {
+        "type": "object",
+        "required": ["code", "message", "data"],
+        "properties": {
+            "code": {"type": "integer", "description": "Equal to the HTTP status"},
+            "message": {"type": "string"},
+            "data": {"type": "object"},
+        },
+    }
+    return {
+        **defs,
+        "CreateRequest": create,
+        "Task": task,
+        "Progress": progress,
+        "ChannelProgress": channel,
+        "Position": position,
+        "Problem": problem,
+        "CdcRequest": cdc_request,
+        "CdcAnswer": cdc_answer,
+    }
+
+
+def _paths() -> dict[str, Any]:
+    task_op = {"parameters": [_TASK_ID_PARAM]}
+    return {
+        "/v1/tasks": {
+            "get": {
+                "operationId": "listTasks",
+                "summary": "List the tasks",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["tasks"],
+                            "properties": {"tasks": {"type": "array", "items": _ref("Task")}},
+                        },
+                        "Every task",
+                    ),
+                    "503": _ERRORS["503"],
+                },
+            },
+            "post": {
+                "operationId": "createTask",
+                "summary": "Create a task (the target must answer first)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("CreateRequest")}},
+                },
+                "responses": {
+                    "201": {
+                        **_json(_TASK_ANSWER, "Created"),
+                        "headers": {
+                            "Location": {
+                                "schema": {"type": "string"},
+                                "description": "/v1/tasks/{task_id}",
+                            }
+                        },
+                    },
+                    **_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem(
+                        "The task id exists, maxTaskNum is reached, or another "
+                        "task replicates an overlapping selection to the target"
+                    ),
+                    "413": _problem("Body larger than maxRequestBytes"),
+                },
+            },
+        },
+        "/v1/tasks/{task_id}": {
+            **task_op,
+            "get": {
+                "operationId": "getTask",
+                "summary": "One task with its progress",
+                "responses": {"200": _json(_TASK_ANSWER, "The task"), **_TASK_ERRORS},
+            },
+            "delete": {
+                "operationId": "deleteTask",
+                "summary": "Stop and delete a task",
+                "responses": {"204": {"description": "Deleted"}, **_TASK_ERRORS, **_CROSS_SITE},
+            },
+        },
+        "/v1/tasks/{task_id}/pause": {
+            **task_op,
+            "post": {
+                "operationId": "pauseTask",
+                "summary": "Pause a task (its runner stops and saves its positions)",
+                "responses": {
+                    "200": _json(_TASK_ANSWER, "Paused"),
+                    **_TASK_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem("Already Paused"),
+                },
+            },
+        },
+        "/v1/tasks/{task_id}/resume": {
+            **task_op,
+            "post": {
+                "operationId": "resumeTask",
+                "summary": "Resume a task from its saved positions",
+                "responses": {
+                    "200": _json(_TASK_ANSWER, "Running (or Failed when it cannot start)"),
+                    **_TASK_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem("Already Running"),
+                },
+            },
+        },
+        "/v1/tasks/{task_id}/positions": {
+            **task_op,
+            "get": {
+                "operationId": "taskPositions",
+                "summary": "The task's saved position on each channel",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["task_id", "positions"],
+                            "properties": {
+                                "task_id": {"type": "string"},
+                                "positions": {"type": "array", "items": _ref("Position")},
+                            },
+                        },
+                        "Positions by channel name",
+                    ),
+                    **_TASK_ERRORS,
+                },
+            },
+        },
+        "/cdc": {
+            "post": {
+                "operationId": "cdc",
+                "summary": "The Go milvus-cdc protocol: one endpoint, request_type selects the "
+                "verb; the answer's code equals the HTTP status",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("CdcRequest")}},
+                },
+                "responses": {
+                    str(code): _json(_ref("CdcAnswer"), text)
+                    for code, text in [
+                        (200, "Done"),
+                        (400, "Invalid request"),
+                        (404, "Unknown task"),
+                        (405, "Not POST"),
+                        (409, "State conflict"),
+                        (413, "Body too large"),
+                        (503, "Metastore unavailable or draining"),
+                    ]
+                },
+            }
+        },
+        "/livez": {
+            "get": {
+                "operationId": "livez",
+                "summary": "The process answers",
+                "responses": {"200": _json({"type": "object"}, "Alive")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Ready to serve: not draining and the metastore answers",
+                "responses": {
+                    "200": _json({"type": "object"}, "Ready"),
+                    "503": _json({"type": "object"}, "Draining, or the metastore is down"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+            }
+        },
+        "/": {
+            "get": {
+                "operationId": "dashboard",
+                "summary": "The dashboard (HTML)",
+                "responses": {
+                    "200": {
+                        "description": "The dashboard page",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "milvus-cdc",
+            "version": API_VERSION,
+            "description": "Change-data-capture daemon for Milvus: replication tasks over REST "
+            "(/v1) or the Go milvus-cdc protocol (POST /cdc).",
+        },
+        "paths": _paths(),
+        "components": {"schemas": _schemas()},
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    return copy.deepcopy(_document())
+
+
+async def openapi_endpoint(request: web.Request) -> web.Response:
+    return web.json_response(_document())

@@ -1,0 +1,175 @@
+"""REST resources over the same task supervisor as ``POST /cdc``:
+
+    GET    /v1/tasks                     200 {"tasks": [task, ...]}
+    POST   /v1/tasks                     201 {"task": task}, Location: /v1/tasks/{id}
+                                         (body: the create request_data of POST /cdc)
+    GET    /v1/tasks/{task_id}           200 {"task": task}
+    DELETE /v1/tasks/{task_id}           204
+    POST   /v1/tasks/{task_id}/pause     200 {"task": task}   (409 when already Paused)
+    POST   /v1/tasks/{task_id}/resume    200 {"task": task}   (409 when already Running)
+    GET    /v1/tasks/{task_id}/positions 200 {"task_id": ..., "positions": [...]}
+
+Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
+"detail"}``: 400 invalid request, 403 a browser request from another site's page (its ``Origin``
+is not this daemon: the dashboard's buttons must not be pressable by other sites), 404 unknown
+task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
+
+A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
+``rows_per_second``, ``lag_samples``, ``retry``; ``backfill`` is null until the engine has a
+backfill.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from metastore import TaskRecord
+from server.api_common import failure_answer, positions_view, read_json
+from server.api_models import CreateRequest, TaskIdRequest, parse_model
+from server.app_state import LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
+from server.errors import UnavailableError
+from server.jobs import JOBS
+from server.supervisor import task_view
+
+PREFIX = "/v1"
+PROBLEM_TYPE = "application/problem+json"
+
+Resource = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def json_response(
+    data: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+def problem(status: int, detail: str) -> web.Response:
+    body = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    return web.Response(body=orjson.dumps(body), status=status, content_type=PROBLEM_TYPE)
+
+
+def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
+    view = task_view(task, request.app[SUPERVISOR].progress(task.task_id))
+    jobs = request.app.get(JOBS)
+    extras = jobs.task_extras(task.task_id) if jobs is not None else {}
+    return {
+        **view,
+        "rows_per_second": extras.get("rows_per_second"),
+        "lag_samples": extras.get("lag_samples", []),
+        "retry": extras.get("retry"),
+        "backfill": None,
+    }
+
+
+def _task_id(request: web.Request) -> str:
+    return parse_model(TaskIdRequest, {"task_id": request.match_info["task_id"]}, "path").task_id
+
+
+def _cross_site(request: web.Request) -> bool:
+    """A browser request made by another site's page (a form posting to pause, say): its
+    ``Origin`` names another host. Clients that are not browsers send no ``Origin``."""
+    origin = request.headers.get("Origin")
+    if request.method in ("GET", "HEAD") or origin is None:
+        return False
+    return origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower()
+
+
+def resource(verb: str) -> Callable[[Resource], Resource]:
+    """Common answer handling: cross-site refusal, draining, failures as problems, request
+    metrics under ``verb``."""
+
+    def wrap(handler: Resource) -> Resource:
+        async def run(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            status = 500
+            try:
+                if _cross_site(request):
+                    status = 403
+                    return problem(403, "cross-site request refused: Origin is not this daemon")
+                if request.app[LIFECYCLE].draining:
+                    raise UnavailableError("the daemon is shutting down")
+                response = await handler(request)
+                status = response.status
+                return response
+            except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
+                status, detail = failure_answer(exc, verb)
+                return problem(status, detail)
+            finally:
+                request.app[METRICS].observe_request(verb, status, time.perf_counter() - started)
+
+        return run
+
+    return wrap
+
+
+@resource("list")
+async def list_tasks(request: web.Request) -> web.Response:
+    tasks = await request.app[SUPERVISOR].list()
+    return json_response({"tasks": [rest_view(request, t) for t in tasks]})
+
+
+@resource("create")
+async def create_task(request: web.Request) -> web.Response:
+    data = await read_json(request, request.app[SETTINGS].maxRequestBytes)
+    task = await request.app[SUPERVISOR].create(parse_model(CreateRequest, data, "body"))
+    return json_response(
+        {"task": rest_view(request, task)},
+        status=201,
+        headers={"Location": f"{PREFIX}/tasks/{task.task_id}"},
+    )
+
+
+def _one_task(verb: str) -> Resource:
+    """get, pause and resume: a supervisor call on the path's task, answered with the task."""
+
+    @resource(verb)
+    async def handler(request: web.Request) -> web.Response:
+        supervisor = request.app[SUPERVISOR]
+        call = {"get": supervisor.get, "pause": supervisor.pause, "resume": supervisor.resume}
+        task = await call[verb](_task_id(request))
+        return json_response({"task": rest_view(request, task)})
+
+    return handler
+
+
+@resource("delete")
+async def delete_task(request: web.Request) -> web.Response:
+    await request.app[SUPERVISOR].delete(_task_id(request))
+    return web.Response(status=204)
+
+
+@resource("position")
+async def task_positions(request: web.Request) -> web.Response:
+    task_id = _task_id(request)
+    positions = await request.app[SUPERVISOR].positions(task_id)
+    return json_response({"task_id": task_id, "positions": positions_view(positions.values())})
+
+
+ROUTES: list[tuple[str, str, Resource]] = [
+    ("GET", "/tasks", list_tasks),
+    ("POST", "/tasks", create_task),
+    ("GET", "/tasks/{task_id}", _one_task("get")),
+    ("DELETE", "/tasks/{task_id}", delete_task),
+    ("POST", "/tasks/{task_id}/pause", _one_task("pause")),
+    ("POST", "/tasks/{task_id}/resume", _one_task("resume")),
+    ("GET", "/tasks/{task_id}/positions", task_positions),
+]
+
+
+def add_rest_routes(app: web.Application) -> None:
+    for method, path, handler in ROUTES:
+        app.router.add_route(method, PREFIX + path, handler)
