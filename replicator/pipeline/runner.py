@@ -64,6 +64,7 @@ from replicator.sources.base import (
     WalSource,
     WalTruncatedError,
 )
+from replicator.sources.prefetch import PrefetchingReader
 from replicator.task_runner import FailureCallback
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,9 @@ class ChannelWorker:
         while not self.shared.stop.is_set():
             reader: ChannelReader | None = None
             try:
-                reader = self.source.open_channel(self.pchannel, self.start)
+                reader = PrefetchingReader(
+                    self.source.open_channel(self.pchannel, self.start), READ_BATCH
+                )
                 self.status.state = "running"
                 self._consume(reader)
                 return

@@ -164,6 +164,17 @@ class _SecondaryDB:
                 raise self._failed("catching up with", exc) from exc
             self._caught_up_at = time.monotonic()
 
+    def sequence(self) -> int:
+        """The last write applied to this instance; it moves only when a catch-up brings new
+        writes of the primary, so a reader that found nothing at a sequence need not look again
+        until it moves (an idle channel then costs no seek)."""
+        try:
+            return int(self.db.latest_sequence_number())
+        except SourceUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._failed("reading the sequence of", exc) from exc
+
     def iterator(self) -> RdictIter:
         # No iterate bounds: in rocksdict 0.3.29 ReadOptions.set_iterate_lower_bound sets the
         # upper bound, and neither bound was applied here; callers check the topic prefix.
@@ -232,6 +243,7 @@ class RocksmqChannelReader:
         self._source = source
         self._store: _SecondaryDB | None = source._acquire()
         self._last_id: int | None = None
+        self._empty_at: int | None = None  # the sequence at which the last read found nothing
         try:
             self.seek(start)
         except BaseException:
@@ -245,6 +257,7 @@ class RocksmqChannelReader:
 
     def seek(self, position: Position | None) -> None:
         self._last_id = None if position is None else decode_id(position.msg_id)
+        self._empty_at = None
         if self._last_id is not None:
             held = self._db().first_last(self._prefix)
             if held is not None and held[0] > self._last_id + 1:
@@ -256,13 +269,21 @@ class RocksmqChannelReader:
                     held[0],
                 )
 
+    def _read(self, store: _SecondaryDB, max_records: int) -> list[tuple[int, bytes]]:
+        sequence = store.sequence()  # before the read: a write landing during it moves it
+        if sequence == self._empty_at:
+            return []
+        found = store.read(self._prefix, self._last_id, max_records)
+        self._empty_at = None if found else sequence
+        return found
+
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         store = self._db()
         deadline = time.monotonic() + timeout
-        found = store.read(self._prefix, self._last_id, max_records)
+        found = self._read(store, max_records)
         while not found:
             store.catch_up(POLL_INTERVAL)
-            found = store.read(self._prefix, self._last_id, max_records)
+            found = self._read(store, max_records)
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 break

@@ -68,3 +68,31 @@ def test_a_position_lost_to_retention_is_an_error(kafka_mock):
             read_all(reader, 1)
     finally:
         reader.close()
+
+
+def test_reading_ahead_keeps_order_seeks_and_raises_in_the_consumer(kafka_mock):
+    from replicator.sources.prefetch import PrefetchingReader
+
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    produce(kafka_mock.bootstrap, topic, [f"m{i}".encode() for i in range(250)])
+    source = KafkaSource(kafka_mock.bootstrap)
+    reader = PrefetchingReader(source.open_channel(topic, None), max_records=40, depth=2)
+    try:
+        records = read_all(reader, 250)
+        assert [r.offset for r in records] == list(range(250))
+        reader.seek(Position("kafka", topic, encode_offset(199), 0))
+        assert [r.offset for r in read_all(reader, 50)] == list(range(200, 250))
+    finally:
+        reader.close()
+
+    # an error of the reader behind (a position lost to retention) reaches the consumer
+    lost = f"t-{uuid.uuid4().hex[:8]}"
+    produce(kafka_mock.bootstrap, lost, [bytes(200_000) for _ in range(60)])
+    reader = PrefetchingReader(
+        source.open_channel(lost, Position("kafka", lost, encode_offset(0), 0)), max_records=10
+    )
+    try:
+        with pytest.raises(WalTruncatedError):
+            read_all(reader, 1)
+    finally:
+        reader.close()

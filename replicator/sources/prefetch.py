@@ -1,0 +1,83 @@
+"""Reading ahead: a channel reader that fetches the next batches in a thread of its own.
+
+A channel worker spends most of a catch-up waiting for the target to acknowledge a write; with
+the reader in front of it running ahead, the next batch is read (and its bytes are in memory)
+by the time the write returns. At most ``depth`` batches wait, each at most about READ_BYTES,
+so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from metastore import Position
+from replicator.events import RawRecord
+from replicator.sources.base import ChannelReader
+
+_PUT_WAIT = 0.1
+
+
+class PrefetchingReader:
+    def __init__(
+        self, inner: ChannelReader, max_records: int, depth: int = 2, timeout: float = 0.2
+    ) -> None:
+        self.pchannel = inner.pchannel
+        self._inner = inner
+        self._max_records = max_records
+        self._timeout = timeout
+        self._queue: queue.Queue[list[RawRecord] | BaseException] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start()
+
+    def _start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"read-{self.pchannel}", daemon=True)
+        self._thread.start()
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self._inner.read_batch(self._max_records, self._timeout)
+                if batch:
+                    self._put(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put(exc)
+
+    def _put(self, item: list[RawRecord] | BaseException) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_PUT_WAIT)
+                return
+            except queue.Full:
+                continue
+
+    def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
+        """The next batch read ahead (its size was set at construction: ``max_records`` here
+        is not used); an error of the underlying reader is raised here, in the consumer."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return []
+        if isinstance(item, BaseException):
+            self._halt()
+            raise item
+        return item
+
+    def seek(self, position: Position | None) -> None:
+        self._halt()
+        self._inner.seek(position)
+        self._start()
+
+    def close(self) -> None:
+        self._halt()
+        self._inner.close()
