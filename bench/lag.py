@@ -12,6 +12,7 @@ they look up its last primary key (a point query) until it is there. Per batch:
   every row;
 - baseline = time it is first seen on the source (consistency Strong, so the query waits for the
   source's own time tick) - the same write return: what a client of the source itself waits.
+  Sampled: the prober takes the newest batch each time it is free.
 
 The daemon's own `lag_seconds` (source time tick vs what is on the target) is sampled from `get`
 every 0.5 s as well.
@@ -80,7 +81,9 @@ class Writer(threading.Thread):
 
 
 class Prober(threading.Thread):
-    """Follows the writer's batches in order on one side; notes when each is first seen."""
+    """Samples the writer's batches on one side with point queries: it takes the newest batch
+    written, queries until the batch's last key is there, notes the time, and moves to the
+    newest batch again (a query loop cannot follow every batch: each query takes a while)."""
 
     def __init__(self, client, name: str, writer: Writer, consistency: str) -> None:
         super().__init__(daemon=True)
@@ -90,26 +93,28 @@ class Prober(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        i = 0
-        while i < self.writer.count and not self.done.is_set():
-            if i >= len(self.writer.written):
+        done = -1
+        while not self.done.is_set():
+            newest = len(self.writer.written) - 1
+            if newest <= done:
                 if not self.writer.is_alive():
                     return
                 time.sleep(0.005)
                 continue
-            last_id, written_at = self.writer.written[i]
-            found = self.client.query(
-                self.name,
-                filter=f"id == {last_id}",
-                output_fields=["id"],
-                consistency_level=self.consistency,
-                timeout=30,
-            )
-            if found:
-                self.lags.append(time.perf_counter() - written_at)
-                i += 1
-            else:
+            last_id, written_at = self.writer.written[newest]
+            while not self.done.is_set():
+                found = self.client.query(
+                    self.name,
+                    filter=f"id == {last_id}",
+                    output_fields=["id"],
+                    consistency_level=self.consistency,
+                    timeout=30,
+                )
+                if found:
+                    self.lags.append(time.perf_counter() - written_at)
+                    break
                 time.sleep(0.01)
+            done = newest
 
 
 class AckProber(threading.Thread):
@@ -124,13 +129,14 @@ class AckProber(threading.Thread):
         self.lags: list[float] = []
         self.reported: list[float] = []
         self.state = "Running"
+        self.reason = ""
 
     def run(self) -> None:
         i, last_sample = 0, 0.0
         while i < self.writer.count:
             task = self.daemon_.call("get", {"task_id": self.task_id}).data["task"]
             now = time.perf_counter()
-            self.state = task["state"]
+            self.state, self.reason = task["state"], task["reason"]
             if self.state != "Running":
                 return
             progress = task.get("progress") or {}
@@ -211,7 +217,7 @@ def run(args, work: Path) -> dict:
         source_prober.join(30)
         assert len(target_prober.lags) == writer.count, (
             f"the target showed {len(target_prober.lags)} of {writer.count} batches "
-            f"(task {target_prober.state})"
+            f"(task {target_prober.state}: {target_prober.reason})"
         )
         total = writer.count * writer.batch
         services.wait_until(

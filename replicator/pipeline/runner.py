@@ -89,12 +89,15 @@ class ChannelStatus:
     # the source time (hybrid ts) up to which everything on the channel is on the target
     applied_ts: int = 0
     state: str = "starting"
+    # DML channels carry time ticks; the replicate channel does not, so the age of its last
+    # record says nothing about lag and it is left out of it
+    has_ticks: bool = True
 
     @property
     def lag_seconds(self) -> float | None:
         """Source time not yet on the target; None until the channel's first time tick. It is
         computed when asked, so a stuck worker shows a growing lag."""
-        if not self.applied_ts:
+        if not self.applied_ts or not self.has_ticks:
             return None
         return max(0.0, time.time() - (self.applied_ts >> 18) / 1000)
 
@@ -222,6 +225,12 @@ class ChannelWorker:
         last_save = time.monotonic()
         tick_ts = self.saved.ts if self.saved else 0
         while not self.shared.stop.is_set():
+            # Events released by the ticks of one read are written together when the read is
+            # done: a worker behind its channel then writes few large requests, not one per
+            # tick (a read holds at most about READ_BYTES).
+            ready: list[_Pending] = []
+            commit_at: bytes | None = None  # the position once ``ready`` is on the target
+            applied_to = 0
             for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
                 before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
@@ -234,19 +243,24 @@ class ChannelWorker:
                     pending.append(_Pending(record.offset, event, before))
                 elif isinstance(event, TimeTick):
                     tick_ts = max(tick_ts, event.ts)
-                    ready, pending = _split(pending, tick_ts)
-                    if ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS:
-                        at = pending[0].before if pending else record.msg_id
-                        self._commit(ready, at, tick_ts)
-                        last_save = time.monotonic()
-                    # everything up to the oldest waiting event is on the target now
+                    released, pending = _split(pending, tick_ts)
+                    ready += released
+                    commit_at = pending[0].before if pending else record.msg_id
+                    # everything up to the oldest waiting event is on the target once written
                     applied_to = pending[0].event.ts - 1 if pending else tick_ts
-                    self.status.applied_ts = max(self.status.applied_ts, applied_to)
                 elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                     # DML older than the DDL goes first; a drop's barrier needs it applied
-                    ready, pending = _split(pending, event.ts)
-                    self._commit(ready, None, tick_ts)
+                    released, pending = _split(pending, event.ts)
+                    self._commit(ready + released, commit_at, tick_ts)
+                    ready, commit_at = [], None
                     self._apply_ddl(event)
+            if commit_at is not None and (
+                ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS
+            ):
+                self._commit(ready, commit_at, tick_ts)
+                last_save = time.monotonic()
+            if applied_to:
+                self.status.applied_ts = max(self.status.applied_ts, applied_to)
         # stopping: events still waiting for their tick are re-read after a restart
         if last is not None and not pending and last.offset > self._saved_offset():
             self._commit([], last.msg_id, tick_ts)
@@ -464,7 +478,7 @@ class ReplicationRunner:
         self.selection = TaskSelection.from_spec(task.spec)
         self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
         channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
-        self.statuses = {ch: ChannelStatus(ch) for ch in channels}
+        self.statuses = {ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in channels}
         self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
         self._thread: threading.Thread | None = None
