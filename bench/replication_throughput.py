@@ -333,7 +333,7 @@ def make_batches(rows: int, batch: int) -> list[list[dict]]:
     ]
 
 
-def create_collection(client, name: str) -> None:
+def create_collection(client, name: str, shards: int = 1) -> None:
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -341,7 +341,7 @@ def create_collection(client, name: str) -> None:
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
     index = client.prepare_index_params()
     index.add_index("vec", index_type="FLAT", metric_type="L2")
-    client.create_collection(name, schema=schema, index_params=index)
+    client.create_collection(name, schema=schema, index_params=index, num_shards=shards)
 
 
 def count(client, name: str) -> int:
