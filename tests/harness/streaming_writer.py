@@ -38,6 +38,8 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
 from harness.streaming_protos import WAL_NAME, header
 from replicator.codec import streaming_headers as sh
 from replicator.codec.streaming import vchannel_pchannel
+from replicator.events import RawRecord
+from replicator.sources.kafka import encode_offset
 
 LOGICAL_BITS = 18
 VECTOR_DIM = 2
@@ -68,6 +70,16 @@ class Written:
     def time_tick(self) -> int:
         return sh.parse_base36(sh.TIME_TICK, self.properties[sh.TIME_TICK])
 
+    def raw_record(self) -> RawRecord:
+        """The record as replicator/sources/kafka.py reports it."""
+        return RawRecord(
+            self.pchannel,
+            encode_offset(self.offset),
+            self.payload,
+            dict(self.properties),
+            offset=self.offset,
+        )
+
 
 @dataclass
 class Txn:
@@ -97,19 +109,30 @@ def row_columns(pks: Sequence[int], dim: int = VECTOR_DIM) -> list[schema_pb2.Fi
 
 def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.CollectionSchema:
     schema = schema_pb2.CollectionSchema(name=name)
-    schema.fields.add(field_id=100, name="id", data_type=schema_pb2.Int64, is_primary_key=True)
-    vec = schema.fields.add(field_id=101, name="vector", data_type=schema_pb2.FloatVector)
+    schema.fields.add(fieldID=100, name="id", data_type=schema_pb2.Int64, is_primary_key=True)
+    vec = schema.fields.add(fieldID=101, name="vector", data_type=schema_pb2.FloatVector)
     vec.type_params.add(key="dim", value=str(dim))
-    tag = schema.fields.add(field_id=102, name="tag", data_type=schema_pb2.VarChar)
+    tag = schema.fields.add(fieldID=102, name="tag", data_type=schema_pb2.VarChar)
     tag.type_params.add(key="max_length", value="64")
     return schema
 
 
 class StreamingWriter:
-    """Writes 2.6 records for one source cluster to a Kafka bootstrap address."""
+    """Writes 2.6 records for one source cluster to a Kafka bootstrap address.
 
-    def __init__(self, bootstrap: str, *, wal_term: int = 1, start_ms: int | None = None) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    With ``bootstrap=None`` nothing is produced: records get per-topic offsets from 0 and stay
+    in :attr:`written` (the same bytes, for unit tests of the codec that need no broker).
+    """
+
+    def __init__(
+        self, bootstrap: str | None, *, wal_term: int = 1, start_ms: int | None = None
+    ) -> None:
+        self._producer = (
+            None
+            if bootstrap is None
+            else Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        )
+        self._dry_offsets: dict[str, int] = {}
         self.tso = Tso(start_ms)
         self.wal_term = wal_term
         self._broadcast_ids = itertools.count(7001)
@@ -162,6 +185,10 @@ class StreamingWriter:
         return record
 
     def _produce(self, topic: str, value: bytes, props: dict[str, str]) -> int:
+        if self._producer is None:
+            offset = self._dry_offsets.get(topic, 0)
+            self._dry_offsets[topic] = offset + 1
+            return offset
         delivered: dict[str, object] = {}
 
         def on_delivery(err: object, msg: object) -> None:
@@ -524,4 +551,5 @@ class StreamingWriter:
         return record
 
     def close(self) -> None:
-        self._producer.flush(30)
+        if self._producer is not None:
+            self._producer.flush(30)
