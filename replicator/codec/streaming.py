@@ -163,9 +163,7 @@ def vchannel_pchannel(vchannel: str) -> str:
 # --- per type ----------------------------------------------------------------------------------
 
 
-def _decode(
-    meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: Wanted
-) -> Event | FailedRecord:
+def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: Wanted) -> Event:
     t = meta.msg_type
     ts = meta.time_tick
     name = sh.MESSAGE_TYPES.get(t)

@@ -315,20 +315,17 @@ class Header:
         self._key = key
         self._fields = _fields(key, buf)
 
-    def int64(self, number: int) -> int:
-        """The last value of an int64/uint64/enum/bool field (protobuf's "last one wins")."""
-        found = 0
-        for field_number, _wire, value in self._fields:
-            if field_number == number and isinstance(value, int):
-                found = value
-        return to_signed64(found)
-
     def uint64(self, number: int) -> int:
+        """The last value of a varint field (protobuf's "last one wins"), unsigned."""
         found = 0
         for field_number, _wire, value in self._fields:
             if field_number == number and isinstance(value, int):
                 found = value
         return found
+
+    def int64(self, number: int) -> int:
+        """An int64 (or enum) field: the varint read as two's complement."""
+        return to_signed64(self.uint64(number))
 
     def text(self, number: int) -> str:
         found = ""

@@ -115,7 +115,7 @@ def _field(name: str, number: int, kind: int, repeated: bool, type_name: str) ->
     field = _F(
         name=name,
         number=number,
-        type=kind,  # type: ignore[arg-type]
+        type=kind,
         label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
     )
     if type_name:
