@@ -1,0 +1,186 @@
+"""The 2.6 streaming headers as real protobuf classes, built from descriptors in code, for the
+test writer.
+
+The decoder (replicator/codec/streaming_headers.py) reads these headers by hand, field by field;
+the writer encodes them with the protobuf runtime from the declarations below. Two independent
+implementations that agree on the bytes are the point: a wrong field number or wire type on
+either side shows up as a failed round trip. Field numbers and types are those of Milvus's
+``pkg/proto/messages.proto`` (our own declarations, only the messages the writer needs; package
+``cdc_test.streaming`` so nothing collides with another descriptor pool entry).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+_INT64, _UINT64, _BOOL, _STRING, _BYTES, _ENUM, _MESSAGE = (
+    _F.TYPE_INT64,
+    _F.TYPE_UINT64,
+    _F.TYPE_BOOL,
+    _F.TYPE_STRING,
+    _F.TYPE_BYTES,
+    _F.TYPE_ENUM,
+    _F.TYPE_MESSAGE,
+)
+_PACKAGE = "cdc_test.streaming"
+
+# message -> [(field name, number, type, repeated, type name for messages/enums)]
+_MESSAGES: dict[str, list[tuple[str, int, int, bool, str]]] = {
+    "Empty": [],
+    "TxnContext": [
+        ("txn_id", 1, _INT64, False, ""),
+        ("keepalive_milliseconds", 2, _INT64, False, ""),
+    ],
+    "ResourceKey": [
+        ("domain", 1, _ENUM, False, "ResourceDomain"),
+        ("key", 2, _STRING, False, ""),
+        ("shared", 3, _BOOL, False, ""),
+    ],
+    "BroadcastHeader": [
+        ("broadcast_id", 1, _UINT64, False, ""),
+        ("vchannels", 2, _STRING, True, ""),
+        ("resource_keys", 3, _MESSAGE, True, "ResourceKey"),
+        ("ack_sync_up", 4, _BOOL, False, ""),
+    ],
+    "CipherHeader": [
+        ("ez_id", 1, _INT64, False, ""),
+        ("collection_id", 2, _INT64, False, ""),
+        ("safe_key", 3, _BYTES, False, ""),
+        ("payload_bytes", 4, _INT64, False, ""),
+    ],
+    "SegmentAssignment": [("segment_id", 1, _INT64, False, "")],
+    "PartitionSegmentAssignment": [
+        ("partition_id", 1, _INT64, False, ""),
+        ("rows", 2, _UINT64, False, ""),
+        ("binary_size", 3, _UINT64, False, ""),
+        ("segment_assignment", 4, _MESSAGE, False, "SegmentAssignment"),
+    ],
+    "InsertMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("partitions", 2, _MESSAGE, True, "PartitionSegmentAssignment"),
+    ],
+    "DeleteMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("rows", 2, _UINT64, False, ""),
+    ],
+    "CreateCollectionMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("partition_ids", 2, _INT64, True, ""),
+        ("db_id", 3, _INT64, False, ""),
+    ],
+    "DropCollectionMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("db_id", 2, _INT64, False, ""),
+    ],
+    "PartitionMessageHeader": [  # Create- and DropPartitionMessageHeader have the same fields
+        ("collection_id", 1, _INT64, False, ""),
+        ("partition_id", 2, _INT64, False, ""),
+    ],
+    "ManualFlushMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("flush_ts", 2, _UINT64, False, ""),
+        ("segment_ids", 3, _INT64, True, ""),
+    ],
+    "BeginTxnMessageHeader": [("keepalive_milliseconds", 1, _INT64, False, "")],
+    "CreateDatabaseMessageHeader": [
+        ("db_name", 1, _STRING, False, ""),
+        ("db_id", 2, _INT64, False, ""),
+    ],
+    "TruncateCollectionMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("collection_id", 2, _INT64, False, ""),
+        ("segment_ids", 3, _INT64, True, ""),
+    ],
+    "AlterWALMessageHeader": [
+        ("target_wal_name", 1, _ENUM, False, "WALName"),
+        ("config", 2, _MESSAGE, True, "AlterWALMessageHeader.ConfigEntry"),
+    ],
+}
+
+_ENUMS = {
+    "WALName": [("Unknown", 0), ("RocksMQ", 1), ("Pulsar", 2), ("Kafka", 3), ("WoodPecker", 4)],
+    "ResourceDomain": [
+        ("ResourceDomainUnknown", 0),
+        ("ResourceDomainCollectionName", 2),
+        ("ResourceDomainDBName", 3),
+        ("ResourceDomainCluster", 127),
+    ],
+}
+
+
+def _field(name: str, number: int, kind: int, repeated: bool, type_name: str) -> _F:
+    field = _F(
+        name=name,
+        number=number,
+        type=kind,
+        label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
+    )
+    if type_name:
+        field.type_name = f".{_PACKAGE}.{type_name}"
+    return field
+
+
+def _build() -> dict[str, Any]:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="cdc_test_streaming.proto", package=_PACKAGE, syntax="proto3"
+    )
+    for enum_name, values in _ENUMS.items():
+        enum = file.enum_type.add(name=enum_name)
+        for value_name, number in values:
+            enum.value.add(name=value_name, number=number)
+    for message_name, fields in _MESSAGES.items():
+        message = file.message_type.add(name=message_name)
+        message.field.extend(_field(*f) for f in fields)
+        if message_name == "AlterWALMessageHeader":  # map<string, string> config = 2
+            entry = message.nested_type.add(name="ConfigEntry")
+            entry.options.map_entry = True
+            entry.field.extend(
+                [_field("key", 1, _STRING, False, ""), _field("value", 2, _STRING, False, "")]
+            )
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(file.SerializeToString())
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+        for name in _MESSAGES
+    }
+
+
+MESSAGES: dict[str, Any] = _build()
+WAL_NAME = {"rocksmq": 1, "pulsar": 2, "kafka": 3, "woodpecker": 4}
+
+
+def header(name: str, **fields: Any) -> bytes:
+    """The serialized header ``name`` with ``fields`` set (sub-messages as dicts)."""
+    message = MESSAGES[name]()
+    for key, value in fields.items():
+        if isinstance(value, dict) and key != "config":
+            getattr(message, key).CopyFrom(MESSAGES[_sub_type(name, key)](**value))
+        elif isinstance(value, dict):
+            getattr(message, key).update(value)
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for item in value:
+                getattr(message, key).add(**_nested(name, key, item))
+        elif isinstance(value, list):
+            getattr(message, key).extend(value)
+        else:
+            setattr(message, key, value)
+    return bytes(message.SerializeToString())
+
+
+def _sub_type(message: str, field: str) -> str:
+    for name, _number, _kind, _repeated, type_name in _MESSAGES[message]:
+        if name == field:
+            return type_name
+    raise KeyError(f"{message}.{field}")
+
+
+def _nested(message: str, field: str, item: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for one repeated sub-message (its own sub-messages built too)."""
+    sub = _sub_type(message, field)
+    out: dict[str, Any] = {}
+    for key, value in item.items():
+        out[key] = MESSAGES[_sub_type(sub, key)](**value) if isinstance(value, dict) else value
+    return out
