@@ -422,20 +422,28 @@ class ReplicateWorker(ChannelWorker):
 
     def _wait_known(self, db: str, collection: str, ts: int) -> bool:
         """The DML channel creates collections; a call about one it has not seen yet waits
-        for it, unless the call predates the task (history of a collection since dropped)."""
-        if self.shared.registry.knows(db, collection):
+        for it, unless the call predates the task (history of a collection since dropped).
+        A collection is registered before the target has made it, under the DDL lock: taking
+        the lock once waits for the target's collection too."""
+        if self._known(db, collection):
             return True
         if ts < self.task_ts:
             return False
         deadline = time.monotonic() + self.WAIT_FOR_COLLECTION
         while time.monotonic() < deadline and not self.shared.stop.is_set():
-            if self.shared.registry.knows(db, collection):
+            if self._known(db, collection):
                 return True
             self.shared.stop.wait(0.5)
         raise TaskFailedError(
             f"channel {self.pchannel}: {collection!r} in {db!r} is not on the target "
             f"{self.WAIT_FOR_COLLECTION:.0f} s after the source used it"
         )
+
+    def _known(self, db: str, collection: str) -> bool:
+        if not self.shared.registry.knows(db, collection):
+            return False
+        with self.shared.ddl_lock:  # its creation on the target has finished
+            return True
 
     def _apply_rpc(self, event: RpcEvent) -> None:
         request = self._target_request(event)

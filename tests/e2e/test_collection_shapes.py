@@ -262,6 +262,13 @@ def test_database_wildcard_and_name_mapping(
         assert not target_client.has_collection("orders")
         source.drop_collection("users")
         wait_until(lambda: not target_client.has_collection("users"), 60, "users dropped")
+        # an empty database dropped on the source is dropped on the target
+        source.drop_collection("orders")
+        wait_until(lambda: not target_client.has_collection("orders_copy"), 60, "orders dropped")
+        admin = MilvusClient(uri=milvus_source.uri, dedicated=True)
+        admin.drop_database(source_db)
+        admin.close()
+        wait_until(lambda: target_db not in target_client.list_databases(), 60, "database dropped")
     finally:
         source.close()
         target_client.close()

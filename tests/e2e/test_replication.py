@@ -185,6 +185,23 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     assert (described["index_type"], described["metric_type"]) == ("FLAT", "L2")
     assert milvus_source.replicate_channel in {p["channel_name"] for p in positions}
 
+    # release and drop the index on the source: the same on the target; then back again
+    source_client.release_collection(name)
+    source_client.drop_index(name, "vec")
+    wait_until(lambda: "vec" not in target_milvus.list_indexes(name), 30, "index dropped")
+    if target.kind != "milvus-lite":  # Lite answers Loaded whatever was released
+        assert target_milvus.get_load_state(name)["state"].name == "NotLoad"
+    index = source_client.prepare_index_params()
+    index.add_index("vec", index_type="IVF_FLAT", metric_type="IP", params={"nlist": 16})
+    source_client.create_index(name, index)
+    source_client.load_collection(name)
+    wait_until(lambda: "vec" in target_milvus.list_indexes(name), 30, "index made again")
+    described = target_milvus.describe_index(name, "vec")
+    assert (described["index_type"], described["metric_type"]) == ("IVF_FLAT", "IP")
+    wait_until(
+        lambda: target_milvus.get_load_state(name)["state"].name == "Loaded", 30, "loaded again"
+    )
+
     # pause: nothing moves; resume: the writes made meanwhile arrive
     assert daemon.call("pause", {"task_id": task_id}).code == 200
     source_client.insert(name, make_rows(2000, 50, "paused"))
