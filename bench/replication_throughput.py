@@ -333,12 +333,12 @@ def make_batches(rows: int, batch: int) -> list[list[dict]]:
     ]
 
 
-def create_collection(client, name: str, shards: int = 1) -> None:
+def create_collection(client, name: str, shards: int = 1, dim: int = DIM) -> None:
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
     index = client.prepare_index_params()
     index.add_index("vec", index_type="FLAT", metric_type="L2")
     client.create_collection(name, schema=schema, index_params=index, num_shards=shards)
