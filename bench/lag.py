@@ -45,7 +45,7 @@ from catch_up import cpu_seconds, spent  # noqa: E402
 from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
-from harness.milvus_source import milvus_source  # noqa: E402
+from harness.milvus_source import milvus_source, milvus_source_rocksmq  # noqa: E402
 from replication_throughput import count, create_collection  # noqa: E402
 
 PERIOD = 0.1  # seconds between batches
@@ -167,7 +167,12 @@ def run(args, work: Path) -> dict:
         etcd = stack.enter_context(services.etcd_server(work / "etcd"))
         kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
         source = stack.enter_context(milvus_source(work / "source", etcd.endpoint, kafka.bootstrap))
-        lite = stack.enter_context(services.milvus_lite_server(work / "lite"))
+        if args.target == "lite":
+            lite = stack.enter_context(services.milvus_lite_server(work / "lite"))
+        else:  # a second Milvus 2.3.5 standalone (its WAL in RocksMQ), as the target
+            lite = stack.enter_context(
+                milvus_source_rocksmq(work / "target", etcd.endpoint, root_path="target")
+            )
         result["startup_s"] = time.perf_counter() - started
         clients = [MilvusClient(uri=uri, dedicated=True) for uri in (source.uri, lite.uri) * 2]
         for client in clients:
@@ -202,7 +207,10 @@ def run(args, work: Path) -> dict:
         assert created.code == 200, created.body
         task_id = created.data["task_id"]
         services.wait_until(lambda: dst_probe.has_collection(name), 60, "target collection")
-        dst_probe.load_collection(name)
+        # the index (and the load) reach the target through the replicate channel
+        services.wait_until(
+            lambda: dst_probe.load_collection(name, timeout=10) is None, 60, "target loaded"
+        )
         src_probe.load_collection(name)
 
         writer = Writer(src_write, name, args.rate, args.seconds, args.dim)
@@ -261,7 +269,7 @@ def report(args, r: dict, total_s: float) -> str:
         "# Replication lag under a steady write load",
         "",
         f"Command: `python bench/lag.py --rate {args.rate} --seconds {args.seconds:g} "
-        f"--shards {args.shards} --dim {args.dim}`",
+        f"--shards {args.shards} --dim {args.dim} --target {args.target}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s; services up in "
@@ -270,7 +278,8 @@ def report(args, r: dict, total_s: float) -> str:
         f"Source: Milvus 2.3.5 on the librdkafka mock, the collection in {args.shards} shard(s) "
         "(pchannels; the mock keeps only about 5 MB per partition: a reader further behind "
         "than that loses records to the mock's purge, so the vectors are kept small); target: "
-        "Milvus Lite; daemon on SQLite; "
+        f"{'Milvus Lite' if args.target == 'lite' else 'a second Milvus 2.3.5 standalone'}; "
+        "daemon on SQLite; "
         f"all on this machine. The writer inserted {r['batches']} batches of {r['batch']} rows "
         f"(int64 pk + {args.dim}-dim float vector) every {PERIOD:g} s: {achieved:,.0f} rows/s "
         f"achieved ({r['late']} batches started late because the previous write had not "
@@ -285,7 +294,7 @@ def report(args, r: dict, total_s: float) -> str:
         ),
         "",
         f"Every batch reached the target; daemon progress at the end: {r['rows']:,} rows. CPU "
-        "seconds while the writer ran (source Milvus / Milvus Lite / daemon): "
+        "seconds while the writer ran (source Milvus / target / daemon): "
         + " / ".join(f"{v:.0f}" for v in r["cpu"])
         + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores.",
         "",
@@ -303,6 +312,12 @@ def main() -> None:
         type=int,
         default=1,
         help="the collection's shards (pchannels): the Kafka mock keeps ~5 MB per partition",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("lite", "milvus"),
+        default="lite",
+        help="Milvus Lite, or a second Milvus 2.3.5 standalone",
     )
     parser.add_argument(
         "--dim",
