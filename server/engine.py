@@ -43,6 +43,9 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     def aliases() -> list[AliasMeta]:
         return read_catalog(SourceCatalog.aliases)
 
+    def collection(collection_id: int) -> CollectionMeta | None:
+        return read_catalog(lambda catalog: catalog.collection(collection_id))
+
     def source() -> WalSource:
         mq_type = source_config.mq_type
         if mq_type == "kafka":
@@ -71,6 +74,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         channels=source_config.dml_channels,
         default_partition=source_config.defaultPartitionName,
         aliases=aliases,
+        collection=collection,
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:

@@ -157,17 +157,28 @@ class SourceCatalog:
         return names
 
     def collections(self) -> dict[int, CollectionMeta]:
+        return self._collections(None)
+
+    def collection(self, collection_id: int) -> CollectionMeta | None:
+        """One collection, reading only its own field and partition keys (what a CreateCollection
+        record needs, without reading every schema of the source)."""
+        return self._collections(collection_id).get(collection_id)
+
+    def _collections(self, only: int | None) -> dict[int, CollectionMeta]:
         databases = self.databases()
+        scope = "" if only is None else f"{only}/"
         fields: dict[int, list[Any]] = {}
-        for key, value in self._items("fields/"):
-            collection_id = int(key.split("/", 1)[0])
+        for key, value in self._items(f"fields/{scope}"):
+            collection_id = only if only is not None else int(key.split("/", 1)[0])
             fields.setdefault(collection_id, []).append(schema_pb2.FieldSchema.FromString(value))
         partitions: dict[int, dict[int, str]] = {}
-        for _, value in self._items("partitions/"):
+        for _, value in self._items(f"partitions/{scope}"):
             part_id, name, collection_id = decode_partition(value)
             partitions.setdefault(collection_id, {})[part_id] = name
         result = {}
         for key, value in self._items("database/collection-info/"):
+            if only is not None and not key.endswith(f"/{only}"):
+                continue
             info = decode_collection(value)
             collection_id = info.get("id") or int(key.rsplit("/", 1)[-1])
             schema = info.get("schema") or schema_pb2.CollectionSchema()

@@ -123,6 +123,8 @@ class RunnerContext:
     target_factory: Callable[[dict[str, Any]], MilvusTarget] = MilvusTarget
     # the source's aliases (etcd only in 2.3-2.5); None: aliases are not mirrored
     aliases: Callable[[], list[AliasMeta]] | None = None
+    # one collection (cheaper than the whole catalog); None: taken from the whole catalog
+    collection: Callable[[int], CollectionMeta | None] | None = None
 
 
 @dataclass
@@ -133,8 +135,8 @@ class _Shared:
     target: MilvusTarget
     stop: threading.Event
     ddl_lock: threading.Lock = field(default_factory=threading.Lock)
-    # the source catalog, for what a CreateCollection record does not carry (consistency level)
-    catalog: Callable[[], dict[int, CollectionMeta]] = dict
+    # one collection of the source catalog, for what a CreateCollection record does not carry
+    describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None
 
 
 @dataclass(frozen=True)
@@ -324,7 +326,7 @@ class ChannelWorker:
                 # Milvus 2.3 leaves the record's db_name empty outside the default database
                 # (it names only the dbID), and the record has no consistency level: both come
                 # from the source catalog
-                meta = shared.catalog().get(event.collection_id)
+                meta = shared.describe(event.collection_id)
                 collection = shared.registry.add(
                     event.collection_id,
                     meta.db_name if meta is not None else event.db_name,
@@ -574,8 +576,11 @@ class ReplicationRunner:
         self, source: WalSource, target: MilvusTarget, catalog: dict[int, CollectionMeta]
     ) -> None:
         registry = CollectionRegistry(self.selection, self.context.default_partition)
-        task_id, catalog_reader = self.task.task_id, self.context.catalog
-        shared = _Shared(task_id, self.store, registry, target, self._stop, catalog=catalog_reader)
+        context = self.context
+        describe = context.collection or (lambda collection: context.catalog().get(collection))
+        shared = _Shared(
+            self.task.task_id, self.store, registry, target, self._stop, describe=describe
+        )
         for meta in catalog.values():
             if meta.dropped:
                 continue
