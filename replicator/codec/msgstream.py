@@ -4,6 +4,7 @@ is ``common.MsgBase`` with the message type and timestamp)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
@@ -72,60 +73,71 @@ def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRec
         return FailedRecord(position, f"undecodable record: {exc}")
 
 
+# --- what an event takes from a body: the bodies are the same msg.proto messages in the 2.3-2.5
+# format and in 2.6 (replicator.codec.streaming builds its events from these too)
+def dml_fields(request: Any) -> dict[str, Any]:
+    """An Insert's or Delete's fields from its ``InsertRequest``/``DeleteRequest`` body."""
+    return {
+        "db_name": request.db_name,
+        "collection_name": request.collection_name,
+        "partition_name": request.partition_name,
+        "num_rows": request.num_rows,
+        "request": request,
+    }
+
+
+def create_collection_fields(payload: bytes) -> dict[str, Any]:
+    """A CreateCollection's fields; the schema is ``collection_schema`` where a newer Milvus
+    sets it, else the ``schema`` bytes."""
+    create = msg_pb2.CreateCollectionRequest.FromString(payload)
+    if create.HasField("collection_schema"):
+        schema = create.collection_schema
+    else:
+        schema = schema_pb2.CollectionSchema.FromString(create.schema)
+    return {
+        "db_name": create.db_name,
+        "collection_name": create.collectionName or schema.name,
+        "schema": schema,
+        "vchannels": tuple(create.virtualChannelNames),
+        "pchannels": tuple(create.physicalChannelNames),
+        "partition_names": tuple(create.partitionNames),
+    }
+
+
+def drop_collection_fields(payload: bytes) -> dict[str, Any]:
+    drop = msg_pb2.DropCollectionRequest.FromString(payload)
+    return {"db_name": drop.db_name, "collection_name": drop.collectionName}
+
+
+def partition_fields(request: Any) -> dict[str, Any]:
+    """A Create/DropPartition's fields from its body."""
+    return {
+        "db_name": request.db_name,
+        "collection_name": request.collection_name,
+        "partition_name": request.partition_name,
+    }
+
+
+def _row_ts(request: Any, ts: int) -> int:
+    """DML carries per-row timestamps (an upsert's Insert has base.timestamp 0)."""
+    return (request.timestamps[0] if request.timestamps else ts) or ts
+
+
 def _decode_body(msg_type: int, ts: int, collection_id: int, payload: bytes) -> Event:
     if msg_type == MSG_INSERT:
         insert = msg_pb2.InsertRequest.FromString(payload)
-        row_ts = insert.timestamps[0] if insert.timestamps else ts
-        return Insert(
-            ts=row_ts or ts,
-            collection_id=collection_id,
-            db_name=insert.db_name,
-            collection_name=insert.collection_name,
-            partition_name=insert.partition_name,
-            num_rows=insert.num_rows,
-            request=insert,
-        )
+        return Insert(ts=_row_ts(insert, ts), collection_id=collection_id, **dml_fields(insert))
     if msg_type == MSG_DELETE:
         delete = msg_pb2.DeleteRequest.FromString(payload)
-        row_ts = delete.timestamps[0] if delete.timestamps else ts
-        return Delete(
-            ts=row_ts or ts,
-            collection_id=collection_id,
-            db_name=delete.db_name,
-            collection_name=delete.collection_name,
-            partition_name=delete.partition_name,
-            num_rows=delete.num_rows,
-            request=delete,
-        )
+        return Delete(ts=_row_ts(delete, ts), collection_id=collection_id, **dml_fields(delete))
     if msg_type == MSG_CREATE_COLLECTION:
-        create = msg_pb2.CreateCollectionRequest.FromString(payload)
-        schema = schema_pb2.CollectionSchema.FromString(create.schema)
         return CreateCollection(
-            ts=ts,
-            collection_id=collection_id,
-            db_name=create.db_name,
-            collection_name=create.collectionName or schema.name,
-            schema=schema,
-            vchannels=tuple(create.virtualChannelNames),
-            pchannels=tuple(create.physicalChannelNames),
-            partition_names=tuple(create.partitionNames),
+            ts=ts, collection_id=collection_id, **create_collection_fields(payload)
         )
     if msg_type == MSG_DROP_COLLECTION:
-        drop = msg_pb2.DropCollectionRequest.FromString(payload)
-        return DropCollection(
-            ts=ts,
-            collection_id=collection_id,
-            db_name=drop.db_name,
-            collection_name=drop.collectionName,
-        )
+        return DropCollection(ts=ts, collection_id=collection_id, **drop_collection_fields(payload))
     drop_partition = msg_pb2.DropPartitionRequest.FromString(payload)
-    return DropPartition(
-        ts=ts,
-        collection_id=collection_id,
-        db_name=drop_partition.db_name,
-        collection_name=drop_partition.collection_name,
-        partition_name=drop_partition.partition_name,
-    )
+    return DropPartition(ts=ts, collection_id=collection_id, **partition_fields(drop_partition))
 
 
 def msg_type_name(msg_type: int) -> str:

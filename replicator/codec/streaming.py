@@ -37,9 +37,10 @@ Facts relied on beyond those listed in ``streaming_headers``:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen import msg_pb2, schema_pb2
+from pymilvus.grpc_gen import msg_pb2
 
 from metastore import Position
 from replicator.codec import msgstream
@@ -179,61 +180,34 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
             return StreamInsert(
                 ts=ts,
                 collection_id=collection_id,
-                db_name=insert.db_name,
-                collection_name=insert.collection_name,
-                partition_name=insert.partition_name,
-                num_rows=insert.num_rows,
-                request=insert,
                 meta=meta,
                 partitions=sh.insert_partitions(header),
+                **msgstream.dml_fields(insert),
             )
         delete = msg_pb2.DeleteRequest.FromString(payload)
         return StreamDelete(
-            ts=ts,
-            collection_id=collection_id,
-            db_name=delete.db_name,
-            collection_name=delete.collection_name,
-            partition_name=delete.partition_name,
-            num_rows=delete.num_rows,
-            request=delete,
-            meta=meta,
+            ts=ts, collection_id=collection_id, meta=meta, **msgstream.dml_fields(delete)
         )
     if name == "CreateCollection":
         return _create_collection(meta, _header(props), payload)
     if name == "DropCollection":
         header = _header(props)
-        drop = msg_pb2.DropCollectionRequest.FromString(payload)
         return StreamDropCollection(
             ts=ts,
             collection_id=header.int64(1),
-            db_name=drop.db_name,
-            collection_name=drop.collectionName,
             meta=meta,
             db_id=header.int64(2),
+            **msgstream.drop_collection_fields(payload),
         )
-    if name == "CreatePartition":
+    if name in _PARTITION_EVENTS:
         header = _header(props)
-        create = msg_pb2.CreatePartitionRequest.FromString(payload)
-        return StreamCreatePartition(
+        body_type, event_type = _PARTITION_EVENTS[name]
+        return event_type(
             ts=ts,
             collection_id=header.int64(1),
-            db_name=create.db_name,
-            collection_name=create.collection_name,
-            meta=meta,
-            partition_name=create.partition_name,
-            partition_id=header.int64(2),
-        )
-    if name == "DropPartition":
-        header = _header(props)
-        drop_partition = msg_pb2.DropPartitionRequest.FromString(payload)
-        return StreamDropPartition(
-            ts=ts,
-            collection_id=header.int64(1),
-            db_name=drop_partition.db_name,
-            collection_name=drop_partition.collection_name,
-            partition_name=drop_partition.partition_name,
             meta=meta,
             partition_id=header.int64(2),
+            **msgstream.partition_fields(body_type.FromString(payload)),
         )
     if name == "ManualFlush":
         return _manual_flush(meta, props)
@@ -256,24 +230,20 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
     raise sh.PropertyError(sh.TYPE, f"unknown message type {t} (written by a newer Milvus?)")
 
 
+_PARTITION_EVENTS: dict[str, tuple[Any, type[StreamCreatePartition | StreamDropPartition]]] = {
+    "CreatePartition": (msg_pb2.CreatePartitionRequest, StreamCreatePartition),
+    "DropPartition": (msg_pb2.DropPartitionRequest, StreamDropPartition),
+}
+
+
 def _create_collection(meta: StreamMeta, header: sh.Header, payload: bytes) -> Event:
-    create = msg_pb2.CreateCollectionRequest.FromString(payload)
-    if create.HasField("collection_schema"):
-        schema = create.collection_schema
-    else:
-        schema = schema_pb2.CollectionSchema.FromString(create.schema)
     return StreamCreateCollection(
         ts=meta.time_tick,
         collection_id=header.int64(1),
-        db_name=create.db_name,
-        collection_name=create.collectionName or schema.name,
-        schema=schema,
-        vchannels=tuple(create.virtualChannelNames),
-        pchannels=tuple(create.physicalChannelNames),
-        partition_names=tuple(create.partitionNames),
         meta=meta,
         db_id=header.int64(3),
         partition_ids=header.int64_list(2),
+        **msgstream.create_collection_fields(payload),
     )
 
 
