@@ -46,7 +46,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
-from replication_throughput import DIM, create_collection, wait_count  # noqa: E402
+from replication_throughput import (  # noqa: E402
+    DIM,
+    create_collection,
+    create_task,
+    start_daemon,
+    wait_count,
+)
 
 MB = 1024 * 1024
 
@@ -179,26 +185,14 @@ def run(args, work: Path) -> dict:
         result["direct_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid))
         dst.drop_collection(direct)
 
-        (work / "daemon").mkdir()
-        daemon = Daemon(
-            workdir=work / "daemon",
-            config={
-                "metaStoreConfig": {
-                    "storeType": "sqlite",
-                    "sqlitePath": str(work / "daemon" / "meta.db"),
-                },
-                "drainTimeoutSeconds": 5,
-                "sourceConfig": {
-                    "etcd": {"address": [etcd.endpoint]},
-                    "etcdRootPath": source.etcd_root_path,
-                    "channelPrefix": source.chan_prefix,
-                    "mqType": "rocksmq",
-                    "rocksmq": {"path": str(source.rocksmq_path)},
-                },
-            },
+        daemon = start_daemon(
+            stack,
+            work,
+            etcd.endpoint,
+            source,
+            mqType="rocksmq",
+            rocksmq={"path": str(source.rocksmq_path)},
         )
-        daemon.start()
-        stack.callback(daemon.stop)
         assert daemon.process is not None
         pid = daemon.process.pid
         time.sleep(2)
@@ -207,12 +201,7 @@ def run(args, work: Path) -> dict:
         sampler.start()
         before = cpu_seconds(source.pid, lite.pid, pid)
         t0 = time.perf_counter()
-        created = daemon.call(
-            "create",
-            {"milvus_connect_param": {"uri": lite.uri}, "collection_infos": [{"name": name}]},
-        )
-        assert created.code == 200, created.body
-        task_id = created.data["task_id"]
+        task_id = create_task(daemon, lite.uri, name)
         try:
             # the daemon's progress first (cheap), then count(*) to confirm: polling count(*)
             # all along would make Milvus Lite scan a growing collection 4 times a second

@@ -46,7 +46,12 @@ from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source, milvus_source_rocksmq  # noqa: E402
-from replication_throughput import count, create_collection  # noqa: E402
+from replication_throughput import (  # noqa: E402
+    count,
+    create_collection,
+    create_task,
+    start_daemon,
+)
 
 PERIOD = 0.1  # seconds between batches
 
@@ -181,31 +186,10 @@ def run(args, work: Path) -> dict:
 
         name = f"lag_{uuid.uuid4().hex[:8]}"
         create_collection(src_write, name, args.shards, args.dim)
-        (work / "daemon").mkdir()
-        daemon = Daemon(
-            workdir=work / "daemon",
-            config={
-                "metaStoreConfig": {
-                    "storeType": "sqlite",
-                    "sqlitePath": str(work / "daemon" / "meta.db"),
-                },
-                "drainTimeoutSeconds": 5,
-                "sourceConfig": {
-                    "etcd": {"address": [etcd.endpoint]},
-                    "etcdRootPath": source.etcd_root_path,
-                    "channelPrefix": source.chan_prefix,
-                    "kafka": {"address": kafka.bootstrap},
-                },
-            },
+        daemon = start_daemon(
+            stack, work, etcd.endpoint, source, kafka={"address": kafka.bootstrap}
         )
-        daemon.start()
-        stack.callback(daemon.stop)
-        created = daemon.call(
-            "create",
-            {"milvus_connect_param": {"uri": lite.uri}, "collection_infos": [{"name": name}]},
-        )
-        assert created.code == 200, created.body
-        task_id = created.data["task_id"]
+        task_id = create_task(daemon, lite.uri, name)
         services.wait_until(lambda: dst_probe.has_collection(name), 60, "target collection")
         # the index (and the load) reach the target through the replicate channel
         services.wait_until(

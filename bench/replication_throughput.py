@@ -325,6 +325,40 @@ def bench_pipeline(args, work: Path) -> dict:
 # (a) end to end
 
 
+def start_daemon(stack, work: Path, etcd_endpoint: str, source, **queue) -> Daemon:
+    """The daemon on SQLite under ``work/daemon`` reading ``source`` (``queue``: its queue's
+    sourceConfig keys), stopped when ``stack`` closes."""
+    (work / "daemon").mkdir()
+    daemon = Daemon(
+        workdir=work / "daemon",
+        config={
+            "metaStoreConfig": {
+                "storeType": "sqlite",
+                "sqlitePath": str(work / "daemon" / "meta.db"),
+            },
+            "drainTimeoutSeconds": 5,
+            "sourceConfig": {
+                "etcd": {"address": [etcd_endpoint]},
+                "etcdRootPath": source.etcd_root_path,
+                "channelPrefix": source.chan_prefix,
+                **queue,
+            },
+        },
+    )
+    daemon.start()
+    stack.callback(daemon.stop)
+    return daemon
+
+
+def create_task(daemon: Daemon, target_uri: str, collection: str) -> str:
+    created = daemon.call(
+        "create",
+        {"milvus_connect_param": {"uri": target_uri}, "collection_infos": [{"name": collection}]},
+    )
+    assert created.code == 200, created.body
+    return str(created.data["task_id"])
+
+
 def make_batches(rows: int, batch: int) -> list[list[dict]]:
     vectors = np.random.default_rng(2).random((rows, DIM), dtype=np.float32)
     return [
@@ -406,31 +440,10 @@ def bench_e2e(args, work: Path) -> dict:
         # replicated: source -> daemon -> target
         name = f"repl_{uuid.uuid4().hex[:8]}"
         create_collection(src, name)
-        (work / "daemon").mkdir()
-        daemon = Daemon(
-            workdir=work / "daemon",
-            config={
-                "metaStoreConfig": {
-                    "storeType": "sqlite",
-                    "sqlitePath": str(work / "daemon" / "meta.db"),
-                },
-                "drainTimeoutSeconds": 5,
-                "sourceConfig": {
-                    "etcd": {"address": [etcd.endpoint]},
-                    "etcdRootPath": source.etcd_root_path,
-                    "channelPrefix": source.chan_prefix,
-                    "kafka": {"address": kafka.bootstrap},
-                },
-            },
+        daemon = start_daemon(
+            stack, work, etcd.endpoint, source, kafka={"address": kafka.bootstrap}
         )
-        daemon.start()
-        stack.callback(daemon.stop)
-        created = daemon.call(
-            "create",
-            {"milvus_connect_param": {"uri": lite.uri}, "collection_infos": [{"name": name}]},
-        )
-        assert created.code == 200, created.body
-        task_id = created.data["task_id"]
+        task_id = create_task(daemon, lite.uri, name)
         services.wait_until(lambda: dst.has_collection(name), 60, "target collection created")
         t0 = time.perf_counter()
         written = write_all(src, name, batches)
