@@ -198,15 +198,18 @@ class MilvusTarget:
         )
         return True
 
-    def create_partition(self, db: str, collection: str, partition: str) -> None:
-        has = self._call(
+    def has_partition(self, db: str, collection: str, partition: str) -> bool:
+        response = self._call(
             "HasPartition",
             milvus_pb2.HasPartitionRequest(
                 db_name=db, collection_name=collection, partition_name=partition
             ),
             f"has partition {db}.{collection}.{partition}",
         )
-        if not has.value:
+        return bool(response.value)
+
+    def create_partition(self, db: str, collection: str, partition: str) -> None:
+        if not self.has_partition(db, collection, partition):
             self._call(
                 "CreatePartition",
                 milvus_pb2.CreatePartitionRequest(
@@ -221,14 +224,7 @@ class MilvusTarget:
 
     def drop_partition(self, db: str, collection: str, partition: str) -> bool:
         """Release, then drop (Milvus refuses to drop a loaded partition); False if absent."""
-        has = self._call(
-            "HasPartition",
-            milvus_pb2.HasPartitionRequest(
-                db_name=db, collection_name=collection, partition_name=partition
-            ),
-            f"has partition {db}.{collection}.{partition}",
-        )
-        if not has.value:
+        if not self.has_partition(db, collection, partition):
             return False
         try:
             self._call(
