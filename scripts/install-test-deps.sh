@@ -42,18 +42,5 @@ if [ "${#packages[@]}" -gt 0 ]; then
         "${packages[@]}"
 fi
 
-pip_args=()
-# Debian's own interpreter is "externally managed" (PEP 668) and refuses pip installs outside
-# a virtualenv; on a disposable test machine install into it anyway.
-if "$python" - <<'EOF'
-import os, sys, sysconfig
-in_venv = sys.prefix != sys.base_prefix
-marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
-sys.exit(0 if (not in_venv and os.path.exists(marker)) else 1)
-EOF
-then
-    pip_args+=(--break-system-packages)
-fi
-
 cd "$repo_root"
-"$python" -m pip install "${pip_args[@]}" -e '.[test]'
+PYTHON="$python" bash scripts/pip-install.sh -e '.[test]'
