@@ -545,9 +545,9 @@ class ReplicationRunner:
         backoff = 1.0
         while not self._stop.is_set():
             try:
-                source, target, catalog = self._connect()
+                source, target, catalog, saved = self._connect()
                 try:
-                    self._run_workers(source, target, catalog)
+                    self._run_workers(source, target, catalog, saved)
                 finally:
                     target.close()
                 return
@@ -560,7 +560,10 @@ class ReplicationRunner:
                 self._stop.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
 
-    def _connect(self) -> tuple[WalSource, MilvusTarget, dict[int, CollectionMeta]]:
+    def _connect(
+        self,
+    ) -> tuple[WalSource, MilvusTarget, dict[int, CollectionMeta], dict[str, Position]]:
+        """The source, the target, the catalog, and the positions saved so far."""
         source = self.context.source()
         # The ends of the channels a new task has no position on are read BEFORE the catalog:
         # a collection created in between is then in the catalog or after the start in the WAL.
@@ -570,10 +573,14 @@ class ReplicationRunner:
         }
         catalog = self.context.catalog()
         target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
-        return source, target, catalog
+        return source, target, catalog, saved
 
     def _run_workers(
-        self, source: WalSource, target: MilvusTarget, catalog: dict[int, CollectionMeta]
+        self,
+        source: WalSource,
+        target: MilvusTarget,
+        catalog: dict[int, CollectionMeta],
+        saved: dict[str, Position],
     ) -> None:
         registry = CollectionRegistry(self.selection, self.context.default_partition)
         context = self.context
@@ -591,7 +598,6 @@ class ReplicationRunner:
                 target.create_collection(
                     collection.db, collection.name, meta.schema, meta.shards, meta.consistency_level
                 )
-        saved = self.store.get_positions(self.task.task_id)
         workers = []
         history_lost = []
         for pchannel in self.context.channels:
