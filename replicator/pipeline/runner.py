@@ -20,6 +20,7 @@ channel, the position and the cause.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import threading
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pymilvus.grpc_gen import schema_pb2
 
 from metastore import (
     ConcurrentUpdateError,
@@ -38,24 +41,38 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
-from replicator.codec.msgstream import decode
 from replicator.codec.replicate import RpcEvent, decode_replicate
+from replicator.codec.streaming import decode_any
+from replicator.codec.streaming_events import (
+    AlterWAL,
+    ManualFlush,
+    MqSwitchAnnounced,
+    StreamCreateCollection,
+    StreamCreatePartition,
+    StreamDdl,
+    StreamDropCollection,
+    StreamDropPartition,
+    StreamMeta,
+)
 from replicator.events import (
     CreateCollection,
     Delete,
     DropCollection,
     DropPartition,
+    Event,
     FailedRecord,
     Insert,
     RawRecord,
+    Skipped,
     TimeTick,
 )
 from replicator.log_context import log_context
-from replicator.meta.catalog import AliasMeta, CollectionMeta
+from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, AliasMeta, CollectionMeta
 from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
+from replicator.pipeline.sequencer import ChannelSequencer, Pending, meta_of
 from replicator.sinks.base import SinkError, TargetRejectedError
 from replicator.sinks.milvus import MilvusTarget, is_unimplemented
 from replicator.sources.base import (
@@ -74,6 +91,8 @@ READ_TIMEOUT = 0.2
 IDLE_SAVE_SECONDS = 5.0
 MAX_BACKOFF = 30.0
 WARNINGS_KEY = "warnings"
+# 2.6 DDL that removes data: applied only once every vchannel of its broadcast reached its copy
+BARRIER_DDL = frozenset({"TruncateCollection", "DropDatabase"})
 
 
 class TaskFailedError(Exception):
@@ -139,21 +158,6 @@ class _Shared:
     describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A DML event waiting for the time tick that makes it final (the record's payload is not
-    kept: the decoded event holds the data)."""
-
-    offset: int
-    event: Insert | Delete
-    before: bytes | None  # msg id of the record before it: where to resume to re-read it
-
-
-def _split(pending: list[_Pending], ts: int) -> tuple[list[_Pending], list[_Pending]]:
-    """(events with ts <= ``ts``, the rest), each in channel order."""
-    return [p for p in pending if p.event.ts <= ts], [p for p in pending if p.event.ts > ts]
-
-
 class ChannelWorker:
     def __init__(
         self,
@@ -176,6 +180,9 @@ class ChannelWorker:
         store_value = shared.store.get_state(shared.task_id, self._inflight_key)
         self.replay_until = int(store_value) if store_value else -1
         self.inflight = self.replay_until
+        self.sequencer = ChannelSequencer(pchannel)
+        # 2.6 collections whose CreateCollection was read here but is not applied yet
+        self._announced: set[int] = set()
 
     @property
     def _inflight_key(self) -> str:
@@ -217,55 +224,76 @@ class ChannelWorker:
         return f"after position {self.saved.msg_id.hex()} (ts {self.saved.ts})"
 
     def _consume(self, reader: ChannelReader) -> None:
-        """Release DML by time tick: at a tick ``t`` every event with ``ts <= t`` is final (no
-        later record can be older) and is applied in (ts, delete-first) order; younger events
-        wait for a later tick. An upsert's Insert and Delete share one timestamp but a tick can
-        fall between them, so a batch cut at the tick alone would apply the Insert, then the
-        Delete, and lose the row. The saved position never passes a waiting event."""
-        pending: list[_Pending] = []
+        """Release events by time tick (see :mod:`replicator.pipeline.sequencer`): at a tick
+        ``t`` every event with ``ts <= t`` is final (no later record can be older) and is
+        applied in (ts, delete-first) order; younger events wait for a later tick. An upsert's
+        Insert and Delete share one timestamp but a tick can fall between them, so a batch cut
+        at the tick alone would apply the Insert, then the Delete, and lose the row. The saved
+        position never passes a waiting event or an open transaction."""
+        seq = ChannelSequencer(self.pchannel, self.saved.ts if self.saved else 0)
+        self.sequencer = seq
         last: RawRecord | None = None
         last_save = time.monotonic()
-        tick_ts = self.saved.ts if self.saved else 0
         while not self.shared.stop.is_set():
             # Events released by the ticks of one read are written together when the read is
             # done: a worker behind its channel then writes few large requests, not one per
             # tick (a read holds at most about READ_BYTES).
-            ready: list[_Pending] = []
+            ready: list[Pending] = []
             commit_at: bytes | None = None  # the position once ``ready`` is on the target
             applied_to = 0
             for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
                 before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
-                event = decode(record, self.backend, self.shared.registry.wanted)
+                event = decode_any(record, self.backend, self._wanted)
                 if isinstance(event, FailedRecord):
                     raise TaskFailedError(
                         f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
                     )
-                if isinstance(event, (Insert, Delete)):
-                    pending.append(_Pending(record.offset, event, before))
-                elif isinstance(event, TimeTick):
-                    tick_ts = max(tick_ts, event.ts)
-                    released, pending = _split(pending, tick_ts)
-                    ready += released
-                    commit_at = pending[0].before if pending else record.msg_id
+                if isinstance(event, TimeTick):
+                    for item in seq.release(event.ts):
+                        if isinstance(item.event, (Insert, Delete)):
+                            ready.append(item)
+                        else:  # 2.6 DDL and control, in tick order with the data
+                            self._commit(ready, None, seq.tick)
+                            ready = []
+                            self._apply_stream_control(item.event)
+                    oldest = seq.resume_point()
+                    commit_at = oldest.before if oldest is not None else record.msg_id
                     # everything up to the oldest waiting event is on the target once written
-                    applied_to = pending[0].event.ts - 1 if pending else tick_ts
-                elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
-                    # DML older than the DDL goes first; a drop's barrier needs it applied
-                    released, pending = _split(pending, event.ts)
-                    self._commit(ready + released, commit_at, tick_ts)
-                    ready, commit_at = [], None
-                    self._apply_ddl(event)
+                    applied_to = seq.applied_to()
+                elif meta_of(event) is None:
+                    if isinstance(event, (Insert, Delete)):
+                        seq.add(Pending(record.offset, event, before))
+                    elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
+                        # DML older than the DDL goes first; a drop's barrier needs it applied
+                        self._commit(ready + seq.take_older(event.ts), commit_at, seq.tick)
+                        ready, commit_at = [], None
+                        self._apply_ddl(event)
+                elif not isinstance(event, Skipped):
+                    if isinstance(event, StreamCreateCollection):
+                        self._announce(event)
+                    seq.add(Pending(record.offset, event, before))
             if commit_at is not None and (
                 ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS
             ):
-                self._commit(ready, commit_at, tick_ts)
+                self._commit(ready, commit_at, seq.tick)
                 last_save = time.monotonic()
             if applied_to:
                 self.status.applied_ts = max(self.status.applied_ts, applied_to)
         # stopping: events still waiting for their tick are re-read after a restart
-        if last is not None and not pending and last.offset > self._saved_offset():
-            self._commit([], last.msg_id, tick_ts)
+        if last is not None and not seq.waiting() and last.offset > self._saved_offset():
+            self._commit([], last.msg_id, seq.tick)
+
+    def _wanted(self, collection_id: int) -> bool:
+        """Decode this collection's data? Selected and known, or announced by a 2.6
+        CreateCollection read on this channel and not yet applied (its data follows it in the
+        channel but the creation waits for a tick)."""
+        return self.shared.registry.wanted(collection_id) or collection_id in self._announced
+
+    def _announce(self, event: StreamCreateCollection) -> None:
+        db = event.db_name or DEFAULT_DB
+        if self.shared.registry.selects(db, event.collection_name):
+            self._announced.add(event.collection_id)
 
     def _saved_msg_id(self) -> bytes | None:
         return None if self.saved is None else self.saved.msg_id
@@ -276,7 +304,7 @@ class ChannelWorker:
         )
 
     # --- commit ------------------------------------------------------------------------------
-    def _commit(self, ready: list[_Pending], at: bytes | None, ts: int) -> None:
+    def _commit(self, ready: list[Pending], at: bytes | None, ts: int) -> None:
         """Apply ``ready`` (in-flight bound first), then save the position ``at``."""
         if ready:
             offsets = [p.offset for p in ready]
@@ -295,7 +323,9 @@ class ChannelWorker:
                 last_offset,
                 " as replay" if replay else "",
             )
-            self.applier.apply([p.event for p in ready], replay=replay)
+            self.applier.apply(
+                [p.event for p in ready if isinstance(p.event, (Insert, Delete))], replay=replay
+            )
             after = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
             self.status.rows += after - before
             self.status.bytes = self.applier.stats.bytes
@@ -310,8 +340,9 @@ class ChannelWorker:
 
     # --- DDL ---------------------------------------------------------------------------------
     def _all_channels_reached(self, key: str, collection_id: int) -> bool:
-        """A drop waits until every channel of the collection has read up to it; the channels
-        that have are kept in the task's state, so a restart in between does not forget them."""
+        """A 2.3 drop waits until every channel of the collection has read up to it; the
+        channels that have are kept in the task's state, so a restart in between does not
+        forget them."""
         shared = self.shared
         arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
         arrived.add(self.pchannel)
@@ -320,56 +351,147 @@ class ChannelWorker:
         return expected <= arrived
 
     def _apply_ddl(self, event: CreateCollection | DropCollection | DropPartition) -> None:
-        shared = self.shared
-        with shared.ddl_lock:
+        """A 2.3-2.5 DDL record, applied when read."""
+        with self.shared.ddl_lock:
             if isinstance(event, CreateCollection):
-                # Milvus 2.3 leaves the record's db_name empty outside the default database
-                # (it names only the dbID), and the record has no consistency level: both come
-                # from the source catalog
-                meta = shared.describe(event.collection_id)
-                collection = shared.registry.add(
-                    event.collection_id,
-                    meta.db_name if meta is not None else event.db_name,
-                    event.collection_name,
-                    event.schema,
-                    event.pchannels,
-                )
-                if collection is None:
-                    return
-                created = shared.target.create_collection(
-                    collection.db,
-                    collection.name,
-                    event.schema,
-                    len(event.vchannels) or 1,
-                    meta.consistency_level if meta is not None else 0,
-                )
-                if created:
-                    log.info(
-                        "created collection %s.%s on the target", collection.db, collection.name
-                    )
+                self._create_collection(event)
                 return
-            collection = shared.registry.resolve(event.collection_id)
+            collection = self.shared.registry.resolve(event.collection_id)
             if collection is None:
                 return
             if isinstance(event, DropPartition):
                 key = f"drop-partition/{event.collection_id}/{event.partition_name}"
-                if not self._all_channels_reached(key, event.collection_id):
-                    return
-                if shared.target.drop_partition(
-                    collection.db, collection.name, event.partition_name
-                ):
-                    log.info(
-                        "dropped partition %s of %s.%s on the target",
-                        event.partition_name,
-                        *_names(collection),
-                    )
-                collection.known_partitions.discard(event.partition_name)
+                if self._all_channels_reached(key, event.collection_id):
+                    self._drop_partition(collection, event.partition_name)
                 return
-            if not self._all_channels_reached(f"drop/{event.collection_id}", event.collection_id):
+            if self._all_channels_reached(f"drop/{event.collection_id}", event.collection_id):
+                self._drop_collection(event.collection_id, collection)
+
+    def _create_collection(self, event: CreateCollection) -> None:
+        shared = self.shared
+        # Milvus 2.3 leaves the record's db_name empty outside the default database (it names
+        # only the dbID), and the record has no consistency level: both come from the source
+        # catalog when it has the collection
+        meta = shared.describe(event.collection_id)
+        db = meta.db_name if meta is not None else event.db_name
+        collection = shared.registry.add(
+            event.collection_id, db, event.collection_name, event.schema, event.pchannels
+        )
+        self._announced.discard(event.collection_id)
+        if collection is None:
+            return
+        shards = len([v for v in event.vchannels if not v.endswith("_vcchan")]) or 1
+        consistency = meta.consistency_level if meta is not None else 0
+        remember_collection(shared, event, db or DEFAULT_DB, shards, consistency)
+        created = shared.target.create_collection(
+            collection.db, collection.name, event.schema, shards, consistency
+        )
+        if created:
+            log.info("created collection %s.%s on the target", collection.db, collection.name)
+
+    def _drop_collection(self, collection_id: int, collection: TargetCollection) -> None:
+        shared = self.shared
+        if shared.target.drop_collection(collection.db, collection.name):
+            log.info("dropped collection %s.%s on the target", *_names(collection))
+        shared.registry.remove(collection_id)
+        forget_collection(shared, collection_id)
+
+    def _drop_partition(self, collection: TargetCollection, partition: str) -> None:
+        if self.shared.target.drop_partition(collection.db, collection.name, partition):
+            log.info("dropped partition %s of %s.%s on the target", partition, *_names(collection))
+        collection.known_partitions.discard(partition)
+
+    # --- 2.6 DDL and control: broadcast copies, applied once -------------------------------
+    def _apply_stream_control(self, event: Event) -> None:
+        """A released 2.6 DDL or control record. A broadcast has one copy per vchannel: a
+        create or alter applies at the first copy; a drop or truncate only once every vchannel
+        of the broadcast has been read up to its copy, so data a slower channel still holds
+        before the drop reaches the target first. Nothing is acknowledged on the source."""
+        meta = meta_of(event)
+        assert meta is not None
+        if isinstance(event, ManualFlush):
+            return  # the source's own segment flush; nothing for a replica to do
+        if isinstance(event, (MqSwitchAnnounced, AlterWAL)):
+            self._switch_requested(event)
+            return
+        barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
+            isinstance(event, StreamDdl) and event.type_name in BARRIER_DDL
+        )
+        with self.shared.ddl_lock:
+            if not self._broadcast_turn(meta, barrier):
                 return
-            if shared.target.drop_collection(collection.db, collection.name):
-                log.info("dropped collection %s.%s on the target", *_names(collection))
-            shared.registry.remove(event.collection_id)
+            self._apply_stream_ddl(event)
+            self._broadcast_done(meta)
+
+    def _apply_stream_ddl(self, event: Event) -> None:
+        shared = self.shared
+        if isinstance(event, StreamCreateCollection):
+            self._create_collection(event)
+            return
+        if isinstance(event, StreamDdl):
+            log.warning("2.6 %s is not replicated yet; skipped", event.type_name)
+            return
+        collection_ddl = (StreamDropCollection, StreamCreatePartition, StreamDropPartition)
+        if not isinstance(event, collection_ddl):
+            log.warning("2.6 %s record not applied", type(event).__name__)
+            return
+        collection = shared.registry.resolve(event.collection_id)
+        if collection is None:
+            return
+        if isinstance(event, StreamDropCollection):
+            self._drop_collection(event.collection_id, collection)
+        elif isinstance(event, StreamDropPartition):
+            self._drop_partition(collection, event.partition_name)
+        elif not collection.partition_key and event.partition_name not in (
+            "",
+            collection.default_partition,
+        ):
+            if not shared.target.has_partition(
+                collection.db, collection.name, event.partition_name
+            ):
+                shared.target.create_partition(collection.db, collection.name, event.partition_name)
+            collection.known_partitions.add(event.partition_name)
+
+    def _broadcast_turn(self, meta: StreamMeta, barrier: bool) -> bool:
+        """Is this copy the one that applies its broadcast? (Under the DDL lock.) The copies
+        seen so far and whether it was applied are kept in the task's state, so a copy
+        re-read after a restart neither applies it twice nor is forgotten."""
+        header = meta.broadcast
+        if header is None:
+            return True  # a message for one vchannel
+        shared = self.shared
+        key = f"broadcast/{header.broadcast_id}"
+        state = json.loads(shared.store.get_state(shared.task_id, key) or b"{}")
+        if state.get("done"):
+            return False
+        if not barrier:
+            return True
+        arrived = {*state.get("arrived", ()), meta.vchannel}
+        if set(header.vchannels) <= arrived:
+            return True
+        log.info(
+            "%s %d: %d of %d vchannels have reached it",
+            meta.type_name,
+            header.broadcast_id,
+            len(arrived & set(header.vchannels)),
+            len(header.vchannels),
+        )
+        shared.store.put_state(
+            shared.task_id, key, json.dumps({"arrived": sorted(arrived)}).encode()
+        )
+        return False
+
+    def _broadcast_done(self, meta: StreamMeta) -> None:
+        if meta.broadcast is not None:
+            key = f"broadcast/{meta.broadcast.broadcast_id}"
+            self.shared.store.put_state(self.shared.task_id, key, b'{"done": true}')
+
+    def _switch_requested(self, event: MqSwitchAnnounced | AlterWAL) -> None:
+        raise TaskFailedError(
+            f"channel {self.pchannel}: the source switches its WAL to "
+            f"{getattr(event, 'target_type', None) or getattr(event, 'target_wal', '')}, "
+            "which this version does not follow yet"
+        )
 
 
 class ReplicateWorker(ChannelWorker):
@@ -471,6 +593,57 @@ class ReplicateWorker(ChannelWorker):
 
 def _names(collection: TargetCollection) -> tuple[str, str]:
     return collection.db, collection.name
+
+
+# --- collections learnt from the WAL ------------------------------------------------------------
+# A collection created after the task started is known from its CreateCollection record. It is
+# kept in the task's state, so a restart knows it even when the source catalog does not (a 2.6
+# source's catalog, or a collection the catalog has dropped while its data is still to be read).
+_COLLECTION_KEY = "collection/"
+
+
+def remember_collection(
+    shared: _Shared, event: CreateCollection, db: str, shards: int, consistency: int
+) -> None:
+    record = {
+        "db": db,
+        "name": event.collection_name,
+        "schema": base64.b64encode(event.schema.SerializeToString()).decode("ascii"),
+        "pchannels": list(event.pchannels),
+        "vchannels": list(event.vchannels),
+        "shards": shards,
+        "consistency": consistency,
+    }
+    key = f"{_COLLECTION_KEY}{event.collection_id}"
+    shared.store.put_state(shared.task_id, key, json.dumps(record).encode())
+
+
+def forget_collection(shared: _Shared, collection_id: int) -> None:
+    shared.store.put_state(shared.task_id, f"{_COLLECTION_KEY}{collection_id}", b"")
+
+
+def remembered_collections(store: MetaStore, task_id: str) -> list[CollectionMeta]:
+    found = []
+    for key, value in store.list_state(task_id, _COLLECTION_KEY).items():
+        if not value:
+            continue  # dropped
+        record = json.loads(value)
+        found.append(
+            CollectionMeta(
+                collection_id=int(key[len(_COLLECTION_KEY) :]),
+                db_id=0,
+                db_name=record["db"],
+                name=record["name"],
+                schema=schema_pb2.CollectionSchema.FromString(base64.b64decode(record["schema"])),
+                pchannels=tuple(record["pchannels"]),
+                vchannels=tuple(record["vchannels"]),
+                shards=int(record["shards"]),
+                consistency_level=int(record["consistency"]),
+                state=COLLECTION_CREATED,
+                create_time=0,
+            )
+        )
+    return found
 
 
 class ReplicationRunner:
@@ -588,8 +761,8 @@ class ReplicationRunner:
         shared = _Shared(
             self.task.task_id, self.store, registry, target, self._stop, describe=describe
         )
-        for meta in catalog.values():
-            if meta.dropped:
+        for meta in [*catalog.values(), *remembered_collections(self.store, self.task.task_id)]:
+            if meta.dropped or registry.wanted(meta.collection_id):
                 continue
             collection = registry.add(
                 meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
