@@ -241,6 +241,7 @@ class ChannelWorker:
             ready: list[Pending] = []
             commit_at: bytes | None = None  # the position once ``ready`` is on the target
             applied_to = 0
+            changed = False  # something was applied during this read: save the position
             for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
                 before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
@@ -257,6 +258,7 @@ class ChannelWorker:
                             self._commit(ready, None, seq.tick)
                             ready = []
                             self._apply_stream_control(item.event)
+                            changed = True
                     oldest = seq.resume_point()
                     commit_at = oldest.before if oldest is not None else record.msg_id
                     # everything up to the oldest waiting event is on the target once written
@@ -274,7 +276,7 @@ class ChannelWorker:
                         self._announce(event)
                     seq.add(Pending(record.offset, event, before))
             if commit_at is not None and (
-                ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS
+                ready or changed or time.monotonic() - last_save > IDLE_SAVE_SECONDS
             ):
                 self._commit(ready, commit_at, seq.tick)
                 last_save = time.monotonic()

@@ -94,17 +94,19 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def row_columns(pks: Sequence[int], dim: int = VECTOR_DIM) -> list[schema_pb2.FieldData]:
+def row_columns(
+    pks: Sequence[int], dim: int = VECTOR_DIM, tag: str = "row"
+) -> list[schema_pb2.FieldData]:
     """Columns for ``pks``: id (Int64, field 100), vector (FloatVector, 101) = pk repeated,
-    tag (VarChar, 102) = "row-<pk>"."""
+    tag (VarChar, 102) = "<tag>-<pk>"."""
     pk = schema_pb2.FieldData(field_name="id", field_id=100, type=schema_pb2.Int64)
     pk.scalars.long_data.data.extend(pks)
     vec = schema_pb2.FieldData(field_name="vector", field_id=101, type=schema_pb2.FloatVector)
     vec.vectors.dim = dim
     vec.vectors.float_vector.data.extend(float(p) for p in pks for _ in range(dim))
-    tag = schema_pb2.FieldData(field_name="tag", field_id=102, type=schema_pb2.VarChar)
-    tag.scalars.string_data.data.extend(f"row-{p}" for p in pks)
-    return [pk, vec, tag]
+    column = schema_pb2.FieldData(field_name="tag", field_id=102, type=schema_pb2.VarChar)
+    column.scalars.string_data.data.extend(f"{tag}-{p}" for p in pks)
+    return [pk, vec, column]
 
 
 def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.CollectionSchema:
@@ -183,6 +185,14 @@ class StreamingWriter:
         if txn is not None:
             txn.records.append(record)
         return record
+
+    def repeat(self, record: Written) -> Written:
+        """The same message appended again (a retried append): same body and properties, so
+        the same ``_tt``, at a new offset."""
+        offset = self._produce(record.pchannel, record.payload, dict(record.properties))
+        again = Written(record.pchannel, offset, record.payload, dict(record.properties))
+        self.written.append(again)
+        return again
 
     def _produce(self, topic: str, value: bytes, props: dict[str, str]) -> int:
         if self._producer is None:
@@ -352,6 +362,7 @@ class StreamingWriter:
         tt: int | None = None,
         txn: Txn | None = None,
         cipher: tuple[int, bytes] | None = None,
+        tag: str = "row",
     ) -> Written:
         """An Insert of ``pks`` with real columns; ``cipher=(ez_id, key)`` encrypts the body
         (XOR with the key, enough to make it unreadable) and adds ``_ch``."""
@@ -369,7 +380,7 @@ class StreamingWriter:
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
             version=msg_pb2.ColumnBased,
-            fields_data=row_columns(pks),
+            fields_data=row_columns(pks, tag=tag),
         )
         payload = body.SerializeToString()
         head = header(
@@ -467,11 +478,17 @@ class StreamingWriter:
         )
 
     def upsert(
-        self, vchannel: str, collection_id: int, pks: Sequence[int], *, collection_name: str = ""
+        self,
+        vchannel: str,
+        collection_id: int,
+        pks: Sequence[int],
+        *,
+        collection_name: str = "",
+        tag: str = "row",
     ) -> Txn:
         """An upsert as 2.6 writes it: one transaction with the Insert and the Delete."""
         txn = self.begin_txn(vchannel)
-        self.insert(vchannel, collection_id, pks, collection_name=collection_name, txn=txn)
+        self.insert(vchannel, collection_id, pks, collection_name=collection_name, txn=txn, tag=tag)
         self.delete(vchannel, collection_id, pks, collection_name=collection_name, txn=txn)
         self.end_txn(txn)
         return txn
@@ -553,3 +570,4 @@ class StreamingWriter:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(30)
+            self._producer = None  # its librdkafka threads go with it
