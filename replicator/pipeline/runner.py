@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,16 @@ from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, meta_of
+from replicator.pipeline.wal_switch import (
+    UnfollowableSwitchError,
+    WalSwitch,
+    describe_config,
+    local_copies,
+    parse_backend,
+    record_switch,
+    recorded_switch,
+    requested_switch,
+)
 from replicator.sinks.base import SinkError, TargetRejectedError
 from replicator.sinks.milvus import MilvusTarget, is_unimplemented
 from replicator.sources.base import (
@@ -81,6 +91,7 @@ from replicator.sources.base import (
     WalSource,
     WalTruncatedError,
 )
+from replicator.sources.factory import SourceConfigError
 from replicator.sources.prefetch import PrefetchingReader
 from replicator.task_runner import FailureCallback
 
@@ -144,6 +155,8 @@ class RunnerContext:
     aliases: Callable[[], list[AliasMeta]] | None = None
     # one collection (cheaper than the whole catalog); None: taken from the whole catalog
     collection: Callable[[int], CollectionMeta | None] | None = None
+    # a WAL the source switched to: (kind, settings the switch message carried) -> source
+    open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
 
 
 @dataclass
@@ -156,6 +169,9 @@ class _Shared:
     ddl_lock: threading.Lock = field(default_factory=threading.Lock)
     # one collection of the source catalog, for what a CreateCollection record does not carry
     describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None
+    # the source's WAL on another backend (kind, settings from the switch message), after the
+    # source switched its message queue; None: switches are not followed
+    open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
 
 
 class ChannelWorker:
@@ -194,11 +210,13 @@ class ChannelWorker:
         while not self.shared.stop.is_set():
             reader: ChannelReader | None = None
             try:
+                start = self.start if self.start is None or self.start.msg_id else None
                 reader = PrefetchingReader(
-                    self.source.open_channel(self.pchannel, self.start), READ_BATCH
+                    self.source.open_channel(self.pchannel, start), READ_BATCH
                 )
                 self.status.state = "running"
-                self._consume(reader)
+                if self._consume(reader):
+                    continue  # the source switched its WAL: go on there
                 return
             except WalTruncatedError as exc:
                 raise TaskFailedError(f"channel {self.pchannel}: {exc}") from exc
@@ -223,13 +241,14 @@ class ChannelWorker:
             return "from the beginning"
         return f"after position {self.saved.msg_id.hex()} (ts {self.saved.ts})"
 
-    def _consume(self, reader: ChannelReader) -> None:
+    def _consume(self, reader: ChannelReader) -> bool:
         """Release events by time tick (see :mod:`replicator.pipeline.sequencer`): at a tick
         ``t`` every event with ``ts <= t`` is final (no later record can be older) and is
         applied in (ts, delete-first) order; younger events wait for a later tick. An upsert's
         Insert and Delete share one timestamp but a tick can fall between them, so a batch cut
         at the tick alone would apply the Insert, then the Delete, and lose the row. The saved
-        position never passes a waiting event or an open transaction."""
+        position never passes a waiting event or an open transaction. True when the source
+        switched its WAL and this channel now reads it from the new backend."""
         seq = ChannelSequencer(self.pchannel, self.saved.ts if self.saved else 0)
         self.sequencer = seq
         last: RawRecord | None = None
@@ -250,15 +269,29 @@ class ChannelWorker:
                     raise TaskFailedError(
                         f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
                     )
-                if isinstance(event, TimeTick):
-                    for item in seq.release(event.ts):
+                switching = isinstance(event, (MqSwitchAnnounced, AlterWAL))
+                if switching:
+                    # Nothing older follows a switch copy on the old WAL (the switch holds the
+                    # cluster's exclusive lock, and AlterWAL is the backend's last record):
+                    # the copy releases like a tick
+                    seq.add(Pending(record.offset, event, before))
+                if isinstance(event, TimeTick) or switching:
+                    released = seq.release(event.ts)
+                    for i, item in enumerate(released):
                         if isinstance(item.event, (Insert, Delete)):
                             ready.append(item)
-                        else:  # 2.6 DDL and control, in tick order with the data
-                            self._commit(ready, None, seq.tick)
-                            ready = []
-                            self._apply_stream_control(item.event)
-                            changed = True
+                            continue
+                        # 2.6 DDL and control, in tick order with the data
+                        self._commit(ready, None, seq.tick)
+                        ready = []
+                        changed = True
+                        if isinstance(item.event, (MqSwitchAnnounced, AlterWAL)):
+                            switch = self._switch_point(item.event)
+                            if switch is not None:
+                                self._switch(switch, len(released) - i - 1)
+                                return True
+                            continue
+                        self._apply_stream_control(item.event)
                     oldest = seq.resume_point()
                     commit_at = oldest.before if oldest is not None else record.msg_id
                     # everything up to the oldest waiting event is on the target once written
@@ -285,6 +318,7 @@ class ChannelWorker:
         # stopping: events still waiting for their tick are re-read after a restart
         if last is not None and not seq.waiting() and last.offset > self._saved_offset():
             self._commit([], last.msg_id, seq.tick)
+        return False
 
     def _wanted(self, collection_id: int) -> bool:
         """Decode this collection's data? Selected and known, or announced by a 2.6
@@ -301,9 +335,9 @@ class ChannelWorker:
         return None if self.saved is None else self.saved.msg_id
 
     def _saved_offset(self) -> int:
-        return (
-            -1 if self.saved is None else int.from_bytes(self.saved.msg_id, "little", signed=True)
-        )
+        if self.saved is None or not self.saved.msg_id:
+            return -1  # nothing read yet (a switched channel starts before its first record)
+        return int.from_bytes(self.saved.msg_id, "little", signed=True)
 
     # --- commit ------------------------------------------------------------------------------
     def _commit(self, ready: list[Pending], at: bytes | None, ts: int) -> None:
@@ -413,9 +447,6 @@ class ChannelWorker:
         assert meta is not None
         if isinstance(event, ManualFlush):
             return  # the source's own segment flush; nothing for a replica to do
-        if isinstance(event, (MqSwitchAnnounced, AlterWAL)):
-            self._switch_requested(event)
-            return
         barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
             isinstance(event, StreamDdl) and event.type_name in BARRIER_DDL
         )
@@ -488,12 +519,67 @@ class ChannelWorker:
             key = f"broadcast/{meta.broadcast.broadcast_id}"
             self.shared.store.put_state(self.shared.task_id, key, b'{"done": true}')
 
-    def _switch_requested(self, event: MqSwitchAnnounced | AlterWAL) -> None:
-        raise TaskFailedError(
-            f"channel {self.pchannel}: the source switches its WAL to "
-            f"{getattr(event, 'target_type', None) or getattr(event, 'target_wal', '')}, "
-            "which this version does not follow yet"
+    # --- WAL switch (see replicator.pipeline.wal_switch) -------------------------------------
+    def _switch_point(self, event: MqSwitchAnnounced | AlterWAL) -> WalSwitch | None:
+        """The switch, once this channel's last copy of its broadcast is released (the
+        announcement has a copy per vchannel; the copies seen are kept in the task's state so
+        a restart between them does not forget the first)."""
+        try:
+            kind, config = requested_switch(event, self.backend)
+        except UnfollowableSwitchError as exc:
+            raise TaskFailedError(f"channel {self.pchannel}: {exc}") from exc
+        local = local_copies(event, self.pchannel)
+        header = event.meta.broadcast
+        if header is not None and len(local) > 1:
+            shared = self.shared
+            key = f"switch/{header.broadcast_id}/{self.pchannel}"
+            seen = {*json.loads(shared.store.get_state(shared.task_id, key) or b"[]")}
+            seen.add(event.meta.vchannel)
+            if not local <= seen:
+                shared.store.put_state(shared.task_id, key, json.dumps(sorted(seen)).encode())
+                return None
+        generation = parse_backend(self.backend)[1] + 1
+        return WalSwitch(kind, config, event.ts, generation)
+
+    def _switch(self, switch: WalSwitch, dropped: int) -> None:
+        """Everything up to the switch tick is applied: record the new WAL, then a position
+        at its start, and read on there."""
+        shared = self.shared
+        if shared.open_wal is None:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL to {switch.kind}; "
+                "this runner was built without a way to open another WAL"
+            )
+        if dropped or self.sequencer.waiting():
+            log.warning(
+                "records younger than the WAL switch at ts %d were still on %s; they are "
+                "expected on %s",
+                switch.switch_ts,
+                self.backend,
+                switch.kind,
+            )
+        try:
+            source = shared.open_wal(switch.kind, switch.config)
+        except SourceConfigError as exc:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL at ts "
+                f"{switch.switch_ts}: {exc}"
+            ) from exc
+        record_switch(shared.store, shared.task_id, self.pchannel, switch)
+        position = Position(switch.backend, self.pchannel, b"", switch.switch_ts)
+        shared.store.save_position(shared.task_id, position, self.saved)
+        # the in-flight bound counted offsets of the old backend
+        shared.store.put_state(shared.task_id, self._inflight_key, b"-1")
+        self.replay_until = self.inflight = -1
+        log.info(
+            "the source switched its WAL at ts %d: reading %s on %s (settings given: %s)",
+            switch.switch_ts,
+            self.pchannel,
+            switch.backend,
+            describe_config(switch.config),
         )
+        self.source, self.backend = source, switch.backend
+        self.saved = self.start = self.status.position = position
 
 
 class ReplicateWorker(ChannelWorker):
@@ -507,7 +593,7 @@ class ReplicateWorker(ChannelWorker):
         self.selection = selection
         self.task_ts = task_ts  # calls older than the task about unknown collections are history
 
-    def _consume(self, reader: ChannelReader) -> None:
+    def _consume(self, reader: ChannelReader) -> bool:
         while not self.shared.stop.is_set():
             for record in reader.read_batch(100, READ_TIMEOUT):
                 event = decode_replicate(record, self.backend)
@@ -520,6 +606,7 @@ class ReplicateWorker(ChannelWorker):
                 ts = max(event.ts, self.saved.ts if self.saved else 0)
                 self.status.applied_ts = max(self.status.applied_ts, ts)
                 self._commit([], record.msg_id, ts)
+        return False
 
     def _target_request(self, event: RpcEvent) -> Any:
         """The request under the target's names, or None when the task does not select it."""
@@ -761,7 +848,13 @@ class ReplicationRunner:
         context = self.context
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         shared = _Shared(
-            self.task.task_id, self.store, registry, target, self._stop, describe=describe
+            self.task.task_id,
+            self.store,
+            registry,
+            target,
+            self._stop,
+            describe=describe,
+            open_wal=context.open_wal,
         )
         for meta in [*catalog.values(), *remembered_collections(self.store, self.task.task_id)]:
             if meta.dropped or registry.wanted(meta.collection_id):
@@ -785,8 +878,8 @@ class ReplicationRunner:
                     self.store.save_position(self.task.task_id, start, None)
             worker = ChannelWorker(
                 shared,
-                source,
-                source.backend,
+                self._source_at(source, pchannel, start),
+                start.backend if start is not None else source.backend,
                 pchannel,
                 start,
                 start,
@@ -851,6 +944,21 @@ class ReplicationRunner:
             thread.join()
         if errors:
             raise errors[0]
+
+    def _source_at(self, source: WalSource, pchannel: str, start: Position | None) -> WalSource:
+        """The WAL a saved position is on: the configured source, or one it switched to."""
+        if start is None or parse_backend(start.backend)[1] == 0:
+            return source
+        try:
+            switch = recorded_switch(self.store, self.task.task_id, pchannel, start.backend)
+        except UnfollowableSwitchError as exc:
+            raise TaskFailedError(str(exc)) from exc
+        if self.context.open_wal is None:
+            raise TaskFailedError(f"channel {pchannel}: cannot open {start.backend}")
+        try:
+            return self.context.open_wal(switch.kind, switch.config)
+        except SourceConfigError as exc:
+            raise TaskFailedError(f"channel {pchannel}: {exc}") from exc
 
     def _mirror(self, mirror: AliasMirror) -> None:
         with log_context(task_id=self.task.task_id):

@@ -31,6 +31,7 @@ import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from confluent_kafka import Producer
 from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
@@ -119,6 +120,25 @@ def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.Collection
     return schema
 
 
+class Sink(Protocol):
+    """Where records of a pchannel go: ``produce`` returns the record's offset or id."""
+
+    def produce(self, topic: str, payload: bytes, properties: dict[str, str]) -> int: ...
+
+
+class KafkaSink:
+    """Another Kafka cluster (a source moved to Kafka B)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._writer = StreamingWriter(bootstrap)
+
+    def produce(self, topic: str, payload: bytes, properties: dict[str, str]) -> int:
+        return self._writer._produce(topic, payload, properties)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class StreamingWriter:
     """Writes 2.6 records for one source cluster to a Kafka bootstrap address.
 
@@ -135,6 +155,8 @@ class StreamingWriter:
             else Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         )
         self._dry_offsets: dict[str, int] = {}
+        # pchannels moved to another WAL (switch_to): where their records go now
+        self._moved: dict[str, Sink] = {}
         self.tso = Tso(start_ms)
         self.wal_term = wal_term
         self._broadcast_ids = itertools.count(7001)
@@ -194,7 +216,16 @@ class StreamingWriter:
         self.written.append(again)
         return again
 
+    def switch_to(self, pchannels: Iterable[str], sink: Sink) -> None:
+        """From now on, records of ``pchannels`` go to ``sink`` (the WAL the source switched
+        to); the others stay where they are."""
+        for pchannel in pchannels:
+            self._moved[pchannel] = sink
+
     def _produce(self, topic: str, value: bytes, props: dict[str, str]) -> int:
+        moved = self._moved.get(topic)
+        if moved is not None:
+            return moved.produce(topic, value, props)
         if self._producer is None:
             offset = self._dry_offsets.get(topic, 0)
             self._dry_offsets[topic] = offset + 1
@@ -227,14 +258,19 @@ class StreamingWriter:
         pchannel_level: bool = False,
         extra: dict[str, str] | None = None,
         resource_keys: Iterable[dict[str, object]] = (),
+        broadcast_id: int | None = None,
+        only: Iterable[str] | None = None,
     ) -> list[Written]:
-        """One copy per vchannel, each with its own tick, all with the same broadcast header."""
+        """One copy per vchannel, each with its own tick, all with the same broadcast header.
+        ``only`` writes just the copies of those vchannels (the rest can be written later with
+        the same ``broadcast_id``: copies reach slow channels late)."""
         bh = header(
             "BroadcastHeader",
-            broadcast_id=next(self._broadcast_ids),
+            broadcast_id=next(self._broadcast_ids) if broadcast_id is None else broadcast_id,
             vchannels=list(vchannels),
             resource_keys=list(resource_keys),
         )
+        chosen = set(vchannels if only is None else only)
         more = dict(extra or {})
         if pchannel_level:
             more[sh.PCHANNEL_LEVEL] = ""
@@ -250,6 +286,7 @@ class StreamingWriter:
                 extra=more,
             )
             for vchannel in vchannels
+            if vchannel in chosen
         ]
 
     # --- messages ------------------------------------------------------------------------------
@@ -522,11 +559,19 @@ class StreamingWriter:
         )
 
     def alter_wal(
-        self, pchannels: Sequence[str], control_pchannel: str, target: str, config: dict[str, str]
+        self,
+        pchannels: Sequence[str],
+        control_pchannel: str,
+        target: str,
+        config: dict[str, str],
+        *,
+        only: Iterable[str] | None = None,
+        broadcast_id: int | None = None,
     ) -> list[Written]:
         """AlterWAL to every pchannel; the control channel's pchannel gets its copy on
-        ``<pchannel>_vcchan``."""
+        ``<pchannel>_vcchan``. ``only`` (pchannels) writes just their copies."""
         channels = [p + "_vcchan" if p == control_pchannel else p for p in pchannels]
+        chosen = None if only is None else [c for c in channels if vchannel_pchannel(c) in only]
         head = header("AlterWALMessageHeader", target_wal_name=WAL_NAME[target], config=config)
         return self.broadcast(
             "AlterWAL",
@@ -535,6 +580,8 @@ class StreamingWriter:
             version=2,
             pchannel_level=True,
             resource_keys=[{"domain": 127, "key": ""}],
+            broadcast_id=broadcast_id,
+            only=chosen,
         )
 
     def create_database(self, db_name: str, db_id: int, control_channel: str) -> list[Written]:
