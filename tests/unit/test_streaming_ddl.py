@@ -241,3 +241,28 @@ def test_missing_names_are_errors(w: DdlWriter) -> None:
 def test_every_applied_type_is_routed_by_the_codec() -> None:
     for name in ddl.APPLIED_TYPES:
         assert name in sh.TYPE_NUMBERS, name
+
+
+def test_every_operation_type_has_a_handler() -> None:
+    from typing import Any, cast
+
+    from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
+
+    applier = StreamDdlApplier(cast(Any, None), TaskNames(lambda _c: None, lambda _d: None))
+    op_types = {
+        cls
+        for cls in vars(ddl).values()
+        if isinstance(cls, type) and issubclass(cls, ddl.DdlOp) and cls not in (ddl.DdlOp,)
+    } - {ddl.NotReplicated}
+    assert set(applier._handlers()) == op_types
+
+
+def test_rbac_disabled_and_not_replicated_need_no_target(w: DdlWriter) -> None:
+    from typing import Any, cast
+
+    from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
+
+    applier = StreamDdlApplier(cast(Any, None), TaskNames(lambda _c: None, lambda _d: None))
+    assert applier.apply(op_of(w.alter_role("reader"))).status == "disabled"
+    record = w.writer.broadcast("DropResourceGroup", [CONTROL], header_bytes=b"", version=2)[0]
+    assert applier.apply(op_of(record)).status == "not_selected"
