@@ -68,7 +68,12 @@ from replicator.codec.streaming_events import (
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.sinks.base import SinkError, TargetRejectedError
-from replicator.sinks.milvus import MilvusTarget, is_unimplemented, target_schema
+from replicator.sinks.milvus import (
+    MilvusTarget,
+    has_partition_key,
+    is_unimplemented,
+    target_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -706,6 +711,8 @@ def recreate_empty(target: MilvusTarget, db: str, name: str) -> None:
     and load state (see the module docstring for why not delete-by-filter)."""
     described = target.describe_collection(db, name)
     partitions = [p for p in target.partitions(db, name) if p != "_default"]
+    if has_partition_key(described.schema):
+        partitions = []  # made by the target itself (its default number of them)
     indexes = target.describe_indexes(db, name)
     aliases = target.aliases_of(db, name)
     loaded = target.load_state(db, name) in (_LOADED, _LOADING)
