@@ -43,6 +43,7 @@ from metastore import (
 )
 from replicator.codec.replicate import RpcEvent, decode_replicate
 from replicator.codec.streaming import decode_any
+from replicator.codec.streaming_ddl import AlterCollection, DdlOp, decode_ddl
 from replicator.codec.streaming_events import (
     AlterWAL,
     ManualFlush,
@@ -54,6 +55,7 @@ from replicator.codec.streaming_events import (
     StreamDropPartition,
     StreamMeta,
 )
+from replicator.codec.wire import WireError
 from replicator.events import (
     CreateCollection,
     Delete,
@@ -73,6 +75,7 @@ from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, meta_of
+from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.wal_switch import (
     UnfollowableSwitchError,
     WalSwitch,
@@ -102,8 +105,6 @@ READ_TIMEOUT = 0.2
 IDLE_SAVE_SECONDS = 5.0
 MAX_BACKOFF = 30.0
 WARNINGS_KEY = "warnings"
-# 2.6 DDL that removes data: applied only once every vchannel of its broadcast reached its copy
-BARRIER_DDL = frozenset({"TruncateCollection", "DropDatabase"})
 
 
 class TaskFailedError(Exception):
@@ -172,6 +173,12 @@ class _Shared:
     # the source's WAL on another backend (kind, settings from the switch message), after the
     # source switched its message queue; None: switches are not followed
     open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
+    # the 2.6 DDL beyond collections and partitions (databases, aliases, indexes, load,
+    # alter/truncate, RBAC); None: such records are skipped
+    ddl: StreamDdlApplier | None = None
+    # broadcasts applied, for channels waiting at a barrier (see _wait_for_broadcast)
+    broadcasts: threading.Condition = field(default_factory=threading.Condition)
+    done_broadcasts: set[int] = field(default_factory=set)
 
 
 class ChannelWorker:
@@ -447,14 +454,42 @@ class ChannelWorker:
         assert meta is not None
         if isinstance(event, ManualFlush):
             return  # the source's own segment flush; nothing for a replica to do
+        if self.shared.ddl is not None and isinstance(
+            event, (StreamCreateCollection, StreamCreatePartition, StreamDropPartition)
+        ):
+            self.shared.ddl.names.observe(event)
         barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
-            isinstance(event, StreamDdl) and event.type_name in BARRIER_DDL
+            isinstance(event, StreamDdl) and self._ddl_op(event).barrier
         )
         with self.shared.ddl_lock:
-            if not self._broadcast_turn(meta, barrier):
-                return
-            self._apply_stream_ddl(event)
-            self._broadcast_done(meta)
+            turn = self._broadcast_turn(meta, barrier)
+            if turn:
+                self._apply_stream_ddl(event)
+                self._broadcast_done(meta)
+        # After a truncate or a partition drop the collection or partition lives on: a
+        # channel that reached its copy first waits for the barrier, or what it writes next
+        # would be wiped when the last channel gets there
+        holds = isinstance(event, StreamDropPartition) or (
+            isinstance(event, StreamDdl) and event.type_name == "TruncateCollection"
+        )
+        if not turn and barrier and holds and meta.broadcast is not None:
+            self._wait_for_broadcast(meta)
+
+    def _wait_for_broadcast(self, meta: StreamMeta) -> None:
+        assert meta.broadcast is not None
+        shared, broadcast_id = self.shared, meta.broadcast.broadcast_id
+        key = f"broadcast/{broadcast_id}"
+        self.status.state = f"waiting for every vchannel to reach {meta.type_name}"
+        log.info("waiting at %s %d for the other vchannels", meta.type_name, broadcast_id)
+        with shared.broadcasts:
+            while not shared.stop.is_set():
+                if broadcast_id in shared.done_broadcasts:
+                    break
+                state = json.loads(shared.store.get_state(shared.task_id, key) or b"{}")
+                if state.get("done"):
+                    break
+                shared.broadcasts.wait(1.0)
+        self.status.state = "running"
 
     def _apply_stream_ddl(self, event: Event) -> None:
         shared = self.shared
@@ -462,7 +497,7 @@ class ChannelWorker:
             self._create_collection(event)
             return
         if isinstance(event, StreamDdl):
-            log.warning("2.6 %s is not replicated yet; skipped", event.type_name)
+            self._apply_ddl_op(event)
             return
         collection_ddl = (StreamDropCollection, StreamCreatePartition, StreamDropPartition)
         if not isinstance(event, collection_ddl):
@@ -484,6 +519,33 @@ class ChannelWorker:
             ):
                 shared.target.create_partition(collection.db, collection.name, event.partition_name)
             collection.known_partitions.add(event.partition_name)
+
+    def _ddl_op(self, event: StreamDdl) -> DdlOp:
+        try:
+            return decode_ddl(event)
+        except WireError as exc:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: undecodable 2.6 {event.type_name} at ts {event.ts}: "
+                f"{exc}"
+            ) from exc
+
+    def _apply_ddl_op(self, event: StreamDdl) -> None:
+        """Databases, aliases, indexes, load, alter/truncate collection, RBAC (see
+        :mod:`replicator.pipeline.stream_ddl`); a rename moves the task's collection too."""
+        applier = self.shared.ddl
+        if applier is None:
+            log.warning("2.6 %s is not replicated by this runner; skipped", event.type_name)
+            return
+        op = self._ddl_op(event)
+        collection = self.shared.registry.resolve(op.collection_id) if op.collection_id else None
+        outcome = applier.apply(op)
+        log.info("2.6 %s: %s %s", event.type_name, outcome.status, outcome.detail)
+        renamed = isinstance(op, AlterCollection) and ({"name", "db"} & op.changes)
+        if collection is not None and renamed and outcome.status in ("applied", "unchanged"):
+            assert isinstance(op, AlterCollection)
+            new_db = applier.names.database(op.new_db_name) if op.new_db_name else None
+            collection.db = new_db or collection.db
+            collection.name = op.new_name or collection.name
 
     def _broadcast_turn(self, meta: StreamMeta, barrier: bool) -> bool:
         """Is this copy the one that applies its broadcast? (Under the DDL lock.) The copies
@@ -518,6 +580,9 @@ class ChannelWorker:
         if meta.broadcast is not None:
             key = f"broadcast/{meta.broadcast.broadcast_id}"
             self.shared.store.put_state(self.shared.task_id, key, b'{"done": true}')
+            with self.shared.broadcasts:
+                self.shared.done_broadcasts.add(meta.broadcast.broadcast_id)
+                self.shared.broadcasts.notify_all()
 
     # --- WAL switch (see replicator.pipeline.wal_switch) -------------------------------------
     def _switch_point(self, event: MqSwitchAnnounced | AlterWAL) -> WalSwitch | None:
@@ -847,6 +912,7 @@ class ReplicationRunner:
         registry = CollectionRegistry(self.selection, self.context.default_partition)
         context = self.context
         describe = context.collection or (lambda collection: context.catalog().get(collection))
+        names = TaskNames.for_task(registry.resolve, self.selection)
         shared = _Shared(
             self.task.task_id,
             self.store,
@@ -855,10 +921,18 @@ class ReplicationRunner:
             self._stop,
             describe=describe,
             open_wal=context.open_wal,
+            ddl=StreamDdlApplier(
+                target,
+                names,
+                rbac=bool((self.task.spec.get("extra_info") or {}).get("enable_user_role")),
+            ),
         )
         for meta in [*catalog.values(), *remembered_collections(self.store, self.task.task_id)]:
             if meta.dropped or registry.wanted(meta.collection_id):
                 continue
+            names.remember_schema(meta.collection_id, meta.schema)
+            for partition_id, partition in meta.partitions.items():
+                names.remember_partition(meta.collection_id, partition_id, partition)
             collection = registry.add(
                 meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
             )

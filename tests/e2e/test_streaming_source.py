@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from harness.services import ServiceStartError, wait_until
+from harness.streaming_ddl_writer import DdlWriter
 from harness.streaming_writer import VECTOR_DIM, StreamingWriter
 from pymilvus import DataType, MilvusClient
 
@@ -265,3 +266,52 @@ def test_a_drop_waits_for_the_inserts_a_slower_vchannel_holds_before_its_copy(
     assert task["state"] == "Running", task
     # every insert was acknowledged by the target before the drop, none skipped
     assert task["progress"]["rows"] == 300, task["progress"]
+
+
+def test_2_6_ddl_indexes_load_aliases_properties_and_truncate(
+    daemon_factory, etcd_service, kafka_mock, target, target_milvus, stream
+):
+    """The rest of the 2.6 DDL through the daemon: the index and load state come from the
+    stream (the test makes none on the target), then an alias, collection properties, and a
+    truncate that must not take rows written after it."""
+    w = stream.writer
+    coll = 54001
+    name = f"ddl_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, target.uri, stream, name)
+    vchannels = stream.vchannels(coll, 3)
+    ddl = DdlWriter(w, f"{stream.pchannel(0)}_vcchan")
+    w.create_collection(coll, name, [*vchannels, ddl.control], partition_ids=[1])
+    ddl.create_index(coll, 101, 9001, "vec_idx", {"index_type": "FLAT", "metric_type": "L2"})
+    ddl.load(coll, [1])
+    for i, vchannel in enumerate(vchannels):
+        w.insert(vchannel, coll, range(i * 100, i * 100 + 100))
+    alias = f"{name}_current"
+    ddl.alter_alias((1, "default"), (coll, name), alias)
+    ddl.alter_collection(
+        coll, vchannels, ["properties"], properties={"collection.ttl.seconds": "86400"}
+    )
+    stream.tick_all()
+
+    wait_until(lambda: target_milvus.has_collection(name), 60, f"{name} on the target")
+    wait_rows(target_milvus, name, {pk: f"row-{pk}" for pk in range(300)})
+    indexes = target_milvus.list_indexes(name)
+    assert indexes, "the index came from the stream"
+    described = target_milvus.describe_index(name, indexes[0])
+    assert (described["index_type"], described["metric_type"]) == ("FLAT", "L2")
+    assert alias in target_milvus.list_aliases(name)["aliases"]
+    if target.kind != "milvus-lite":  # Lite reports Loaded whatever; it keeps no properties
+        assert target_milvus.get_load_state(name)["state"].name == "Loaded"
+        properties = target_milvus.describe_collection(name)["properties"]
+        assert properties.get("collection.ttl.seconds") == "86400"
+
+    # truncate, with rows before it on a slow channel and rows after it
+    w.insert(vchannels[2], coll, range(300, 310))  # before the truncate: gone with it
+    w.truncate_collection(coll, vchannels, segment_ids=[1, 2])
+    after = {pk: f"row-{pk}" for pk in range(1000, 1030)}
+    w.insert(vchannels[0], coll, range(1000, 1010))
+    w.insert(vchannels[1], coll, range(1010, 1030))
+    stream.tick_all()
+    wait_rows(target_milvus, name, after)
+    assert alias in target_milvus.list_aliases(name)["aliases"]
+    assert task_view(daemon, task_id)["state"] == "Running"
