@@ -111,6 +111,7 @@ def row_columns(
 
 
 def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.CollectionSchema:
+    """id (Int64 key, field 100), vector (FloatVector, 101), tag (VarChar(64), 102)."""
     schema = schema_pb2.CollectionSchema(name=name)
     schema.fields.add(fieldID=100, name="id", data_type=schema_pb2.Int64, is_primary_key=True)
     vec = schema.fields.add(fieldID=101, name="vector", data_type=schema_pb2.FloatVector)
@@ -400,6 +401,7 @@ class StreamingWriter:
         txn: Txn | None = None,
         cipher: tuple[int, bytes] | None = None,
         tag: str = "row",
+        dim: int = VECTOR_DIM,
     ) -> Written:
         """An Insert of ``pks`` with real columns; ``cipher=(ez_id, key)`` encrypts the body
         (XOR with the key, enough to make it unreadable) and adds ``_ch``."""
@@ -417,7 +419,7 @@ class StreamingWriter:
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
             version=msg_pb2.ColumnBased,
-            fields_data=row_columns(pks, tag=tag),
+            fields_data=row_columns(pks, dim=dim, tag=tag),
         )
         payload = body.SerializeToString()
         head = header(
