@@ -123,6 +123,9 @@ class ChannelStatus:
     # DML channels carry time ticks; the replicate channel does not, so the age of its last
     # record says nothing about lag and it is left out of it
     has_ticks: bool = True
+    # read to the end with nothing waiting: a 2.6 pchannel with no writes has no ticks either,
+    # and its last tick's age is no lag
+    caught_up: bool = False
 
     @property
     def lag_seconds(self) -> float | None:
@@ -130,6 +133,8 @@ class ChannelStatus:
         computed when asked, so a stuck worker shows a growing lag."""
         if not self.applied_ts or not self.has_ticks:
             return None
+        if self.caught_up:
+            return 0.0
         return max(0.0, time.time() - (self.applied_ts >> 18) / 1000)
 
     def view(self) -> dict[str, Any]:
@@ -268,7 +273,9 @@ class ChannelWorker:
             commit_at: bytes | None = None  # the position once ``ready`` is on the target
             applied_to = 0
             changed = False  # something was applied during this read: save the position
-            for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
+            records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
+            self.status.caught_up = not records and not seq.waiting()
+            for record in records:
                 before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
                 event = decode_any(record, self.backend, self._wanted)

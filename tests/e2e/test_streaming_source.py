@@ -315,3 +315,53 @@ def test_2_6_ddl_indexes_load_aliases_properties_and_truncate(
     wait_rows(target_milvus, name, after)
     assert alias in target_milvus.list_aliases(name)["aliases"]
     assert task_view(daemon, task_id)["state"] == "Running"
+
+
+def test_an_idle_pchannel_stalls_nothing_and_shows_no_lag(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """p2 gets nothing after the task starts, not even ticks (2.6 persists no ticks on an idle
+    pchannel): the collection's other channels go on, and the task shows no lag."""
+    w = stream.writer
+    coll = 55001
+    name = f"idle_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    v0, v1 = stream.vchannels(coll, 2)
+    p0, p1 = stream.pchannel(0), stream.pchannel(1)
+    w.create_collection(coll, name, [v0, v1])
+    w.insert(v0, coll, range(100))
+    w.insert(v1, coll, range(100, 200))
+    stream.tick_all()  # p2's last tick
+    wait_for_collection(target_client, name)
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(200)})
+
+    time.sleep(3)  # p2's last tick ages; p0 and p1 keep writing
+    w.insert(v0, coll, range(200, 300))
+    w.time_tick(p0)
+    w.time_tick(p1)
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(300)})
+    progress = task_view(daemon, task_id)["progress"]
+    assert stream.pchannel(2) in {c["channel"] for c in progress["channels"]}
+    assert progress["lag_seconds"] is not None
+    assert progress["lag_seconds"] < 2.5, progress
+
+
+def test_an_encrypted_record_stops_the_task_with_a_reason(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, stream
+):
+    w = stream.writer
+    coll = 56001
+    name = f"secret_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    (v0,) = stream.vchannels(coll, 1)
+    w.create_collection(coll, name, [v0])
+    w.insert(v0, coll, range(10), cipher=(7, b"zone-key"))
+    w.time_tick(stream.pchannel(0))
+
+    wait_until(lambda: task_view(daemon, task_id)["state"] == "Failed", 60, "the task stops")
+    reason = task_view(daemon, task_id)["reason"]
+    assert "encrypted" in reason, reason
+    assert stream.pchannel(0) in reason, reason
+    assert "zone-key" not in reason and "wrapped" not in reason

@@ -47,14 +47,17 @@ VECTOR_DIM = 2
 
 
 class Tso:
-    """Hybrid timestamps (physical milliseconds << 18 | logical), strictly increasing."""
+    """Hybrid timestamps (physical milliseconds << 18 | logical), strictly increasing and,
+    unless started at a given time, following the clock (ticks then say how old data is)."""
 
     def __init__(self, start_ms: int | None = None) -> None:
+        self._follow_clock = start_ms is None
         physical = int(time.time() * 1000) if start_ms is None else start_ms
         self._last = physical << LOGICAL_BITS
 
     def next(self) -> int:
-        self._last += 1
+        now = int(time.time() * 1000) << LOGICAL_BITS if self._follow_clock else 0
+        self._last = max(self._last + 1, now)
         return self._last
 
 
