@@ -365,3 +365,60 @@ def test_an_encrypted_record_stops_the_task_with_a_reason(
     assert "encrypted" in reason, reason
     assert stream.pchannel(0) in reason, reason
     assert "zone-key" not in reason and "wrapped" not in reason
+
+
+@pytest.mark.parametrize("enable_user_role", [True, False])
+def test_rbac_follows_only_when_the_task_asks(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream, enable_user_role
+):
+    """Roles, users and their bindings from the stream, on a real Milvus 2.3.5 target (Milvus
+    Lite has no RBAC); a task that does not set extra_info.enable_user_role leaves them."""
+    w = stream.writer
+    suffix = uuid.uuid4().hex[:6]
+    role, user = f"reader_{suffix}", f"alice_{suffix}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": milvus_source_rocksmq.uri},
+            "db_collections": {"*": [{"name": "*"}]},
+            "extra_info": {"enable_user_role": enable_user_role},
+        },
+    )
+    assert created.code == 200, created.body
+    task_id = str(created.data["task_id"])
+    wait_until(
+        lambda: (
+            len(daemon.call("position", {"task_id": task_id}).data.get("positions") or [])
+            == stream.channels
+        ),
+        30,
+        "positions",
+    )
+    ddl = DdlWriter(w, f"{stream.pchannel(0)}_vcchan")
+    ddl.alter_role(role)
+    ddl.alter_user(user, "$2a$10$" + "x" * 53)
+    ddl.user_role(user, role)
+    marker = f"marker_{suffix}"
+    ddl.create_database(marker, 90, {})  # applied either way: shows the records were read
+    stream.tick_all()
+
+    client = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    try:
+        wait_until(lambda: marker in client.list_databases(), 60, "the stream was read")
+        if enable_user_role:
+            wait_until(lambda: role in client.list_roles(), 30, "the role on the target")
+            assert user in client.list_users()
+            assert role in client.describe_user(user)["roles"]
+        else:
+            assert role not in client.list_roles()
+            assert user not in client.list_users()
+        assert "$2a$10$" not in daemon.log_text()
+    finally:
+        for name in (user,) if enable_user_role else ():
+            client.drop_user(name)
+        if enable_user_role:
+            client.drop_role(role)
+        client.drop_database(marker)
+        client.close()
+    assert task_view(daemon, task_id)["state"] == "Running"
