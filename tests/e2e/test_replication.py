@@ -183,6 +183,8 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     wait_until(lambda: "vec" in target_milvus.list_indexes(name), 30, "index replicated")
     described = target_milvus.describe_index(name, "vec")
     assert (described["index_type"], described["metric_type"]) == ("FLAT", "L2")
+    # the replicate channel's position is saved once its first record is applied
+    positions = daemon.call("position", {"task_id": task_id}).data["positions"]
     assert milvus_source.replicate_channel in {p["channel_name"] for p in positions}
 
     # release and drop the index on the source: the same on the target; then back again
