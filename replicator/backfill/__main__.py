@@ -83,10 +83,23 @@ def main(argv: list[str] | None = None) -> int:
             range_rows=backfill.rangeRows,
             batch_rows=backfill.batchRows,
             parallelism=backfill.parallelism,
-            spark_conf={"spark.ui.enabled": "false", **extra, **backfill.sparkConf},
+            spark_conf={
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                **extra,
+                **backfill.sparkConf,
+            },
         )
+        state = BackfillState(store, args.task)
         with log_context(task_id=args.task):
-            return run_job(BackfillState(store, args.task), options, master)
+            try:
+                return run_job(state, options, master)
+            except Exception as exc:
+                log.exception("backfill driver failed")
+                job = state.job()
+                if job is not None:
+                    state.record_error(job.job_id, f"{type(exc).__name__}: {exc}"[:500])
+                return 1
     finally:
         store.close()
 

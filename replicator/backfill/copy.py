@@ -1,7 +1,7 @@
 """One key range copied from the source to the target: what a Spark task runs.
 
 Executors import only this module and pymilvus (no metastore, no daemon settings), so a Spark
-cluster needs nothing else. Rows are read with a query iterator (Strong consistency: everything
+cluster needs nothing else. Rows are read in key order, page by page (Strong consistency: everything
 written before the job recorded its positions is seen) and written with upsert, so a range
 copied twice, after a retry or a killed job, replaces its rows instead of doubling them.
 """
@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from pymilvus import MilvusClient
+from pymilvus import DataType, MilvusClient
+
+from replicator.backfill.ranges import Key, literal
 
 # Milvus caps a query at 16384 rows
 MAX_BATCH = 16384
@@ -51,23 +53,58 @@ def connect(params: dict[str, Any], db: str) -> MilvusClient:
     return MilvusClient(dedicated=True, timeout=60, **kwargs)
 
 
-def read_range(
-    client: MilvusClient, collection: str, expr: str, partition: str | None, batch: int
+def pages_by_key(
+    client: MilvusClient,
+    collection: str,
+    pk: str,
+    expr: str,
+    fields: list[str],
+    partition: str | None,
+    batch: int,
 ) -> Iterator[list[dict[str, Any]]]:
-    pages = client.query_iterator(
-        collection,
-        batch_size=min(batch, MAX_BATCH),
-        filter=expr,
-        output_fields=["*"],
-        partition_names=[partition] if partition else None,
-        consistency_level="Strong",
-        timeout=120,
-    )
-    try:
-        while page := pages.next():
-            yield list(page)
-    finally:
-        pages.close()
+    """The rows matching ``expr`` in key order, ``batch`` at a time, each page read after the
+    last key of the one before. pymilvus's query iterator does the same but puts a varchar key
+    into its expression unescaped (a key holding a quote breaks it); here the cursor is a
+    literal escaped by ``ranges.literal``. ``iterator``/``reduce_stop_for_best`` ask the server
+    for the lowest keys first, as pymilvus's iterator does."""
+    batch = min(batch, MAX_BATCH)
+    last: Key | None = None
+    while True:
+        parts = [f"({expr})"] if expr else []
+        if last is not None:
+            parts.insert(0, f"{pk} > {literal(last)}")
+        page = client.query(
+            collection,
+            filter=" and ".join(parts) or f"{pk} >= {_lowest(client, collection, pk)}",
+            output_fields=fields,
+            partition_names=[partition] if partition else None,
+            limit=batch,
+            consistency_level="Strong",
+            timeout=120,
+            iterator="True",
+            reduce_stop_for_best="True",
+        )
+        if not page:
+            return
+        page = sorted(page, key=lambda row: row[pk])
+        yield page
+        if len(page) < batch:
+            return
+        last = page[-1][pk]
+
+
+_LOWEST: dict[tuple[int, str], str] = {}
+
+
+def _lowest(client: MilvusClient, collection: str, pk: str) -> str:
+    """What follows ``pk >=`` to match every key."""
+    cache = (id(client), collection)
+    if cache not in _LOWEST:
+        fields = client.describe_collection(collection)["fields"]
+        kind = next(f["type"] for f in fields if f["name"] == pk)
+        # (Milvus parses "-9223372036854775808" as minus a number out of range)
+        _LOWEST[cache] = '""' if kind == DataType.VARCHAR else f"0 or {pk} < 0"
+    return _LOWEST[cache]
 
 
 def copy_range(work: dict[str, Any]) -> int:
@@ -78,8 +115,14 @@ def copy_range(work: dict[str, Any]) -> int:
     rows = 0
     try:
         for partition in work["partitions"] or [None]:
-            for page in read_range(
-                source, work["name"], work["filter"], partition, int(work["batch_rows"])
+            for page in pages_by_key(
+                source,
+                work["name"],
+                work["pk"],
+                work["filter"],
+                ["*"],
+                partition,
+                int(work["batch_rows"]),
             ):
                 if partition:
                     target.upsert(work["target_name"], page, partition_name=partition)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pymilvus import MilvusClient
 
-from replicator.backfill.copy import MAX_BATCH, connect, copy_range
+from replicator.backfill.copy import MAX_BATCH, connect, copy_range, pages_by_key
 from replicator.backfill.ranges import Key, KeyOrderError, KeyRange, cut_ranges
 from replicator.backfill.state import BackfillState, CollectionPlan, CollectionRef
 
@@ -55,19 +55,9 @@ class JobOptions:
 
 # --- planning ------------------------------------------------------------------------------
 def _keys(client: MilvusClient, name: str, pk: str) -> Iterator[Key]:
-    pages = client.query_iterator(
-        name,
-        batch_size=MAX_BATCH,
-        output_fields=[pk],
-        consistency_level="Strong",
-        timeout=120,
-    )
-    try:
-        while page := pages.next():
-            for row in page:
-                yield row[pk]
-    finally:
-        pages.close()
+    for page in pages_by_key(client, name, pk, "", [pk], None, MAX_BATCH):
+        for row in page:
+            yield row[pk]
 
 
 def plan_collection(client: MilvusClient, ref: CollectionRef, range_rows: int) -> CollectionPlan:
@@ -111,6 +101,7 @@ class RangeWork:
             "target": options.target,
             "db": ref.db,
             "name": ref.name,
+            "pk": self.plan.pk,
             "target_db": ref.target_db,
             "target_name": ref.target_name,
             "filter": self.key_range.filter(self.plan.pk),
@@ -192,8 +183,11 @@ def _short(error: BaseException | None) -> str:
     return chosen[:500]
 
 
-def run_job(state: BackfillState, options: JobOptions, master: str | None) -> int:
-    """Run the task's current backfill job to its end; the exit code."""
+def run_job(
+    state: BackfillState, options: JobOptions, master: str | None, session: Any = None
+) -> int:
+    """Run the task's current backfill job to its end; the exit code. ``session``: a Spark
+    session to use (and leave running) instead of one of its own."""
     job = state.job()
     if job is None or job.state != "running" or not job.collections:
         log.error("no running backfill job with resolved collections for task %s", state.task_id)
@@ -234,13 +228,15 @@ def run_job(state: BackfillState, options: JobOptions, master: str | None) -> in
         log.info("resuming: %d range(s) done before, %d to copy", len(done), len(works))
     if not works:
         return EXIT_OK
-    spark_conf = dict(options.spark_conf)
-    if master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit sets the master
-        spark_conf["spark.master"] = master
-    session = spark_session(
-        JobOptions(**{**options.__dict__, "spark_conf": spark_conf}),
-        f"milvus-cdc-backfill-{state.task_id}",
-    )
+    own_session = session is None
+    if own_session:
+        spark_conf = dict(options.spark_conf)
+        if master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit sets the master
+            spark_conf["spark.master"] = master
+        session = spark_session(
+            JobOptions(**{**options.__dict__, "spark_conf": spark_conf}),
+            f"milvus-cdc-backfill-{state.task_id}",
+        )
     context = session.sparkContext
     parallelism = options.parallelism or int(context.defaultParallelism)
     log.info("copying %d range(s), %d at a time, on %s", len(works), parallelism, context.master)
@@ -265,7 +261,8 @@ def run_job(state: BackfillState, options: JobOptions, master: str | None) -> in
         state.record_failure(job.job_id, reason)
         return EXIT_RANGE_FAILED
     finally:
-        session.stop()
+        if own_session:
+            session.stop()
     return EXIT_OK
 
 

@@ -127,9 +127,10 @@ class BackfillPhase:
             job = job.with_(attempts=job.attempts + 1)
             self.state.save_job(job)
             if job.attempts >= self.launcher.max_attempts:
+                error = self.state.last_error(job.job_id)
                 reason = (
-                    f"the backfill driver exited with code {code} {job.attempts} times; see "
-                    f"{self._log_path()}"
+                    f"the backfill driver exited with code {code} {job.attempts} times"
+                    f"{f' (last error: {error})' if error else ''}; see {self._log_path()}"
                 )
                 break
             log.warning(

@@ -88,7 +88,8 @@ def cut_ranges(keys: Iterable[Key], range_rows: int) -> list[KeyRange]:
         in_range += 1
     counts.append(in_range)
     if len(counts) > 1 and counts[-1] * 2 < range_rows:
-        counts[-2] += counts.pop()
+        remainder = counts.pop()
+        counts[-1] += remainder
         bounds.pop()
     edges: list[Key | None] = [None, *bounds, None]
     return [KeyRange(i, edges[i], edges[i + 1], counts[i]) for i in range(len(counts))]

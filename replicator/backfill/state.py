@@ -4,6 +4,7 @@
     backfill/plan/<job>/<i>               collection i of the job: key field, ranges (driver)
     backfill/done/<job>/<i>/<range>       a range copied: rows written (driver)
     backfill/failed/<job>                 why the job stopped: collection and range (driver)
+    backfill/error/<job>                  the error that ended the driver's last run (driver)
 
 The daemon writes the job; the job's driver (a process of its own, possibly on a Spark cluster's
 edge node) writes plans and finished ranges, so a killed driver is launched again and copies only
@@ -127,6 +128,10 @@ def failed_key(job_id: str) -> str:
     return f"backfill/failed/{job_id}"
 
 
+def error_key(job_id: str) -> str:
+    return f"backfill/error/{job_id}"
+
+
 class BackfillState:
     """Reads and writes a task's backfill keys."""
 
@@ -171,3 +176,11 @@ class BackfillState:
 
     def record_failure(self, job_id: str, reason: str) -> None:
         self.store.put_state(self.task_id, failed_key(job_id), reason.encode())
+
+    def last_error(self, job_id: str) -> str | None:
+        """The error that ended the driver's last run (not a range failure: a crash)."""
+        raw = self.store.get_state(self.task_id, error_key(job_id))
+        return None if raw is None else raw.decode()
+
+    def record_error(self, job_id: str, error: str) -> None:
+        self.store.put_state(self.task_id, error_key(job_id), error.encode())

@@ -38,6 +38,7 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
+from replicator.backfill.handover import group_start
 from replicator.backfill.phase import BackfillPhase, DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef
 from replicator.codec.msgstream import decode
@@ -620,13 +621,15 @@ class ReplicationRunner:
                     self.store.save_position(self.task.task_id, start, None)
             starts[pchannel] = start
         self._load_warnings()
-        if backfill is not None and not self._run_backfill(backfill, source, catalog, registry):
+        if backfill is not None and not self._run_backfill(
+            backfill, source, catalog, registry, starts
+        ):
             return  # stopped during the backfill; it resumes at the next start
         workers: list[ChannelWorker] = [
             ChannelWorker(shared, source, source.backend, ch, start, start, self.statuses[ch])
             for ch, start in starts.items()
         ]
-        if history_lost:
+        if history_lost and not (backfill is not None and backfill.active):
             self._warn(
                 f"the WAL no longer holds the creation of the selected collections on "
                 f"{', '.join(history_lost)}: replication there starts at the end of the WAL, "
@@ -738,15 +741,17 @@ class ReplicationRunner:
         source: WalSource,
         catalog: dict[int, CollectionMeta],
         registry: CollectionRegistry,
+        starts: dict[str, Position | None],
     ) -> bool:
-        """Run a pending or interrupted job; False when the runner was stopped meanwhile."""
+        """Run a pending or interrupted job; False when the runner was stopped meanwhile.
+        ``starts`` (the workers' start positions) may be moved back by the hand-over."""
         if not job.active or self._backfill is None:
             return True
         with log_context(task_id=self.task.task_id, channel="backfill"):
             collections, missing = self._backfill_collections(job, catalog, registry)
             if missing:
                 collections = []
-            finished = self._backfill.run(job, collections, lambda: self._hand_over(source))
+            finished = self._backfill.run(job, collections, lambda: self._hand_over(source, starts))
             if finished is None:
                 return False
             if missing:
@@ -777,9 +782,17 @@ class ReplicationRunner:
         missing = [] if job.covers_all else sorted(set(job.requested) - matched)
         return refs, missing
 
-    def _hand_over(self, source: WalSource) -> None:
+    def _hand_over(self, source: WalSource, starts: dict[str, Position | None]) -> None:
         """Raise every channel's in-flight bound to its end: the workers replay everything up
-        to there as upserts (the records the backfill may have copied already)."""
+        to there as upserts (the records the backfill may have copied already); move a start
+        that splits the records of one timestamp (an upsert's halves) back before them."""
+        for pchannel, start in starts.items():
+            if start is None:
+                continue
+            earlier = group_start(source, start)
+            if earlier != start:
+                self.store.save_position(self.task.task_id, earlier, start)
+                starts[pchannel] = earlier
         for pchannel in self.context.channels:
             _, latest = source.watermarks(pchannel)
             key = f"inflight/{pchannel}"
