@@ -1,6 +1,6 @@
 """Backfill: copy a task's existing rows on Spark, then hand over to streaming.
 
-``job`` is the Spark driver (``python -m replicator.backfill``), ``copy`` what each Spark task
+``job`` is the Spark driver (``python -m replicator.backfill``), ``transfer`` what each Spark task
 runs, ``ranges`` the key ranges, ``state`` what is kept in the metastore, ``phase`` the daemon's
 side (launch, relaunch, hand-over), ``progress`` the numbers shown to operators.
 """

@@ -267,7 +267,9 @@ def test_varchar_and_partitioned_backfilled_later_with_the_cli_and_a_kill(
             client.insert(text_name, varchar_rows([next(new_numbers) for _ in range(10)], "new"))
             touched = rnd.sample(range(rows_each), 15)
             client.upsert(text_name, varchar_rows(touched[:10], f"upserted{n}", n))
-            client.delete(text_name, ids=[text_key(k) for k in touched[10:]])
+            # (pymilvus puts the keys into an expression unescaped: plain ones only)
+            plain = [k for k in touched[10:] if k % 97 and k % 89]
+            client.delete(text_name, ids=[text_key(k) for k in plain])
             partition = PARTITIONS[n % len(PARTITIONS)]
             ids = [i for i in rnd.sample(range(rows_each), 40) if i % 4 == n % 4][:10]
             client.upsert(
