@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -19,6 +19,7 @@ from replicator.backfill.phase import DriverLauncher
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import SourceUnavailableError, WalSource
+from replicator.sources.factory import WalDefaults, open_source
 from server.settings import CdcSettings
 from server.stores import etcd_client_for
 
@@ -50,27 +51,27 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     def collection(collection_id: int) -> CollectionMeta | None:
         return read_catalog(lambda catalog: catalog.collection(collection_id))
 
+    pulsar = source_config.pulsar
+    defaults = WalDefaults(
+        kafka_address=source_config.kafka.address,
+        rocksmq_path=source_config.rocksmq.path,
+        pulsar={
+            "address": pulsar.address,
+            "tenant": pulsar.tenant,
+            "namespace": pulsar.namespace,
+            "auth_plugin": pulsar.authPlugin,
+            "auth_params": pulsar.authParams.get_secret_value(),
+            "max_message_size": pulsar.maxMessageSize,
+        },
+    )
+
     def source() -> WalSource:
-        mq_type = source_config.mq_type
-        if mq_type == "kafka":
-            from replicator.sources.kafka import KafkaSource
+        return open_source(source_config.mq_type, {}, defaults)
 
-            return KafkaSource(source_config.kafka.address)
-        if mq_type == "rocksmq":
-            from replicator.sources.rocksmq import RocksmqSource
-
-            return RocksmqSource(source_config.rocksmq.path)
-        from replicator.sources.pulsar import PulsarSource
-
-        pulsar = source_config.pulsar
-        return PulsarSource(
-            pulsar.address,
-            tenant=pulsar.tenant,
-            namespace=pulsar.namespace,
-            auth_plugin=pulsar.authPlugin,
-            auth_params=pulsar.authParams.get_secret_value(),
-            max_message_size=pulsar.maxMessageSize,
-        )
+    def open_wal(kind: str, config: Mapping[str, str]) -> WalSource:
+        """A WAL the source switched to; settings the message lacks come from the daemon's
+        configuration of that kind."""
+        return open_source(kind, config, defaults)
 
     context = RunnerContext(
         source=source,
@@ -79,6 +80,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         default_partition=source_config.defaultPartitionName,
         aliases=aliases,
         collection=collection,
+        open_wal=open_wal,
         backfill=backfill_launcher(settings),
     )
 

@@ -93,3 +93,16 @@ def packed_varints(buf: bytes) -> list[int]:
         value, pos = _varint(buf, pos)
         values.append(value)
     return values
+
+
+def encode_varint(value: int) -> bytes:
+    """A non-negative integer as a protobuf varint (callers mask negative values to 64 bits)."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)

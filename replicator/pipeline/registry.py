@@ -48,6 +48,10 @@ class CollectionRegistry:
             self._by_id.pop(collection_id, None)
             self._source_names.pop(collection_id, None)
 
+    def selects(self, db: str, name: str) -> bool:
+        """Does the task replicate a source collection of this name?"""
+        return self._selection.selects(db or DEFAULT_DB, name)
+
     def knows(self, db: str, name: str) -> bool:
         """Is a selected source collection of this name being replicated now?"""
         return (db or DEFAULT_DB, name) in set(self._source_names.values())

@@ -20,13 +20,16 @@ channel, the position and the cause.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pymilvus.grpc_gen import schema_pb2
 
 from metastore import (
     ConcurrentUpdateError,
@@ -41,24 +44,51 @@ from metastore import (
 from replicator.backfill.handover import group_start
 from replicator.backfill.phase import BackfillPhase, DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef
-from replicator.codec.msgstream import decode
 from replicator.codec.replicate import RpcEvent, decode_replicate
+from replicator.codec.streaming import decode_any
+from replicator.codec.streaming_ddl import AlterCollection, DdlOp, decode_ddl
+from replicator.codec.streaming_events import (
+    AlterWAL,
+    ManualFlush,
+    MqSwitchAnnounced,
+    StreamCreateCollection,
+    StreamCreatePartition,
+    StreamDdl,
+    StreamDropCollection,
+    StreamDropPartition,
+    StreamMeta,
+)
+from replicator.codec.wire import WireError
 from replicator.events import (
     CreateCollection,
     Delete,
     DropCollection,
     DropPartition,
+    Event,
     FailedRecord,
     Insert,
     RawRecord,
+    Skipped,
     TimeTick,
 )
 from replicator.log_context import log_context
-from replicator.meta.catalog import AliasMeta, CollectionMeta
+from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, AliasMeta, CollectionMeta
 from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.apply import BatchApplier, TargetCollection
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import WILDCARD, TaskSelection
+from replicator.pipeline.sequencer import ChannelSequencer, Pending, meta_of
+from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
+from replicator.pipeline.wal_switch import (
+    UnfollowableSwitchError,
+    WalSwitch,
+    describe_config,
+    local_copies,
+    parse_backend,
+    record_switch,
+    recorded_switch,
+    requested_switch,
+)
 from replicator.sinks.base import SinkError, TargetRejectedError
 from replicator.sinks.milvus import MilvusTarget, is_unimplemented
 from replicator.sources.base import (
@@ -67,6 +97,7 @@ from replicator.sources.base import (
     WalSource,
     WalTruncatedError,
 )
+from replicator.sources.factory import SourceConfigError
 from replicator.sources.prefetch import PrefetchingReader
 from replicator.task_runner import FailureCallback
 
@@ -95,6 +126,9 @@ class ChannelStatus:
     # DML channels carry time ticks; the replicate channel does not, so the age of its last
     # record says nothing about lag and it is left out of it
     has_ticks: bool = True
+    # read to the end with nothing waiting: a 2.6 pchannel with no writes has no ticks either,
+    # and its last tick's age is no lag
+    caught_up: bool = False
 
     @property
     def lag_seconds(self) -> float | None:
@@ -102,6 +136,8 @@ class ChannelStatus:
         computed when asked, so a stuck worker shows a growing lag."""
         if not self.applied_ts or not self.has_ticks:
             return None
+        if self.caught_up:
+            return 0.0
         return max(0.0, time.time() - (self.applied_ts >> 18) / 1000)
 
     def view(self) -> dict[str, Any]:
@@ -128,6 +164,8 @@ class RunnerContext:
     aliases: Callable[[], list[AliasMeta]] | None = None
     # one collection (cheaper than the whole catalog); None: taken from the whole catalog
     collection: Callable[[int], CollectionMeta | None] | None = None
+    # a WAL the source switched to: (kind, settings the switch message carried) -> source
+    open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
     # how to launch a backfill job's driver; None: the daemon cannot backfill
     backfill: DriverLauncher | None = None
 
@@ -142,21 +180,15 @@ class _Shared:
     ddl_lock: threading.Lock = field(default_factory=threading.Lock)
     # one collection of the source catalog, for what a CreateCollection record does not carry
     describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A DML event waiting for the time tick that makes it final (the record's payload is not
-    kept: the decoded event holds the data)."""
-
-    offset: int
-    event: Insert | Delete
-    before: bytes | None  # msg id of the record before it: where to resume to re-read it
-
-
-def _split(pending: list[_Pending], ts: int) -> tuple[list[_Pending], list[_Pending]]:
-    """(events with ts <= ``ts``, the rest), each in channel order."""
-    return [p for p in pending if p.event.ts <= ts], [p for p in pending if p.event.ts > ts]
+    # the source's WAL on another backend (kind, settings from the switch message), after the
+    # source switched its message queue; None: switches are not followed
+    open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
+    # the 2.6 DDL beyond collections and partitions (databases, aliases, indexes, load,
+    # alter/truncate, RBAC); None: such records are skipped
+    ddl: StreamDdlApplier | None = None
+    # broadcasts applied, for channels waiting at a barrier (see _wait_for_broadcast)
+    broadcasts: threading.Condition = field(default_factory=threading.Condition)
+    done_broadcasts: set[int] = field(default_factory=set)
 
 
 class ChannelWorker:
@@ -181,6 +213,9 @@ class ChannelWorker:
         store_value = shared.store.get_state(shared.task_id, self._inflight_key)
         self.replay_until = int(store_value) if store_value else -1
         self.inflight = self.replay_until
+        self.sequencer = ChannelSequencer(pchannel)
+        # 2.6 collections whose CreateCollection was read here but is not applied yet
+        self._announced: set[int] = set()
 
     @property
     def _inflight_key(self) -> str:
@@ -192,11 +227,13 @@ class ChannelWorker:
         while not self.shared.stop.is_set():
             reader: ChannelReader | None = None
             try:
+                start = self.start if self.start is None or self.start.msg_id else None
                 reader = PrefetchingReader(
-                    self.source.open_channel(self.pchannel, self.start), READ_BATCH
+                    self.source.open_channel(self.pchannel, start), READ_BATCH
                 )
                 self.status.state = "running"
-                self._consume(reader)
+                if self._consume(reader):
+                    continue  # the source switched its WAL: go on there
                 return
             except WalTruncatedError as exc:
                 raise TaskFailedError(f"channel {self.pchannel}: {exc}") from exc
@@ -221,67 +258,108 @@ class ChannelWorker:
             return "from the beginning"
         return f"after position {self.saved.msg_id.hex()} (ts {self.saved.ts})"
 
-    def _consume(self, reader: ChannelReader) -> None:
-        """Release DML by time tick: at a tick ``t`` every event with ``ts <= t`` is final (no
-        later record can be older) and is applied in (ts, delete-first) order; younger events
-        wait for a later tick. An upsert's Insert and Delete share one timestamp but a tick can
-        fall between them, so a batch cut at the tick alone would apply the Insert, then the
-        Delete, and lose the row. The saved position never passes a waiting event."""
-        pending: list[_Pending] = []
+    def _consume(self, reader: ChannelReader) -> bool:
+        """Release events by time tick (see :mod:`replicator.pipeline.sequencer`): at a tick
+        ``t`` every event with ``ts <= t`` is final (no later record can be older) and is
+        applied in (ts, delete-first) order; younger events wait for a later tick. An upsert's
+        Insert and Delete share one timestamp but a tick can fall between them, so a batch cut
+        at the tick alone would apply the Insert, then the Delete, and lose the row. The saved
+        position never passes a waiting event or an open transaction. True when the source
+        switched its WAL and this channel now reads it from the new backend."""
+        seq = ChannelSequencer(self.pchannel, self.saved.ts if self.saved else 0)
+        self.sequencer = seq
         last: RawRecord | None = None
         last_save = time.monotonic()
-        tick_ts = self.saved.ts if self.saved else 0
         while not self.shared.stop.is_set():
             # Events released by the ticks of one read are written together when the read is
             # done: a worker behind its channel then writes few large requests, not one per
             # tick (a read holds at most about READ_BYTES).
-            ready: list[_Pending] = []
+            ready: list[Pending] = []
             commit_at: bytes | None = None  # the position once ``ready`` is on the target
             applied_to = 0
-            for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
+            changed = False  # something was applied during this read: save the position
+            records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
+            self.status.caught_up = not records and not seq.waiting()
+            for record in records:
                 before = last.msg_id if last is not None else self._saved_msg_id()
                 last = record
-                event = decode(record, self.backend, self.shared.registry.wanted)
+                event = decode_any(record, self.backend, self._wanted)
                 if isinstance(event, FailedRecord):
                     raise TaskFailedError(
                         f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
                     )
-                if isinstance(event, (Insert, Delete)):
-                    pending.append(_Pending(record.offset, event, before))
-                elif isinstance(event, TimeTick):
-                    tick_ts = max(tick_ts, event.ts)
-                    released, pending = _split(pending, tick_ts)
-                    ready += released
-                    commit_at = pending[0].before if pending else record.msg_id
+                switching = isinstance(event, (MqSwitchAnnounced, AlterWAL))
+                if switching:
+                    # Nothing older follows a switch copy on the old WAL (the switch holds the
+                    # cluster's exclusive lock, and AlterWAL is the backend's last record):
+                    # the copy releases like a tick
+                    seq.add(Pending(record.offset, event, before))
+                if isinstance(event, TimeTick) or switching:
+                    released = seq.release(event.ts)
+                    for i, item in enumerate(released):
+                        if isinstance(item.event, (Insert, Delete)):
+                            ready.append(item)
+                            continue
+                        # 2.6 DDL and control, in tick order with the data
+                        self._commit(ready, None, seq.tick)
+                        ready = []
+                        changed = True
+                        if isinstance(item.event, (MqSwitchAnnounced, AlterWAL)):
+                            switch = self._switch_point(item.event)
+                            if switch is not None:
+                                self._switch(switch, len(released) - i - 1)
+                                return True
+                            continue
+                        self._apply_stream_control(item.event)
+                    oldest = seq.resume_point()
+                    commit_at = oldest.before if oldest is not None else record.msg_id
                     # everything up to the oldest waiting event is on the target once written
-                    applied_to = pending[0].event.ts - 1 if pending else tick_ts
-                elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
-                    # DML older than the DDL goes first; a drop's barrier needs it applied
-                    released, pending = _split(pending, event.ts)
-                    self._commit(ready + released, commit_at, tick_ts)
-                    ready, commit_at = [], None
-                    self._apply_ddl(event)
+                    applied_to = seq.applied_to()
+                elif meta_of(event) is None:
+                    if isinstance(event, (Insert, Delete)):
+                        seq.add(Pending(record.offset, event, before))
+                    elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
+                        # DML older than the DDL goes first; a drop's barrier needs it applied
+                        self._commit(ready + seq.take_older(event.ts), commit_at, seq.tick)
+                        ready, commit_at = [], None
+                        self._apply_ddl(event)
+                elif not isinstance(event, Skipped):
+                    if isinstance(event, StreamCreateCollection):
+                        self._announce(event)
+                    seq.add(Pending(record.offset, event, before))
             if commit_at is not None and (
-                ready or time.monotonic() - last_save > IDLE_SAVE_SECONDS
+                ready or changed or time.monotonic() - last_save > IDLE_SAVE_SECONDS
             ):
-                self._commit(ready, commit_at, tick_ts)
+                self._commit(ready, commit_at, seq.tick)
                 last_save = time.monotonic()
             if applied_to:
                 self.status.applied_ts = max(self.status.applied_ts, applied_to)
         # stopping: events still waiting for their tick are re-read after a restart
-        if last is not None and not pending and last.offset > self._saved_offset():
-            self._commit([], last.msg_id, tick_ts)
+        if last is not None and not seq.waiting() and last.offset > self._saved_offset():
+            self._commit([], last.msg_id, seq.tick)
+        return False
+
+    def _wanted(self, collection_id: int) -> bool:
+        """Decode this collection's data? Selected and known, or announced by a 2.6
+        CreateCollection read on this channel and not yet applied (its data follows it in the
+        channel but the creation waits for a tick)."""
+        return self.shared.registry.wanted(collection_id) or collection_id in self._announced
+
+    def _announce(self, event: StreamCreateCollection) -> None:
+        db = event.db_name or DEFAULT_DB
+        if self.shared.registry.selects(db, event.collection_name):
+            self._announced.add(event.collection_id)
 
     def _saved_msg_id(self) -> bytes | None:
         return None if self.saved is None else self.saved.msg_id
 
     def _saved_offset(self) -> int:
-        return (
-            -1 if self.saved is None else int.from_bytes(self.saved.msg_id, "little", signed=True)
-        )
+        if self.saved is None or not self.saved.msg_id:
+            return -1  # nothing read yet (a switched channel starts before its first record)
+        return int.from_bytes(self.saved.msg_id, "little", signed=True)
 
     # --- commit ------------------------------------------------------------------------------
-    def _commit(self, ready: list[_Pending], at: bytes | None, ts: int) -> None:
+    def _commit(self, ready: list[Pending], at: bytes | None, ts: int) -> None:
         """Apply ``ready`` (in-flight bound first), then save the position ``at``."""
         if ready:
             offsets = [p.offset for p in ready]
@@ -300,7 +378,9 @@ class ChannelWorker:
                 last_offset,
                 " as replay" if replay else "",
             )
-            self.applier.apply([p.event for p in ready], replay=replay)
+            self.applier.apply(
+                [p.event for p in ready if isinstance(p.event, (Insert, Delete))], replay=replay
+            )
             after = self.applier.stats.rows_inserted + self.applier.stats.rows_deleted
             self.status.rows += after - before
             self.status.bytes = self.applier.stats.bytes
@@ -315,8 +395,9 @@ class ChannelWorker:
 
     # --- DDL ---------------------------------------------------------------------------------
     def _all_channels_reached(self, key: str, collection_id: int) -> bool:
-        """A drop waits until every channel of the collection has read up to it; the channels
-        that have are kept in the task's state, so a restart in between does not forget them."""
+        """A 2.3 drop waits until every channel of the collection has read up to it; the
+        channels that have are kept in the task's state, so a restart in between does not
+        forget them."""
         shared = self.shared
         arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
         arrived.add(self.pchannel)
@@ -325,56 +406,257 @@ class ChannelWorker:
         return expected <= arrived
 
     def _apply_ddl(self, event: CreateCollection | DropCollection | DropPartition) -> None:
-        shared = self.shared
-        with shared.ddl_lock:
+        """A 2.3-2.5 DDL record, applied when read."""
+        with self.shared.ddl_lock:
             if isinstance(event, CreateCollection):
-                # Milvus 2.3 leaves the record's db_name empty outside the default database
-                # (it names only the dbID), and the record has no consistency level: both come
-                # from the source catalog
-                meta = shared.describe(event.collection_id)
-                collection = shared.registry.add(
-                    event.collection_id,
-                    meta.db_name if meta is not None else event.db_name,
-                    event.collection_name,
-                    event.schema,
-                    event.pchannels,
-                )
-                if collection is None:
-                    return
-                created = shared.target.create_collection(
-                    collection.db,
-                    collection.name,
-                    event.schema,
-                    len(event.vchannels) or 1,
-                    meta.consistency_level if meta is not None else 0,
-                )
-                if created:
-                    log.info(
-                        "created collection %s.%s on the target", collection.db, collection.name
-                    )
+                self._create_collection(event)
                 return
-            collection = shared.registry.resolve(event.collection_id)
+            collection = self.shared.registry.resolve(event.collection_id)
             if collection is None:
                 return
             if isinstance(event, DropPartition):
                 key = f"drop-partition/{event.collection_id}/{event.partition_name}"
-                if not self._all_channels_reached(key, event.collection_id):
-                    return
-                if shared.target.drop_partition(
-                    collection.db, collection.name, event.partition_name
-                ):
-                    log.info(
-                        "dropped partition %s of %s.%s on the target",
-                        event.partition_name,
-                        *_names(collection),
-                    )
-                collection.known_partitions.discard(event.partition_name)
+                if self._all_channels_reached(key, event.collection_id):
+                    self._drop_partition(collection, event.partition_name)
                 return
-            if not self._all_channels_reached(f"drop/{event.collection_id}", event.collection_id):
-                return
-            if shared.target.drop_collection(collection.db, collection.name):
-                log.info("dropped collection %s.%s on the target", *_names(collection))
-            shared.registry.remove(event.collection_id)
+            if self._all_channels_reached(f"drop/{event.collection_id}", event.collection_id):
+                self._drop_collection(event.collection_id, collection)
+
+    def _create_collection(self, event: CreateCollection) -> None:
+        shared = self.shared
+        # Milvus 2.3 leaves the record's db_name empty outside the default database (it names
+        # only the dbID), and the record has no consistency level: both come from the source
+        # catalog when it has the collection
+        meta = shared.describe(event.collection_id)
+        db = meta.db_name if meta is not None else event.db_name
+        collection = shared.registry.add(
+            event.collection_id, db, event.collection_name, event.schema, event.pchannels
+        )
+        self._announced.discard(event.collection_id)
+        if collection is None:
+            return
+        shards = len([v for v in event.vchannels if not v.endswith("_vcchan")]) or 1
+        consistency = meta.consistency_level if meta is not None else 0
+        remember_collection(shared, event, db or DEFAULT_DB, shards, consistency)
+        created = shared.target.create_collection(
+            collection.db, collection.name, event.schema, shards, consistency
+        )
+        if created:
+            log.info("created collection %s.%s on the target", collection.db, collection.name)
+
+    def _drop_collection(self, collection_id: int, collection: TargetCollection) -> None:
+        shared = self.shared
+        if shared.target.drop_collection(collection.db, collection.name):
+            log.info("dropped collection %s.%s on the target", *_names(collection))
+        shared.registry.remove(collection_id)
+        forget_collection(shared, collection_id)
+
+    def _drop_partition(self, collection: TargetCollection, partition: str) -> None:
+        if self.shared.target.drop_partition(collection.db, collection.name, partition):
+            log.info("dropped partition %s of %s.%s on the target", partition, *_names(collection))
+        collection.known_partitions.discard(partition)
+
+    # --- 2.6 DDL and control: broadcast copies, applied once -------------------------------
+    def _apply_stream_control(self, event: Event) -> None:
+        """A released 2.6 DDL or control record. A broadcast has one copy per vchannel: a
+        create or alter applies at the first copy; a drop or truncate only once every vchannel
+        of the broadcast has been read up to its copy, so data a slower channel still holds
+        before the drop reaches the target first. Nothing is acknowledged on the source."""
+        meta = meta_of(event)
+        assert meta is not None
+        if isinstance(event, ManualFlush):
+            return  # the source's own segment flush; nothing for a replica to do
+        if self.shared.ddl is not None and isinstance(
+            event, (StreamCreateCollection, StreamCreatePartition, StreamDropPartition)
+        ):
+            self.shared.ddl.names.observe(event)
+        barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
+            isinstance(event, StreamDdl) and self._ddl_op(event).barrier
+        )
+        with self.shared.ddl_lock:
+            turn = self._broadcast_turn(meta, barrier)
+            if turn:
+                self._apply_stream_ddl(event)
+                self._broadcast_done(meta)
+        # After a truncate or a partition drop the collection or partition lives on: a
+        # channel that reached its copy first waits for the barrier, or what it writes next
+        # would be wiped when the last channel gets there
+        holds = isinstance(event, StreamDropPartition) or (
+            isinstance(event, StreamDdl) and event.type_name == "TruncateCollection"
+        )
+        if not turn and barrier and holds and meta.broadcast is not None:
+            self._wait_for_broadcast(meta)
+
+    def _wait_for_broadcast(self, meta: StreamMeta) -> None:
+        assert meta.broadcast is not None
+        shared, broadcast_id = self.shared, meta.broadcast.broadcast_id
+        key = f"broadcast/{broadcast_id}"
+        self.status.state = f"waiting for every vchannel to reach {meta.type_name}"
+        log.info("waiting at %s %d for the other vchannels", meta.type_name, broadcast_id)
+        with shared.broadcasts:
+            while not shared.stop.is_set():
+                if broadcast_id in shared.done_broadcasts:
+                    break
+                state = json.loads(shared.store.get_state(shared.task_id, key) or b"{}")
+                if state.get("done"):
+                    break
+                shared.broadcasts.wait(1.0)
+        self.status.state = "running"
+
+    def _apply_stream_ddl(self, event: Event) -> None:
+        shared = self.shared
+        if isinstance(event, StreamCreateCollection):
+            self._create_collection(event)
+            return
+        if isinstance(event, StreamDdl):
+            self._apply_ddl_op(event)
+            return
+        collection_ddl = (StreamDropCollection, StreamCreatePartition, StreamDropPartition)
+        if not isinstance(event, collection_ddl):
+            log.warning("2.6 %s record not applied", type(event).__name__)
+            return
+        collection = shared.registry.resolve(event.collection_id)
+        if collection is None:
+            return
+        if isinstance(event, StreamDropCollection):
+            self._drop_collection(event.collection_id, collection)
+        elif isinstance(event, StreamDropPartition):
+            self._drop_partition(collection, event.partition_name)
+        elif not collection.partition_key and event.partition_name not in (
+            "",
+            collection.default_partition,
+        ):
+            if not shared.target.has_partition(
+                collection.db, collection.name, event.partition_name
+            ):
+                shared.target.create_partition(collection.db, collection.name, event.partition_name)
+            collection.known_partitions.add(event.partition_name)
+
+    def _ddl_op(self, event: StreamDdl) -> DdlOp:
+        try:
+            return decode_ddl(event)
+        except WireError as exc:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: undecodable 2.6 {event.type_name} at ts {event.ts}: "
+                f"{exc}"
+            ) from exc
+
+    def _apply_ddl_op(self, event: StreamDdl) -> None:
+        """Databases, aliases, indexes, load, alter/truncate collection, RBAC (see
+        :mod:`replicator.pipeline.stream_ddl`); a rename moves the task's collection too."""
+        applier = self.shared.ddl
+        if applier is None:
+            log.warning("2.6 %s is not replicated by this runner; skipped", event.type_name)
+            return
+        op = self._ddl_op(event)
+        collection = self.shared.registry.resolve(op.collection_id) if op.collection_id else None
+        outcome = applier.apply(op)
+        log.info("2.6 %s: %s %s", event.type_name, outcome.status, outcome.detail)
+        renamed = isinstance(op, AlterCollection) and ({"name", "db"} & op.changes)
+        if collection is not None and renamed and outcome.status in ("applied", "unchanged"):
+            assert isinstance(op, AlterCollection)
+            new_db = applier.names.database(op.new_db_name) if op.new_db_name else None
+            collection.db = new_db or collection.db
+            collection.name = op.new_name or collection.name
+
+    def _broadcast_turn(self, meta: StreamMeta, barrier: bool) -> bool:
+        """Is this copy the one that applies its broadcast? (Under the DDL lock.) The copies
+        seen so far and whether it was applied are kept in the task's state, so a copy
+        re-read after a restart neither applies it twice nor is forgotten."""
+        header = meta.broadcast
+        if header is None:
+            return True  # a message for one vchannel
+        shared = self.shared
+        key = f"broadcast/{header.broadcast_id}"
+        state = json.loads(shared.store.get_state(shared.task_id, key) or b"{}")
+        if state.get("done"):
+            return False
+        if not barrier:
+            return True
+        arrived = {*state.get("arrived", ()), meta.vchannel}
+        if set(header.vchannels) <= arrived:
+            return True
+        log.info(
+            "%s %d: %d of %d vchannels have reached it",
+            meta.type_name,
+            header.broadcast_id,
+            len(arrived & set(header.vchannels)),
+            len(header.vchannels),
+        )
+        shared.store.put_state(
+            shared.task_id, key, json.dumps({"arrived": sorted(arrived)}).encode()
+        )
+        return False
+
+    def _broadcast_done(self, meta: StreamMeta) -> None:
+        if meta.broadcast is not None:
+            key = f"broadcast/{meta.broadcast.broadcast_id}"
+            self.shared.store.put_state(self.shared.task_id, key, b'{"done": true}')
+            with self.shared.broadcasts:
+                self.shared.done_broadcasts.add(meta.broadcast.broadcast_id)
+                self.shared.broadcasts.notify_all()
+
+    # --- WAL switch (see replicator.pipeline.wal_switch) -------------------------------------
+    def _switch_point(self, event: MqSwitchAnnounced | AlterWAL) -> WalSwitch | None:
+        """The switch, once this channel's last copy of its broadcast is released (the
+        announcement has a copy per vchannel; the copies seen are kept in the task's state so
+        a restart between them does not forget the first)."""
+        try:
+            kind, config = requested_switch(event, self.backend)
+        except UnfollowableSwitchError as exc:
+            raise TaskFailedError(f"channel {self.pchannel}: {exc}") from exc
+        local = local_copies(event, self.pchannel)
+        header = event.meta.broadcast
+        if header is not None and len(local) > 1:
+            shared = self.shared
+            key = f"switch/{header.broadcast_id}/{self.pchannel}"
+            seen = {*json.loads(shared.store.get_state(shared.task_id, key) or b"[]")}
+            seen.add(event.meta.vchannel)
+            if not local <= seen:
+                shared.store.put_state(shared.task_id, key, json.dumps(sorted(seen)).encode())
+                return None
+        generation = parse_backend(self.backend)[1] + 1
+        return WalSwitch(kind, config, event.ts, generation)
+
+    def _switch(self, switch: WalSwitch, dropped: int) -> None:
+        """Everything up to the switch tick is applied: record the new WAL, then a position
+        at its start, and read on there."""
+        shared = self.shared
+        if shared.open_wal is None:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL to {switch.kind}; "
+                "this runner was built without a way to open another WAL"
+            )
+        if dropped or self.sequencer.waiting():
+            log.warning(
+                "records younger than the WAL switch at ts %d were still on %s; they are "
+                "expected on %s",
+                switch.switch_ts,
+                self.backend,
+                switch.kind,
+            )
+        try:
+            source = shared.open_wal(switch.kind, switch.config)
+        except SourceConfigError as exc:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL at ts "
+                f"{switch.switch_ts}: {exc}"
+            ) from exc
+        record_switch(shared.store, shared.task_id, self.pchannel, switch)
+        position = Position(switch.backend, self.pchannel, b"", switch.switch_ts)
+        shared.store.save_position(shared.task_id, position, self.saved)
+        # the in-flight bound counted offsets of the old backend
+        shared.store.put_state(shared.task_id, self._inflight_key, b"-1")
+        self.replay_until = self.inflight = -1
+        log.info(
+            "the source switched its WAL at ts %d: reading %s on %s (settings given: %s)",
+            switch.switch_ts,
+            self.pchannel,
+            switch.backend,
+            describe_config(switch.config),
+        )
+        self.source, self.backend = source, switch.backend
+        self.saved = self.start = self.status.position = position
 
 
 class ReplicateWorker(ChannelWorker):
@@ -388,7 +670,7 @@ class ReplicateWorker(ChannelWorker):
         self.selection = selection
         self.task_ts = task_ts  # calls older than the task about unknown collections are history
 
-    def _consume(self, reader: ChannelReader) -> None:
+    def _consume(self, reader: ChannelReader) -> bool:
         while not self.shared.stop.is_set():
             for record in reader.read_batch(100, READ_TIMEOUT):
                 event = decode_replicate(record, self.backend)
@@ -401,6 +683,7 @@ class ReplicateWorker(ChannelWorker):
                 ts = max(event.ts, self.saved.ts if self.saved else 0)
                 self.status.applied_ts = max(self.status.applied_ts, ts)
                 self._commit([], record.msg_id, ts)
+        return False
 
     def _target_request(self, event: RpcEvent) -> Any:
         """The request under the target's names, or None when the task does not select it."""
@@ -476,6 +759,57 @@ class ReplicateWorker(ChannelWorker):
 
 def _names(collection: TargetCollection) -> tuple[str, str]:
     return collection.db, collection.name
+
+
+# --- collections learnt from the WAL ------------------------------------------------------------
+# A collection created after the task started is known from its CreateCollection record. It is
+# kept in the task's state, so a restart knows it even when the source catalog does not (a 2.6
+# source's catalog, or a collection the catalog has dropped while its data is still to be read).
+_COLLECTION_KEY = "collection/"
+
+
+def remember_collection(
+    shared: _Shared, event: CreateCollection, db: str, shards: int, consistency: int
+) -> None:
+    record = {
+        "db": db,
+        "name": event.collection_name,
+        "schema": base64.b64encode(event.schema.SerializeToString()).decode("ascii"),
+        "pchannels": list(event.pchannels),
+        "vchannels": list(event.vchannels),
+        "shards": shards,
+        "consistency": consistency,
+    }
+    key = f"{_COLLECTION_KEY}{event.collection_id}"
+    shared.store.put_state(shared.task_id, key, json.dumps(record).encode())
+
+
+def forget_collection(shared: _Shared, collection_id: int) -> None:
+    shared.store.put_state(shared.task_id, f"{_COLLECTION_KEY}{collection_id}", b"")
+
+
+def remembered_collections(store: MetaStore, task_id: str) -> list[CollectionMeta]:
+    found = []
+    for key, value in store.list_state(task_id, _COLLECTION_KEY).items():
+        if not value:
+            continue  # dropped
+        record = json.loads(value)
+        found.append(
+            CollectionMeta(
+                collection_id=int(key[len(_COLLECTION_KEY) :]),
+                db_id=0,
+                db_name=record["db"],
+                name=record["name"],
+                schema=schema_pb2.CollectionSchema.FromString(base64.b64decode(record["schema"])),
+                pchannels=tuple(record["pchannels"]),
+                vchannels=tuple(record["vchannels"]),
+                shards=int(record["shards"]),
+                consistency_level=int(record["consistency"]),
+                state=COLLECTION_CREATED,
+                create_time=0,
+            )
+        )
+    return found
 
 
 class ReplicationRunner:
@@ -592,12 +926,27 @@ class ReplicationRunner:
         registry = CollectionRegistry(self.selection, self.context.default_partition)
         context = self.context
         describe = context.collection or (lambda collection: context.catalog().get(collection))
+        names = TaskNames.for_task(registry.resolve, self.selection)
         shared = _Shared(
-            self.task.task_id, self.store, registry, target, self._stop, describe=describe
+            self.task.task_id,
+            self.store,
+            registry,
+            target,
+            self._stop,
+            describe=describe,
+            open_wal=context.open_wal,
+            ddl=StreamDdlApplier(
+                target,
+                names,
+                rbac=bool((self.task.spec.get("extra_info") or {}).get("enable_user_role")),
+            ),
         )
-        for meta in catalog.values():
-            if meta.dropped:
+        for meta in [*catalog.values(), *remembered_collections(self.store, self.task.task_id)]:
+            if meta.dropped or registry.wanted(meta.collection_id):
                 continue
+            names.remember_schema(meta.collection_id, meta.schema)
+            for partition_id, partition in meta.partitions.items():
+                names.remember_partition(meta.collection_id, partition_id, partition)
             collection = registry.add(
                 meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
             )
@@ -626,8 +975,16 @@ class ReplicationRunner:
         ):
             return  # stopped during the backfill; it resumes at the next start
         workers: list[ChannelWorker] = [
-            ChannelWorker(shared, source, source.backend, ch, start, start, self.statuses[ch])
-            for ch, start in starts.items()
+            ChannelWorker(
+                shared,
+                self._source_at(source, pchannel, start),
+                start.backend if start is not None else source.backend,
+                pchannel,
+                start,
+                start,
+                self.statuses[pchannel],
+            )
+            for pchannel, start in starts.items()
         ]
         if history_lost and not (backfill is not None and backfill.active):
             self._warn(
@@ -686,6 +1043,21 @@ class ReplicationRunner:
             thread.join()
         if errors:
             raise errors[0]
+
+    def _source_at(self, source: WalSource, pchannel: str, start: Position | None) -> WalSource:
+        """The WAL a saved position is on: the configured source, or one it switched to."""
+        if start is None or parse_backend(start.backend)[1] == 0:
+            return source
+        try:
+            switch = recorded_switch(self.store, self.task.task_id, pchannel, start.backend)
+        except UnfollowableSwitchError as exc:
+            raise TaskFailedError(str(exc)) from exc
+        if self.context.open_wal is None:
+            raise TaskFailedError(f"channel {pchannel}: cannot open {start.backend}")
+        try:
+            return self.context.open_wal(switch.kind, switch.config)
+        except SourceConfigError as exc:
+            raise TaskFailedError(f"channel {pchannel}: {exc}") from exc
 
     def _mirror(self, mirror: AliasMirror) -> None:
         with log_context(task_id=self.task.task_id):
@@ -787,14 +1159,13 @@ class ReplicationRunner:
         to there as upserts (the records the backfill may have copied already); move a start
         that splits the records of one timestamp (an upsert's halves) back before them."""
         for pchannel, start in starts.items():
-            if start is None:
-                continue
-            earlier = group_start(source, start)
-            if earlier != start:
-                self.store.save_position(self.task.task_id, earlier, start)
-                starts[pchannel] = earlier
-        for pchannel in self.context.channels:
-            _, latest = source.watermarks(pchannel)
+            wal = self._source_at(source, pchannel, start)  # the WAL the channel is on now
+            if start is not None and start.msg_id:
+                earlier = group_start(wal, start)
+                if earlier != start:
+                    self.store.save_position(self.task.task_id, earlier, start)
+                    starts[pchannel] = earlier
+            _, latest = wal.watermarks(pchannel)
             key = f"inflight/{pchannel}"
             raw = self.store.get_state(self.task.task_id, key)
             bound = max(latest, int(raw) if raw else -1)

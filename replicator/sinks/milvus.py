@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
-from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from replicator.sinks.base import SinkError, TargetRejectedError, TargetUnavailableError
 
@@ -272,6 +272,312 @@ class MilvusTarget:
             f"drop alias {db}.{alias}",
         )
 
+    # --- 2.6 DDL (replicator/pipeline/stream_ddl.py): thin calls, idempotency is the caller's -
+    def create_database(self, db: str, properties: KeyValues = ()) -> None:
+        self._call(
+            "CreateDatabase",
+            milvus_pb2.CreateDatabaseRequest(db_name=db, properties=_pairs(properties)),
+            f"create database {db}",
+        )
+
+    def alter_database(self, db: str, properties: KeyValues, delete_keys: Sequence[str]) -> None:
+        self._call(
+            "AlterDatabase",
+            milvus_pb2.AlterDatabaseRequest(
+                db_name=db, properties=_pairs(properties), delete_keys=list(delete_keys)
+            ),
+            f"alter database {db}",
+        )
+
+    def describe_database(self, db: str) -> dict[str, str]:
+        response = self._call(
+            "DescribeDatabase",
+            milvus_pb2.DescribeDatabaseRequest(db_name=db),
+            f"describe database {db}",
+        )
+        return {p.key: p.value for p in response.properties}
+
+    def list_databases(self) -> list[str]:
+        response = self._call("ListDatabases", milvus_pb2.ListDatabasesRequest(), "list databases")
+        return list(response.db_names)
+
+    def drop_database(self, db: str) -> None:
+        self._call(
+            "DropDatabase", milvus_pb2.DropDatabaseRequest(db_name=db), f"drop database {db}"
+        )
+
+    def list_collections(self, db: str) -> list[str]:
+        response = self._call(
+            "ShowCollections",
+            milvus_pb2.ShowCollectionsRequest(db_name=db),
+            f"list collections of {db}",
+        )
+        return list(response.collection_names)
+
+    def describe_collection(self, db: str, name: str) -> Any:
+        """The target's ``DescribeCollectionResponse`` (schema, properties, shards, ...)."""
+        return self._call(
+            "DescribeCollection",
+            milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name),
+            f"describe collection {db}.{name}",
+        )
+
+    def alter_collection(
+        self, db: str, name: str, properties: KeyValues, delete_keys: Sequence[str] = ()
+    ) -> None:
+        self._call(
+            "AlterCollection",
+            milvus_pb2.AlterCollectionRequest(
+                db_name=db,
+                collection_name=name,
+                properties=_pairs(properties),
+                delete_keys=list(delete_keys),
+            ),
+            f"alter collection {db}.{name}",
+        )
+
+    def rename_collection(self, db: str, name: str, new_db: str, new_name: str) -> None:
+        self._call(
+            "RenameCollection",
+            milvus_pb2.RenameCollectionRequest(
+                db_name=db, oldName=name, newDBName=new_db, newName=new_name
+            ),
+            f"rename collection {db}.{name} to {new_db}.{new_name}",
+        )
+
+    def add_collection_field(self, db: str, name: str, field: schema_pb2.FieldSchema) -> None:
+        self._call(
+            "AddCollectionField",
+            milvus_pb2.AddCollectionFieldRequest(
+                db_name=db, collection_name=name, schema=field.SerializeToString()
+            ),
+            f"add field {field.name} to {db}.{name}",
+        )
+
+    def truncate_collection(self, db: str, name: str) -> None:
+        self._call(
+            "TruncateCollection",
+            milvus_pb2.TruncateCollectionRequest(db_name=db, collection_name=name),
+            f"truncate collection {db}.{name}",
+        )
+
+    def describe_indexes(self, db: str, collection: str) -> list[Any]:
+        """The collection's ``IndexDescription``s; [] when it has none."""
+        try:
+            response = self._call(
+                "DescribeIndex",
+                milvus_pb2.DescribeIndexRequest(db_name=db, collection_name=collection),
+                f"describe indexes of {db}.{collection}",
+            )
+        except TargetRejectedError as exc:
+            text = str(exc).lower()
+            if "no index" in text or ("index" in text and "not" in text):
+                return []  # "index not found" (Milvus), "no index on collection" (Lite)
+            raise
+        return list(response.index_descriptions)
+
+    def create_index(
+        self, db: str, collection: str, field: str, name: str, params: KeyValues
+    ) -> None:
+        self._call(
+            "CreateIndex",
+            milvus_pb2.CreateIndexRequest(
+                db_name=db,
+                collection_name=collection,
+                field_name=field,
+                index_name=name,
+                extra_params=_pairs(params),
+            ),
+            f"create index {name} on {db}.{collection}.{field}",
+        )
+
+    def alter_index(
+        self, db: str, collection: str, name: str, params: KeyValues, delete_keys: Sequence[str]
+    ) -> None:
+        self._call(
+            "AlterIndex",
+            milvus_pb2.AlterIndexRequest(
+                db_name=db,
+                collection_name=collection,
+                index_name=name,
+                extra_params=_pairs(params),
+                delete_keys=list(delete_keys),
+            ),
+            f"alter index {name} of {db}.{collection}",
+        )
+
+    def drop_index(self, db: str, collection: str, field: str, name: str) -> None:
+        self._call(
+            "DropIndex",
+            milvus_pb2.DropIndexRequest(
+                db_name=db, collection_name=collection, field_name=field, index_name=name
+            ),
+            f"drop index {name} of {db}.{collection}",
+        )
+
+    def partitions(self, db: str, collection: str) -> list[str]:
+        response = self._call(
+            "ShowPartitions",
+            milvus_pb2.ShowPartitionsRequest(db_name=db, collection_name=collection),
+            f"list partitions of {db}.{collection}",
+        )
+        return list(response.partition_names)
+
+    def load_state(self, db: str, collection: str) -> int:
+        """``common_pb2.LoadState`` of the collection (NotExist=0, NotLoad=1, Loading=2,
+        Loaded=3)."""
+        response = self._call(
+            "GetLoadState",
+            milvus_pb2.GetLoadStateRequest(db_name=db, collection_name=collection),
+            f"load state of {db}.{collection}",
+        )
+        return int(response.state)
+
+    def load(
+        self,
+        db: str,
+        collection: str,
+        *,
+        replicas: int = 1,
+        partitions: Sequence[str] = (),
+        load_fields: Sequence[str] = (),
+    ) -> None:
+        """LoadCollection, or LoadPartitions when ``partitions`` are named."""
+        what = f"load {db}.{collection}"
+        if partitions:
+            request: Any = milvus_pb2.LoadPartitionsRequest(
+                db_name=db,
+                collection_name=collection,
+                partition_names=list(partitions),
+                replica_number=replicas,
+                load_fields=list(load_fields),
+            )
+            self._call("LoadPartitions", request, f"{what} partitions {list(partitions)}")
+            return
+        request = milvus_pb2.LoadCollectionRequest(
+            db_name=db,
+            collection_name=collection,
+            replica_number=replicas,
+            load_fields=list(load_fields),
+        )
+        self._call("LoadCollection", request, what)
+
+    def release(self, db: str, collection: str) -> None:
+        self._call(
+            "ReleaseCollection",
+            milvus_pb2.ReleaseCollectionRequest(db_name=db, collection_name=collection),
+            f"release {db}.{collection}",
+        )
+
+    # --- RBAC --------------------------------------------------------------------------------
+    def list_users(self) -> list[str]:
+        response = self._call("ListCredUsers", milvus_pb2.ListCredUsersRequest(), "list users")
+        return list(response.usernames)
+
+    def create_user(self, user: str, password: str) -> None:
+        """``password`` is sent base64-encoded as the API wants; never logged."""
+        encoded = base64.b64encode(password.encode()).decode()
+        self._call(
+            "CreateCredential",
+            milvus_pb2.CreateCredentialRequest(username=user, password=encoded),
+            f"create user {user}",
+        )
+
+    def drop_user(self, user: str) -> None:
+        self._call(
+            "DeleteCredential",
+            milvus_pb2.DeleteCredentialRequest(username=user),
+            f"drop user {user}",
+        )
+
+    def list_roles(self) -> list[str]:
+        response = self._call("SelectRole", milvus_pb2.SelectRoleRequest(), "list roles")
+        return [r.role.name for r in response.results]
+
+    def create_role(self, role: str) -> None:
+        self._call(
+            "CreateRole",
+            milvus_pb2.CreateRoleRequest(entity=milvus_pb2.RoleEntity(name=role)),
+            f"create role {role}",
+        )
+
+    def drop_role(self, role: str, *, force: bool = False) -> None:
+        self._call(
+            "DropRole",
+            milvus_pb2.DropRoleRequest(role_name=role, force_drop=force),
+            f"drop role {role}",
+        )
+
+    def operate_user_role(self, user: str, role: str, *, add: bool) -> None:
+        self._call(
+            "OperateUserRole",
+            milvus_pb2.OperateUserRoleRequest(
+                username=user,
+                role_name=role,
+                type=milvus_pb2.AddUserToRole if add else milvus_pb2.RemoveUserFromRole,
+            ),
+            f"{'bind' if add else 'unbind'} user {user} and role {role}",
+        )
+
+    def operate_privilege(self, entity: milvus_pb2.GrantEntity, *, grant: bool) -> None:
+        privilege = entity.grantor.privilege.name
+        self._call(
+            "OperatePrivilege",
+            milvus_pb2.OperatePrivilegeRequest(
+                entity=entity, type=milvus_pb2.Grant if grant else milvus_pb2.Revoke
+            ),
+            f"{'grant' if grant else 'revoke'} {privilege} on {entity.object.name} "
+            f"{entity.db_name}.{entity.object_name} {'to' if grant else 'from'} "
+            f"{entity.role.name}",
+        )
+
+    def grants(self, role: str, db: str = "") -> list[Any]:
+        """The role's grants in ``db`` (Milvus answers for the default database when none)."""
+        response = self._call(
+            "SelectGrant",
+            milvus_pb2.SelectGrantRequest(
+                entity=milvus_pb2.GrantEntity(role=milvus_pb2.RoleEntity(name=role), db_name=db)
+            ),
+            f"grants of {role} in {db or 'default'}",
+        )
+        return list(response.entities)
+
+    def privilege_groups(self) -> dict[str, list[str]]:
+        response = self._call(
+            "ListPrivilegeGroups", milvus_pb2.ListPrivilegeGroupsRequest(), "privilege groups"
+        )
+        return {g.group_name: [p.name for p in g.privileges] for g in response.privilege_groups}
+
+    def create_privilege_group(self, group: str) -> None:
+        self._call(
+            "CreatePrivilegeGroup",
+            milvus_pb2.CreatePrivilegeGroupRequest(group_name=group),
+            f"create privilege group {group}",
+        )
+
+    def drop_privilege_group(self, group: str) -> None:
+        self._call(
+            "DropPrivilegeGroup",
+            milvus_pb2.DropPrivilegeGroupRequest(group_name=group),
+            f"drop privilege group {group}",
+        )
+
+    def operate_privilege_group(self, group: str, privileges: Sequence[str], *, add: bool) -> None:
+        self._call(
+            "OperatePrivilegeGroup",
+            milvus_pb2.OperatePrivilegeGroupRequest(
+                group_name=group,
+                privileges=[milvus_pb2.PrivilegeEntity(name=p) for p in privileges],
+                type=(
+                    milvus_pb2.AddPrivilegesToGroup if add else milvus_pb2.RemovePrivilegesFromGroup
+                ),
+            ),
+            f"{'add' if add else 'remove'} privileges {list(privileges)} of group {group}",
+        )
+
+    def restore_rbac(self, meta: milvus_pb2.RBACMeta) -> None:
+        self._call("RestoreRBAC", milvus_pb2.RestoreRBACMetaRequest(RBAC_meta=meta), "restore RBAC")
+
     # --- DML ---------------------------------------------------------------------------------
     def insert(
         self,
@@ -318,6 +624,13 @@ def is_unimplemented(exc: SinkError) -> bool:
     return "UNIMPLEMENTED" in str(exc)
 
 
+KeyValues = Sequence[tuple[str, str]]
+
+
+def _pairs(pairs: KeyValues) -> list[common_pb2.KeyValuePair]:
+    return [common_pb2.KeyValuePair(key=k, value=v) for k, v in pairs]
+
+
 _STATUS_ONLY = {
     "CreateCollection",
     "DropCollection",
@@ -335,6 +648,22 @@ _STATUS_ONLY = {
     "CreateAlias",
     "AlterAlias",
     "DropAlias",
+    "AlterDatabase",
+    "AlterCollection",
+    "RenameCollection",
+    "AddCollectionField",
+    "CreateCredential",
+    "UpdateCredential",
+    "DeleteCredential",
+    "CreateRole",
+    "DropRole",
+    "OperateUserRole",
+    "OperatePrivilege",
+    "OperatePrivilegeV2",
+    "CreatePrivilegeGroup",
+    "DropPrivilegeGroup",
+    "OperatePrivilegeGroup",
+    "RestoreRBAC",
 }
 
 __all__ = ["MilvusTarget", "SinkError", "pk_field", "target_schema"]

@@ -49,7 +49,7 @@ from typing import Any
 import pulsar
 
 from metastore import Position
-from replicator.codec.wire import WireError, iter_fields, to_signed64
+from replicator.codec.wire import WireError, encode_varint, iter_fields, to_signed64
 from replicator.events import RawRecord
 from replicator.sources.base import READ_BYTES, SourceUnavailableError
 
@@ -179,20 +179,9 @@ LATEST = MessageIdParts(_INT64_MAX, _INT64_MAX, -1)
 
 
 def _put_varint_field(out: bytearray, number: int, value: int) -> None:
-    out.extend(_varint(number << 3))
-    out.extend(_varint(value & ((1 << 64) - 1)))  # negative int32/int64: 10-byte two's complement
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.extend(encode_varint(number << 3))
+    # negative int32/int64: 10-byte two's complement
+    out.extend(encode_varint(value & ((1 << 64) - 1)))
 
 
 def offset_of_msg_id(msg_id: bytes) -> int:

@@ -98,6 +98,121 @@ _MESSAGES: dict[str, list[tuple[str, int, int, bool, str]]] = {
         ("target_wal_name", 1, _ENUM, False, "WALName"),
         ("config", 2, _MESSAGE, True, "AlterWALMessageHeader.ConfigEntry"),
     ],
+    # --- the rest of the 2.6 DDL (tests/harness/streaming_ddl_writer.py). Embedded milvus-proto
+    # messages (KeyValuePair, CollectionSchema, UserEntity, GrantEntity, RBACMeta, ...) are
+    # declared as bytes and filled with pymilvus's serialization: the same bytes on the wire.
+    # int32 fields are declared int64: the same varint for the non-negative values used.
+    "CreateDatabaseMessageBody": [("properties", 1, _BYTES, True, "")],
+    "AlterLoadConfigOfAlterDatabase": [
+        ("collection_ids", 1, _INT64, True, ""),
+        ("replica_number", 2, _INT64, False, ""),
+        ("resource_groups", 3, _STRING, True, ""),
+    ],
+    "AlterDatabaseMessageBody": [
+        ("properties", 1, _BYTES, True, ""),
+        ("alter_load_config", 2, _MESSAGE, False, "AlterLoadConfigOfAlterDatabase"),
+    ],
+    "AlterAliasMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("db_name", 2, _STRING, False, ""),
+        ("collection_id", 3, _INT64, False, ""),
+        ("collection_name", 4, _STRING, False, ""),
+        ("alias", 5, _STRING, False, ""),
+    ],
+    "DropAliasMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("db_name", 2, _STRING, False, ""),
+        ("alias", 3, _STRING, False, ""),
+    ],
+    "IndexInfo": [  # index_coord.proto
+        ("collectionID", 1, _INT64, False, ""),
+        ("fieldID", 2, _INT64, False, ""),
+        ("index_name", 3, _STRING, False, ""),
+        ("indexID", 4, _INT64, False, ""),
+        ("type_params", 5, _BYTES, True, ""),
+        ("index_params", 6, _BYTES, True, ""),
+        ("is_auto_index", 11, _BOOL, False, ""),
+        ("user_index_params", 12, _BYTES, True, ""),
+    ],
+    "FieldIndex": [
+        ("index_info", 1, _MESSAGE, False, "IndexInfo"),
+        ("deleted", 2, _BOOL, False, ""),
+        ("create_time", 3, _UINT64, False, ""),
+    ],
+    "CreateIndexMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("collection_id", 2, _INT64, False, ""),
+        ("field_id", 3, _INT64, False, ""),
+        ("index_id", 4, _INT64, False, ""),
+        ("index_name", 5, _STRING, False, ""),
+    ],
+    "CreateIndexMessageBody": [("field_index", 1, _MESSAGE, False, "FieldIndex")],
+    "IndexIdsMessageHeader": [  # Alter- and DropIndexMessageHeader have the same fields
+        ("collection_id", 1, _INT64, False, ""),
+        ("index_ids", 2, _INT64, True, ""),
+    ],
+    "AlterIndexMessageBody": [("field_indexes", 1, _MESSAGE, True, "FieldIndex")],
+    "LoadFieldConfig": [("field_id", 1, _INT64, False, ""), ("index_id", 2, _INT64, False, "")],
+    "LoadReplicaConfig": [
+        ("replica_id", 1, _INT64, False, ""),
+        ("resource_group_name", 2, _STRING, False, ""),
+    ],
+    "AlterLoadConfigMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("collection_id", 2, _INT64, False, ""),
+        ("partition_ids", 3, _INT64, True, ""),
+        ("load_fields", 4, _MESSAGE, True, "LoadFieldConfig"),
+        ("replicas", 5, _MESSAGE, True, "LoadReplicaConfig"),
+        ("user_specified_replica_mode", 6, _BOOL, False, ""),
+    ],
+    "FieldMask": [("paths", 1, _STRING, True, "")],
+    "AlterCollectionMessageHeader": [
+        ("db_id", 1, _INT64, False, ""),
+        ("collection_id", 2, _INT64, False, ""),
+        ("update_mask", 3, _MESSAGE, False, "FieldMask"),
+    ],
+    "AlterLoadConfigOfAlterCollection": [
+        ("replica_number", 1, _INT64, False, ""),
+        ("resource_groups", 2, _STRING, True, ""),
+    ],
+    "AlterCollectionMessageUpdates": [
+        ("db_id", 1, _INT64, False, ""),
+        ("db_name", 2, _STRING, False, ""),
+        ("collection_name", 3, _STRING, False, ""),
+        ("description", 4, _STRING, False, ""),
+        ("schema", 5, _BYTES, False, ""),
+        ("consistency_level", 6, _INT64, False, ""),
+        ("properties", 7, _BYTES, True, ""),
+        ("alter_load_config", 8, _MESSAGE, False, "AlterLoadConfigOfAlterCollection"),
+    ],
+    "AlterCollectionMessageBody": [
+        ("updates", 1, _MESSAGE, False, "AlterCollectionMessageUpdates")
+    ],
+    "SchemaChangeMessageHeader": [
+        ("collection_id", 1, _INT64, False, ""),
+        ("flushed_segment_ids", 2, _INT64, True, ""),
+    ],
+    "SchemaChangeMessageBody": [("schema", 1, _BYTES, False, "")],
+    "CredentialInfo": [  # internal.proto
+        ("username", 1, _STRING, False, ""),
+        ("encrypted_password", 2, _STRING, False, ""),
+        ("sha256_password", 5, _STRING, False, ""),
+        ("time_tick", 6, _UINT64, False, ""),
+    ],
+    # AlterUser{user_entity=1}, AlterRole{role_entity=1}, Alter/DropPrivilege{entity=1},
+    # Alter/DropPrivilegeGroup{privilege_group_info=1}: one embedded milvus-proto message
+    "EntityMessageHeader": [("entity", 1, _BYTES, False, "")],
+    "AlterUserMessageBody": [("credential_info", 1, _MESSAGE, False, "CredentialInfo")],
+    "NameMessageHeader": [  # DropUser{user_name=1}, DropRole{role_name=1, force_drop=2}
+        ("role_name", 1, _STRING, False, ""),
+        ("force_drop", 2, _BOOL, False, ""),
+    ],
+    "RoleBinding": [
+        ("user_entity", 1, _BYTES, False, ""),
+        ("role_entity", 2, _BYTES, False, ""),
+    ],
+    "UserRoleMessageHeader": [("role_binding", 1, _MESSAGE, False, "RoleBinding")],
+    "RestoreRBACMessageBody": [("rbac_meta", 1, _BYTES, False, "")],
 }
 
 _ENUMS = {

@@ -31,6 +31,7 @@ import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from confluent_kafka import Producer
 from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
@@ -46,14 +47,17 @@ VECTOR_DIM = 2
 
 
 class Tso:
-    """Hybrid timestamps (physical milliseconds << 18 | logical), strictly increasing."""
+    """Hybrid timestamps (physical milliseconds << 18 | logical), strictly increasing and,
+    unless started at a given time, following the clock (ticks then say how old data is)."""
 
     def __init__(self, start_ms: int | None = None) -> None:
+        self._follow_clock = start_ms is None
         physical = int(time.time() * 1000) if start_ms is None else start_ms
         self._last = physical << LOGICAL_BITS
 
     def next(self) -> int:
-        self._last += 1
+        now = int(time.time() * 1000) << LOGICAL_BITS if self._follow_clock else 0
+        self._last = max(self._last + 1, now)
         return self._last
 
 
@@ -94,20 +98,23 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def row_columns(pks: Sequence[int], dim: int = VECTOR_DIM) -> list[schema_pb2.FieldData]:
+def row_columns(
+    pks: Sequence[int], dim: int = VECTOR_DIM, tag: str = "row"
+) -> list[schema_pb2.FieldData]:
     """Columns for ``pks``: id (Int64, field 100), vector (FloatVector, 101) = pk repeated,
-    tag (VarChar, 102) = "row-<pk>"."""
+    tag (VarChar, 102) = "<tag>-<pk>"."""
     pk = schema_pb2.FieldData(field_name="id", field_id=100, type=schema_pb2.Int64)
     pk.scalars.long_data.data.extend(pks)
     vec = schema_pb2.FieldData(field_name="vector", field_id=101, type=schema_pb2.FloatVector)
     vec.vectors.dim = dim
     vec.vectors.float_vector.data.extend(float(p) for p in pks for _ in range(dim))
-    tag = schema_pb2.FieldData(field_name="tag", field_id=102, type=schema_pb2.VarChar)
-    tag.scalars.string_data.data.extend(f"row-{p}" for p in pks)
-    return [pk, vec, tag]
+    column = schema_pb2.FieldData(field_name="tag", field_id=102, type=schema_pb2.VarChar)
+    column.scalars.string_data.data.extend(f"{tag}-{p}" for p in pks)
+    return [pk, vec, column]
 
 
 def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.CollectionSchema:
+    """id (Int64 key, field 100), vector (FloatVector, 101), tag (VarChar(64), 102)."""
     schema = schema_pb2.CollectionSchema(name=name)
     schema.fields.add(fieldID=100, name="id", data_type=schema_pb2.Int64, is_primary_key=True)
     vec = schema.fields.add(fieldID=101, name="vector", data_type=schema_pb2.FloatVector)
@@ -115,6 +122,25 @@ def collection_schema(name: str, dim: int = VECTOR_DIM) -> schema_pb2.Collection
     tag = schema.fields.add(fieldID=102, name="tag", data_type=schema_pb2.VarChar)
     tag.type_params.add(key="max_length", value="64")
     return schema
+
+
+class Sink(Protocol):
+    """Where records of a pchannel go: ``produce`` returns the record's offset or id."""
+
+    def produce(self, topic: str, payload: bytes, properties: dict[str, str]) -> int: ...
+
+
+class KafkaSink:
+    """Another Kafka cluster (a source moved to Kafka B)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._writer = StreamingWriter(bootstrap)
+
+    def produce(self, topic: str, payload: bytes, properties: dict[str, str]) -> int:
+        return self._writer._produce(topic, payload, properties)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 class StreamingWriter:
@@ -133,6 +159,8 @@ class StreamingWriter:
             else Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         )
         self._dry_offsets: dict[str, int] = {}
+        # pchannels moved to another WAL (switch_to): where their records go now
+        self._moved: dict[str, Sink] = {}
         self.tso = Tso(start_ms)
         self.wal_term = wal_term
         self._broadcast_ids = itertools.count(7001)
@@ -184,7 +212,24 @@ class StreamingWriter:
             txn.records.append(record)
         return record
 
+    def repeat(self, record: Written) -> Written:
+        """The same message appended again (a retried append): same body and properties, so
+        the same ``_tt``, at a new offset."""
+        offset = self._produce(record.pchannel, record.payload, dict(record.properties))
+        again = Written(record.pchannel, offset, record.payload, dict(record.properties))
+        self.written.append(again)
+        return again
+
+    def switch_to(self, pchannels: Iterable[str], sink: Sink) -> None:
+        """From now on, records of ``pchannels`` go to ``sink`` (the WAL the source switched
+        to); the others stay where they are."""
+        for pchannel in pchannels:
+            self._moved[pchannel] = sink
+
     def _produce(self, topic: str, value: bytes, props: dict[str, str]) -> int:
+        moved = self._moved.get(topic)
+        if moved is not None:
+            return moved.produce(topic, value, props)
         if self._producer is None:
             offset = self._dry_offsets.get(topic, 0)
             self._dry_offsets[topic] = offset + 1
@@ -217,14 +262,19 @@ class StreamingWriter:
         pchannel_level: bool = False,
         extra: dict[str, str] | None = None,
         resource_keys: Iterable[dict[str, object]] = (),
+        broadcast_id: int | None = None,
+        only: Iterable[str] | None = None,
     ) -> list[Written]:
-        """One copy per vchannel, each with its own tick, all with the same broadcast header."""
+        """One copy per vchannel, each with its own tick, all with the same broadcast header.
+        ``only`` writes just the copies of those vchannels (the rest can be written later with
+        the same ``broadcast_id``: copies reach slow channels late)."""
         bh = header(
             "BroadcastHeader",
-            broadcast_id=next(self._broadcast_ids),
+            broadcast_id=next(self._broadcast_ids) if broadcast_id is None else broadcast_id,
             vchannels=list(vchannels),
             resource_keys=list(resource_keys),
         )
+        chosen = set(vchannels if only is None else only)
         more = dict(extra or {})
         if pchannel_level:
             more[sh.PCHANNEL_LEVEL] = ""
@@ -240,6 +290,7 @@ class StreamingWriter:
                 extra=more,
             )
             for vchannel in vchannels
+            if vchannel in chosen
         ]
 
     # --- messages ------------------------------------------------------------------------------
@@ -352,6 +403,8 @@ class StreamingWriter:
         tt: int | None = None,
         txn: Txn | None = None,
         cipher: tuple[int, bytes] | None = None,
+        tag: str = "row",
+        dim: int = VECTOR_DIM,
     ) -> Written:
         """An Insert of ``pks`` with real columns; ``cipher=(ez_id, key)`` encrypts the body
         (XOR with the key, enough to make it unreadable) and adds ``_ch``."""
@@ -369,7 +422,7 @@ class StreamingWriter:
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
             version=msg_pb2.ColumnBased,
-            fields_data=row_columns(pks),
+            fields_data=row_columns(pks, dim=dim, tag=tag),
         )
         payload = body.SerializeToString()
         head = header(
@@ -467,11 +520,17 @@ class StreamingWriter:
         )
 
     def upsert(
-        self, vchannel: str, collection_id: int, pks: Sequence[int], *, collection_name: str = ""
+        self,
+        vchannel: str,
+        collection_id: int,
+        pks: Sequence[int],
+        *,
+        collection_name: str = "",
+        tag: str = "row",
     ) -> Txn:
         """An upsert as 2.6 writes it: one transaction with the Insert and the Delete."""
         txn = self.begin_txn(vchannel)
-        self.insert(vchannel, collection_id, pks, collection_name=collection_name, txn=txn)
+        self.insert(vchannel, collection_id, pks, collection_name=collection_name, txn=txn, tag=tag)
         self.delete(vchannel, collection_id, pks, collection_name=collection_name, txn=txn)
         self.end_txn(txn)
         return txn
@@ -505,11 +564,19 @@ class StreamingWriter:
         )
 
     def alter_wal(
-        self, pchannels: Sequence[str], control_pchannel: str, target: str, config: dict[str, str]
+        self,
+        pchannels: Sequence[str],
+        control_pchannel: str,
+        target: str,
+        config: dict[str, str],
+        *,
+        only: Iterable[str] | None = None,
+        broadcast_id: int | None = None,
     ) -> list[Written]:
         """AlterWAL to every pchannel; the control channel's pchannel gets its copy on
-        ``<pchannel>_vcchan``."""
+        ``<pchannel>_vcchan``. ``only`` (pchannels) writes just their copies."""
         channels = [p + "_vcchan" if p == control_pchannel else p for p in pchannels]
+        chosen = None if only is None else [c for c in channels if vchannel_pchannel(c) in only]
         head = header("AlterWALMessageHeader", target_wal_name=WAL_NAME[target], config=config)
         return self.broadcast(
             "AlterWAL",
@@ -518,6 +585,8 @@ class StreamingWriter:
             version=2,
             pchannel_level=True,
             resource_keys=[{"domain": 127, "key": ""}],
+            broadcast_id=broadcast_id,
+            only=chosen,
         )
 
     def create_database(self, db_name: str, db_id: int, control_channel: str) -> list[Written]:
@@ -553,3 +622,4 @@ class StreamingWriter:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(30)
+            self._producer = None  # its librdkafka threads go with it

@@ -1,0 +1,200 @@
+"""Per-pchannel ordering of decoded events: what a TimeTick makes final, in what order, and where
+a restart has to begin reading again.
+
+Both source generations go through one sequencer, so a topic that crosses the upgrade from 2.5
+to 2.6 is read without a gap:
+
+- **2.3-2.5 (msgstream)** events wait for the next TimeTick and are released in channel order
+  (their timestamps grow with the offset). After a restart they are released again; the runner
+  writes them as upserts then (see its in-flight bound).
+- **2.6 (streaming)** events are ordered by ``_tt``, which does not grow with the offset within
+  a pchannel: at a TimeTick ``T`` every event with ``_tt <= T`` is released, sorted by ``_tt``.
+  ``(pchannel, _tt)`` names one message, so a second record with a ``_tt`` already waiting, or one
+  at or below the released tick, is a repeat (a retried append, or a re-read after a restart)
+  and is dropped.
+- **Transactions** (2.6): BeginTxn, bodies carrying ``_tx``, then CommitTxn or RollbackTxn, on one
+  vchannel. The bodies wait in the transaction and become events at the CommitTxn's ``_tt``, as
+  one unit; a rollback drops them, and so does expiry: a transaction whose newest record is older
+  than the released tick by more than its keepalive can no longer commit. The own ``_tt`` of a
+  body says nothing about whether it was applied: only its commit's does.
+
+The resume point is the record before the oldest one not yet applied, counting the BeginTxn of
+every open transaction, so a restart re-reads whole transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+from replicator.codec.streaming_events import BeginTxn, CommitTxn, RollbackTxn, StreamMeta
+from replicator.events import Event
+
+log = logging.getLogger(__name__)
+
+LOGICAL_BITS = 18  # hybrid timestamp: physical milliseconds << 18 | logical
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A decoded event waiting for the tick that makes it final."""
+
+    offset: int
+    event: Event
+    before: bytes | None  # msg id of the record before it: where to resume to re-read it
+    # the offset of the record ``before`` precedes, when not this one's (a committed
+    # transaction's bodies are re-read from its BeginTxn)
+    anchor: int = -1
+
+    @property
+    def resume_offset(self) -> int:
+        return self.anchor if self.anchor >= 0 else self.offset
+
+
+def meta_of(event: Event) -> StreamMeta | None:
+    """The 2.6 properties of an event; None for a 2.3-2.5 one."""
+    meta = getattr(event, "meta", None)
+    return meta if isinstance(meta, StreamMeta) else None
+
+
+@dataclass
+class _OpenTxn:
+    begin: Pending
+    keepalive: int  # in hybrid-timestamp units; 0: never expires
+    newest: int  # the newest _tt among its records
+    bodies: list[Pending] = field(default_factory=list)
+    ticks: set[int] = field(default_factory=set)
+
+    def expired(self, tick: int) -> bool:
+        return self.keepalive > 0 and self.newest + self.keepalive < tick
+
+
+@dataclass
+class SequencerStats:
+    repeats: int = 0  # records dropped as repeats of one already seen or applied
+    committed: int = 0
+    rolled_back: int = 0
+    expired: int = 0
+    orphans: int = 0  # transaction records without their BeginTxn
+
+
+class ChannelSequencer:
+    def __init__(self, pchannel: str, released_tick: int = 0) -> None:
+        self.pchannel = pchannel
+        self.tick = released_tick  # everything at or below it is applied
+        self.stats = SequencerStats()
+        self._pending: list[Pending] = []
+        self._ticks: set[int] = set()  # _tt of the waiting 2.6 events
+        self._txns: dict[tuple[str, int], _OpenTxn] = {}
+
+    # --- in ---------------------------------------------------------------------------------
+    def add(self, item: Pending) -> None:
+        meta = meta_of(item.event)
+        if meta is None:
+            self._pending.append(item)
+        elif meta.txn is not None:
+            self._add_to_txn(item, meta)
+        elif item.event.ts <= self.tick or item.event.ts in self._ticks:
+            self.stats.repeats += 1
+        else:
+            self._ticks.add(item.event.ts)
+            self._pending.append(item)
+
+    def _add_to_txn(self, item: Pending, meta: StreamMeta) -> None:
+        assert meta.txn is not None
+        key = (meta.vchannel, meta.txn.txn_id)
+        event = item.event
+        txn = self._txns.get(key)
+        if isinstance(event, BeginTxn):
+            if txn is not None:
+                self.stats.repeats += 1
+                return
+            keepalive = max(0, event.keepalive_ms) << LOGICAL_BITS
+            self._txns[key] = _OpenTxn(item, keepalive, event.ts)
+            return
+        if txn is None:
+            # the transaction ended already (a repeat of its end), or began before where this
+            # reader started, which the resume point rules out
+            self.stats.orphans += 1
+            log.debug("record of transaction %d on %s without its BeginTxn", *key[::-1])
+            return
+        txn.newest = max(txn.newest, event.ts)
+        if isinstance(event, RollbackTxn):
+            del self._txns[key]
+            self.stats.rolled_back += 1
+            log.info(
+                "transaction %d on %s rolled back: %d records dropped",
+                key[1],
+                key[0],
+                len(txn.bodies),
+            )
+            return
+        if isinstance(event, CommitTxn):
+            del self._txns[key]
+            if event.ts <= self.tick or event.ts in self._ticks:
+                self.stats.repeats += 1  # committed and applied before a restart
+                return
+            self.stats.committed += 1
+            self._ticks.add(event.ts)
+            # the bodies apply at the commit's tick; re-reading them needs the BeginTxn
+            self._pending += [
+                replace(
+                    body,
+                    event=replace(body.event, ts=event.ts),
+                    before=txn.begin.before,
+                    anchor=txn.begin.offset,
+                )
+                for body in txn.bodies
+            ]
+            return
+        if event.ts in txn.ticks:
+            self.stats.repeats += 1
+            return
+        txn.ticks.add(event.ts)
+        txn.bodies.append(item)
+
+    def take_older(self, ts: int) -> list[Pending]:
+        """Remove and return the waiting events with ``ts`` at or below ``ts`` without moving
+        the released tick (a 2.3 DDL record goes after the DML older than it)."""
+        ready, self._pending = _split(self._pending, ts)
+        return ready
+
+    # --- out --------------------------------------------------------------------------------
+    def release(self, tick: int) -> list[Pending]:
+        """The events a TimeTick at ``tick`` makes final, in ``_tt`` order (stable: a
+        transaction's bodies stay in their order)."""
+        self.tick = max(self.tick, tick)
+        ready, self._pending = _split(self._pending, self.tick)
+        self._ticks = {p.event.ts for p in self._pending if meta_of(p.event) is not None}
+        for key, txn in list(self._txns.items()):
+            if txn.expired(self.tick):
+                del self._txns[key]
+                self.stats.expired += 1
+                log.warning(
+                    "transaction %d on %s expired without a commit: %d records dropped",
+                    key[1],
+                    key[0],
+                    len(txn.bodies),
+                )
+        return sorted(ready, key=lambda p: p.event.ts)
+
+    def waiting(self) -> bool:
+        return bool(self._pending or self._txns)
+
+    def resume_point(self) -> Pending | None:
+        """The oldest record not yet applied (its ``before`` is where a restart reads from);
+        None when nothing waits."""
+        candidates = [*self._pending, *(txn.begin for txn in self._txns.values())]
+        return min(candidates, key=lambda p: p.resume_offset) if candidates else None
+
+    def applied_to(self) -> int:
+        """The source time up to which everything on the channel is applied once the released
+        events are written."""
+        waiting = [p.event.ts for p in self._pending]
+        waiting += [txn.begin.event.ts for txn in self._txns.values()]
+        return min(self.tick, min(waiting) - 1) if waiting else self.tick
+
+
+def _split(pending: list[Pending], ts: int) -> tuple[list[Pending], list[Pending]]:
+    """(events with ts <= ``ts``, the rest), each in channel order."""
+    return [p for p in pending if p.event.ts <= ts], [p for p in pending if p.event.ts > ts]
