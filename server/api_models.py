@@ -7,6 +7,7 @@ Go clients send empty structs and ``null`` for fields they do not use, so those 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,6 +92,12 @@ class NameMapping(_Strict):
     collection_mapping: dict[str, str] | None = None
 
 
+class BackfillOption(_Strict):
+    """ours: copy the rows the source already holds (on Spark), then stream from there."""
+
+    collections: list[str] = Field(default_factory=lambda: [WILDCARD])
+
+
 class CreateRequest(_Strict):
     milvus_connect_param: MilvusConnectParam | None = None
     kafka_connect_param: KafkaConnectParam | None = None
@@ -103,6 +110,8 @@ class CreateRequest(_Strict):
     disable_auto_start: bool = False
     task_id: str = ""
     positions: dict[str, str] | None = None
+    # ours; absent or null: no backfill (the Go tool's behaviour)
+    backfill: BackfillOption | None = None
 
 
 class TaskIdRequest(_Strict):
@@ -118,6 +127,10 @@ class TaskIdRequest(_Strict):
 
 class DeleteRequest(TaskIdRequest):
     ignore_not_found: bool = False
+
+
+class BackfillRequest(TaskIdRequest):
+    collections: list[str] = Field(default_factory=lambda: [WILDCARD])
 
 
 class ListRequest(_Strict):
@@ -173,7 +186,48 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         spec["db_collections"] = {
             db: _collection_list(infos) for db, infos in (req.db_collections or {}).items()
         }
+    if req.backfill is not None:
+        spec["backfill"] = {
+            "collections": validate_backfill(req.backfill.collections, selection, settings)
+        }
     return spec
+
+
+def validate_backfill(
+    names: list[str],
+    selection: set[tuple[str, str]],
+    settings: CdcSettings,
+    where: str = "backfill",
+) -> list[str]:
+    """The collections a backfill names: '*' (all the task selects) or names the task selects,
+    ``coll`` in the default database or ``db.coll``."""
+    if not settings.sourceConfig.milvus.uri:
+        raise BadRequestError(
+            f"{where}: the daemon cannot read the source Milvus: set sourceConfig.milvus.uri in "
+            "its configuration"
+        )
+    if importlib.util.find_spec("pyspark") is None:
+        raise BadRequestError(
+            f"{where}: needs the Python package 'pyspark' on the daemon's machine "
+            "(pip install 'milvus-cdc-py[backfill]')"
+        )
+    where = f"{where}.collections"
+    if not names:
+        raise BadRequestError(f"{where}: empty; give ['*'] or collection names")
+    if WILDCARD in names and len(names) > 1:
+        raise BadRequestError(f"{where}: '*' backfills every selected collection; give it alone")
+    if len(set(names)) != len(names):
+        raise BadRequestError(f"{where}: a collection is named twice")
+    for i, name in enumerate(names):
+        if name == WILDCARD:
+            continue
+        db, _, collection = name.rpartition(".")
+        db = db or DEFAULT_DB
+        _check_name(db, f"{where}[{i}]", settings.maxNameLength)
+        _check_name(collection, f"{where}[{i}]", settings.maxNameLength)
+        if not selection_matches(selection, db, collection):
+            raise BadRequestError(f"{where}[{i}]: {name!r} is not selected by the task")
+    return list(names)
 
 
 def _collection_list(infos: list[CollectionInfo]) -> list[dict[str, Any]]:

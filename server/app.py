@@ -19,6 +19,7 @@ from replicator import RunnerFactory
 from server import dashboard, rest
 from server.api_common import failure_answer, positions_view, read_json
 from server.api_models import (
+    BackfillRequest,
     CreateRequest,
     DeleteRequest,
     ListRequest,
@@ -79,6 +80,11 @@ async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"tasks": [task_view(t, progress.get(t.task_id)) for t in await sup.list()]}
 
 
+async def _backfill(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    task, job_id = await sup.backfill(parse_model(BackfillRequest, data))
+    return {"task_id": task.task_id, "job_id": job_id}
+
+
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
@@ -92,6 +98,7 @@ HANDLERS: dict[str, Handler] = {
     "get": _get,
     "list": _list,
     "position": _position,
+    "backfill": _backfill,
 }
 
 

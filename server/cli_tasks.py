@@ -1,5 +1,5 @@
-"""``milvus-cdc task create|list|get|pause|resume|delete``: a client of a running daemon's /v1
-resources, printing tables (or the answers as JSON with ``--json``).
+"""``milvus-cdc task create|list|get|pause|resume|delete|backfill``: a client of a running
+daemon's /v1 resources, printing tables (or the answers as JSON with ``--json``).
 
 The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
 (a wildcard host means this host). Exit status: 0 done, 1 the daemon refused or is unreachable.
@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from replicator.backfill.progress import bar
 from server.settings import CdcSettings
 
 DASH = "-"
@@ -159,6 +161,9 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
         ("rows/s", _cell(task.get("rows_per_second"))),
         ("lag (s)", _cell(progress.get("lag_seconds"))),
     ]
+    backfill = task.get("backfill") or progress.get("backfill")
+    if backfill:
+        facts.append(("backfill", backfill_line(backfill)))
     for mapping in task.get("name_mapping") or []:
         facts.append((f"database {mapping['source_db']}", f"-> {mapping['target_db']}"))
     width = max(len(k) for k, _ in facts)
@@ -184,6 +189,55 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
         )
 
 
+# --- backfill progress ---------------------------------------------------------------------------
+BACKFILL_FINISHED = ("done", "failed")
+
+
+def backfill_line(backfill: dict[str, Any]) -> str:
+    """``[#####.....]  42.0%  84,000/200,000 rows  4/10 ranges  21,000 rows/s  ETA 6s  running``"""
+    percent = float(backfill.get("percent") or 0)
+    parts = [
+        bar(percent / 100),
+        f"{percent:5.1f}%",
+        f"{backfill.get('rows_done', 0):,}/{backfill.get('rows_total', 0):,} rows",
+        f"{backfill.get('ranges_done', 0)}/{backfill.get('ranges_total', 0)} ranges",
+    ]
+    if backfill.get("rows_per_second") is not None:
+        parts.append(f"{backfill['rows_per_second']:,.0f} rows/s")
+    if backfill.get("eta_seconds") is not None and backfill.get("state") not in BACKFILL_FINISHED:
+        parts.append(f"ETA {backfill['eta_seconds']:.0f}s")
+    parts.append(str(backfill.get("state", DASH)))
+    if backfill.get("reason"):
+        parts.append(f"({backfill['reason']})")
+    return "  ".join(parts)
+
+
+def follow_backfill(
+    client: DaemonClient, task_id: str, out: TextIO, interval: float = 1.0, job_id: str = ""
+) -> int:
+    """Print the backfill's progress until it is done (0) or failed (1); a bar redrawn in place
+    on a terminal, a line per change otherwise."""
+    terminal = out.isatty()
+    last = ""
+    while True:
+        backfill = client.task(task_id).get("backfill")
+        finished = bool(
+            backfill
+            and backfill.get("state") in BACKFILL_FINISHED
+            and (not job_id or backfill.get("job_id") == job_id)
+        )
+        line = backfill_line(backfill) if backfill else "backfill: waiting for the task to run"
+        if line != last:
+            print(("\r" + line) if terminal else line, end="" if terminal else "\n", file=out)
+            out.flush()
+            last = line
+        if finished:
+            if terminal:
+                print(file=out)
+            return 0 if backfill and backfill["state"] == "done" else 1
+        time.sleep(interval)
+
+
 # --- commands ------------------------------------------------------------------------------------
 def add_task_parser(commands: Any) -> None:
     task = commands.add_parser("task", help="manage the tasks of a running daemon")
@@ -204,6 +258,16 @@ def add_task_parser(commands: Any) -> None:
     action("pause", "pause a task")
     action("resume", "resume a task")
     action("delete", "delete a task")
+    backfill = action("backfill", "copy the rows the source already holds, then stream again")
+    backfill.add_argument(
+        "--collection",
+        action="append",
+        metavar="[DB.]NAME",
+        help="a collection to backfill (repeatable; default: every one the task selects)",
+    )
+    backfill.add_argument(
+        "--follow", action="store_true", help="show a progress bar until the backfill ends"
+    )
     create = action("create", "create a task", with_id=False)
     create.add_argument("--body", metavar="FILE", help="the create request as JSON ('-': stdin)")
     create.add_argument("--target", metavar="URI", help="the target Milvus, http://host:19530")
@@ -219,6 +283,9 @@ def add_task_parser(commands: Any) -> None:
     create.add_argument("--token-env", metavar="VAR", help="environment variable with a token")
     create.add_argument("--connect-timeout", type=int, help="seconds for the target to answer")
     create.add_argument("--no-start", action="store_true", help="create in state Initial")
+    create.add_argument(
+        "--backfill", action="store_true", help="copy the rows the source already holds first"
+    )
 
 
 def secret_from_env(variable: str) -> str:
@@ -258,6 +325,8 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
         body["task_id"] = args.task_id
     if args.no_start:
         body["disable_auto_start"] = True
+    if args.backfill:
+        body["backfill"] = {"collections": ["*"]}
     return body
 
 
@@ -285,6 +354,16 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
             print(json.dumps({"task_id": args.task_id, "deleted": True}), file=out)
         else:
             print(f"task {args.task_id} deleted", file=out)
+        return 0
+    if command == "backfill":
+        body = {"collections": args.collection or ["*"]}
+        answer = client.call("POST", f"/v1/tasks/{_quote(args.task_id)}/backfill", body)
+        if args.follow:
+            return follow_backfill(client, args.task_id, out, job_id=answer["job_id"])
+        if args.json:
+            print(json.dumps(answer, indent=2), file=out)
+        else:
+            print(f"backfill of task {args.task_id} asked", file=out)
         return 0
     if command == "create":
         answer = client.call("POST", "/v1/tasks", create_body(args))

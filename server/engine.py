@@ -3,15 +3,19 @@ channels to read."""
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
 from etcd3.exceptions import Etcd3Exception
+from pydantic import SecretStr
 
 from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
+from replicator.backfill.phase import DriverLauncher
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import SourceUnavailableError, WalSource
@@ -77,9 +81,31 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         aliases=aliases,
         collection=collection,
         open_wal=open_wal,
+        backfill=backfill_launcher(settings),
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
         return ReplicationRunner(task, store, on_failure, context)
 
     return factory
+
+
+def backfill_launcher(settings: CdcSettings) -> DriverLauncher:
+    """The driver of a backfill job runs this interpreter with the daemon's settings on its
+    stdin (never on its command line or in a file: they hold secrets)."""
+    return DriverLauncher(
+        python=sys.executable,
+        settings_json=json.dumps(_revealed(settings.model_dump())).encode(),
+        log_dir=settings.backfill.logDir,
+        max_attempts=settings.backfill.maxJobAttempts,
+    )
+
+
+def _revealed(node: Any) -> Any:
+    if isinstance(node, SecretStr):
+        return node.get_secret_value()
+    if isinstance(node, dict):
+        return {k: _revealed(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_revealed(v) for v in node]
+    return node

@@ -53,6 +53,44 @@ class _TaskCollector(Collector):
                 if channel["position"]:
                     position.add_metric(key, (channel["position"]["ts"] >> 18) / 1000)
         yield from (rows, size, lag, position)
+        yield from _backfill_metrics(self._progress())
+
+
+def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
+    labels = ["task_id", "collection"]
+    families = {
+        key: GaugeMetricFamily(f"cdc_backfill_{key}", text, labels=labels)
+        for key, text in [
+            ("rows_done", "Rows the task's backfill has copied"),
+            ("rows_total", "Rows the task's backfill plans to copy (counted when planned)"),
+            ("ranges_done", "Key ranges the task's backfill has copied"),
+            ("ranges_total", "Key ranges of the task's backfill"),
+        ]
+    }
+    rate = GaugeMetricFamily(
+        "cdc_backfill_rows_per_second", "Backfill copy rate", labels=["task_id"]
+    )
+    eta = GaugeMetricFamily(
+        "cdc_backfill_eta_seconds", "Backfill time left at the current rate", labels=["task_id"]
+    )
+    running = GaugeMetricFamily(
+        "cdc_backfill_running", "1 while the task's backfill copies", labels=["task_id"]
+    )
+    for task_id, status in progress.items():
+        backfill = status.get("backfill")
+        if not backfill:
+            continue
+        for collection in backfill.get("collections", []):
+            for key, family in families.items():
+                family.add_metric([task_id, collection["collection"]], collection[key])
+        if backfill.get("rows_per_second") is not None:
+            rate.add_metric([task_id], backfill["rows_per_second"])
+        if backfill.get("eta_seconds") is not None:
+            eta.add_metric([task_id], backfill["eta_seconds"])
+        active = backfill.get("state") in ("pending", "planning", "running")
+        running.add_metric([task_id], 1 if active else 0)
+    yield from families.values()
+    yield from (rate, eta, running)
 
 
 class DaemonMetrics:

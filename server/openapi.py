@@ -116,7 +116,10 @@ def _schemas() -> dict[str, Any]:
             },
             "backfill": {
                 "type": ["object", "null"],
-                "description": "/v1 only: backfill progress (null: no backfill)",
+                "description": "/v1 only: backfill progress (null: no backfill, or the task is "
+                "not running): state (pending, planning, running, done, failed), rows_done, "
+                "rows_total, ranges_done, ranges_total, percent, rows_per_second, eta_seconds, "
+                "collections, attempts, reason",
             },
         },
     }
@@ -149,12 +152,22 @@ def _schemas() -> dict[str, Any]:
         "properties": {
             "request_type": {
                 "type": "string",
-                "enum": ["create", "delete", "pause", "resume", "get", "list", "position"],
+                "enum": [
+                    "create",
+                    "delete",
+                    "pause",
+                    "resume",
+                    "get",
+                    "list",
+                    "position",
+                    "backfill",
+                ],
             },
             "request_data": {
                 "type": ["object", "null"],
                 "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
-                "pause, resume, get, position: {task_id}; list: {}",
+                "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
+                "collections} (ours)",
             },
         },
     }
@@ -176,6 +189,19 @@ def _schemas() -> dict[str, Any]:
         "Position": position,
         "Problem": problem,
         "CdcRequest": cdc_request,
+        "BackfillBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "collections": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "default": ["*"],
+                    "description": "'*' (every collection the task selects) or names: coll "
+                    "(default database) or db.coll",
+                }
+            },
+        },
         "CdcAnswer": cdc_answer,
     }
 
@@ -283,6 +309,31 @@ def _paths() -> dict[str, Any]:
                         "Positions by channel name",
                     ),
                     **_TASK_ERRORS,
+                },
+            },
+        },
+        "/v1/tasks/{task_id}/backfill": {
+            **task_op,
+            "post": {
+                "operationId": "backfillTask",
+                "summary": "Copy the rows the source already holds, then stream again from the "
+                "saved positions (a Running task stops its workers for the copy)",
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("BackfillBody")}},
+                },
+                "responses": {
+                    "202": _json(
+                        {
+                            "type": "object",
+                            "required": ["task", "job_id"],
+                            "properties": {"task": _ref("Task"), "job_id": {"type": "string"}},
+                        },
+                        "Backfill asked; its progress is under task.backfill (job_id)",
+                    ),
+                    **_TASK_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem("A backfill of the task is under way"),
                 },
             },
         },

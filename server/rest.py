@@ -8,6 +8,9 @@
     POST   /v1/tasks/{task_id}/pause     200 {"task": task}   (409 when already Paused)
     POST   /v1/tasks/{task_id}/resume    200 {"task": task}   (409 when already Running)
     GET    /v1/tasks/{task_id}/positions 200 {"task_id": ..., "positions": [...]}
+    POST   /v1/tasks/{task_id}/backfill  202 {"task": task, "job_id": ...}
+                                         (body: {"collections": ["*"]}, optional; 409 while
+                                         a backfill of the task is under way)
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
 "detail"}``: 400 invalid request, 403 a browser request from another site's page (its ``Origin``
@@ -15,8 +18,8 @@ is not this daemon: the dashboard's buttons must not be pressable by other sites
 task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
 
 A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
-``rows_per_second``, ``lag_samples``, ``retry``; ``backfill`` is null until the engine has a
-backfill.
+``rows_per_second``, ``lag_samples``, ``retry``; ``backfill``: the progress of the task's
+backfill (null when it has none, or while the task is not running).
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from aiohttp import web
 
 from metastore import TaskRecord
 from server.api_common import failure_answer, positions_view, read_json
-from server.api_models import CreateRequest, TaskIdRequest, parse_model
+from server.api_models import BackfillRequest, CreateRequest, TaskIdRequest, parse_model
 from server.app_state import LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
-from server.errors import UnavailableError
+from server.errors import BadRequestError, UnavailableError
 from server.jobs import JOBS
 from server.supervisor import task_view
 
@@ -71,7 +74,7 @@ def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
         "rows_per_second": extras.get("rows_per_second"),
         "lag_samples": extras.get("lag_samples", []),
         "retry": extras.get("retry"),
-        "backfill": None,
+        "backfill": (view["progress"] or {}).get("backfill"),
     }
 
 
@@ -159,6 +162,23 @@ async def task_positions(request: web.Request) -> web.Response:
     return json_response({"task_id": task_id, "positions": positions_view(positions.values())})
 
 
+@resource("backfill")
+async def backfill_task(request: web.Request) -> web.Response:
+    # no body: every collection the task selects
+    data = (
+        await read_json(request, request.app[SETTINGS].maxRequestBytes)
+        if request.body_exists
+        else {}
+    )
+    if not isinstance(data, dict):
+        raise BadRequestError('body: must be a JSON object like {"collections": ["*"]}')
+    body = {**data, "task_id": _task_id(request)}
+    task, job_id = await request.app[SUPERVISOR].backfill(
+        parse_model(BackfillRequest, body, "body")
+    )
+    return json_response({"task": rest_view(request, task), "job_id": job_id}, status=202)
+
+
 ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks", list_tasks),
     ("POST", "/tasks", create_task),
@@ -167,6 +187,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("POST", "/tasks/{task_id}/pause", _one_task("pause")),
     ("POST", "/tasks/{task_id}/resume", _one_task("resume")),
     ("GET", "/tasks/{task_id}/positions", task_positions),
+    ("POST", "/tasks/{task_id}/backfill", backfill_task),
 ]
 
 

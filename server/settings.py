@@ -122,6 +122,15 @@ class RocksmqSettings(_Section):
     path: str = ""
 
 
+class SourceMilvusSettings(_Section):
+    """ours: the source Milvus's gRPC address; only a backfill reads through it."""
+
+    uri: str = ""
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+
+
 class SourceSettings(_Section):
     # ours: the source's message queue; auto: kafka when kafka.address is set, else rocksmq
     # when rocksmq.path is set, else pulsar (the Go tool's rule).
@@ -138,6 +147,7 @@ class SourceSettings(_Section):
     pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     rocksmq: RocksmqSettings = Field(default_factory=RocksmqSettings)
+    milvus: SourceMilvusSettings = Field(default_factory=SourceMilvusSettings)
 
     @property
     def root_path(self) -> str:
@@ -202,6 +212,29 @@ class SchedulerSettings(_Section):
     retry: RetrySettings = Field(default_factory=RetrySettings)
 
 
+class BackfillSettings(_Section):
+    """ours: the Spark job that copies a task's existing rows (see README, "Backfill")."""
+
+    # local[*] runs Spark inside the job's own process; spark://host:7077, yarn, k8s://...
+    # send it to a cluster (the executors need pymilvus and this package).
+    sparkMaster: str = "local[*]"
+    # attempts of one Spark task (one key range) before the backfill stops
+    taskMaxFailures: int = Field(default=4, ge=1)
+    # rows per key range (one Spark task each); a collection gets ceil(rows / rangeRows) ranges
+    rangeRows: int = Field(default=25000, gt=0)
+    # rows per read from the source and per upsert into the target
+    batchRows: int = Field(default=4000, gt=0, le=16384)
+    # ranges copied at once; 0: Spark's default parallelism
+    parallelism: int = Field(default=0, ge=0)
+    # launches of the job's driver process per backfill; a killed driver is launched again and
+    # resumes after the ranges already done
+    maxJobAttempts: int = Field(default=3, ge=1)
+    # the driver's output (Spark's own log lines included), one file per task
+    logDir: str = "data/backfill"
+    # extra Spark properties, e.g. {"spark.driver.memory": "1g"}
+    sparkConf: dict[str, str] = Field(default_factory=dict)
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -218,6 +251,7 @@ class CdcSettings(BaseSettings):
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    backfill: BackfillSettings = Field(default_factory=BackfillSettings)
 
     @field_validator("address")
     @classmethod
@@ -368,7 +402,7 @@ def redacted(settings: CdcSettings) -> dict[str, Any]:
     return data
 
 
-_SECRET_KEYS = {"password", "authparams", "mysqlsourceurl"}
+_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl"}
 
 
 def _redact_tree(node: Any) -> None:

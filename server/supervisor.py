@@ -33,8 +33,16 @@ from metastore import (
     TaskState,
 )
 from replicator import RunnerFactory, TaskRunner
+from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.pipeline.selection import selection_of, selections_overlap
-from server.api_models import CreateRequest, public_view, target_identity, validate_create
+from server.api_models import (
+    BackfillRequest,
+    CreateRequest,
+    public_view,
+    target_identity,
+    validate_backfill,
+    validate_create,
+)
 from server.errors import ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
@@ -134,6 +142,10 @@ class TaskSupervisor:
             self._remember(stored)
             with log_context(task_id=task_id):
                 log.info("task created in state %s", stored.state.value)
+                if spec.get("backfill"):
+                    job = BackfillJob.new(spec["backfill"]["collections"])
+                    await self._io(BackfillState(self._store, task_id).save_job, job)
+                    log.info("backfill %s of %s asked", job.job_id, job.requested)
             if auto_start:
                 stored = await self._start_runner(stored)
         return stored
@@ -189,6 +201,35 @@ class TaskSupervisor:
                 raise ConflictError(f"task {task_id} is already Running")
             task = await self._set_state(task, TaskState.RUNNING, "")
             return await self._start_runner(task)
+
+    async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:
+        """Ask for a backfill of a task's collections: a Running task stops its workers (their
+        positions are saved), copies, then streams again from those positions; any other
+        state runs it at the next resume. 409 while another backfill of the task is under
+        way. Returns the task and the backfill's job id."""
+        async with self._lock:
+            task = await self.get(request.task_id)
+            names = validate_backfill(
+                request.collections, selection_of(dict(task.spec)), self._settings, "collections"
+            )
+            state = BackfillState(self._store, task.task_id)
+            current = await self._io(state.job)
+            if current is not None and current.active:
+                raise ConflictError(
+                    f"task {task.task_id}: backfill {current.job_id} is {current.state}; wait for "
+                    "it to finish"
+                )
+            job = BackfillJob.new(names)
+            await self._io(state.save_job, job)
+            with log_context(task_id=task.task_id):
+                log.info("backfill %s of %s asked", job.job_id, job.requested)
+            runner = self._runners.pop(task.task_id, None)
+            if runner is not None:
+                await self._stop_runner(task.task_id, runner)
+                task = await self.get(task.task_id)
+                if task.state is TaskState.RUNNING:
+                    task = await self._start_runner(task)
+            return task, job.job_id
 
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
         async with self._lock:

@@ -41,6 +41,9 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
+from replicator.backfill.handover import group_start
+from replicator.backfill.phase import BackfillPhase, DriverLauncher
+from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef
 from replicator.codec.replicate import RpcEvent, decode_replicate
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_ddl import AlterCollection, DdlOp, decode_ddl
@@ -163,6 +166,8 @@ class RunnerContext:
     collection: Callable[[int], CollectionMeta | None] | None = None
     # a WAL the source switched to: (kind, settings the switch message carried) -> source
     open_wal: Callable[[str, Mapping[str, str]], WalSource] | None = None
+    # how to launch a backfill job's driver; None: the daemon cannot backfill
+    backfill: DriverLauncher | None = None
 
 
 @dataclass
@@ -829,6 +834,7 @@ class ReplicationRunner:
         self._watermarks: dict[str, tuple[int, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._warnings: list[str] = []
+        self._backfill: BackfillPhase | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -854,6 +860,7 @@ class ReplicationRunner:
             "lag_seconds": round(max(lags), 3) if lags else None,
             "channels": [s.view() for s in channels],
             "warnings": list(self._warnings),
+            "backfill": None if self._backfill is None else self._backfill.view,
         }
 
     # --- the task's main thread --------------------------------------------------------------
@@ -947,17 +954,28 @@ class ReplicationRunner:
                 target.create_collection(
                     collection.db, collection.name, meta.schema, meta.shards, meta.consistency_level
                 )
-        workers = []
+        # a pending backfill of every selected collection copies their history: a new task then
+        # starts streaming at the end of each channel instead of at the collections' creation
+        backfill = self._backfill_job()
+        at_end = backfill is not None and backfill.active and backfill.covers_all
+        starts: dict[str, Position | None] = {}
         history_lost = []
         for pchannel in self.context.channels:
             start = saved.get(pchannel)
             if start is None:
-                start, lost = self._initial_position(source, pchannel, catalog, registry)
+                start, lost = self._initial_position(source, pchannel, catalog, registry, at_end)
                 if lost:
                     history_lost.append(pchannel)
                 if start is not None:
                     self.store.save_position(self.task.task_id, start, None)
-            worker = ChannelWorker(
+            starts[pchannel] = start
+        self._load_warnings()
+        if backfill is not None and not self._run_backfill(
+            backfill, source, catalog, registry, starts
+        ):
+            return  # stopped during the backfill; it resumes at the next start
+        workers: list[ChannelWorker] = [
+            ChannelWorker(
                 shared,
                 self._source_at(source, pchannel, start),
                 start.backend if start is not None else source.backend,
@@ -966,9 +984,9 @@ class ReplicationRunner:
                 start,
                 self.statuses[pchannel],
             )
-            workers.append(worker)
-        self._load_warnings()
-        if history_lost:
+            for pchannel, start in starts.items()
+        ]
+        if history_lost and not (backfill is not None and backfill.active):
             self._warn(
                 f"the WAL no longer holds the creation of the selected collections on "
                 f"{', '.join(history_lost)}: replication there starts at the end of the WAL, "
@@ -1054,11 +1072,18 @@ class ReplicationRunner:
         pchannel: str,
         catalog: dict[int, CollectionMeta],
         registry: CollectionRegistry,
+        at_end: bool = False,
     ) -> tuple[Position | None, bool]:
         """Where a new task starts on a channel: at the creation of the earliest selected
         collection on it when the WAL still has it; else at the end (what comes next) as it
-        was before the catalog was read. The flag tells that selected history was lost."""
+        was before the catalog was read. The flag tells that selected history was lost.
+        ``at_end``: at the end anyway (a backfill copies the history)."""
         earliest, latest = self._watermarks.get(pchannel) or source.watermarks(pchannel)
+        if at_end:
+            msg_id = source.position_before(latest)
+            return (
+                None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)
+            ), False
         starts = [
             source.offset_of(meta.start_positions[pchannel])
             for meta in catalog.values()
@@ -1068,6 +1093,84 @@ class ReplicationRunner:
         offset = min(starts) if starts and not lost else latest
         msg_id = source.position_before(offset)
         return (None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)), lost
+
+    # --- backfill: before the workers start (replicator/backfill/phase.py) ---------------------
+    def _backfill_job(self) -> BackfillJob | None:
+        """The task's backfill job, if it has one; its progress is shown from now on."""
+        if self.context.backfill is None:
+            return None
+        state = BackfillState(self.store, self.task.task_id)
+        job = state.job()
+        if job is None:
+            return None
+        self._backfill = BackfillPhase(self.task.task_id, state, self.context.backfill, self._stop)
+        self._backfill.refresh(job)
+        return job
+
+    def _run_backfill(
+        self,
+        job: BackfillJob,
+        source: WalSource,
+        catalog: dict[int, CollectionMeta],
+        registry: CollectionRegistry,
+        starts: dict[str, Position | None],
+    ) -> bool:
+        """Run a pending or interrupted job; False when the runner was stopped meanwhile.
+        ``starts`` (the workers' start positions) may be moved back by the hand-over."""
+        if not job.active or self._backfill is None:
+            return True
+        with log_context(task_id=self.task.task_id, channel="backfill"):
+            collections, missing = self._backfill_collections(job, catalog, registry)
+            if missing:
+                collections = []
+            finished = self._backfill.run(job, collections, lambda: self._hand_over(source, starts))
+            if finished is None:
+                return False
+            if missing:
+                finished = finished.with_(
+                    state="failed", reason=f"not selected collections of the source: {missing}"
+                )
+                self._backfill.state.save_job(finished)
+                self._backfill.refresh(finished)
+            if finished.state == "failed":
+                self._warn(f"backfill {finished.job_id} failed: {finished.reason}")
+        return True
+
+    def _backfill_collections(
+        self, job: BackfillJob, catalog: dict[int, CollectionMeta], registry: CollectionRegistry
+    ) -> tuple[list[CollectionRef], list[str]]:
+        """The selected source collections the job names (all for '*'), and names that match
+        none."""
+        refs = []
+        matched: set[str] = set()
+        for meta in sorted(catalog.values(), key=lambda m: (m.db_name, m.name)):
+            target = registry.resolve(meta.collection_id)
+            if meta.dropped or target is None:
+                continue
+            names = {meta.name, f"{meta.db_name}.{meta.name}"}
+            if job.covers_all or names & set(job.requested):
+                matched |= names
+                refs.append(CollectionRef(meta.db_name, meta.name, target.db, target.name))
+        missing = [] if job.covers_all else sorted(set(job.requested) - matched)
+        return refs, missing
+
+    def _hand_over(self, source: WalSource, starts: dict[str, Position | None]) -> None:
+        """Raise every channel's in-flight bound to its end: the workers replay everything up
+        to there as upserts (the records the backfill may have copied already); move a start
+        that splits the records of one timestamp (an upsert's halves) back before them."""
+        for pchannel, start in starts.items():
+            wal = self._source_at(source, pchannel, start)  # the WAL the channel is on now
+            if start is not None and start.msg_id:
+                earlier = group_start(wal, start)
+                if earlier != start:
+                    self.store.save_position(self.task.task_id, earlier, start)
+                    starts[pchannel] = earlier
+            _, latest = wal.watermarks(pchannel)
+            key = f"inflight/{pchannel}"
+            raw = self.store.get_state(self.task.task_id, key)
+            bound = max(latest, int(raw) if raw else -1)
+            self.store.put_state(self.task.task_id, key, str(bound).encode())
+        log.info("backfill finished; streaming starts from the recorded positions")
 
     # --- warnings: kept in the task's state, shown in progress and, while Running, as reason --
     def _load_warnings(self) -> None:

@@ -1,0 +1,119 @@
+"""``python -m replicator.backfill --task ID``: run a task's backfill job (its Spark driver).
+
+The daemon launches it with its settings on stdin (``--settings-stdin``); by hand, or under
+``spark-submit``, give the daemon's configuration file (``--config cdc.yaml``, ``CDC_*``
+variables apply as for the daemon). Exit codes: 0 done, 3 a range failed on every attempt (the
+reason is in the metastore), 4 no running job, 2 a bad configuration, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from replicator.backfill.job import EXIT_BAD_JOB, JobOptions, run_job
+from replicator.backfill.state import BackfillState
+from replicator.log_context import log_context
+
+log = logging.getLogger("replicator.backfill")
+
+
+def spark_master(master: str, task_max_failures: int) -> tuple[str, dict[str, str]]:
+    """The master URL and extra Spark properties for retrying a failed task: local mode
+    retries only with ``local[N,F]``; elsewhere ``spark.task.maxFailures`` does it."""
+    if master in ("local", "local[*]") or (
+        master.startswith("local[") and "," not in master and master.endswith("]")
+    ):
+        threads = "1" if master == "local" else master[len("local[") : -1]
+        return f"local[{threads},{task_max_failures}]", {}
+    if master.startswith("local"):
+        return master, {}
+    return master, {"spark.task.maxFailures": str(task_max_failures)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m replicator.backfill")
+    parser.add_argument("--task", required=True, help="the task whose backfill job to run")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", help="the daemon's configuration file")
+    source.add_argument(
+        "--settings-stdin", action="store_true", help="read the settings as JSON from stdin"
+    )
+    args = parser.parse_args(argv)
+
+    from server.settings import CdcSettings, ConfigError, load_settings
+    from server.stores import open_metastore
+
+    try:
+        if args.settings_stdin:
+            settings = CdcSettings(**json.loads(sys.stdin.read()))
+        else:
+            settings = load_settings(args.config)
+    except (ConfigError, ValueError) as exc:
+        print(f"milvus-cdc backfill: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.logLevel,
+        format="%(asctime)s %(levelname)s %(name)s [task %(task)s] %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    _add_task_field(args.task)
+    milvus = settings.sourceConfig.milvus
+    if not milvus.uri:
+        print("milvus-cdc backfill: sourceConfig.milvus.uri is not set", file=sys.stderr)
+        return 2
+    store = open_metastore(settings.metaStoreConfig)
+    try:
+        task = store.get_task(args.task)
+        if task is None:
+            log.error("task %s not found", args.task)
+            return EXIT_BAD_JOB
+        backfill = settings.backfill
+        master, extra = spark_master(backfill.sparkMaster, backfill.taskMaxFailures)
+        options = JobOptions(
+            source={
+                "uri": milvus.uri,
+                "username": milvus.username,
+                "password": milvus.password.get_secret_value(),
+                "token": milvus.token.get_secret_value(),
+            },
+            target=dict(task.spec["milvus_connect_param"]),
+            range_rows=backfill.rangeRows,
+            batch_rows=backfill.batchRows,
+            parallelism=backfill.parallelism,
+            spark_conf={
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                **extra,
+                **backfill.sparkConf,
+            },
+        )
+        state = BackfillState(store, args.task)
+        with log_context(task_id=args.task):
+            try:
+                return run_job(state, options, master)
+            except Exception as exc:
+                log.exception("backfill driver failed")
+                job = state.job()
+                if job is not None:
+                    state.record_error(job.job_id, f"{type(exc).__name__}: {exc}"[:500])
+                return 1
+    finally:
+        store.close()
+
+
+def _add_task_field(task_id: str) -> None:
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        record.task = task_id
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

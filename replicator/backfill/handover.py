@@ -1,0 +1,71 @@
+"""Where streaming restarts after a backfill: never between the halves of an upsert.
+
+Milvus 2.3-2.5 writes an upsert as an Insert and a Delete with one timestamp, one record after
+the other. A start position taken at the end of a channel (a new task's) can fall between them:
+the job's copy, read later, holds the upserted row, and the stream would replay the Delete
+alone and remove it. So the start is moved back to before every record, within a window before
+it, whose timestamp is not older than the first record after it. Starting earlier is always
+safe here: the whole stretch from the start to the in-flight bound is replayed in WAL order with
+inserts written as upserts, so every key it touches ends with its last operation.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from metastore import Position
+from replicator.codec.msgstream import MSG_TIME_TICK, message_header
+from replicator.codec.wire import WireError
+from replicator.sources.base import WalSource
+
+log = logging.getLogger(__name__)
+
+WINDOW = 2000  # records looked at before the start
+AFTER = 200  # records after it that say which timestamp comes first
+READ_TIMEOUT = 1.0
+
+
+def group_start(source: WalSource, start: Position) -> Position:
+    """``start``, moved back as far as needed not to split a timestamp's records (same ts:
+    the stored position's time tick, so it is not a regression for the metastore)."""
+    first = source.offset_of(start.msg_id) + 1  # the first record read after ``start``
+    earliest, latest = source.watermarks(start.pchannel)
+    low = max(earliest, first - WINDOW)
+    if first >= latest or low >= first:
+        return start
+    before = source.position_before(low)
+    opened = Position(start.backend, start.pchannel, before, 0) if before is not None else None
+    reader = source.open_channel(start.pchannel, opened)
+    stamped: list[tuple[int, int]] = []  # (offset, ts) of the records that are not time ticks
+    try:
+        while True:
+            records = reader.read_batch(500, READ_TIMEOUT)
+            if not records:
+                break
+            for record in records:
+                try:
+                    msg_type, ts = message_header(record.payload)
+                except (WireError, ValueError):
+                    continue
+                if msg_type != MSG_TIME_TICK:
+                    stamped.append((record.offset, ts))
+            if records[-1].offset >= min(latest - 1, first + AFTER):
+                break
+    finally:
+        reader.close()
+    after = [ts for offset, ts in stamped if offset >= first]
+    if not after:
+        return start
+    oldest_after = min(after)
+    split = [offset for offset, ts in stamped if offset < first and ts >= oldest_after]
+    if not split:
+        return start
+    msg_id = source.position_before(min(split))
+    if msg_id is None:  # from the channel's first record: a position cannot say so
+        return start
+    log.info(
+        "channel %s: streaming starts %d record(s) earlier, not to split records of one timestamp",
+        start.pchannel,
+        first - min(split),
+    )
+    return Position(start.backend, start.pchannel, msg_id, start.ts)

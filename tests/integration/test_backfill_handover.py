@@ -1,0 +1,54 @@
+"""The hand-over start after a backfill never splits the records of one timestamp (an upsert's
+Insert and Delete), read from a real Kafka protocol (the mock cluster)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+from test_kafka_source import produce
+
+from metastore import Position
+from replicator.backfill.handover import group_start
+from replicator.sources.kafka import KafkaSource, encode_offset
+
+pytestmark = pytest.mark.integration
+
+
+def message(msg_type: int, ts: int) -> bytes:
+    base = common_pb2.MsgBase(msg_type=msg_type, timestamp=ts)
+    if msg_type == common_pb2.TimeTick:
+        return msg_pb2.TimeTickMsg(base=base).SerializeToString()
+    if msg_type == common_pb2.Insert:
+        return msg_pb2.InsertRequest(base=base, collectionID=7).SerializeToString()
+    return msg_pb2.DeleteRequest(base=base, collectionID=7).SerializeToString()
+
+
+def channel(kafka_mock) -> tuple[KafkaSource, str]:
+    topic = f"dml-{uuid.uuid4().hex[:8]}"
+    values = [
+        message(common_pb2.Insert, 100),  # 0
+        message(common_pb2.TimeTick, 100),  # 1
+        message(common_pb2.Insert, 200),  # 2: an upsert's Insert ...
+        message(common_pb2.TimeTick, 200),  # 3: ... a time tick between its halves ...
+        message(common_pb2.Delete, 200),  # 4: ... and its Delete
+        message(common_pb2.Insert, 300),  # 5
+        message(common_pb2.TimeTick, 300),  # 6
+    ]
+    produce(kafka_mock.bootstrap, topic, values)
+    return KafkaSource(kafka_mock.bootstrap), topic
+
+
+def test_a_start_between_an_upserts_halves_moves_before_its_insert(kafka_mock):
+    source, topic = channel(kafka_mock)
+    start = Position("kafka", topic, encode_offset(3), 55)  # reading would begin at 4
+    moved = group_start(source, start)
+    assert moved == Position("kafka", topic, encode_offset(1), 55)  # reading begins at 2
+
+
+def test_a_start_at_a_boundary_stays(kafka_mock):
+    source, topic = channel(kafka_mock)
+    for offset in (1, 4, 6):  # reading begins at 2, 5, or at the end
+        start = Position("kafka", topic, encode_offset(offset), 9)
+        assert group_start(source, start) == start
