@@ -46,7 +46,7 @@ from replicator.backfill.phase import BackfillPhase, DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef
 from replicator.codec.replicate import RpcEvent, decode_replicate
 from replicator.codec.streaming import decode_any
-from replicator.codec.streaming_ddl import AlterCollection, DdlOp, decode_ddl
+from replicator.codec.streaming_ddl import AlterCollection, CreateIndex, DdlOp, decode_ddl
 from replicator.codec.streaming_events import (
     AlterWAL,
     ManualFlush,
@@ -552,6 +552,12 @@ class ChannelWorker:
         collection = self.shared.registry.resolve(op.collection_id) if op.collection_id else None
         outcome = applier.apply(op)
         log.info("2.6 %s: %s %s", event.type_name, outcome.status, outcome.detail)
+        if isinstance(op, CreateIndex) and collection is not None:
+            # the WAL names indexes by id afterwards (DropIndex): kept for after a restart
+            known = applier.names.index(op.collection_id, op.index.index_id)
+            if known is not None:
+                key = f"{_INDEX_KEY}{op.collection_id}/{op.index.index_id}"
+                self.shared.store.put_state(self.shared.task_id, key, json.dumps(known).encode())
         renamed = isinstance(op, AlterCollection) and ({"name", "db"} & op.changes)
         if collection is not None and renamed and outcome.status in ("applied", "unchanged"):
             assert isinstance(op, AlterCollection)
@@ -788,6 +794,21 @@ def forget_collection(shared: _Shared, collection_id: int) -> None:
     shared.store.put_state(shared.task_id, f"{_COLLECTION_KEY}{collection_id}", b"")
 
 
+_INDEX_KEY = "index/"
+
+
+def remembered_indexes(
+    store: MetaStore, task_id: str, collection_id: int
+) -> dict[int, tuple[str, str]]:
+    """index id -> (field, index name) of the 2.6 indexes this task made on a collection."""
+    prefix = f"{_INDEX_KEY}{collection_id}/"
+    found = {}
+    for key, value in store.list_state(task_id, prefix).items():
+        field_name, index_name = json.loads(value)
+        found[int(key[len(prefix) :])] = (str(field_name), str(index_name))
+    return found
+
+
 def remembered_collections(store: MetaStore, task_id: str) -> list[CollectionMeta]:
     found = []
     for key, value in store.list_state(task_id, _COLLECTION_KEY).items():
@@ -945,6 +966,10 @@ class ReplicationRunner:
             if meta.dropped or registry.wanted(meta.collection_id):
                 continue
             names.remember_schema(meta.collection_id, meta.schema)
+            for index_id, (field_name, index_name) in remembered_indexes(
+                self.store, self.task.task_id, meta.collection_id
+            ).items():
+                names.remember_index(meta.collection_id, index_id, field_name, index_name)
             for partition_id, partition in meta.partitions.items():
                 names.remember_partition(meta.collection_id, partition_id, partition)
             collection = registry.add(

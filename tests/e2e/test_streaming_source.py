@@ -201,20 +201,24 @@ def test_a_2_6_stream_replicates_row_by_row_and_schema_by_schema(
 def test_a_restart_mid_stream_keeps_what_the_wal_taught(
     daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
 ):
-    """The collection is known only from its CreateCollection record, and a transaction is
-    open when the daemon stops: after the restart both are picked up where they were."""
+    """The collection and its index are known only from the stream, and a transaction is open
+    when the daemon stops: after the restart all three are picked up where they were (a
+    DropIndex names the index by its source id only)."""
     w = stream.writer
     coll = 52001
     name = f"restart_{uuid.uuid4().hex[:6]}"
     lite = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     task_id = start_task(lite, milvus_lite_service.uri, stream, name)
     v0, v1 = stream.vchannels(coll, 2)
-    w.create_collection(coll, name, [v0, v1])
+    ddl = DdlWriter(w, f"{stream.pchannel(0)}_vcchan")
+    w.create_collection(coll, name, [v0, v1, ddl.control])
+    ddl.create_index(coll, 101, 9101, "vec_idx", {"index_type": "FLAT", "metric_type": "L2"})
     w.insert(v0, coll, range(100))
     txn = w.begin_txn(v1, keepalive_ms=600_000)
     w.insert(v1, coll, range(100, 150), txn=txn)
     stream.tick_all()
-    wait_for_collection(target_client, name)
+    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+    wait_until(lambda: target_client.list_indexes(name), 60, "the index from the stream")
     wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(100)})
 
     lite.stop()
@@ -224,6 +228,10 @@ def test_a_restart_mid_stream_keeps_what_the_wal_taught(
     lite.start()
     expected = {pk: f"row-{pk}" for pk in range(200)}
     wait_rows(target_client, name, expected)
+    ddl.release(coll)
+    ddl.drop_index(coll, [9101])
+    stream.tick_all()
+    wait_until(lambda: not target_client.list_indexes(name), 60, "the index dropped")
     assert task_view(lite, task_id)["state"] == "Running"
 
 
