@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -230,18 +231,28 @@ class DiscardTarget:
 
 
 def run_pipeline(
-    bootstrap: str, topic: str, work: Path, expect_rows: int, profile: cProfile.Profile | None
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    expect_rows: int,
+    profile: cProfile.Profile | None,
+    *,
+    collection_id: int = COLLECTION_ID,
+    schema: schema_pb2.CollectionSchema | None = None,
+    check: Callable[[ChannelWorker], None] | None = None,
+    deleted_rows: int = 0,
 ) -> tuple[float, float, int]:
     """The real ChannelWorker on a fresh task: until the discarding target has received every
-    row. Returns (seconds from the worker's creation, seconds from the first records in hand,
-    payload bytes the worker accounted)."""
+    row of ``collection_id`` (``schema``: bench_schema()). Returns (seconds from the worker's
+    creation, seconds from the first records in hand, payload bytes the worker accounted);
+    ``check`` looks at the worker afterwards."""
     task_id = uuid.uuid4().hex
     spec = {"collection_infos": [{"name": "bench"}]}
     store = SqlMetaStore(sqlite_url(str(work / f"meta-{task_id[:8]}.sqlite3")), "bench")
     now = time.time()
     store.create_task(TaskRecord(task_id, TaskState.RUNNING, "", spec, now, now))
     registry = CollectionRegistry(TaskSelection.from_spec(spec), "_default")
-    assert registry.add(COLLECTION_ID, "default", "bench", bench_schema(), (topic,))
+    assert registry.add(collection_id, "default", "bench", schema or bench_schema(), (topic,))
     target = DiscardTarget(expect_rows)
     stop = threading.Event()
     shared = _Shared(task_id, store, registry, target, stop)  # type: ignore[arg-type]
@@ -271,7 +282,9 @@ def run_pipeline(
     if errors:
         raise errors[0]
     assert target.rows == expect_rows, (target.rows, expect_rows)
-    assert status.rows == expect_rows
+    assert status.rows == expect_rows + deleted_rows, (status.rows, expect_rows, deleted_rows)
+    if check is not None:
+        check(worker)
     return ended - started, ended - (source.first or started), status.bytes
 
 

@@ -22,9 +22,7 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,18 +31,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.streaming_writer import StreamingWriter, collection_schema  # noqa: E402
-from replication_throughput import (  # noqa: E402
-    DiscardTarget,
-    TimedSource,
-    consumer_config,
-    raw_consume,
-)
+from replication_throughput import consumer_config, raw_consume, run_pipeline  # noqa: E402
 
-from metastore import TaskRecord, TaskState  # noqa: E402
-from metastore.sql import SqlMetaStore, sqlite_url  # noqa: E402
-from replicator.pipeline.registry import CollectionRegistry  # noqa: E402
-from replicator.pipeline.runner import ChannelStatus, ChannelWorker, _Shared  # noqa: E402
-from replicator.pipeline.selection import TaskSelection  # noqa: E402
+from replicator.pipeline.runner import ChannelWorker  # noqa: E402
 
 COLLECTION_ID = 449_000_000_000_000_026
 MB = 1_000_000
@@ -55,7 +44,7 @@ def write_topic(bootstrap: str, topic: str, rounds: int, rows: int, dim: int) ->
     writer = StreamingWriter(None)
     vchannel = f"{topic}_{COLLECTION_ID}v0"
     pk = 0
-    inserted = 0
+    inserted = deleted = 0
     for _ in range(rounds):
         early, late = writer.tso.next(), writer.tso.next()
         writer.insert(vchannel, COLLECTION_ID, range(pk + rows, pk + 2 * rows), tt=late, dim=dim)
@@ -67,6 +56,7 @@ def write_topic(bootstrap: str, topic: str, rounds: int, rows: int, dim: int) ->
         writer.end_txn(txn)
         writer.time_tick(topic)
         inserted += 2 * rows + rows // 10
+        deleted += rows // 10
         pk += 2 * rows
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.max.bytes": 8 * MB}
@@ -90,47 +80,13 @@ def write_topic(bootstrap: str, topic: str, rounds: int, rows: int, dim: int) ->
         f"{topic}: the mock kept offsets {low}..{high} of {records} (it keeps about 5 MB per "
         "partition): use fewer --rounds-per-topic"
     )
-    return {"records": records, "bytes": size, "rows": inserted}
+    return {"records": records, "bytes": size, "rows": inserted, "deleted": deleted}
 
 
-def run_pipeline(bootstrap: str, topic: str, work: Path, rows: int, dim: int) -> tuple:
-    """(seconds from the worker's creation, seconds from the first records in hand)."""
-    task_id = uuid.uuid4().hex
-    spec = {"collection_infos": [{"name": "bench"}]}
-    store = SqlMetaStore(sqlite_url(str(work / f"meta-{task_id[:8]}.sqlite3")), "bench")
-    now = time.time()
-    store.create_task(TaskRecord(task_id, TaskState.RUNNING, "", spec, now, now))
-    registry = CollectionRegistry(TaskSelection.from_spec(spec), "_default")
-    assert registry.add(COLLECTION_ID, "default", "bench", collection_schema("bench", dim), ())
-    target = DiscardTarget(rows)
-    stop = threading.Event()
-    shared = _Shared(task_id, store, registry, target, stop)  # type: ignore[arg-type]
-    source = TimedSource(bootstrap)
-    status = ChannelStatus(topic)
-    errors: list[BaseException] = []
-    started = time.perf_counter()
-    worker = ChannelWorker(shared, source, source.backend, topic, None, None, status)
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            target.done.set()
-
-    thread = threading.Thread(target=run, name="bench-worker")
-    thread.start()
-    target.done.wait(600)
-    ended = time.perf_counter()
-    stop.set()
-    thread.join(30)
-    store.close()
-    if errors:
-        raise errors[0]
-    assert target.rows == rows, (target.rows, rows)
+def sequenced(worker: ChannelWorker) -> None:
+    """The 2.6 path was taken: repeats dropped, transactions committed."""
     assert worker.sequencer.stats.repeats > 0, "the repeated appends were not dropped"
     assert worker.sequencer.stats.committed > 0, "no transaction was committed"
-    return ended - started, ended - (source.first or started)
 
 
 def main() -> None:
@@ -162,8 +118,16 @@ def main() -> None:
                     assert size == shape["bytes"], (size, shape["bytes"])
                     total["raw"][0] += whole
                     total["raw"][1] += streaming
-                    whole, streaming = run_pipeline(
-                        kafka.bootstrap, name, work, shape["rows"], args.dim
+                    whole, streaming, _ = run_pipeline(
+                        kafka.bootstrap,
+                        name,
+                        work,
+                        shape["rows"],
+                        None,
+                        collection_id=COLLECTION_ID,
+                        schema=collection_schema("bench", args.dim),
+                        check=sequenced,
+                        deleted_rows=shape["deleted"],
                     )
                     total["pipe"][0] += whole
                     total["pipe"][1] += streaming
