@@ -36,11 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import hashlib
 import http.client
-import importlib
-import importlib.util
 import json
 import os
 import random
@@ -49,15 +45,24 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from server.local_milvus import (
+    NotInstalledError,
+    default_cache_root,
+    healthz,
+    install_bin,
+    lists_collections,
+    milvus_lite_command,
+    remove_outside_files,
+    wheel,
+)
 
 T = TypeVar("T")
 
@@ -260,76 +265,8 @@ def cdc(port: int, request_type: str, data: dict[str, Any] | None = None) -> dic
     return result
 
 
-def milvus_answers(uri: str) -> bool:
-    from pymilvus import MilvusClient
-
-    # dedicated: a shared pymilvus channel outlives close() and keeps pinging the server
-    client = MilvusClient(uri=uri, timeout=3, dedicated=True)
-    try:
-        client.list_collections(timeout=3)
-    finally:
-        client.close()
-    return True
-
-
 # ---------------------------------------------------------------------------------------------
 # The source: Milvus 2.3.5 from the `milvus` wheel, embedded etcd, RocksMQ
-
-
-def wheel() -> types.ModuleType:
-    try:
-        return importlib.import_module("milvus")
-    except ImportError as exc:
-        raise DemoError(
-            "the Python package milvus==2.3.5 (a Milvus standalone binary, the demo's source) "
-            f"is not installed; {INSTALL_HINT}"
-        ) from exc
-
-
-def cached_bin() -> Path:
-    """The wheel's binary and libraries, unpacked once per wheel under the user's cache (a
-    finished directory is never written again: unpacked elsewhere, renamed under a lock)."""
-    milvus = wheel()
-    lzma_dir = Path(str(milvus.__file__)).resolve().parent / "data" / "bin"
-    digest = hashlib.sha256()
-    for path in sorted(lzma_dir.glob("*.lzma")):
-        digest.update(f"{path.name}:{path.stat().st_size}\n".encode())
-    name = f"milvus-{milvus.__version__}-{digest.hexdigest()[:12]}"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    cache_root = (Path(xdg) if xdg else Path.home() / ".cache") / "milvus-cdc-demo"
-    cache_root.mkdir(parents=True, exist_ok=True)
-    final = cache_root / name / "bin"
-    with open(cache_root / f"{name}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "milvus").is_file():
-            return final
-        say("unpacking the Milvus binary from the wheel (once)...")
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
-        try:
-            milvus._initialize_data_files(str(staging))
-            final.parent.mkdir(exist_ok=True)
-            os.rename(staging / "bin", final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
-def install_bin(base_dir: Path) -> Path:
-    target = base_dir / "bin"
-    try:
-        source = cached_bin()
-    except OSError:  # no writable cache: unpack into the instance itself
-        wheel()._initialize_data_files(str(base_dir))
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in source.iterdir():
-        dest = target / entry.name
-        if not dest.exists():
-            try:
-                os.link(entry, dest)
-            except OSError:
-                shutil.copy2(entry, dest)
-    return target
 
 
 @dataclass
@@ -341,20 +278,14 @@ class Source:
     base_dir: Path
 
 
-def milvus_healthz(port: int) -> bool:
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=1)
-    try:
-        conn.request("GET", "/healthz")
-        response = conn.getresponse()
-        return response.status == 200 and b"OK" in response.read()
-    finally:
-        conn.close()
-
-
 def start_source(base_dir: Path, timeout: float) -> Source:
     milvus = wheel()
     base_dir.mkdir(parents=True, exist_ok=True)
-    bin_dir = install_bin(base_dir)
+    bin_dir = install_bin(
+        base_dir,
+        default_cache_root("milvus-cdc-demo"),
+        lambda: say("unpacking the Milvus binary from the wheel (once)..."),
+    )
 
     config = milvus.MilvusServerConfig(data_dir=str(base_dir))
     port_keys = sorted(k for k in config.configurable_items if k.endswith("_port"))
@@ -432,35 +363,13 @@ def start_source(base_dir: Path, timeout: float) -> Source:
     )
     say(f"started the source Milvus 2.3.5 (pid {child.pid}) on {uri}; log {child.log_path}")
     source = Source(child, uri, etcd_client_url, rocksmq_path, base_dir)
-    wait_until(lambda: milvus_healthz(metrics_port), timeout, "source Milvus /healthz", child)
-    wait_until(lambda: milvus_answers(uri), timeout, "source Milvus list_collections", child)
+    wait_until(lambda: healthz(metrics_port), timeout, "source Milvus /healthz", child)
+    wait_until(lambda: lists_collections(uri), timeout, "source Milvus list_collections", child)
     return source
-
-
-def remove_outside_files(pid: int) -> None:
-    """What Milvus writes outside its directory, if it is this process's."""
-    with contextlib.suppress(OSError):
-        Path(f"/tmp/milvus/server_id_{pid}").unlink()  # noqa: S108  (Milvus's own path)
-    for pid_file in (Path("/run/milvus/standalone.pid"), Path("/tmp/milvus/standalone.pid")):  # noqa: S108
-        with contextlib.suppress(OSError):
-            if pid_file.read_text(encoding="utf-8").strip() == str(pid):
-                pid_file.unlink()
 
 
 # ---------------------------------------------------------------------------------------------
 # The target (Milvus Lite) and the daemon
-
-
-def milvus_lite_command() -> list[str]:
-    beside = Path(sys.executable).parent / "milvus-lite"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside)]
-    if importlib.util.find_spec("milvus_lite") is not None:
-        return [sys.executable, "-m", "milvus_lite"]
-    found = shutil.which("milvus-lite")
-    if found:
-        return [found]
-    raise DemoError(f"milvus-lite (the demo's target) is not installed; {INSTALL_HINT}")
 
 
 def start_target(base_dir: Path, timeout: float) -> tuple[Child, str]:
@@ -479,7 +388,7 @@ def start_target(base_dir: Path, timeout: float) -> tuple[Child, str]:
         grace=5,
     )
     say(f"started the target Milvus Lite (pid {child.pid}) on {uri}; log {child.log_path}")
-    wait_until(lambda: milvus_answers(uri), timeout, "target Milvus Lite", child)
+    wait_until(lambda: lists_collections(uri), timeout, "target Milvus Lite", child)
     return child, uri
 
 
@@ -734,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"\n{stop.args[0]}: stopping everything the demo started")
     except DemoError as exc:
         print(f"demo: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    except NotInstalledError as exc:
+        print(f"demo: {exc}; {INSTALL_HINT}", file=sys.stderr, flush=True)
         code = 1
     finally:
         stopping = True  # a signal now changes nothing: the children are being stopped

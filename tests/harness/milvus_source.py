@@ -22,14 +22,8 @@ outside its directory; both are removed after the stop when they are this instan
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-import http.client
 import os
-import shutil
 import subprocess
-import tempfile
-import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +36,7 @@ from harness.services import (
     _running,
     wait_until,
 )
+from server import local_milvus
 from server.demo import MILVUS_ENV_PREFIXES
 
 DEFAULT_ROOT_PATH = "by-dev"
@@ -100,76 +95,19 @@ class MilvusSource:
 # The binary: unpacked once per wheel, hard-linked into each instance's bin/
 
 
-def _wheel_module() -> types.ModuleType:
-    try:
-        import milvus
-    except ImportError as exc:
-        raise MissingBinaryError(
-            "the PyPI package milvus==2.3.5 (a Milvus standalone binary) is not installed; "
-            "install the Python test extras (pip install -e '.[test]')"
-        ) from exc
-    return milvus
-
-
 def _default_cache_root() -> Path:
     configured = os.environ.get("MILVUS_CDC_TEST_CACHE")
-    if configured:
-        return Path(configured)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "milvus-cdc-tests"
-
-
-def _wheel_fingerprint(lzma_dir: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(lzma_dir.glob("*.lzma")):
-        digest.update(f"{path.name}:{path.stat().st_size}\n".encode())
-    return digest.hexdigest()[:12]
-
-
-def _cached_bin(cache_root: Path) -> Path:
-    """The unpacked bin/ of the installed wheel, under `cache_root` (unpacked on first use).
-
-    A finished directory is never written again (running instances hard-link its files): a new
-    wheel gets a directory of its own, and unpacking happens in a temporary directory that is
-    renamed into place under a lock.
-    """
-    milvus = _wheel_module()
-    lzma_dir = Path(milvus.__file__).resolve().parent / "data" / "bin"
-    name = f"milvus-{milvus.__version__}-{_wheel_fingerprint(lzma_dir)}"
-    cache_root.mkdir(parents=True, exist_ok=True)
-    final = cache_root / name / "bin"
-    with open(cache_root / f"{name}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "milvus").is_file():
-            return final
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
-        try:
-            milvus._initialize_data_files(str(staging))
-            final.parent.mkdir(exist_ok=True)
-            os.rename(staging / "bin", final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return final
+    return Path(configured) if configured else local_milvus.default_cache_root("milvus-cdc-tests")
 
 
 def _install_bin(base_dir: Path, cache_root: Path | None) -> Path:
     """Make `base_dir`/bin hold the Milvus binary and its libraries; returns that directory."""
-    target = base_dir / "bin"
     try:
-        source = _cached_bin(cache_root or _default_cache_root())
-    except OSError:  # cache not writable: unpack into the instance itself (about 5 s)
-        _wheel_module()._initialize_data_files(str(base_dir))
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in source.iterdir():
-        dest = target / entry.name
-        if dest.exists():
-            continue
-        try:
-            os.link(entry, dest)
-        except OSError:  # another filesystem: copy
-            shutil.copy2(entry, dest)
-    return target
+        return local_milvus.install_bin(base_dir, cache_root or _default_cache_root())
+    except local_milvus.NotInstalledError as exc:
+        raise MissingBinaryError(
+            f"{exc}; install the Python test extras (pip install -e '.[test]')"
+        ) from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,40 +127,8 @@ def _is_milvus_setting(name: str) -> bool:
     return any(upper.startswith(prefix) for prefix in _MILVUS_ENV_PREFIXES)
 
 
-def _healthz(metrics_port: int) -> bool:
-    # http.client, not urllib: urllib's HTTPError (the 500 answered while components start)
-    # leaves its socket to the garbage collector, a ResourceWarning under filterwarnings=error
-    conn = http.client.HTTPConnection(LOOPBACK, metrics_port, timeout=1)
-    try:
-        conn.request("GET", "/healthz")
-        response = conn.getresponse()
-        return response.status == 200 and b"OK" in response.read()
-    finally:
-        conn.close()
-
-
 def _lists_collections(uri: str, port: int) -> bool:
-    if not _port_open(port):
-        return False
-    from pymilvus import MilvusClient
-
-    # dedicated: a shared pymilvus 3 channel outlives close() and keeps pinging the server
-    client = MilvusClient(uri=uri, timeout=3, dedicated=True)
-    try:
-        client.list_collections(timeout=3)
-    finally:
-        client.close()
-    return True
-
-
-def _remove_outside_files(pid: int) -> None:
-    """Remove what Milvus left outside its directory, if it is this process's."""
-    with contextlib.suppress(OSError):
-        Path(f"/tmp/milvus/server_id_{pid}").unlink()
-    for pid_file in (Path("/run/milvus/standalone.pid"), Path("/tmp/milvus/standalone.pid")):
-        with contextlib.suppress(OSError):
-            if pid_file.read_text(encoding="utf-8").strip() == str(pid):
-                pid_file.unlink()
+    return _port_open(port) and local_milvus.lists_collections(uri)
 
 
 @contextlib.contextmanager
@@ -300,7 +206,7 @@ def _milvus_standalone(
         ) as process:
             started = process
             wait_until(
-                lambda: _healthz(metrics_port),
+                lambda: local_milvus.healthz(metrics_port),
                 startup_timeout,
                 f"{what}: /healthz on port {metrics_port}",
                 process=process,
@@ -333,7 +239,7 @@ def _milvus_standalone(
             )
     finally:
         if started is not None:
-            _remove_outside_files(started.pid)
+            local_milvus.remove_outside_files(started.pid)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[harness] milvus pid {started.pid} exit code {started.returncode}\n")
 

@@ -11,7 +11,6 @@ that importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import pwd
@@ -19,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -28,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from server import local_milvus
 
 T = TypeVar("T")
 
@@ -495,18 +495,12 @@ def mariadb_server(
 
 def _milvus_lite_command() -> list[str]:
     """The milvus-lite console script of this interpreter's environment (else PATH's)."""
-    beside = Path(sys.executable).parent / "milvus-lite"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside)]
-    found = shutil.which("milvus-lite")
-    if found:
-        return [found]
-    if importlib.util.find_spec("milvus_lite") is not None:
-        return [sys.executable, "-m", "milvus_lite"]
-    raise MissingBinaryError(
-        f"milvus-lite not found (looked next to {sys.executable} and on PATH); "
-        "install the Python test extras (pip install -e '.[test]')"
-    )
+    try:
+        return local_milvus.milvus_lite_command()
+    except local_milvus.NotInstalledError as exc:
+        raise MissingBinaryError(
+            f"{exc}; install the Python test extras (pip install -e '.[test]')"
+        ) from exc
 
 
 def _milvus_lite_ready(uri: str, port: int) -> bool:
