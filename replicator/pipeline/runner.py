@@ -394,16 +394,18 @@ class ChannelWorker:
             self.status.position = position
 
     # --- DDL ---------------------------------------------------------------------------------
-    def _all_channels_reached(self, key: str, collection_id: int) -> bool:
-        """A 2.3 drop waits until every channel of the collection has read up to it; the
-        channels that have are kept in the task's state, so a restart in between does not
-        forget them."""
+    def _arrive(self, key: str, member: str) -> set[str]:
+        """Add ``member`` to the set kept under ``key`` in the task's state (what has reached
+        a barrier: kept so that a restart in between does not forget it); the set now."""
         shared = self.shared
-        arrived = set(json.loads(shared.store.get_state(shared.task_id, key) or b"[]"))
-        arrived.add(self.pchannel)
+        arrived = {*json.loads(shared.store.get_state(shared.task_id, key) or b"[]"), member}
         shared.store.put_state(shared.task_id, key, json.dumps(sorted(arrived)).encode())
-        expected = shared.registry.pchannels(collection_id) or {self.pchannel}
-        return expected <= arrived
+        return arrived
+
+    def _all_channels_reached(self, key: str, collection_id: int) -> bool:
+        """A 2.3 drop waits until every channel of the collection has read up to it."""
+        arrived = self._arrive(key, self.pchannel)
+        return (self.shared.registry.pchannels(collection_id) or {self.pchannel}) <= arrived
 
     def _apply_ddl(self, event: CreateCollection | DropCollection | DropPartition) -> None:
         """A 2.3-2.5 DDL record, applied when read."""
@@ -470,13 +472,14 @@ class ChannelWorker:
             event, (StreamCreateCollection, StreamCreatePartition, StreamDropPartition)
         ):
             self.shared.ddl.names.observe(event)
+        op = self._ddl_op(event) if isinstance(event, StreamDdl) else None
         barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
-            isinstance(event, StreamDdl) and self._ddl_op(event).barrier
+            op is not None and op.barrier
         )
         with self.shared.ddl_lock:
             turn = self._broadcast_turn(meta, barrier)
             if turn:
-                self._apply_stream_ddl(event)
+                self._apply_stream_ddl(event, op)
                 self._broadcast_done(meta)
         # After a truncate or a partition drop the collection or partition lives on: a
         # channel that reached its copy first waits for the barrier, or what it writes next
@@ -503,13 +506,14 @@ class ChannelWorker:
                 shared.broadcasts.wait(1.0)
         self.status.state = "running"
 
-    def _apply_stream_ddl(self, event: Event) -> None:
+    def _apply_stream_ddl(self, event: Event, op: DdlOp | None) -> None:
+        """``op``: the decoded StreamDdl (None for the other records)."""
         shared = self.shared
         if isinstance(event, StreamCreateCollection):
             self._create_collection(event)
             return
-        if isinstance(event, StreamDdl):
-            self._apply_ddl_op(event)
+        if op is not None:
+            self._apply_ddl_op(op)
             return
         collection_ddl = (StreamDropCollection, StreamCreatePartition, StreamDropPartition)
         if not isinstance(event, collection_ddl):
@@ -541,26 +545,28 @@ class ChannelWorker:
                 f"{exc}"
             ) from exc
 
-    def _apply_ddl_op(self, event: StreamDdl) -> None:
+    def _apply_ddl_op(self, op: DdlOp) -> None:
         """Databases, aliases, indexes, load, alter/truncate collection, RBAC (see
         :mod:`replicator.pipeline.stream_ddl`); a rename moves the task's collection too."""
         applier = self.shared.ddl
         if applier is None:
-            log.warning("2.6 %s is not replicated by this runner; skipped", event.type_name)
+            log.warning("2.6 %s is not replicated by this runner; skipped", op.type_name)
             return
-        op = self._ddl_op(event)
         collection = self.shared.registry.resolve(op.collection_id) if op.collection_id else None
         outcome = applier.apply(op)
-        log.info("2.6 %s: %s %s", event.type_name, outcome.status, outcome.detail)
+        log.info("2.6 %s: %s %s", op.type_name, outcome.status, outcome.detail)
         if isinstance(op, CreateIndex) and collection is not None:
             # the WAL names indexes by id afterwards (DropIndex): kept for after a restart
             known = applier.names.index(op.collection_id, op.index.index_id)
             if known is not None:
                 key = f"{_INDEX_KEY}{op.collection_id}/{op.index.index_id}"
                 self.shared.store.put_state(self.shared.task_id, key, json.dumps(known).encode())
-        renamed = isinstance(op, AlterCollection) and ({"name", "db"} & op.changes)
-        if collection is not None and renamed and outcome.status in ("applied", "unchanged"):
-            assert isinstance(op, AlterCollection)
+        if (
+            isinstance(op, AlterCollection)
+            and {"name", "db"} & op.changes
+            and collection is not None
+            and outcome.status in ("applied", "unchanged")
+        ):
             new_db = applier.names.database(op.new_db_name) if op.new_db_name else None
             collection.db = new_db or collection.db
             collection.name = op.new_name or collection.name
@@ -614,12 +620,8 @@ class ChannelWorker:
         local = local_copies(event, self.pchannel)
         header = event.meta.broadcast
         if header is not None and len(local) > 1:
-            shared = self.shared
             key = f"switch/{header.broadcast_id}/{self.pchannel}"
-            seen = {*json.loads(shared.store.get_state(shared.task_id, key) or b"[]")}
-            seen.add(event.meta.vchannel)
-            if not local <= seen:
-                shared.store.put_state(shared.task_id, key, json.dumps(sorted(seen)).encode())
+            if not local <= self._arrive(key, event.meta.vchannel):
                 return None
         generation = parse_backend(self.backend)[1] + 1
         return WalSwitch(kind, config, event.ts, generation)

@@ -42,3 +42,20 @@ def target_client(milvus_lite_service):
     client = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def stream(kafka_mock):
+    """A Milvus 2.6 source of 3 pchannels on the Kafka mock, written by the test writer (see
+    tests/e2e/test_streaming_source.py), under a channel prefix of its own."""
+    import uuid
+
+    from harness.streaming_writer import StreamingWriter
+
+    from tests.e2e.test_streaming_source import Stream
+
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    source = Stream(writer, f"s26{uuid.uuid4().hex[:6]}", channels=3)
+    source.tick_all()  # the topics exist before the task reads their ends
+    yield source
+    writer.close()

@@ -56,23 +56,16 @@ class Stream:
         }
 
 
-@pytest.fixture
-def stream(kafka_mock):
-    writer = StreamingWriter(kafka_mock.bootstrap)
-    source = Stream(writer, f"s26{uuid.uuid4().hex[:6]}", channels=3)
-    source.tick_all()  # the topics exist before the task reads their ends
-    yield source
-    writer.close()
-
-
-def start_task(daemon, target_uri: str, stream: Stream, *collections: str) -> str:
-    created = daemon.call(
-        "create",
-        {
-            "milvus_connect_param": {"uri": target_uri},
-            "collection_infos": [{"name": name} for name in collections],
-        },
-    )
+def start_task(
+    daemon, target_uri: str, stream: Stream, *collections: str, **request: object
+) -> str:
+    """Create a task replicating ``collections`` of the default database (``request``: other
+    fields of the create request, e.g. db_collections) and wait until it has a position on
+    every channel of the stream; its id."""
+    body: dict[str, object] = {"milvus_connect_param": {"uri": target_uri}}
+    if collections:
+        body["collection_infos"] = [{"name": name} for name in collections]
+    created = daemon.call("create", {**body, **request})
     assert created.code == 200, created.body
     task_id = str(created.data["task_id"])
 
@@ -385,23 +378,12 @@ def test_rbac_follows_only_when_the_task_asks(
     suffix = uuid.uuid4().hex[:6]
     role, user = f"reader_{suffix}", f"alice_{suffix}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
-    created = daemon.call(
-        "create",
-        {
-            "milvus_connect_param": {"uri": milvus_source_rocksmq.uri},
-            "db_collections": {"*": [{"name": "*"}]},
-            "extra_info": {"enable_user_role": enable_user_role},
-        },
-    )
-    assert created.code == 200, created.body
-    task_id = str(created.data["task_id"])
-    wait_until(
-        lambda: (
-            len(daemon.call("position", {"task_id": task_id}).data.get("positions") or [])
-            == stream.channels
-        ),
-        30,
-        "positions",
+    task_id = start_task(
+        daemon,
+        milvus_source_rocksmq.uri,
+        stream,
+        db_collections={"*": [{"name": "*"}]},
+        extra_info={"enable_user_role": enable_user_role},
     )
     ddl = DdlWriter(w, f"{stream.pchannel(0)}_vcchan")
     ddl.alter_role(role)

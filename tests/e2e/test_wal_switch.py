@@ -14,7 +14,7 @@ import pytest
 from harness.kafka_mock import KafkaMock, kafka_mock_cluster
 from harness.rocksmq_writer import RocksmqWriter
 from harness.services import wait_until
-from harness.streaming_writer import KafkaSink, StreamingWriter
+from harness.streaming_writer import KafkaSink
 from pymilvus import MilvusClient
 
 from replicator.codec import streaming_headers as sh
@@ -75,19 +75,10 @@ def backends(daemon, task_id: str) -> dict[str, str]:
     return {p["channel_name"]: p["backend"] for p in positions}
 
 
-@pytest.fixture
-def stream_a(kafka_mock) -> Iterator[Stream]:
-    writer = StreamingWriter(kafka_mock.bootstrap)
-    source = Stream(writer, f"sw{uuid.uuid4().hex[:6]}", channels=3)
-    source.tick_all()
-    yield source
-    writer.close()
-
-
 def test_kafka_a_to_kafka_b_by_alter_wal_under_load(
-    daemon_factory, etcd_service, kafka_mock, kafka_b, target, target_milvus, stream_a
+    daemon_factory, etcd_service, kafka_mock, kafka_b, target, target_milvus, stream
 ):
-    stream, w = stream_a, stream_a.writer
+    w = stream.writer
     name = f"to_b_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     task_id, load = setup(stream, daemon, target.uri, name, 61001)
@@ -110,9 +101,9 @@ def test_kafka_a_to_kafka_b_by_alter_wal_under_load(
 
 
 def test_kafka_to_rocksmq_by_announcement_under_load(
-    daemon_factory, etcd_service, kafka_mock, target, target_milvus, stream_a, tmp_path: Path
+    daemon_factory, etcd_service, kafka_mock, target, target_milvus, stream, tmp_path: Path
 ):
-    stream, w = stream_a, stream_a.writer
+    w = stream.writer
     name = f"to_rmq_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     task_id, load = setup(stream, daemon, target.uri, name, 62001)
@@ -142,12 +133,12 @@ def test_sigkill_while_one_channel_has_switched_and_another_has_not(
     kafka_mock,
     kafka_b,
     milvus_source_rocksmq,
-    stream_a,
+    stream,
     tmp_path: Path,
     to: str,
 ):
     """Into a real Milvus 2.3.5 (a doubled row shows there; Milvus Lite may overwrite it)."""
-    stream, w = stream_a, stream_a.writer
+    w = stream.writer
     name = f"kill_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     task_id, load = setup(stream, daemon, milvus_source_rocksmq.uri, name, 63001)
