@@ -53,9 +53,11 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2  # noqa: E402
 
 from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.sql import SqlMetaStore, sqlite_url  # noqa: E402
+from replicator.pipeline.context import TaskContext  # noqa: E402
 from replicator.pipeline.registry import CollectionRegistry  # noqa: E402
-from replicator.pipeline.runner import ChannelStatus, ChannelWorker, _Shared  # noqa: E402
 from replicator.pipeline.selection import TaskSelection  # noqa: E402
+from replicator.pipeline.status import ChannelStatus  # noqa: E402
+from replicator.pipeline.worker import ChannelWorker  # noqa: E402
 from replicator.sources.kafka import KafkaSource  # noqa: E402
 
 DIM = 128
@@ -255,12 +257,13 @@ def run_pipeline(
     assert registry.add(collection_id, "default", "bench", schema or bench_schema(), (topic,))
     target = DiscardTarget(expect_rows)
     stop = threading.Event()
-    shared = _Shared(task_id, store, registry, target, stop)  # type: ignore[arg-type]
+    registry.mark_created(collection_id)
+    context = TaskContext.build(task_id, store, registry, target, stop)  # type: ignore[arg-type]
     source = TimedSource(bootstrap)
     status = ChannelStatus(topic)
     errors: list[BaseException] = []
     started = time.perf_counter()
-    worker = ChannelWorker(shared, source, source.backend, topic, None, None, status)
+    worker = ChannelWorker(context, source, topic, None, status)
 
     def run() -> None:
         try:

@@ -33,7 +33,7 @@ from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.streaming_writer import StreamingWriter, collection_schema  # noqa: E402
 from replication_throughput import consumer_config, raw_consume, run_pipeline  # noqa: E402
 
-from replicator.pipeline.runner import ChannelWorker  # noqa: E402
+from replicator.pipeline.worker import ChannelWorker  # noqa: E402
 
 COLLECTION_ID = 449_000_000_000_000_026
 MB = 1_000_000

@@ -7,7 +7,8 @@ the way to the target.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from pymilvus.grpc_gen import msg_pb2, schema_pb2
 
 from metastore import Position
 
@@ -43,7 +44,7 @@ class CollectionEvent(Event):
 
 @dataclass(frozen=True)
 class CreateCollection(CollectionEvent):
-    schema: Any  # schema_pb2.CollectionSchema
+    schema: schema_pb2.CollectionSchema
     vchannels: tuple[str, ...]
     pchannels: tuple[str, ...]
     partition_names: tuple[str, ...] = ()
@@ -63,14 +64,14 @@ class DropPartition(CollectionEvent):
 class Insert(CollectionEvent):
     partition_name: str
     num_rows: int
-    request: Any  # msg_pb2.InsertRequest; its fields_data go to the target as they are
+    request: msg_pb2.InsertRequest  # its fields_data go to the target as they are
 
 
 @dataclass(frozen=True)
 class Delete(CollectionEvent):
     partition_name: str
     num_rows: int
-    request: Any  # msg_pb2.DeleteRequest; primary_keys (int_id or str_id)
+    request: msg_pb2.DeleteRequest  # primary_keys (int_id or str_id)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+from pymilvus.grpc_gen import msg_pb2, schema_pb2
 
 from metastore import Position
 from replicator.codec.wire import WireError, find_bytes_field, find_varint_field, to_signed64
@@ -138,10 +138,3 @@ def _decode_body(msg_type: int, ts: int, collection_id: int, payload: bytes) -> 
         return DropCollection(ts=ts, collection_id=collection_id, **drop_collection_fields(payload))
     drop_partition = msg_pb2.DropPartitionRequest.FromString(payload)
     return DropPartition(ts=ts, collection_id=collection_id, **partition_fields(drop_partition))
-
-
-def msg_type_name(msg_type: int) -> str:
-    try:
-        return str(common_pb2.MsgType.Name(msg_type))
-    except ValueError:
-        return str(msg_type)

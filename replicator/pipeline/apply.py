@@ -41,7 +41,6 @@ class ApplyStats:
     rows_inserted: int = 0
     rows_deleted: int = 0
     bytes: int = 0
-    requests: int = 0
 
 
 def delete_keys(request: Any) -> list[int | str]:
@@ -122,7 +121,6 @@ class BatchApplier:
             )
             self.stats.rows_inserted += rows
             self.stats.bytes += sum(e.request.ByteSize() for e in run)
-            self.stats.requests += 1
             run.clear()
 
         for event in events:
@@ -140,5 +138,4 @@ class BatchApplier:
                 )
                 self.stats.rows_deleted += len(keys)
                 self.stats.bytes += event.request.ByteSize()
-                self.stats.requests += 1
         flush_inserts()

@@ -1,9 +1,13 @@
 """The collections a running task replicates: source id -> target collection, kept current from
-the source catalog and from the DDL the task reads. Shared by the task's channel workers."""
+the source catalog and from the DDL the task reads. Shared by the task's channel workers.
+
+A collection is registered before the target has made it (its data is decoded from then on) and
+marked created once the target has it: the replicate channel's calls about it wait for that."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from replicator.meta.catalog import DEFAULT_DB
@@ -19,7 +23,9 @@ class CollectionRegistry:
         self._by_id: dict[int, TargetCollection] = {}
         self._pchannels: dict[int, frozenset[str]] = {}
         self._source_names: dict[int, tuple[str, str]] = {}
+        self._created: set[int] = set()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def add(
         self, collection_id: int, db: str, name: str, schema: Any, pchannels: tuple[str, ...]
@@ -43,18 +49,40 @@ class CollectionRegistry:
             self._source_names[collection_id] = (db, name)
         return collection
 
+    def mark_created(self, collection_id: int) -> None:
+        """The target has the collection now."""
+        with self._changed:
+            self._created.add(collection_id)
+            self._changed.notify_all()
+
     def remove(self, collection_id: int) -> None:
         with self._lock:
             self._by_id.pop(collection_id, None)
             self._source_names.pop(collection_id, None)
+            self._created.discard(collection_id)
+
+    def _ready(self, source_name: tuple[str, str]) -> bool:
+        return any(
+            name == source_name and collection_id in self._created
+            for collection_id, name in self._source_names.items()
+        )
+
+    def wait_created(self, db: str, name: str, timeout: float, stop: threading.Event) -> bool:
+        """Wait until a selected source collection of this name is on the target; False after
+        ``timeout`` seconds or once ``stop`` is set."""
+        deadline = time.monotonic() + timeout
+        key = (db or DEFAULT_DB, name)
+        with self._changed:
+            while not self._ready(key):
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
 
     def selects(self, db: str, name: str) -> bool:
         """Does the task replicate a source collection of this name?"""
         return self._selection.selects(db or DEFAULT_DB, name)
-
-    def knows(self, db: str, name: str) -> bool:
-        """Is a selected source collection of this name being replicated now?"""
-        return (db or DEFAULT_DB, name) in set(self._source_names.values())
 
     def wanted(self, collection_id: int) -> bool:
         return collection_id in self._by_id

@@ -77,12 +77,23 @@ class SequencerStats:
     expired: int = 0
     orphans: int = 0  # transaction records without their BeginTxn
 
+    def counts(self) -> dict[str, int]:
+        """What was dropped on purpose, by cause."""
+        return {
+            "repeated_records": self.repeats,
+            "rolled_back_transactions": self.rolled_back,
+            "expired_transactions": self.expired,
+            "orphan_records": self.orphans,
+        }
+
 
 class ChannelSequencer:
-    def __init__(self, pchannel: str, released_tick: int = 0) -> None:
+    def __init__(
+        self, pchannel: str, released_tick: int = 0, stats: SequencerStats | None = None
+    ) -> None:
         self.pchannel = pchannel
         self.tick = released_tick  # everything at or below it is applied
-        self.stats = SequencerStats()
+        self.stats = stats if stats is not None else SequencerStats()
         self._pending: list[Pending] = []
         self._ticks: set[int] = set()  # _tt of the waiting 2.6 events
         self._txns: dict[tuple[str, int], _OpenTxn] = {}

@@ -17,22 +17,26 @@ one.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from metastore import MetaStore
 from replicator.codec.streaming import vchannel_pchannel
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced
+from replicator.errors import SourceConfigError, TaskFailedError, UnfollowableSwitchError
+from replicator.sources.base import WalSource
+
+if TYPE_CHECKING:  # these import WalSwitch from here
+    from replicator.pipeline.barriers import Barriers
+    from replicator.pipeline.checkpoint import ChannelCheckpoint
+    from replicator.pipeline.task_state import RunnerState
+
+OpenWal = Callable[[str, Mapping[str, str]], WalSource]
 
 log = logging.getLogger(__name__)
 
 READABLE_KINDS = ("kafka", "rocksmq", "pulsar")
-
-
-class UnfollowableSwitchError(Exception):
-    """The source moved its WAL somewhere this daemon cannot read."""
 
 
 @dataclass(frozen=True)
@@ -78,28 +82,67 @@ def local_copies(event: MqSwitchAnnounced | AlterWAL, pchannel: str) -> frozense
     return frozenset(v for v in header.vchannels if vchannel_pchannel(v) == pchannel)
 
 
-def _wal_key(pchannel: str, generation: int) -> str:
-    return f"wal/{pchannel}/{generation}"
-
-
-def record_switch(store: MetaStore, task_id: str, pchannel: str, switch: WalSwitch) -> None:
-    record = {"kind": switch.kind, "config": switch.config, "switch_ts": switch.switch_ts}
-    store.put_state(task_id, _wal_key(pchannel, switch.generation), json.dumps(record).encode())
-
-
-def recorded_switch(store: MetaStore, task_id: str, pchannel: str, backend: str) -> WalSwitch:
-    """How to reach the backend a saved position names."""
-    generation = parse_backend(backend)[1]
-    raw = store.get_state(task_id, _wal_key(pchannel, generation))
-    if raw is None:
-        raise UnfollowableSwitchError(
-            f"channel {pchannel}: the saved position is on {backend}, but the task's state has "
-            "no record of that WAL switch"
-        )
-    record = json.loads(raw)
-    return WalSwitch(record["kind"], dict(record["config"]), int(record["switch_ts"]), generation)
-
-
 def describe_config(config: Mapping[str, str]) -> str:
     """The setting names only: values may be secrets."""
     return ", ".join(sorted(config)) or "none (the daemon's settings for that backend)"
+
+
+class SwitchFollower:
+    """One channel's side of a switch: when its last copy is released, where it goes on."""
+
+    def __init__(
+        self, pchannel: str, state: RunnerState, barriers: Barriers, open_wal: OpenWal | None
+    ) -> None:
+        self.pchannel = pchannel
+        self._state = state
+        self._barriers = barriers
+        self._open_wal = open_wal  # None: this runner cannot follow a switch
+
+    def switch_point(self, event: MqSwitchAnnounced | AlterWAL, backend: str) -> WalSwitch | None:
+        """The switch, once this channel's last copy of its broadcast is released; None at
+        an earlier copy (the announcement has a copy per vchannel)."""
+        try:
+            kind, config = requested_switch(event, backend)
+        except UnfollowableSwitchError as exc:
+            raise UnfollowableSwitchError(f"channel {self.pchannel}: {exc}") from exc
+        local = local_copies(event, self.pchannel)
+        if not self._barriers.switch_copies_read(event.meta, self.pchannel, local):
+            return None
+        return WalSwitch(kind, config, event.ts, parse_backend(backend)[1] + 1)
+
+    def follow(
+        self, switch: WalSwitch, checkpoint: ChannelCheckpoint, left_behind: bool
+    ) -> WalSource:
+        """Everything up to the switch tick is applied: record the new WAL, then a position
+        at its start; the source to read on. ``left_behind``: records younger than the switch
+        were still on the old WAL (they are expected on the new one)."""
+        if self._open_wal is None:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL to {switch.kind}; "
+                "this runner was built without a way to open another WAL"
+            )
+        if left_behind:
+            log.warning(
+                "records younger than the WAL switch at ts %d were still on %s; they are "
+                "expected on %s",
+                switch.switch_ts,
+                checkpoint.backend,
+                switch.kind,
+            )
+        try:
+            source = self._open_wal(switch.kind, switch.config)
+        except SourceConfigError as exc:
+            raise TaskFailedError(
+                f"channel {self.pchannel}: the source switched its WAL at ts "
+                f"{switch.switch_ts}: {exc}"
+            ) from exc
+        self._state.record_switch(self.pchannel, switch)
+        checkpoint.switch_to(switch.backend, switch.switch_ts)
+        log.info(
+            "the source switched its WAL at ts %d: reading %s on %s (settings given: %s)",
+            switch.switch_ts,
+            self.pchannel,
+            switch.backend,
+            describe_config(switch.config),
+        )
+        return source

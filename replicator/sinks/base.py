@@ -1,19 +1,9 @@
-"""The sink contract: ``write`` buffers, ``flush`` returns when the target acknowledged.
-
-Errors carry ``retriable``: an unreachable target is retried with backoff, a request the target
-rejects fails the task.
-"""
+"""The sink contract's errors (see :mod:`replicator.errors`): an unreachable target is retried
+with backoff, a request the target rejects fails the task unless its caller expected that
+``rejection`` (already exists, not found, not offered by this target)."""
 
 from __future__ import annotations
 
+from replicator.errors import Rejection, SinkError, TargetRejectedError, TargetUnavailableError
 
-class SinkError(Exception):
-    retriable = False
-
-
-class TargetUnavailableError(SinkError):
-    retriable = True
-
-
-class TargetRejectedError(SinkError):
-    retriable = False
+__all__ = ["Rejection", "SinkError", "TargetRejectedError", "TargetUnavailableError"]

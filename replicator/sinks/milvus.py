@@ -19,17 +19,17 @@ from urllib.parse import urlsplit
 import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
-from replicator.sinks.base import SinkError, TargetRejectedError, TargetUnavailableError
+from replicator.errors import Rejection, SinkError, TargetRejectedError, TargetUnavailableError
+from replicator.sinks.milvus_status import (
+    GRPC_RETRIABLE,
+    grpc_rejection,
+    status_rejection,
+    status_retriable,
+)
 
 log = logging.getLogger(__name__)
 
 _SYSTEM_FIELD_IDS = (0, 1)  # RowID, Timestamp
-_RETRIABLE_CODES = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.ABORTED,
-}
 _MAX_MESSAGE = 512 * 1024 * 1024
 DELETE_CHUNK = 5000
 
@@ -115,6 +115,7 @@ class MilvusTarget:
 
     # --- plumbing ----------------------------------------------------------------------------
     def _call(self, method: str, request: Any, what: str) -> Any:
+        """One call; a failure is classified here, once (see :mod:`milvus_status`)."""
         try:
             response = getattr(self._stub, method)(
                 request, timeout=self._timeout, metadata=self._metadata
@@ -123,12 +124,17 @@ class MilvusTarget:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
             message = f"{what} on {self.address}: {code}: {details}"
-            if code in _RETRIABLE_CODES:
+            if code in GRPC_RETRIABLE:
                 raise TargetUnavailableError(message) from None
-            raise TargetRejectedError(message) from None
+            raise TargetRejectedError(message, grpc_rejection(code, details or "")) from None
         status = response if method in _STATUS_ONLY else getattr(response, "status", None)
         if status is not None and (status.code != 0 or status.error_code != 0):
-            raise TargetRejectedError(f"{what} on {self.address}: {status.reason or status.code}")
+            message = f"{what} on {self.address}: {status.reason or status.code}"
+            if status_retriable(status.code, status.error_code):
+                raise TargetUnavailableError(message)
+            raise TargetRejectedError(
+                message, status_rejection(status.code, status.error_code, status.reason)
+            )
         return response
 
     # --- DDL ---------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ class MilvusTarget:
                 f"create database {db}",
             )
         except TargetRejectedError as exc:
-            if "exist" not in str(exc).lower():
+            if exc.rejection is not Rejection.ALREADY_EXISTS:
                 raise
 
     def drop_collection(self, db: str, name: str) -> bool:
@@ -235,7 +241,7 @@ class MilvusTarget:
                 f"release partition {db}.{collection}.{partition}",
             )
         except TargetRejectedError as exc:
-            if not is_unimplemented(exc):
+            if exc.rejection is not Rejection.UNIMPLEMENTED:
                 raise  # Milvus Lite has no partition load state: nothing to release there
         self._call(
             "DropPartition",
@@ -370,8 +376,7 @@ class MilvusTarget:
                 f"describe indexes of {db}.{collection}",
             )
         except TargetRejectedError as exc:
-            text = str(exc).lower()
-            if "no index" in text or ("index" in text and "not" in text):
+            if exc.rejection is Rejection.NOT_FOUND:
                 return []  # "index not found" (Milvus), "no index on collection" (Lite)
             raise
         return list(response.index_descriptions)
@@ -617,11 +622,6 @@ class MilvusTarget:
                 ),
                 f"delete {len(chunk)} rows from {db}.{collection}",
             )
-
-
-def is_unimplemented(exc: SinkError) -> bool:
-    """The target does not offer the call at all (Milvus Lite: partition load and release)."""
-    return "UNIMPLEMENTED" in str(exc)
 
 
 KeyValues = Sequence[tuple[str, str]]

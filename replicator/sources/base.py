@@ -10,24 +10,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from metastore import Position
+from replicator.errors import SourceUnavailableError, WalTruncatedError
 from replicator.events import RawRecord
 
 # What one read_batch returns at most, in payload bytes (always at least one record): a backlog
 # of multi-MB Insert records is read a slice at a time, so memory stays bounded.
 READ_BYTES = 8 * 1024 * 1024
-
-
-class SourceUnavailableError(Exception):
-    """The broker cannot be reached; retriable."""
-
-    retriable = True
-
-
-class WalTruncatedError(Exception):
-    """The position to resume from is no longer held by the queue: records were lost to
-    retention. Not retriable; the task fails and says so (a backfill can repair the target)."""
-
-    retriable = False
 
 
 class ChannelReader(Protocol):
@@ -58,3 +46,12 @@ class WalSource(Protocol):
     def position_before(self, offset: int) -> bytes | None:
         """A message id to resume after so that reading starts at ``offset`` (None: from the
         beginning of the channel)."""
+
+
+__all__ = [
+    "READ_BYTES",
+    "ChannelReader",
+    "SourceUnavailableError",
+    "WalSource",
+    "WalTruncatedError",
+]

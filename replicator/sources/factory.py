@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from replicator.errors import SourceConfigError
 from replicator.sources.base import WalSource
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,6 @@ _PULSAR = {
     "auth_plugin": "auth_plugin",
     "auth_params": "auth_params",
 }
-
-
-class SourceConfigError(ValueError):
-    """A WAL cannot be opened with the settings given; the message names what is missing."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class PrefetchingReader:
         self._queue: queue.Queue[list[RawRecord] | BaseException] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leftover: list[RawRecord] = []  # of a batch read ahead, not yet asked for
         self._start()
 
     def _start(self) -> None:
@@ -43,6 +44,7 @@ class PrefetchingReader:
             self._thread = None
         while not self._queue.empty():
             self._queue.get_nowait()
+        self._leftover = []
 
     def _run(self) -> None:
         try:
@@ -62,16 +64,20 @@ class PrefetchingReader:
                 continue
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
-        """The next batch read ahead (its size was set at construction: ``max_records`` here
-        is not used); an error of the underlying reader is raised here, in the consumer."""
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return []
-        if isinstance(item, BaseException):
-            self._halt()
-            raise item
-        return item
+        """Up to ``max_records`` of the records read ahead (the rest of a larger batch is
+        kept for the next call); an error of the underlying reader is raised here, in the
+        consumer."""
+        if not self._leftover:
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return []
+            if isinstance(item, BaseException):
+                self._halt()
+                raise item
+            self._leftover = item
+        batch, self._leftover = self._leftover[:max_records], self._leftover[max_records:]
+        return batch
 
     def seek(self, position: Position | None) -> None:
         self._halt()

@@ -1,0 +1,123 @@
+"""Collections and partitions on the target: created, dropped, under the task's names.
+
+Both source generations go through here: a 2.3-2.5 DDL record is applied when read (a drop
+behind its barrier, see :mod:`barriers`); a 2.6 one when its broadcast's turn comes (see
+:mod:`broadcast_ddl`). Every operation is idempotent (the target is asked first), so a record
+read again after a restart changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from replicator.events import CreateCollection, DropCollection, DropPartition
+from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMeta
+from replicator.pipeline.barriers import Barriers
+from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.task_state import RunnerState
+from replicator.sinks.milvus import MilvusTarget
+
+log = logging.getLogger(__name__)
+
+VCHANNEL_OF_CONTROL = "_vcchan"  # 2.6's control channel is no shard
+
+
+class CollectionDdl:
+    def __init__(
+        self,
+        registry: CollectionRegistry,
+        target: MilvusTarget,
+        state: RunnerState,
+        barriers: Barriers,
+        describe: Callable[[int], CollectionMeta | None],
+    ) -> None:
+        self._registry = registry
+        self._target = target
+        self._state = state
+        self._barriers = barriers
+        # one collection of the source catalog, for what a CreateCollection record lacks
+        self._describe = describe
+
+    def apply_record(
+        self, event: CreateCollection | DropCollection | DropPartition, pchannel: str
+    ) -> None:
+        """A 2.3-2.5 DDL record, applied when read; a drop once every channel reached it."""
+        with self._barriers.ddl_lock:
+            if isinstance(event, CreateCollection):
+                self.create(event)
+            elif self._registry.resolve(event.collection_id) is None:
+                return  # not replicated
+            elif isinstance(event, DropPartition):
+                if self._barriers.partition_drop_reached(
+                    event.collection_id, event.partition_name, pchannel
+                ):
+                    self.drop_partition(event.collection_id, event.partition_name)
+            elif self._barriers.drop_reached(event.collection_id, pchannel):
+                self.drop(event.collection_id)
+
+    def create(self, event: CreateCollection) -> None:
+        # Milvus 2.3 leaves the record's db_name empty outside the default database (it names
+        # only the dbID), and the record has no consistency level: both come from the source
+        # catalog when it has the collection
+        meta = self._describe(event.collection_id)
+        db = meta.db_name if meta is not None else event.db_name
+        collection = self._registry.add(
+            event.collection_id, db, event.collection_name, event.schema, event.pchannels
+        )
+        if collection is None:
+            return
+        shards = len([v for v in event.vchannels if not v.endswith(VCHANNEL_OF_CONTROL)]) or 1
+        consistency = meta.consistency_level if meta is not None else 0
+        self._state.remember_collection(
+            CollectionMeta(
+                collection_id=event.collection_id,
+                db_id=0,
+                db_name=db or DEFAULT_DB,
+                name=event.collection_name,
+                schema=event.schema,
+                vchannels=event.vchannels,
+                pchannels=event.pchannels,
+                shards=shards,
+                consistency_level=consistency,
+                state=COLLECTION_CREATED,
+                create_time=0,
+            )
+        )
+        created = self._target.create_collection(
+            collection.db, collection.name, event.schema, shards, consistency
+        )
+        self._registry.mark_created(event.collection_id)
+        if created:
+            log.info("created collection %s.%s on the target", collection.db, collection.name)
+
+    def drop(self, collection_id: int) -> None:
+        collection = self._registry.resolve(collection_id)
+        if collection is None:
+            return
+        if self._target.drop_collection(collection.db, collection.name):
+            log.info("dropped collection %s.%s on the target", collection.db, collection.name)
+        self._registry.remove(collection_id)
+        self._state.forget_collection(collection_id)
+
+    def create_partition(self, collection_id: int, partition: str) -> None:
+        collection = self._registry.resolve(collection_id)
+        if collection is None or collection.partition_key:
+            return  # a partition-key collection's partitions are the target's own
+        if partition in ("", collection.default_partition):
+            return
+        self._target.create_partition(collection.db, collection.name, partition)
+        collection.known_partitions.add(partition)
+
+    def drop_partition(self, collection_id: int, partition: str) -> None:
+        collection = self._registry.resolve(collection_id)
+        if collection is None:
+            return
+        if self._target.drop_partition(collection.db, collection.name, partition):
+            log.info(
+                "dropped partition %s of %s.%s on the target",
+                partition,
+                collection.db,
+                collection.name,
+            )
+        collection.known_partitions.discard(partition)

@@ -1,0 +1,67 @@
+"""What the channel workers of one task share: the task's collections, its target connection,
+its state in the metastore, the barriers between channels, and the DDL appliers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from metastore import MetaStore
+from replicator.meta.catalog import CollectionMeta
+from replicator.pipeline.barriers import Barriers
+from replicator.pipeline.broadcast_ddl import BroadcastDdl
+from replicator.pipeline.collection_ddl import CollectionDdl
+from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.stream_ddl import StreamDdlApplier
+from replicator.pipeline.task_state import RunnerState
+from replicator.pipeline.wal_switch import OpenWal
+from replicator.sinks.milvus import MilvusTarget
+
+
+@dataclass
+class TaskContext:
+    task_id: str
+    store: MetaStore
+    state: RunnerState
+    registry: CollectionRegistry
+    target: MilvusTarget
+    stop: threading.Event  # set to stop every worker of the task
+    barriers: Barriers
+    collections: CollectionDdl
+    broadcasts: BroadcastDdl
+    # the source's WAL on another backend after it switched; None: switches are not followed
+    open_wal: OpenWal | None = None
+
+    @classmethod
+    def build(
+        cls,
+        task_id: str,
+        store: MetaStore,
+        registry: CollectionRegistry,
+        target: MilvusTarget,
+        stop: threading.Event,
+        *,
+        describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None,
+        ddl: StreamDdlApplier | None = None,
+        open_wal: OpenWal | None = None,
+    ) -> TaskContext:
+        """``describe``: one collection of the source catalog (for what a CreateCollection
+        record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
+        (None: skipped)."""
+        state = RunnerState(store, task_id)
+        barriers = Barriers(state, registry)
+        collections = CollectionDdl(registry, target, state, barriers, describe)
+        broadcasts = BroadcastDdl(collections, barriers, registry, state, ddl, stop)
+        return cls(
+            task_id,
+            store,
+            state,
+            registry,
+            target,
+            stop,
+            barriers,
+            collections,
+            broadcasts,
+            open_wal,
+        )

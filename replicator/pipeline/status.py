@@ -1,0 +1,119 @@
+"""What a task shows of itself while it runs: per channel status, and the task's warnings.
+
+Warnings (history lost to retention, a failed backfill) are kept in the task's state, shown in
+``progress.warnings`` and, while the task is Running, appended to its ``reason`` (a resume clears
+the reason; the warnings stay).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
+from replicator.pipeline.task_state import RunnerState
+
+log = logging.getLogger(__name__)
+
+LOGICAL_BITS = 18  # hybrid timestamp: physical milliseconds << 18 | logical
+
+
+class ChannelState(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    RETRYING = "retrying"  # the source, target or metastore failed; ``detail`` says how
+    WAITING = "waiting"  # at a barrier for other channels; ``detail`` says which
+
+
+@dataclass
+class ChannelStatus:
+    pchannel: str
+    rows: int = 0
+    bytes: int = 0
+    position: Position | None = None
+    # the source time (hybrid ts) up to which everything on the channel is on the target
+    applied_ts: int = 0
+    state: ChannelState = ChannelState.STARTING
+    detail: str = ""
+    # DML channels carry time ticks; the replicate channel does not, so the age of its last
+    # record says nothing about lag and it is left out of it
+    has_ticks: bool = True
+    # read to the end with nothing waiting: a 2.6 pchannel with no writes has no ticks either,
+    # and its last tick's age is no lag
+    caught_up: bool = False
+    # records dropped on purpose, by cause (repeats, rolled back, expired, orphans)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def set_state(self, state: ChannelState, detail: str = "") -> None:
+        self.state, self.detail = state, detail
+
+    def applied(self, ts: int) -> None:
+        self.applied_ts = max(self.applied_ts, ts)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """Source time not yet on the target; None until the channel's first time tick. It is
+        computed when asked, so a stuck worker shows a growing lag."""
+        if not self.applied_ts or not self.has_ticks:
+            return None
+        if self.caught_up:
+            return 0.0
+        return max(0.0, time.time() - (self.applied_ts >> LOGICAL_BITS) / 1000)
+
+    def view(self) -> dict[str, Any]:
+        state = f"{self.state}: {self.detail}" if self.detail else str(self.state)
+        view: dict[str, Any] = {
+            "channel": self.pchannel,
+            "state": state,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "position": None if self.position is None else self.position.to_json(),
+        }
+        if any(self.skipped.values()):
+            view["skipped"] = {k: v for k, v in self.skipped.items() if v}
+        return view
+
+
+class TaskWarnings:
+    """The task's warnings: kept in its state, shown in progress and in a Running task's
+    reason."""
+
+    def __init__(self, store: MetaStore, state: RunnerState, task_id: str) -> None:
+        self._store = store
+        self._state = state
+        self._task_id = task_id
+        self.items: list[str] = []
+
+    def load(self) -> None:
+        self.items = self._state.warnings()
+
+    def warn(self, text: str) -> None:
+        log.warning("%s", text)
+        if text not in self.items:
+            self.items.append(text)
+            self._state.save_warnings(self.items)
+        self.show()
+
+    def show(self) -> None:
+        """Put the warnings into the reason of the Running task (resume clears the reason)."""
+        if not self.items:
+            return
+        task = self._store.get_task(self._task_id)
+        if task is None or task.state is not TaskState.RUNNING:
+            return
+        missing = [w for w in self.items if w not in task.reason]
+        if not missing:
+            return
+        try:
+            self._store.update_task(
+                task.task_id,
+                state=TaskState.RUNNING,
+                reason="; ".join([task.reason, *missing] if task.reason else missing),
+                expected_revision=task.revision,
+            )
+        except ConcurrentUpdateError:
+            log.info("task changed while recording a warning; it stays in progress.warnings")

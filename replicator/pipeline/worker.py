@@ -1,0 +1,267 @@
+"""One source pchannel of a task: read, decode, sequence, and hand what a tick releases to the
+target, the DDL appliers or the WAL switch.
+
+Ordering (see :mod:`sequencer`): at a TimeTick ``t`` every event with ``ts <= t`` is final (no
+later record can be older) and is applied in (ts, delete-first) order; younger events wait for
+a later tick. An upsert's Insert and Delete share one timestamp but a tick can fall between
+them, so a batch cut at the tick alone would apply the Insert, then the Delete, and lose the
+row. Events released by the ticks of one read are written together when the read is done: a
+worker behind its channel writes few large requests, not one per tick. The saved position
+never passes a waiting event or an open transaction; the commit itself is :mod:`checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from metastore import MetaStoreError, Position, PositionConflictError, TaskNotFoundError
+from replicator.codec.streaming import decode_any
+from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced, StreamCreateCollection
+from replicator.errors import (
+    CdcError,
+    TaskFailedError,
+    WalTruncatedError,
+    is_retriable,
+)
+from replicator.events import (
+    CreateCollection,
+    Delete,
+    DropCollection,
+    DropPartition,
+    FailedRecord,
+    Insert,
+    RawRecord,
+    Skipped,
+    TimeTick,
+)
+from replicator.meta.catalog import DEFAULT_DB
+from replicator.pipeline.apply import BatchApplier
+from replicator.pipeline.checkpoint import ChannelCheckpoint
+from replicator.pipeline.context import TaskContext
+from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
+from replicator.pipeline.status import ChannelState, ChannelStatus
+from replicator.pipeline.wal_switch import SwitchFollower
+from replicator.sources.base import ChannelReader, WalSource
+from replicator.sources.prefetch import PrefetchingReader
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+READ_TIMEOUT = 0.2
+IDLE_SAVE_SECONDS = 5.0
+MAX_BACKOFF = 30.0
+
+
+def read_with_retries(
+    checkpoint: ChannelCheckpoint,
+    status: ChannelStatus,
+    context: TaskContext,
+    open_reader: Callable[[Position | None], ChannelReader],
+    consume: Callable[[ChannelReader], bool],
+) -> None:
+    """Open a reader after the saved position and ``consume`` it until the task stops (True
+    from ``consume``: go on from the saved position, on the WAL the source switched to). A
+    retriable failure of the source, target or metastore rewinds to the saved position after
+    a backoff; any other fails the task with a reason naming the channel."""
+    pchannel, backoff = checkpoint.pchannel, 1.0
+    start = checkpoint.saved
+    while not context.stop.is_set():
+        reader: ChannelReader | None = None
+        try:
+            reader = open_reader(start if start is not None and start.msg_id else None)
+            status.set_state(ChannelState.RUNNING)
+            if not consume(reader):
+                return
+            start = checkpoint.saved
+        except (TaskFailedError, TaskNotFoundError, PositionConflictError):
+            raise
+        except WalTruncatedError as exc:
+            raise TaskFailedError(f"channel {pchannel}: {exc}") from exc
+        except (CdcError, MetaStoreError) as exc:
+            if not is_retriable(exc):
+                raise TaskFailedError(
+                    f"channel {pchannel}, reading {_after(checkpoint.saved)}: {exc}"
+                ) from exc
+            status.set_state(ChannelState.RETRYING, str(exc))
+            log.warning("retrying in %.0f s: %s", backoff, exc)
+            start = checkpoint.rewind()  # re-read what was not committed
+            context.stop.wait(backoff)
+            backoff = min(MAX_BACKOFF, backoff * 2)
+        finally:
+            if reader is not None:
+                reader.close()
+
+
+def _after(saved: Position | None) -> str:
+    if saved is None:
+        return "from the beginning"
+    return f"after position {saved.msg_id.hex()} (ts {saved.ts})"
+
+
+@dataclass
+class _Read:
+    """What one read of the channel produced."""
+
+    ready: list[Pending] = field(default_factory=list)  # released data, written at its end
+    commit_at: bytes | None = None  # the position once ``ready`` is on the target
+    applied_to: int = 0  # the source time applied once ``ready`` is written
+    changed: bool = False  # DDL or control applied: save the position
+
+
+class ChannelWorker:
+    sequencer: ChannelSequencer  # one per reading (from the saved position's tick)
+
+    def __init__(
+        self,
+        context: TaskContext,
+        source: WalSource,
+        pchannel: str,
+        saved: Position | None,
+        status: ChannelStatus,
+    ) -> None:
+        self.context = context
+        self.source = source
+        self.pchannel = pchannel
+        self.status = status
+        self.applier = BatchApplier(context.target, context.registry.resolve)
+        self.checkpoint = ChannelCheckpoint(
+            context.store,
+            context.state,
+            context.task_id,
+            pchannel,
+            saved.backend if saved is not None else source.backend,
+            saved,
+            self.applier,
+            lambda msg_id: self.source.offset_of(msg_id),
+        )
+        self.switches = SwitchFollower(pchannel, context.state, context.barriers, context.open_wal)
+        self.skipped = SequencerStats()  # across the sequencers of restarts and switches
+        self._last: RawRecord | None = None  # the last record read
+        # 2.6 collections whose CreateCollection was read here but is not applied yet
+        self._announced: set[int] = set()
+
+    def run(self) -> None:
+        read_with_retries(
+            self.checkpoint,
+            self.status,
+            self.context,
+            lambda start: PrefetchingReader(
+                self.source.open_channel(self.pchannel, start), READ_BATCH
+            ),
+            self._consume,
+        )
+
+    def _consume(self, reader: ChannelReader) -> bool:
+        """Read until the task stops; True when the source switched its WAL and this channel
+        now reads it from the new backend."""
+        saved = self.checkpoint.saved
+        seq = self.sequencer = ChannelSequencer(
+            self.pchannel, saved.ts if saved else 0, stats=self.skipped
+        )
+        self._last = None
+        last_save = time.monotonic()
+        while not self.context.stop.is_set():
+            read = _Read()
+            records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
+            self.status.caught_up = not records and not seq.waiting()
+            for record in records:
+                if self._dispatch(record, read):
+                    return True
+            idle = time.monotonic() - last_save > IDLE_SAVE_SECONDS
+            if read.commit_at is not None and (read.ready or read.changed or idle):
+                self._write(read.ready, read.commit_at)
+                last_save = time.monotonic()
+            if read.applied_to:
+                self.status.applied(read.applied_to)
+            self.status.skipped = self.skipped.counts()
+        # stopping: events still waiting for their tick are re-read after a restart
+        last = self._last
+        if last is not None and not seq.waiting() and last.offset > self.checkpoint.saved_offset():
+            self._write([], last.msg_id)
+        return False
+
+    def _dispatch(self, record: RawRecord, read: _Read) -> bool:
+        """Decode one record and sequence it; True when it switched the channel's WAL."""
+        seq = self.sequencer
+        before = self._last.msg_id if self._last is not None else self._saved_msg_id()
+        self._last = record
+        event = decode_any(record, self.checkpoint.backend, self._wanted)
+        if isinstance(event, FailedRecord):
+            raise TaskFailedError(
+                f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
+            )
+        switching = isinstance(event, (MqSwitchAnnounced, AlterWAL))
+        if switching:
+            # Nothing older follows a switch copy on the old WAL (the switch holds the
+            # cluster's exclusive lock, and AlterWAL is the backend's last record): the copy
+            # releases like a tick
+            seq.add(Pending(record.offset, event, before))
+        if isinstance(event, TimeTick) or switching:
+            return self._release(event.ts, record, read)
+        if meta_of(event) is None:  # 2.3-2.5
+            if isinstance(event, (Insert, Delete)):
+                seq.add(Pending(record.offset, event, before))
+            elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
+                # DML older than the DDL goes first; a drop's barrier needs it applied
+                self._write(read.ready + seq.take_older(event.ts), read.commit_at)
+                read.ready, read.commit_at = [], None
+                self.context.collections.apply_record(event, self.pchannel)
+        elif not isinstance(event, Skipped):
+            if isinstance(event, StreamCreateCollection):
+                self._announce(event)
+            seq.add(Pending(record.offset, event, before))
+        return False
+
+    def _release(self, tick: int, record: RawRecord, read: _Read) -> bool:
+        """What a tick (or a switch copy) makes final: data joins the read's batch, 2.6 DDL
+        and control apply in tick order with it. True when the channel switched its WAL."""
+        seq = self.sequencer
+        released = seq.release(tick)
+        for i, item in enumerate(released):
+            if isinstance(item.event, (Insert, Delete)):
+                read.ready.append(item)
+                continue
+            self._write(read.ready, None)
+            read.ready, read.changed = [], True
+            event = item.event
+            if isinstance(event, (MqSwitchAnnounced, AlterWAL)):
+                switch = self.switches.switch_point(event, self.checkpoint.backend)
+                if switch is not None:
+                    left_behind = i + 1 < len(released) or seq.waiting()
+                    self.source = self.switches.follow(switch, self.checkpoint, left_behind)
+                    self.status.position = self.checkpoint.saved
+                    return True
+                continue
+            self.context.broadcasts.apply(event, self.pchannel, self.status)
+            if isinstance(event, StreamCreateCollection):
+                self._announced.discard(event.collection_id)
+        oldest = seq.resume_point()
+        read.commit_at = oldest.before if oldest is not None else record.msg_id
+        # everything up to the oldest waiting event is on the target once written
+        read.applied_to = seq.applied_to()
+        return False
+
+    def _write(self, batch: list[Pending], at: bytes | None) -> None:
+        stats = self.applier.stats
+        before = stats.rows_inserted + stats.rows_deleted
+        self.checkpoint.commit(batch, at, self.sequencer.tick)
+        self.status.rows += stats.rows_inserted + stats.rows_deleted - before
+        self.status.bytes = stats.bytes
+        self.status.position = self.checkpoint.saved
+
+    def _wanted(self, collection_id: int) -> bool:
+        """Decode this collection's data? Selected and known, or announced by a 2.6
+        CreateCollection read on this channel and not yet applied (its data follows it in the
+        channel but the creation waits for a tick)."""
+        return self.context.registry.wanted(collection_id) or collection_id in self._announced
+
+    def _announce(self, event: StreamCreateCollection) -> None:
+        if self.context.registry.selects(event.db_name or DEFAULT_DB, event.collection_name):
+            self._announced.add(event.collection_id)
+
+    def _saved_msg_id(self) -> bytes | None:
+        saved = self.checkpoint.saved
+        return None if saved is None else saved.msg_id
