@@ -56,7 +56,9 @@ class Rejection(enum.Enum):
     NOT_FOUND = "not found"
     UNIMPLEMENTED = "unimplemented"  # the target does not offer the call (or that use of it)
     LOADED = "loaded"  # refused while the collection is loaded (drop index)
-    NO_RESOURCES = "no resources"  # not enough query nodes or replicas
+    # the replica count cannot be had: too few query nodes, or (2.3) a loaded collection's
+    # count cannot change
+    REPLICAS = "replicas"
     OTHER = "other"
 
 

@@ -220,7 +220,7 @@ class StreamDdlApplier:
                 # Milvus Lite has no partition load state: load the collection instead
                 self.target.load(db, name, replicas=op.replica_number, load_fields=load_fields)
                 return Outcome("skipped", f"{what}: partition load not offered; loaded all")
-            if op.replica_number > 1 and exc.rejection is Rejection.NO_RESOURCES:
+            if op.replica_number > 1 and exc.rejection is Rejection.REPLICAS:
                 return Outcome("skipped", f"{what}: the target keeps its own replicas ({exc})")
             raise
         return Outcome("applied", what)

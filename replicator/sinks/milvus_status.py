@@ -24,12 +24,12 @@ _REASON_MASK = (1 << 16) - 1
 _MERR_NOT_FOUND = {100, 200, 202, 700, 800, 1600, 1603, 1700}
 _MERR_EXISTS = {702, 1602}  # index duplicates, alias already exists
 _MERR_UNSUPPORTED = {701, 3000}  # index type not supported, unsupported operation
-_MERR_NO_RESOURCES = {304, 401, 903}  # resource group nodes, replica not available, node lacks
+_MERR_REPLICAS = {304, 401, 903}  # resource group nodes, replica not available, node lacks
 _MERR_RETRIABLE = {1, 2, 4}  # service not ready, unavailable, request limit exceeded
 
 # common.proto ErrorCode
 _LEGACY_NOT_FOUND = {4, 25, 28}  # CollectionNotExists, IndexNotExist, CollectionNameNotFound
-_LEGACY_NO_RESOURCES = {46, 52}  # NoReplicaAvailable, InsufficientMemoryToLoad
+_LEGACY_REPLICAS = {46, 52}  # NoReplicaAvailable, InsufficientMemoryToLoad
 _LEGACY_RETRIABLE = {49, 56, 57}  # RateLimit, NotReadyServe, NotReadyCoordActivating
 
 _GRPC_REJECTIONS = {
@@ -49,8 +49,8 @@ _PHRASES: tuple[tuple[Rejection, tuple[str, ...]], ...] = (
     (Rejection.UNIMPLEMENTED, ("unimplemented", "marshal called with nil", "properties is empty")),
     (Rejection.NOT_FOUND, ("not exist", "not found", "doesn't exist", "no index")),
     (Rejection.ALREADY_EXISTS, ("exist", "duplicate", "already")),
-    (Rejection.LOADED, ("is loaded", "has been loaded", "collection loaded")),
-    (Rejection.NO_RESOURCES, ("replica", "node")),
+    (Rejection.REPLICAS, ("replica", "node")),
+    (Rejection.LOADED, ("is loaded", "loaded collection", "collection loaded", "release it first")),
 )
 
 
@@ -79,8 +79,8 @@ def status_rejection(code: int, error_code: int, reason: str) -> Rejection:
         return Rejection.ALREADY_EXISTS
     if reason_code in _MERR_UNSUPPORTED:
         return Rejection.UNIMPLEMENTED
-    if reason_code in _MERR_NO_RESOURCES or error_code in _LEGACY_NO_RESOURCES:
-        return Rejection.NO_RESOURCES
+    if reason_code in _MERR_REPLICAS or error_code in _LEGACY_REPLICAS:
+        return Rejection.REPLICAS
     return reason_rejection(reason)
 
 

@@ -25,7 +25,7 @@ from replicator.sinks.milvus_status import grpc_rejection, status_rejection, sta
         (800, 1, "database not found[database=x]", Rejection.NOT_FOUND),
         (1602, 1, "alias already exist", Rejection.ALREADY_EXISTS),
         (3000, 1, "unsupported operation", Rejection.UNIMPLEMENTED),
-        (903, 1, "node lacks", Rejection.NO_RESOURCES),
+        (903, 1, "node lacks", Rejection.REPLICAS),
         # module bits above the reason code do not hide it
         ((3 << 16) | 100, 4, "collection not found", Rejection.NOT_FOUND),
         # legacy error codes
@@ -39,6 +39,18 @@ from replicator.sinks.milvus_status import grpc_rejection, status_rejection, sta
             "index cannot be dropped, collection is loaded, please release it first",
             Rejection.LOADED,
         ),
+        (
+            1,
+            1,
+            "index cannot be dropped on loaded collection; call release() first",
+            Rejection.LOADED,
+        ),  # Milvus Lite (seen)
+        (
+            1100,
+            1,
+            "can't change the replica number for loaded collection: invalid parameter",
+            Rejection.REPLICAS,
+        ),  # Milvus 2.3.5 (seen)
         (1100, 1, "Marshal called with nil", Rejection.UNIMPLEMENTED),
         (1100, 1, "invalid parameter: dim", Rejection.OTHER),
         (1, 1, "collection not loaded", Rejection.OTHER),
