@@ -12,6 +12,11 @@ FailureCallback = Callable[[str, str], Coroutine[Any, Any, None]]
 
 
 class TaskRunner(Protocol):
+    async def prepare(self) -> None:
+        """Decide and save where every channel of a new task starts (one that has no
+        positions yet), so that every write the source acknowledges afterwards is replicated;
+        raises when the source cannot be read. Nothing to do for a task that has positions."""
+
     async def start(self) -> None:
         """Begin replicating; return once running (errors here fail the task)."""
 

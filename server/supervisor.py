@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from metastore import (
     ConcurrentUpdateError,
     MetaStore,
+    MetaStoreError,
     Position,
     TaskExistsError,
     TaskNotFoundError,
@@ -34,6 +35,7 @@ from metastore import (
 )
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
+from replicator.errors import CdcError
 from replicator.pipeline.selection import selection_of, selections_overlap
 from server.api_models import (
     BackfillRequest,
@@ -43,7 +45,7 @@ from server.api_models import (
     validate_backfill,
     validate_create,
 )
-from server.errors import ConflictError, NotFoundError
+from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
 
@@ -126,8 +128,8 @@ class TaskSupervisor:
         auto_start = not spec["disable_auto_start"]
         record = TaskRecord(
             task_id=task_id,
-            state=TaskState.RUNNING if auto_start else TaskState.INITIAL,
-            reason="" if auto_start else "created with disable_auto_start",
+            state=TaskState.INITIAL,
+            reason="starting" if auto_start else "created with disable_auto_start",
             spec=spec,
             created_at=now,
             updated_at=now,
@@ -141,13 +143,18 @@ class TaskSupervisor:
                 raise ConflictError(f"task_id: task {task_id} already exists") from exc
             self._remember(stored)
             with log_context(task_id=task_id):
-                log.info("task created in state %s", stored.state.value)
+                log.info("task created")
                 if spec.get("backfill"):
                     job = BackfillJob.new(spec["backfill"]["collections"])
                     await self._io(BackfillState(self._store, task_id).save_job, job)
                     log.info("backfill %s of %s asked", job.job_id, job.requested)
-            if auto_start:
-                stored = await self._start_runner(stored)
+                if auto_start:
+                    try:
+                        stored = await self._launch(stored)
+                    except UnavailableError:
+                        await self._io(self._store.delete_task, task_id)
+                        self._states.pop(task_id, None)
+                        raise
         return stored
 
     def _check_admission(
@@ -199,8 +206,23 @@ class TaskSupervisor:
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
-            task = await self._set_state(task, TaskState.RUNNING, "")
-            return await self._start_runner(task)
+            return await self._launch(task)
+
+    async def _launch(self, task: TaskRecord) -> TaskRecord:
+        """Fix where a task without positions starts (a 503, and no change, when the source
+        cannot be read), then set it Running and start its runner."""
+        runner = self._runner_factory(task, self._store, self._on_runner_failure)
+        with log_context(task_id=task.task_id):
+            try:
+                await runner.prepare()
+            except (CdcError, MetaStoreError, OSError) as exc:
+                log.warning("start positions not fixed: %s", exc)
+                raise UnavailableError(
+                    f"task {task.task_id}: the source could not be read to fix where the task "
+                    f"starts, so it was not started: {type(exc).__name__}: {exc}"
+                ) from exc
+        task = await self._set_state(task, TaskState.RUNNING, "")
+        return await self._start_runner(task, runner)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:
         """Ask for a backfill of a task's collections: a Running task stops its workers (their
@@ -269,9 +291,9 @@ class TaskSupervisor:
             )
         return updated
 
-    async def _start_runner(self, task: TaskRecord) -> TaskRecord:
+    async def _start_runner(self, task: TaskRecord, runner: TaskRunner | None = None) -> TaskRecord:
         """Start the runner of a task stored as Running; a runner that cannot start fails it."""
-        runner = self._runner_factory(task, self._store, self._on_runner_failure)
+        runner = runner or self._runner_factory(task, self._store, self._on_runner_failure)
         with log_context(task_id=task.task_id):
             try:
                 await runner.start()

@@ -58,7 +58,7 @@ def register_collections(
 
 @dataclass
 class ChannelStarts:
-    positions: dict[str, Position | None]  # per DML channel; None: from its beginning
+    positions: dict[str, Position]  # per DML channel
     history_lost: list[str]  # channels whose selected history the queue no longer holds
 
 
@@ -85,8 +85,7 @@ def channel_starts(
             start, lost = initial_position(source, pchannel, marks, catalog, registry, at_end)
             if lost:
                 starts.history_lost.append(pchannel)
-            if start is not None:
-                store.save_position(task_id, start, None)
+            store.save_position(task_id, start, None)
         starts.positions[pchannel] = start
     return starts
 
@@ -98,7 +97,7 @@ def initial_position(
     catalog: dict[int, CollectionMeta],
     registry: CollectionRegistry,
     at_end: bool = False,
-) -> tuple[Position | None, bool]:
+) -> tuple[Position, bool]:
     """Where a new task starts on a channel (see the module docstring); the flag tells that
     selected history was lost."""
     earliest, latest = watermarks
@@ -117,20 +116,21 @@ def initial_position(
 
 def replicate_start(
     store: MetaStore, task_id: str, source: WalSource, pchannel: str, saved: Position | None
-) -> Position | None:
+) -> Position:
     """The replicate channel's start: its saved position, else before its oldest record."""
     if saved is not None:
         return saved
     earliest, _ = source.watermarks(pchannel)
     start = _before(source, pchannel, earliest)
-    if start is not None:
-        store.save_position(task_id, start, None)
+    store.save_position(task_id, start, None)
     return start
 
 
-def _before(source: WalSource, pchannel: str, offset: int) -> Position | None:
+def _before(source: WalSource, pchannel: str, offset: int) -> Position:
+    """A position to resume after so that ``offset`` is read next; with an empty message id
+    when that is the channel's first record (readers then start at the beginning)."""
     msg_id = source.position_before(offset)
-    return None if msg_id is None else Position(source.backend, pchannel, msg_id, 0)
+    return Position(source.backend, pchannel, msg_id or b"", 0)
 
 
 def source_at(

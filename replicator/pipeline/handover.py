@@ -64,7 +64,7 @@ class BackfillStage:
         job: BackfillJob,
         catalog: dict[int, CollectionMeta],
         registry: CollectionRegistry,
-        starts: dict[str, Position | None],
+        starts: dict[str, Position],
     ) -> bool:
         """Run a pending or interrupted job; False when the runner was stopped meanwhile.
         ``starts`` (the workers' start positions) may be moved back by the hand-over."""
@@ -87,7 +87,7 @@ class BackfillStage:
                 self._warnings.warn(f"backfill {finished.job_id} failed: {finished.reason}")
         return True
 
-    def _hand_over(self, starts: dict[str, Position | None]) -> None:
+    def _hand_over(self, starts: dict[str, Position]) -> None:
         for pchannel, start in starts.items():
             wal = self._source_at(pchannel, start)  # the WAL the channel is on now
             if start is not None and start.msg_id:

@@ -20,7 +20,7 @@ from typing import Any
 
 from metastore import MetaStore, MetaStoreError, Position, TaskNotFoundError, TaskRecord
 from replicator.backfill.phase import DriverLauncher
-from replicator.backfill.state import BackfillJob
+from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.errors import CdcError, TaskFailedError, is_retriable
 from replicator.log_context import log_context
 from replicator.meta.catalog import AliasMeta, CollectionMeta
@@ -102,6 +102,45 @@ class ReplicationRunner:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._backfill: BackfillStage | None = None
+
+    async def prepare(self) -> None:
+        await asyncio.to_thread(self._fix_starts)
+
+    def _fix_starts(self) -> None:
+        """Where a new task starts, decided and saved before create answers (see
+        :mod:`bootstrap`): every write after the answer is then after the start, whenever
+        the workers get there."""
+        saved = self.store.get_positions(self.task.task_id)
+        missing = [ch for ch in self.context.channels if ch not in saved]
+        rpc_missing = bool(self.rpc_channel) and self.rpc_channel not in saved
+        if not missing and not rpc_missing:
+            return
+        with log_context(task_id=self.task.task_id):
+            source = self.context.source()
+            watermarks = {ch: source.watermarks(ch) for ch in missing}
+            catalog = self.context.catalog()
+            registry = CollectionRegistry(self.selection, self.context.default_partition)
+            for meta in catalog.values():
+                if not meta.dropped:
+                    registry.add(
+                        meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
+                    )
+            backfills = self.context.backfill is not None
+            job = BackfillState(self.store, self.task.task_id).job() if backfills else None
+            channel_starts(
+                self.store,
+                self.task.task_id,
+                source,
+                missing,
+                saved,
+                watermarks,
+                catalog,
+                registry,
+                at_end=job is not None and job.active and job.covers_all,
+            )
+            if rpc_missing:
+                replicate_start(self.store, self.task.task_id, source, self.rpc_channel, None)
+            log.info("start positions saved on %d channel(s)", len(missing) + rpc_missing)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -134,6 +134,9 @@ class FailingStart:
     def __init__(self, task, _store, _on_failure) -> None:
         pass
 
+    async def prepare(self) -> None:
+        pass  # these stand-ins have no source: nothing to fix
+
     async def start(self) -> None:
         if FailingStart.failing:
             raise ConnectionRefusedError("source etcd: connection refused")

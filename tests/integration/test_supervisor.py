@@ -23,6 +23,9 @@ class ScriptedRunner:
         self.events, self.task_id, self.on_failure = events, task.task_id, on_failure
         self.fail_start = fail_start
 
+    async def prepare(self) -> None:
+        pass  # these stand-ins have no source: nothing to fix
+
     async def start(self) -> None:
         self.events.append(("start", self.task_id))
         if self.fail_start:
