@@ -49,6 +49,7 @@ from replicator.codec.streaming_events import (
     AlterWAL,
     BeginTxn,
     CommitTxn,
+    FlushAll,
     ManualFlush,
     MqSwitchAnnounced,
     RollbackTxn,
@@ -73,7 +74,6 @@ SUPPORTED_VERSIONS = (1, 2)
 _INTERNAL_TYPES = {
     sh.TYPE_NUMBERS["Flush"],
     sh.TYPE_NUMBERS["CreateSegment"],
-    sh.TYPE_NUMBERS["FlushAll"],
 }
 
 # Kept whole (header and body bytes) for the pipeline, routed by DDL_ROUTING where possible.
@@ -211,6 +211,8 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
         )
     if name == "ManualFlush":
         return _manual_flush(meta, props)
+    if name == "FlushAll":
+        return FlushAll(ts=ts, meta=meta)
     if name == "AlterWAL":
         header = _header(props)
         wal_id = header.int64(1)

@@ -134,12 +134,22 @@ class RollbackTxn(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ManualFlush(Event):
-    """A flush of one collection's segments; nothing for a replica to do but keep order."""
+    """A flush of one collection's segments (a broadcast to its vchannels): the target flushes
+    the collection once every vchannel has reached it."""
 
     meta: StreamMeta
     collection_id: int
     flush_ts: int
     segment_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushAll(Event):
+    """A flush of every collection: a cluster-level broadcast, one ``_pcl`` copy per pchannel
+    (the control channel's pchannel gets it on ``<pchannel>_vcchan``); its header and body are
+    empty (messages.proto ``FlushAllMessageHeader``)."""
+
+    meta: StreamMeta
 
 
 @dataclass(frozen=True, kw_only=True)

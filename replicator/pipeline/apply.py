@@ -22,6 +22,8 @@ from replicator.sinks.milvus import MilvusTarget
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PARTITION = "_default"  # the target's default partition
+
 
 @dataclass
 class TargetCollection:
@@ -97,6 +99,16 @@ class BatchApplier:
             collection.known_partitions.add(source_partition)
         return source_partition
 
+    def _delete_partition(self, collection: TargetCollection, source_partition: str) -> str:
+        """Where a delete applies: the source's partition when it named one (a key held in two
+        partitions is deleted from that one only), every partition when it named none; a
+        partition-key collection's deletes are routed by the target, by key."""
+        if collection.partition_key or not source_partition:
+            return ""
+        if source_partition in (collection.default_partition, DEFAULT_PARTITION):
+            return DEFAULT_PARTITION
+        return self._partition(collection, source_partition)
+
     def _apply_collection(
         self, collection: TargetCollection, events: list[Insert | Delete], replay: bool
     ) -> None:
@@ -132,7 +144,7 @@ class BatchApplier:
             flush_inserts()
             keys = delete_keys(event.request)
             if keys:
-                partition = ""  # a delete hides the key in every partition, as on the source
+                partition = self._delete_partition(collection, event.partition_name)
                 self._target.delete(
                     collection.db, collection.name, partition, collection.pk_name, keys
                 )

@@ -14,6 +14,7 @@ import threading
 
 from replicator.codec.streaming_ddl import AlterCollection, CreateIndex, DdlOp, decode_ddl
 from replicator.codec.streaming_events import (
+    FlushAll,
     ManualFlush,
     StreamCreateCollection,
     StreamCreatePartition,
@@ -55,16 +56,16 @@ class BroadcastDdl:
     def apply(self, event: Event, pchannel: str, status: ChannelStatus) -> None:
         meta = meta_of(event)
         assert meta is not None
-        if isinstance(event, ManualFlush):
-            return  # the source's own segment flush; nothing for a replica to do
         if self._applier is not None and isinstance(
             event, (StreamCreateCollection, StreamCreatePartition, StreamDropPartition)
         ):
             self._applier.names.observe(event)
         op = self._decode(event, pchannel) if isinstance(event, StreamDdl) else None
-        barrier = isinstance(event, (StreamDropCollection, StreamDropPartition)) or (
-            op is not None and op.barrier
-        )
+        # a drop, and a flush (which seals what every vchannel holds before it), apply at the
+        # last copy
+        barrier = isinstance(
+            event, (StreamDropCollection, StreamDropPartition, ManualFlush, FlushAll)
+        ) or (op is not None and op.barrier)
         with self._barriers.ddl_lock:
             turn = self._barriers.turn(meta, barrier)
             if turn:
@@ -101,6 +102,10 @@ class BroadcastDdl:
             self._collections.drop_partition(event.collection_id, event.partition_name)
         elif isinstance(event, StreamCreatePartition):
             self._collections.create_partition(event.collection_id, event.partition_name)
+        elif isinstance(event, ManualFlush):
+            self._collections.flush([event.collection_id])
+        elif isinstance(event, FlushAll):
+            self._collections.flush(None)
         else:
             log.warning("2.6 %s record not applied", type(event).__name__)
 

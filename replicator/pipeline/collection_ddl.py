@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
 from replicator.events import CreateCollection, DropCollection, DropPartition
 from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMeta
 from replicator.pipeline.barriers import Barriers
@@ -21,6 +23,30 @@ from replicator.sinks.milvus import MilvusTarget
 log = logging.getLogger(__name__)
 
 VCHANNEL_OF_CONTROL = "_vcchan"  # 2.6's control channel is no shard
+CONSISTENCY_PROPERTY = "consistency_level"  # pkg/common/common.go ConsistencyLevel
+
+
+def schema_consistency(schema: schema_pb2.CollectionSchema) -> int:
+    """A 2.6 collection's consistency level: its CreateCollection carries it only as the schema
+    property ``consistency_level`` (rootcoord's createCollectionTask sets the schema's
+    properties to the request's, where the proxy appended the level as a number; Milvus's
+    backup tools write the enum's name). Strong when absent, as before 2.6 without a catalog."""
+    for pair in schema.properties:
+        if pair.key == CONSISTENCY_PROPERTY:
+            value = pair.value.strip()
+            if value.lstrip("-").isdigit():
+                return int(value)
+            try:
+                return int(common_pb2.ConsistencyLevel.Value(value))
+            except ValueError:
+                log.warning("unknown consistency level %r; the target's default is used", value)
+    return 0
+
+
+def schema_properties(schema: schema_pb2.CollectionSchema) -> list[tuple[str, str]]:
+    """The collection properties a 2.6 schema carries (``timezone``, TTL, mmap, ...), for the
+    target's CreateCollection; the consistency level goes in its own field."""
+    return [(p.key, p.value) for p in schema.properties if p.key != CONSISTENCY_PROPERTY]
 
 
 class CollectionDdl:
@@ -68,7 +94,9 @@ class CollectionDdl:
         if collection is None:
             return
         shards = len([v for v in event.vchannels if not v.endswith(VCHANNEL_OF_CONTROL)]) or 1
-        consistency = meta.consistency_level if meta is not None else 0
+        consistency = (
+            meta.consistency_level if meta is not None else schema_consistency(event.schema)
+        )
         self._state.remember_collection(
             CollectionMeta(
                 collection_id=event.collection_id,
@@ -85,11 +113,30 @@ class CollectionDdl:
             )
         )
         created = self._target.create_collection(
-            collection.db, collection.name, event.schema, shards, consistency
+            collection.db,
+            collection.name,
+            event.schema,
+            shards,
+            consistency,
+            schema_properties(event.schema),
         )
         self._registry.mark_created(event.collection_id)
         if created:
             log.info("created collection %s.%s on the target", collection.db, collection.name)
+
+    def flush(self, collection_ids: list[int] | None) -> None:
+        """Flush these collections on the target (None: every collection of the task)."""
+        collections = (
+            self._registry.collections()
+            if collection_ids is None
+            else [c for i in collection_ids if (c := self._registry.resolve(i)) is not None]
+        )
+        by_db: dict[str, list[str]] = {}
+        for collection in collections:
+            by_db.setdefault(collection.db, []).append(collection.name)
+        for db, names in sorted(by_db.items()):
+            self._target.flush(db, sorted(names))
+            log.info("flushed %s on the target", ", ".join(f"{db}.{n}" for n in sorted(names)))
 
     def drop(self, collection_id: int) -> None:
         collection = self._registry.resolve(collection_id)

@@ -54,6 +54,7 @@ def target_schema(source: schema_pb2.CollectionSchema) -> schema_pb2.CollectionS
     schema = schema_pb2.CollectionSchema()
     schema.CopyFrom(source)
     del schema.fields[:]
+    del schema.properties[:]  # given to CreateCollection as its properties
     schema.autoID = False
     for field in source.fields:
         if field.fieldID in _SYSTEM_FIELD_IDS and field.name in ("RowID", "Timestamp"):
@@ -153,6 +154,7 @@ class MilvusTarget:
         source_schema: schema_pb2.CollectionSchema,
         shards: int,
         consistency_level: int = 0,
+        properties: KeyValues = (),
     ) -> bool:
         """Create unless it exists (with its database); True when created."""
         self.ensure_database(db)
@@ -168,10 +170,18 @@ class MilvusTarget:
                 schema=schema.SerializeToString(),
                 shards_num=max(1, shards),
                 consistency_level=consistency_level,
+                properties=_pairs(properties),
             ),
             f"create collection {db}.{name}",
         )
         return True
+
+    def flush(self, db: str, collections: Sequence[str]) -> None:
+        self._call(
+            "Flush",
+            milvus_pb2.FlushRequest(db_name=db, collection_names=list(collections)),
+            f"flush {db}.{','.join(collections)}",
+        )
 
     def ensure_database(self, db: str) -> None:
         """Databases come from the replicate channel, collections from the DML channels, in no

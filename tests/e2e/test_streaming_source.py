@@ -71,7 +71,8 @@ def start_task(
 
     def positioned() -> bool:
         positions = daemon.call("position", {"task_id": task_id}).data.get("positions") or []
-        return len(positions) == stream.channels
+        named = {p["channel_name"] for p in positions}
+        return {stream.pchannel(i) for i in range(stream.channels)} <= named
 
     wait_until(positioned, 30, "the task has a position on every channel")
     return task_id

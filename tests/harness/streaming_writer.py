@@ -313,8 +313,18 @@ class StreamingWriter:
         partition_names: Sequence[str] = ("_default",),
         db_id: int = 1,
         db_name: str = "default",
+        consistency_level: int = common_pb2.ConsistencyLevel.Value("Bounded"),
+        properties: Sequence[tuple[str, str]] = (),
     ) -> list[Written]:
+        """As 2.6 writes it: the proxy appends the consistency level to the request's
+        properties as a decimal number (proxy/task.go ``appendConsistecyLevel``), and
+        rootcoord's createCollectionTask sets the schema's properties to the request's
+        (``t.body.CollectionSchema.Properties = t.Req.GetProperties()``): the message has no
+        consistency field of its own."""
         data_channels = [v for v in vchannels if not v.endswith("_vcchan")]
+        schema = collection_schema(name)
+        for key, value in [*properties, ("consistency_level", str(consistency_level))]:
+            schema.properties.add(key=key, value=value)
         body = msg_pb2.CreateCollectionRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.CreateCollection),
             db_name=db_name,
@@ -325,7 +335,7 @@ class StreamingWriter:
             physicalChannelNames=[vchannel_pchannel(v) for v in data_channels],
             partitionIDs=list(partition_ids),
             partitionNames=list(partition_names),
-            collection_schema=collection_schema(name),
+            collection_schema=schema,
         )
         head = header(
             "CreateCollectionMessageHeader",
@@ -546,6 +556,20 @@ class StreamingWriter:
             segment_ids=list(segment_ids),
         )
         return self.broadcast("ManualFlush", vchannels, header_bytes=head, version=2)
+
+    def flush_all(self, pchannels: Sequence[str], control_pchannel: str) -> list[Written]:
+        """FlushAll: a cluster-level broadcast (message.WithClusterLevelBroadcast), one
+        ``_pcl`` copy per pchannel, the control pchannel's on ``<pchannel>_vcchan``; empty
+        header and body."""
+        channels = [p + "_vcchan" if p == control_pchannel else p for p in pchannels]
+        return self.broadcast(
+            "FlushAll",
+            channels,
+            header_bytes=header("FlushAllMessageHeader"),
+            version=2,
+            pchannel_level=True,
+            resource_keys=[{"domain": 127, "key": ""}],
+        )
 
     def announce_mq_switch(
         self, vchannels: Sequence[str], target: str, config: dict[str, str]

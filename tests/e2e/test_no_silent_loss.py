@@ -1,0 +1,162 @@
+"""What a source says beyond rows reaches the target too: a 2.6 collection's consistency level and
+properties, 2.6 flushes, and deletes limited to one partition."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import pytest
+from harness.services import wait_until
+from pymilvus import MilvusClient
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
+
+from tests.e2e.test_replication import (
+    create_source_collection,
+    create_task,
+    make_rows,
+    source_config,
+)
+from tests.e2e.test_streaming_source import start_task, task_view, wait_for_collection, wait_rows
+
+pytestmark = pytest.mark.e2e
+
+BOUNDED = common_pb2.ConsistencyLevel.Value("Bounded")
+
+
+def persistent_rows(uri: str, collection: str) -> tuple[int, set[str]]:
+    """(rows in flushed segments, their states) of a collection on a real Milvus."""
+    address = uri.split("://", 1)[-1]
+    with grpc.insecure_channel(address) as channel:
+        stub = milvus_pb2_grpc.MilvusServiceStub(channel)
+        answer = stub.GetPersistentSegmentInfo(
+            milvus_pb2.GetPersistentSegmentInfoRequest(dbName="default", collectionName=collection),
+            timeout=30,
+        )
+    states = {common_pb2.SegmentState.Name(i.state) for i in answer.infos}
+    return sum(i.num_rows for i in answer.infos), states
+
+
+def test_a_2_6_collection_keeps_its_consistency_level_and_properties(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream
+):
+    """A 2.6 CreateCollection carries its consistency level only as a schema property; a
+    real Milvus target must end with Bounded (not the Strong of a missing level), and with
+    the collection's other properties (``timezone``, a TTL)."""
+    w = stream.writer
+    target = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    name, collection_id = f"bounded_{uuid.uuid4().hex[:6]}", 53001
+    try:
+        daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+        start_task(daemon, milvus_source_rocksmq.uri, stream, name)
+        w.create_collection(
+            collection_id,
+            name,
+            [*stream.vchannels(collection_id, 2), f"{stream.pchannel(0)}_vcchan"],
+            consistency_level=BOUNDED,
+            properties=[("timezone", "Asia/Shanghai"), ("collection.ttl.seconds", "86400")],
+        )
+        stream.tick_all()
+        wait_until(lambda: target.has_collection(name), 60, f"{name} on the target")
+        described = target.describe_collection(name)
+        assert described["consistency_level"] == BOUNDED, described
+        properties = dict(described.get("properties") or {})
+        assert properties.get("timezone") == "Asia/Shanghai", described
+        assert properties.get("collection.ttl.seconds") == "86400", described
+    finally:
+        target.close()
+
+
+def test_2_6_flushes_reach_the_target(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream
+):
+    """ManualFlush of one collection, then FlushAll: the target's segments are flushed with
+    every row written before them (a real Milvus shows its flushed segments)."""
+    w = stream.writer
+    target = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    tag = uuid.uuid4().hex[:6]
+    first, second = f"flush_a_{tag}", f"flush_b_{tag}"
+    try:
+        daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+        start_task(daemon, milvus_source_rocksmq.uri, stream, first, second)
+        expected: dict[str, dict[int, str]] = {}
+        vchannels = {}
+        for collection_id, name in ((53101, first), (53102, second)):
+            vchannels[name] = stream.vchannels(collection_id, 2)
+            w.create_collection(
+                collection_id, name, [*vchannels[name], f"{stream.pchannel(0)}_vcchan"]
+            )
+            stream.tick_all()
+            for n, vchannel in enumerate(vchannels[name]):
+                w.insert(vchannel, collection_id, range(n * 100, n * 100 + 30))
+            expected[name] = {
+                pk: f"row-{pk}" for n in range(2) for pk in range(n * 100, n * 100 + 30)
+            }
+        stream.tick_all()
+        for name in (first, second):
+            wait_for_collection(target, name)
+            wait_rows(target, name, expected[name])
+        assert persistent_rows(milvus_source_rocksmq.uri, first)[0] == 0  # not flushed yet
+
+        w.manual_flush(53101, vchannels[first], segment_ids=[1])
+        stream.tick_all()
+        wait_until(
+            lambda: persistent_rows(milvus_source_rocksmq.uri, first)[0] == 60,
+            60,
+            f"{first} flushed on the target",
+        )
+        assert persistent_rows(milvus_source_rocksmq.uri, second)[0] == 0
+
+        w.flush_all([stream.pchannel(i) for i in range(stream.channels)], stream.pchannel(0))
+        stream.tick_all()
+        wait_until(
+            lambda: persistent_rows(milvus_source_rocksmq.uri, second)[0] == 60,
+            60,
+            f"{second} flushed on the target by FlushAll",
+        )
+    finally:
+        target.close()
+
+
+def test_a_delete_in_one_of_two_partitions_holding_a_key_stays_in_that_partition(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, source_client, milvus_source_rocksmq
+):
+    """Milvus keeps a primary key once per partition; a delete that names a partition removes
+    the key there only, one that names none removes it everywhere. (A real Milvus target only:
+    Milvus Lite keeps a key once across partitions and ignores a delete's partition, seen.)"""
+    target = milvus_source_rocksmq
+    target_milvus = MilvusClient(uri=target.uri, dedicated=True)
+    name = f"twoparts_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source_client, name)
+    for partition in ("p1", "p2"):
+        source_client.create_partition(name, partition)
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    task_id = create_task(daemon, target.uri, name)
+    for partition in ("p1", "p2"):
+        source_client.insert(name, make_rows(0, 10, partition), partition_name=partition)
+    source_client.delete(name, ids=[0, 1, 2, 3, 4], partition_name="p1")
+    source_client.delete(name, ids=[9])  # every partition
+
+    def keys(client: MilvusClient, partition: str) -> list[int]:
+        client.load_collection(name)
+        found = client.query(
+            name,
+            filter="id >= 0",
+            partition_names=[partition],
+            output_fields=["id"],
+            consistency_level="Strong",
+        )
+        return sorted(r["id"] for r in found)
+
+    wanted = {"p1": [5, 6, 7, 8], "p2": [0, 1, 2, 3, 4, 5, 6, 7, 8]}
+    assert {p: keys(source_client, p) for p in wanted} == wanted  # what Milvus itself does
+    wait_until(
+        lambda: (
+            target_milvus.has_collection(name)
+            and {p: keys(target_milvus, p) for p in wanted} == wanted
+        ),
+        90,
+        "the target's partitions equal the source's",
+    )
+    assert task_view(daemon, task_id)["state"] == "Running"
+    target_milvus.close()
