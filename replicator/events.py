@@ -76,9 +76,13 @@ class Delete(CollectionEvent):
 
 @dataclass(frozen=True)
 class Skipped(Event):
-    """A record this task does not need (another collection, a message type it ignores)."""
+    """A record this task does not need (another collection, a message type it ignores);
+    ``cause`` counts it in the task's progress (``not_selected``, ``message_type``,
+    ``wal_internal``); ``collection_id`` is the collection's when the record names one."""
 
     reason: str = ""
+    cause: str = "message_type"
+    collection_id: int = 0
 
 
 @dataclass(frozen=True)

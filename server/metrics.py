@@ -52,7 +52,16 @@ class _TaskCollector(Collector):
                     lag.add_metric(key, channel["lag_seconds"])
                 if channel["position"]:
                     position.add_metric(key, (channel["position"]["ts"] >> 18) / 1000)
-        yield from (rows, size, lag, position)
+        skipped = CounterMetricFamily(
+            "cdc_skipped_records",
+            "Records a task skipped on purpose, by cause (not_selected, unknown_collection, "
+            "unknown_before_task, repeated_records, ...)",
+            labels=["task_id", "cause"],
+        )
+        for task_id, status in self._progress().items():
+            for cause, count in sorted((status.get("skipped") or {}).items()):
+                skipped.add_metric([task_id, cause], count)
+        yield from (rows, size, lag, position, skipped)
         yield from _backfill_metrics(self._progress())
 
 

@@ -66,7 +66,12 @@ def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRec
         # DML bodies are parsed only for wanted collections; DDL is rare and always decoded
         # (a new collection's id is unknown until its CreateCollection has been read).
         if msg_type in (MSG_INSERT, MSG_DELETE) and not wanted(collection_id):
-            return Skipped(ts=ts, reason=f"collection {collection_id} not selected")
+            return Skipped(
+                ts=ts,
+                reason=f"collection {collection_id} not selected",
+                cause="not_selected",
+                collection_id=collection_id,
+            )
         return _decode_body(msg_type, ts, collection_id, record.payload)
     except (WireError, DecodeError, ValueError) as exc:
         position = Position(backend, record.pchannel, record.msg_id, 0)

@@ -174,7 +174,12 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
         header = _header(props)
         collection_id = header.int64(1)
         if not wanted(collection_id):
-            return Skipped(ts=ts, reason=f"collection {collection_id} not selected")
+            return Skipped(
+                ts=ts,
+                reason=f"collection {collection_id} not selected",
+                cause="not_selected",
+                collection_id=collection_id,
+            )
         if name == "Insert":
             insert = msg_pb2.InsertRequest.FromString(payload)
             return StreamInsert(
@@ -226,7 +231,7 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
     if name in ("BeginTxn", "CommitTxn", "RollbackTxn"):
         return _txn_event(meta, props)
     if t in _INTERNAL_TYPES:
-        return Skipped(ts=ts, reason=f"WAL-internal message {name}")
+        return Skipped(ts=ts, reason=f"WAL-internal message {name}", cause="wal_internal")
     if t in _GENERIC_TYPES:
         return _generic(meta, props, payload)
     raise sh.PropertyError(sh.TYPE, f"unknown message type {t} (written by a newer Milvus?)")

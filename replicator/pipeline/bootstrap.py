@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from metastore import MetaStore, Position
 from replicator.errors import SourceConfigError, TaskFailedError
 from replicator.meta.catalog import CollectionMeta
+from replicator.pipeline.collection_ddl import schema_properties
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.stream_ddl import TaskNames
 from replicator.pipeline.task_state import RunnerState
@@ -38,7 +39,9 @@ def register_collections(
 ) -> None:
     """Register the selected collections of the catalog and of the task's memory, and make
     them on the target (unless they exist)."""
-    for meta in [*catalog.values(), *state.collections()]:
+    remembered = state.collections()
+    known_ids = {meta.collection_id for meta in remembered}
+    for meta in [*catalog.values(), *remembered]:
         if meta.dropped or registry.wanted(meta.collection_id):
             continue
         names.remember_schema(meta.collection_id, meta.schema)
@@ -50,8 +53,16 @@ def register_collections(
             meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
         )
         if collection is not None:
+            if meta.collection_id not in known_ids:
+                # kept: after a restart its data is placed even once the catalog dropped it
+                state.remember_collection(meta)
             target.create_collection(
-                collection.db, collection.name, meta.schema, meta.shards, meta.consistency_level
+                collection.db,
+                collection.name,
+                meta.schema,
+                meta.shards,
+                meta.consistency_level,
+                schema_properties(meta.schema),
             )
             registry.mark_created(meta.collection_id)
 

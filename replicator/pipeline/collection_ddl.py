@@ -9,6 +9,7 @@ read again after a restart changes nothing.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 VCHANNEL_OF_CONTROL = "_vcchan"  # 2.6's control channel is no shard
 CONSISTENCY_PROPERTY = "consistency_level"  # pkg/common/common.go ConsistencyLevel
+CATALOG_MISS_SECONDS = 5.0
 
 
 def schema_consistency(schema: schema_pb2.CollectionSchema) -> int:
@@ -64,6 +66,7 @@ class CollectionDdl:
         self._barriers = barriers
         # one collection of the source catalog, for what a CreateCollection record lacks
         self._describe = describe
+        self._misses: dict[int, float] = {}  # collection id -> when to ask the catalog again
 
     def apply_record(
         self, event: CreateCollection | DropCollection | DropPartition, pchannel: str
@@ -123,6 +126,43 @@ class CollectionDdl:
         self._registry.mark_created(event.collection_id)
         if created:
             log.info("created collection %s.%s on the target", collection.db, collection.name)
+
+    def learn(self, collection_id: int) -> None:
+        """A data record names a collection the task has not placed (created before the task
+        on a source whose catalog was not read for it, or dropped since the catalog was read):
+        look it up in the source catalog, register it and make it on the target. A miss is
+        remembered for a few seconds (a burst of its records asks the catalog once)."""
+        now = time.monotonic()
+        if self._misses.get(collection_id, 0.0) > now:
+            return
+        meta = self._describe(collection_id)
+        if meta is None:
+            self._misses[collection_id] = now + CATALOG_MISS_SECONDS
+            return
+        with self._barriers.ddl_lock:
+            if self._registry.known(collection_id):
+                return
+            collection = self._registry.add(
+                collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
+            )
+            if collection is None:
+                return
+            log.info(
+                "collection %s.%s (%d) learnt from the source catalog",
+                meta.db_name,
+                meta.name,
+                collection_id,
+            )
+            self._state.remember_collection(meta)
+            self._target.create_collection(
+                collection.db,
+                collection.name,
+                meta.schema,
+                meta.shards,
+                meta.consistency_level,
+                schema_properties(meta.schema),
+            )
+            self._registry.mark_created(collection_id)
 
     def flush(self, collection_ids: list[int] | None) -> None:
         """Flush these collections on the target (None: every collection of the task)."""

@@ -32,6 +32,9 @@ class TaskContext:
     broadcasts: BroadcastDdl
     # the source's WAL on another backend after it switched; None: switches are not followed
     open_wal: OpenWal | None = None
+    # the task's creation as a hybrid timestamp: a record older than it about a collection
+    # nobody knows is history (of a collection dropped before the task)
+    task_ts: int = 0
 
     @classmethod
     def build(
@@ -45,6 +48,7 @@ class TaskContext:
         describe: Callable[[int], CollectionMeta | None] = lambda _collection_id: None,
         ddl: StreamDdlApplier | None = None,
         open_wal: OpenWal | None = None,
+        task_ts: int = 0,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
@@ -64,4 +68,5 @@ class TaskContext:
             collections,
             broadcasts,
             open_wal,
+            task_ts,
         )

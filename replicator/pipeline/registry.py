@@ -12,7 +12,7 @@ from typing import Any
 
 from replicator.meta.catalog import DEFAULT_DB
 from replicator.pipeline.apply import TargetCollection
-from replicator.pipeline.selection import TaskSelection
+from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.sinks.milvus import has_partition_key, pk_field
 
 
@@ -24,6 +24,7 @@ class CollectionRegistry:
         self._pchannels: dict[int, frozenset[str]] = {}
         self._source_names: dict[int, tuple[str, str]] = {}
         self._created: set[int] = set()
+        self._unselected: set[int] = set()  # collections known and not replicated
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
@@ -33,6 +34,8 @@ class CollectionRegistry:
         """Register a source collection; None when the task does not select it."""
         db = db or DEFAULT_DB
         if not self._selection.selects(db, name):
+            with self._lock:
+                self._unselected.add(collection_id)
             return None
         target_db, target_name = self._selection.target_name(db, name)
         collection = TargetCollection(
@@ -83,6 +86,15 @@ class CollectionRegistry:
     def selects(self, db: str, name: str) -> bool:
         """Does the task replicate a source collection of this name?"""
         return self._selection.selects(db or DEFAULT_DB, name)
+
+    def known(self, collection_id: int) -> bool:
+        """Replicated, or known not to be."""
+        return collection_id in self._by_id or collection_id in self._unselected
+
+    def may_select_unknown(self) -> bool:
+        """Could a collection whose name is not known be one the task replicates? (A task with
+        a ``*`` selection replicates collections it has never seen named.)"""
+        return any(collection == WILDCARD for _db, collection in self._selection.selection)
 
     def wanted(self, collection_id: int) -> bool:
         return collection_id in self._by_id

@@ -41,7 +41,6 @@ class ReplicateWorker:
         open_channel: Callable[[str, Position | None], ChannelReader],
         *,
         selection: TaskSelection,
-        task_ts: int,
     ) -> None:
         self.context = context
         self.checkpoint = checkpoint
@@ -49,7 +48,6 @@ class ReplicateWorker:
         self.status = status
         self._open_channel = open_channel
         self.selection = selection
-        self.task_ts = task_ts  # calls older than the task about unknown collections: history
 
     def run(self) -> None:
         read_with_retries(
@@ -127,7 +125,7 @@ class ReplicateWorker:
         registry, stop = self.context.registry, self.context.stop
         if registry.wait_created(db, collection, 0, stop):
             return True
-        if ts < self.task_ts:
+        if ts < self.context.task_ts:  # history of a collection since dropped
             return False
         if registry.wait_created(db, collection, WAIT_FOR_COLLECTION, stop):
             return True

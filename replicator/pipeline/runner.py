@@ -236,6 +236,7 @@ class ReplicationRunner:
             describe=describe,
             ddl=StreamDdlApplier(connection.target, names, rbac=rbac),
             open_wal=context.open_wal,
+            task_ts=int(self.task.created_at * 1000) << 18,
         )
 
     def _run_workers(self, connection: _Connection) -> None:
@@ -305,7 +306,6 @@ class ReplicationRunner:
                     self.statuses[self.rpc_channel],
                     source.open_channel,
                     selection=self.selection,
-                    task_ts=int(self.task.created_at * 1000) << 18,
                 )
             )
         self._run_threads(task, workers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -138,7 +139,8 @@ class ChannelWorker:
             lambda msg_id: self.source.offset_of(msg_id),
         )
         self.switches = SwitchFollower(pchannel, context.state, context.barriers, context.open_wal)
-        self.skipped = SequencerStats()  # across the sequencers of restarts and switches
+        self.sequenced = SequencerStats()  # across the sequencers of restarts and switches
+        self.skipped: Counter[str] = Counter()  # records skipped on purpose, by cause
         self._last: RawRecord | None = None  # the last record read
         # 2.6 collections whose CreateCollection was read here but is not applied yet
         self._announced: set[int] = set()
@@ -159,7 +161,7 @@ class ChannelWorker:
         now reads it from the new backend."""
         saved = self.checkpoint.saved
         seq = self.sequencer = ChannelSequencer(
-            self.pchannel, saved.ts if saved else 0, stats=self.skipped
+            self.pchannel, saved.ts if saved else 0, stats=self.sequenced
         )
         self._last = None
         last_save = time.monotonic()
@@ -176,7 +178,7 @@ class ChannelWorker:
                 last_save = time.monotonic()
             if read.applied_to:
                 self.status.applied(read.applied_to)
-            self.status.skipped = self.skipped.counts()
+            self.status.skipped = {**self.sequenced.counts(), **self.skipped}
         # stopping: events still waiting for their tick are re-read after a restart
         last = self._last
         if last is not None and not seq.waiting() and last.offset > self.checkpoint.saved_offset():
@@ -209,7 +211,11 @@ class ChannelWorker:
                 self._write(read.ready + seq.take_older(event.ts), read.commit_at)
                 read.ready, read.commit_at = [], None
                 self.context.collections.apply_record(event, self.pchannel)
-        elif not isinstance(event, Skipped):
+            elif isinstance(event, Skipped):
+                self._skip(event, record)
+        elif isinstance(event, Skipped):
+            self._skip(event, record)
+        else:
             if isinstance(event, StreamCreateCollection):
                 self._announce(event)
             seq.add(Pending(record.offset, event, before))
@@ -255,12 +261,49 @@ class ChannelWorker:
     def _wanted(self, collection_id: int) -> bool:
         """Decode this collection's data? Selected and known, or announced by a 2.6
         CreateCollection read on this channel and not yet applied (its data follows it in the
-        channel but the creation waits for a tick)."""
-        return self.context.registry.wanted(collection_id) or collection_id in self._announced
+        channel but the creation waits for a tick). A collection nobody knows is looked up in
+        the source catalog first."""
+        registry = self.context.registry
+        if registry.wanted(collection_id) or collection_id in self._announced:
+            return True
+        if not registry.known(collection_id):
+            self.context.collections.learn(collection_id)
+        return registry.wanted(collection_id)
+
+    def _skip(self, event: Skipped, record: RawRecord) -> None:
+        """Count a record skipped on purpose; a record of a collection nobody knows, newer than
+        the task, that a ``*`` task should replicate stops the task instead: its rows are
+        never dropped in silence."""
+        cause = event.cause
+        if cause == "not_selected" and not self.context.registry.known(event.collection_id):
+            if event.ts < self.context.task_ts:
+                cause = "unknown_before_task"  # a collection dropped before the task
+            elif self.context.registry.may_select_unknown():
+                raise TaskFailedError(
+                    f"channel {self.pchannel} at offset {record.offset} (ts {event.ts}): "
+                    f"collection {event.collection_id} is neither in the source catalog nor "
+                    "created in the WAL the task has read, so its rows cannot be placed; "
+                    "they are not dropped: the task stops here"
+                )
+            else:
+                cause = "unknown_collection"
+        self.skipped[cause] += 1
 
     def _announce(self, event: StreamCreateCollection) -> None:
-        if self.context.registry.selects(event.db_name or DEFAULT_DB, event.collection_name):
+        """A 2.6 CreateCollection read here: its data, which follows it on this channel, is
+        decoded (a selected collection) or known not to be wanted (another) before the creation
+        is applied at its tick."""
+        registry = self.context.registry
+        if registry.selects(event.db_name or DEFAULT_DB, event.collection_name):
             self._announced.add(event.collection_id)
+        elif not registry.known(event.collection_id):
+            registry.add(
+                event.collection_id,
+                event.db_name,
+                event.collection_name,
+                event.schema,
+                event.pchannels,
+            )
 
     def _saved_msg_id(self) -> bytes | None:
         saved = self.checkpoint.saved

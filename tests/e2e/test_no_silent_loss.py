@@ -160,3 +160,65 @@ def test_a_delete_in_one_of_two_partitions_holding_a_key_stays_in_that_partition
     )
     assert task_view(daemon, task_id)["state"] == "Running"
     target_milvus.close()
+
+
+def test_a_star_task_stops_rather_than_drop_rows_it_cannot_place(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, stream
+):
+    """A 2.6 collection created before the task, which the source's etcd does not describe:
+    its rows, written after the task started, stop a ``*`` task with a reason naming the
+    collection, the channel and the position (they were dropped in silence before)."""
+    w = stream.writer
+    collection_id = 53201
+    name = f"before_{uuid.uuid4().hex[:6]}"
+    vchannels = stream.vchannels(collection_id, 1)
+    w.create_collection(collection_id, name, [*vchannels, f"{stream.pchannel(0)}_vcchan"])
+    stream.tick_all()
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, "*")  # every collection
+    w.insert(vchannels[0], collection_id, range(10))
+    stream.tick_all()
+    wait_until(lambda: task_view(daemon, task_id)["state"] == "Failed", 60, "the task stops")
+    reason = task_view(daemon, task_id)["reason"]
+    assert f"collection {collection_id}" in reason, reason
+    assert vchannels[0].rsplit("_", 1)[0] in reason, reason  # the channel
+    assert "offset" in reason, reason
+
+
+def test_records_a_named_task_skips_are_counted_by_cause(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """Rows of a collection the task does not select (known from its CreateCollection) and of
+    one nobody knows are counted apart, in progress and in /metrics; the task's own rows
+    arrive."""
+    w = stream.writer
+    tag = uuid.uuid4().hex[:6]
+    mine, other, unknown = f"mine_{tag}", f"other_{tag}", 53303
+    unknown_channel = stream.vchannels(unknown, 1)[0]
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, mine)
+    control = f"{stream.pchannel(0)}_vcchan"
+    w.create_collection(53301, mine, [*stream.vchannels(53301, 1), control])
+    w.create_collection(53302, other, [*stream.vchannels(53302, 1), control])
+    stream.tick_all()
+    w.insert(stream.vchannels(53301, 1)[0], 53301, range(5))
+    w.insert(stream.vchannels(53302, 1)[0], 53302, range(7))
+    w.insert(unknown_channel, unknown, range(3))
+    w.insert(unknown_channel, unknown, range(3, 6))
+    stream.tick_all()
+    wait_for_collection(target_client, mine)
+    wait_rows(target_client, mine, {pk: f"row-{pk}" for pk in range(5)})
+
+    def skipped() -> dict:
+        return task_view(daemon, task_id)["progress"].get("skipped") or {}
+
+    wait_until(
+        lambda: skipped().get("not_selected") == 1 and skipped().get("unknown_collection") == 2,
+        30,
+        f"skips counted by cause (now {skipped()})",
+    )
+    metrics = daemon.get("/metrics")[1].decode()
+    assert f'cdc_skipped_records_total{{cause="unknown_collection",task_id="{task_id}"}} 2.0' in (
+        metrics
+    ), [line for line in metrics.splitlines() if "skipped" in line]
+    assert task_view(daemon, task_id)["state"] == "Running"
