@@ -159,6 +159,12 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         )
     if req.positions:
         raise BadRequestError("positions: start positions per channel are not supported")
+    buffer = req.buffer_config or BufferConfig()
+    if buffer.period or buffer.size:
+        raise BadRequestError(
+            "buffer_config: not used by this daemon (writes are batched per read of a channel, "
+            "up to about 8 MB); leave it out"
+        )
     if req.task_id and not _TASK_ID.fullmatch(req.task_id):
         raise BadRequestError(
             "task_id: must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
@@ -167,7 +173,7 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
     selection = _validate_selection(req, settings.maxNameLength)
     mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
     channel = req.rpc_channel_info or ChannelInfo()
-    channel_name = channel.name or f"{settings.sourceConfig.root_path}-replicate-msg"
+    channel_name = channel.name or settings.sourceConfig.replicate_channel
     if not _CHANNEL.fullmatch(channel_name):
         raise BadRequestError(f"rpc_channel_info.name: {channel_name!r} is not a channel name")
     if channel.position:
@@ -272,6 +278,11 @@ def _validate_connect(param: MilvusConnectParam | None) -> dict[str, Any]:
         )
     if (dial.server_pem_path or any(two_way)) and not param.enable_tls:
         raise BadRequestError(f"{where}.dial_config: certificate paths need enable_tls: true")
+    if param.channel_num:
+        raise BadRequestError(
+            f"{where}.channel_num: not used by this daemon (each source channel is written by "
+            "a worker of its own); leave it out or 0"
+        )
     data = param.model_dump()
     data["password"] = param.password.get_secret_value()
     data["token"] = param.token.get_secret_value()

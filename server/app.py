@@ -33,7 +33,7 @@ from server.jobs import JOBS, install_jobs
 from server.logs import SecretRedactor
 from server.metrics import DaemonMetrics
 from server.openapi import openapi_endpoint
-from server.settings import CdcSettings
+from server.settings import CdcSettings, unused_settings
 from server.stores import describe_metastore, open_metastore
 from server.supervisor import TargetChecker, TaskSupervisor, task_view
 from server.target_check import check_target_reachable
@@ -199,6 +199,8 @@ def create_app(
 
     async def store_ctx(app: web.Application) -> AsyncIterator[None]:
         log.info("opening metastore: %s", describe_metastore(settings.metaStoreConfig))
+        for unused in unused_settings(settings):
+            log.warning("set but not used by this daemon: %s", unused)
         store = await asyncio.to_thread(open_metastore, settings.metaStoreConfig)
         app[STORE] = store
         yield

@@ -94,7 +94,7 @@ def check_source_etcd(settings: CdcSettings, timeout: float) -> tuple[str, str]:
 
 def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]:
     source = settings.sourceConfig
-    channels = [*source.dml_channels, f"{source.root_path}-replicate-msg"]
+    channels = [*source.dml_channels, source.replicate_channel]
     kind = source.mq_type
     if kind == "kafka":
         # log_level 0: librdkafka's own connection errors would flood stderr; the result says it

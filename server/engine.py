@@ -82,6 +82,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         collection=collection,
         open_wal=open_wal,
         backfill=backfill_launcher(settings),
+        read_ahead=source_config.readChanLen,
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:

@@ -139,7 +139,9 @@ class SourceSettings(_Section):
     etcdRootPath: str | None = None
     etcdMetaSubPath: str | None = None
     defaultPartitionName: str = "_default"
-    readChanLen: int = Field(default=10, gt=0)
+    # how many read batches (each at most 1000 records and about 8 MB) a channel reads ahead of
+    # the target's acknowledgements: per channel at most (readChanLen + 1) x 8 MB of records
+    readChanLen: int = Field(default=2, gt=0, le=64)
     # ours: the source's common.chanNamePrefix.cluster (null: the etcd root path) and
     # rootCoord.dmlChannelNum; the daemon reads <prefix>-rootcoord-dml_0 .. _<n-1>.
     channelPrefix: str | None = None
@@ -177,9 +179,20 @@ class SourceSettings(_Section):
         return "rocksmq" if self.rocksmq.path else "pulsar"
 
     @property
+    def channel_prefix(self) -> str:
+        """The source's common.chanNamePrefix.cluster: ``channelPrefix``, else the root path."""
+        return self.channelPrefix or self.root_path
+
+    @property
     def dml_channels(self) -> list[str]:
-        prefix = self.channelPrefix or self.root_path
-        return [f"{prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
+        return [f"{self.channel_prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
+
+    @property
+    def replicate_channel(self) -> str:
+        """The source names it ``<chanNamePrefix.cluster>-<chanNamePrefix.replicateMsg>``; the
+        second part is ``replicate-msg`` unless the source changed it (then name the channel
+        in the create request's ``rpc_channel_info``)."""
+        return f"{self.channel_prefix}-replicate-msg"
 
 
 DEFAULT_TRANSIENT_REASONS = [
@@ -415,3 +428,25 @@ def _redact_tree(node: Any) -> None:
     elif isinstance(node, list):
         for item in node:
             _redact_tree(item)
+
+
+def unused_settings(settings: CdcSettings) -> list[str]:
+    """Keys of the Go tool's configuration this daemon accepts (a drop-in file must load) but
+    does not use, when set to something other than their defaults: logged at start."""
+    unused = []
+    if settings.sourceConfig.pulsar.webAddress != PulsarSettings().webAddress:
+        unused.append(
+            "sourceConfig.pulsar.webAddress (Pulsar is read through its broker protocol at "
+            "pulsar.address; the admin web address is never called)"
+        )
+    default_tls = EtcdSettings().tlsMinVersion
+    for where, etcd in (
+        ("sourceConfig.etcd", settings.sourceConfig.etcd),
+        ("metaStoreConfig.etcd", settings.metaStoreConfig.etcd),
+    ):
+        if etcd.tlsMinVersion != default_tls:
+            unused.append(
+                f"{where}.tlsMinVersion (the gRPC client negotiates TLS 1.2 or 1.3 itself; the "
+                "minimum cannot be set)"
+            )
+    return unused

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DB = "default"
 COLLECTION_CREATED = 0
+COLLECTION_CREATING = 1
 COLLECTION_DROPPED_STATES = (2, 3)  # dropping, dropped
 ALIAS_CREATED = 0
 TOMBSTONE = b"\xe2\x9b\xbc"
@@ -61,6 +62,12 @@ class CollectionMeta:
     @property
     def dropped(self) -> bool:
         return self.state in COLLECTION_DROPPED_STATES
+
+    @property
+    def creating(self) -> bool:
+        """Written by the root coordinator before its CreateCollection went out (fields may be
+        missing yet); the WAL's CreateCollection record, which follows, is what counts."""
+        return self.state == COLLECTION_CREATING
 
 
 def _text(value: int | bytes) -> str:

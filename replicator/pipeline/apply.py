@@ -36,6 +36,8 @@ class TargetCollection:
     partition_key: bool
     default_partition: str
     known_partitions: set[str] = field(default_factory=set)
+    # the task's ignore_partition: every row in the target's default partition, no partitions
+    single_partition: bool = False
 
 
 @dataclass
@@ -92,7 +94,11 @@ class BatchApplier:
             self._apply_collection(collection, order_for_target(group), replay)
 
     def _partition(self, collection: TargetCollection, source_partition: str) -> str:
-        if collection.partition_key or source_partition in ("", collection.default_partition):
+        if (
+            collection.partition_key
+            or collection.single_partition
+            or source_partition in ("", collection.default_partition)
+        ):
             return ""
         if source_partition not in collection.known_partitions:
             self._target.create_partition(collection.db, collection.name, source_partition)
@@ -103,7 +109,7 @@ class BatchApplier:
         """Where a delete applies: the source's partition when it named one (a key held in two
         partitions is deleted from that one only), every partition when it named none; a
         partition-key collection's deletes are routed by the target, by key."""
-        if collection.partition_key or not source_partition:
+        if collection.partition_key or collection.single_partition or not source_partition:
             return ""
         if source_partition in (collection.default_partition, DEFAULT_PARTITION):
             return DEFAULT_PARTITION

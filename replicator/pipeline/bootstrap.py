@@ -42,7 +42,7 @@ def register_collections(
     remembered = state.collections()
     known_ids = {meta.collection_id for meta in remembered}
     for meta in [*catalog.values(), *remembered]:
-        if meta.dropped or registry.wanted(meta.collection_id):
+        if meta.dropped or meta.creating or registry.wanted(meta.collection_id):
             continue
         names.remember_schema(meta.collection_id, meta.schema)
         for index_id, (field_name, index_name) in state.indexes(meta.collection_id).items():

@@ -136,7 +136,7 @@ class CollectionDdl:
         if self._misses.get(collection_id, 0.0) > now:
             return
         meta = self._describe(collection_id)
-        if meta is None:
+        if meta is None or meta.creating:
             self._misses[collection_id] = now + CATALOG_MISS_SECONDS
             return
         with self._barriers.ddl_lock:
@@ -189,7 +189,7 @@ class CollectionDdl:
 
     def create_partition(self, collection_id: int, partition: str) -> None:
         collection = self._registry.resolve(collection_id)
-        if collection is None or collection.partition_key:
+        if collection is None or collection.partition_key or collection.single_partition:
             return  # a partition-key collection's partitions are the target's own
         if partition in ("", collection.default_partition):
             return
@@ -199,6 +199,15 @@ class CollectionDdl:
     def drop_partition(self, collection_id: int, partition: str) -> None:
         collection = self._registry.resolve(collection_id)
         if collection is None:
+            return
+        if collection.single_partition:
+            log.warning(
+                "partition %s of %s.%s was dropped on the source; with ignore_partition its "
+                "rows stay in the target's default partition",
+                partition,
+                collection.db,
+                collection.name,
+            )
             return
         if self._target.drop_partition(collection.db, collection.name, partition):
             log.info(

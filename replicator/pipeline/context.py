@@ -35,6 +35,7 @@ class TaskContext:
     # the task's creation as a hybrid timestamp: a record older than it about a collection
     # nobody knows is history (of a collection dropped before the task)
     task_ts: int = 0
+    read_ahead: int = 2  # read batches a channel reads ahead of the target
 
     @classmethod
     def build(
@@ -49,6 +50,7 @@ class TaskContext:
         ddl: StreamDdlApplier | None = None,
         open_wal: OpenWal | None = None,
         task_ts: int = 0,
+        read_ahead: int = 2,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
@@ -69,4 +71,5 @@ class TaskContext:
             broadcasts,
             open_wal,
             task_ts,
+            read_ahead,
         )

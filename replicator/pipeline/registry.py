@@ -17,9 +17,12 @@ from replicator.sinks.milvus import has_partition_key, pk_field
 
 
 class CollectionRegistry:
-    def __init__(self, selection: TaskSelection, default_partition: str) -> None:
+    def __init__(
+        self, selection: TaskSelection, default_partition: str, *, single_partition: bool = False
+    ) -> None:
         self._selection = selection
         self._default_partition = default_partition
+        self._single_partition = single_partition  # ignore_partition: one partition per collection
         self._by_id: dict[int, TargetCollection] = {}
         self._pchannels: dict[int, frozenset[str]] = {}
         self._source_names: dict[int, tuple[str, str]] = {}
@@ -45,6 +48,7 @@ class CollectionRegistry:
             pk_name=pk_field(schema).name,
             partition_key=has_partition_key(schema),
             default_partition=self._default_partition,
+            single_partition=self._single_partition,
         )
         with self._lock:
             self._by_id[collection_id] = collection
@@ -86,6 +90,10 @@ class CollectionRegistry:
     def selects(self, db: str, name: str) -> bool:
         """Does the task replicate a source collection of this name?"""
         return self._selection.selects(db or DEFAULT_DB, name)
+
+    @property
+    def single_partition(self) -> bool:
+        return self._single_partition
 
     def known(self, collection_id: int) -> bool:
         """Replicated, or known not to be."""

@@ -109,6 +109,9 @@ class ReplicateWorker:
         names = [c for c in event.collections if self.selection.selects(db, c)]
         if not names:
             return None
+        if self.context.registry.single_partition and "Partition" in event.method:
+            log.info("%s skipped: the task writes every row to the default partition", event.method)
+            return None
         if not all(self._created(db, c, event.ts) for c in names):
             return None
         mapped = [self.selection.target_name(db, c) for c in names]

@@ -68,6 +68,16 @@ class RunnerContext:
     open_wal: OpenWal | None = None
     # how to launch a backfill job's driver; None: the daemon cannot backfill
     backfill: DriverLauncher | None = None
+    # read batches a channel reads ahead of the target (sourceConfig.readChanLen)
+    read_ahead: int = 2
+
+
+def history_lost(channels: list[str]) -> str:
+    return (
+        f"the WAL no longer holds the creation of the selected collections on "
+        f"{', '.join(channels)}: replication there starts at the end of the WAL, and older "
+        f"rows are not copied (use a backfill)"
+    )
 
 
 @dataclass
@@ -93,6 +103,8 @@ class ReplicationRunner:
         self.context = context
         self.selection = TaskSelection.from_spec(task.spec)
         self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
+        # the Go tool's ignore_partition: every row goes to the target's default partition
+        self.single_partition = bool(task.spec["milvus_connect_param"].get("ignore_partition"))
         channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
         self.statuses = {ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in channels}
         self.state = RunnerState(store, task.task_id)
@@ -121,13 +133,13 @@ class ReplicationRunner:
             catalog = self.context.catalog()
             registry = CollectionRegistry(self.selection, self.context.default_partition)
             for meta in catalog.values():
-                if not meta.dropped:
+                if not meta.dropped and not meta.creating:
                     registry.add(
                         meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
                     )
             backfills = self.context.backfill is not None
             job = BackfillState(self.store, self.task.task_id).job() if backfills else None
-            channel_starts(
+            starts = channel_starts(
                 self.store,
                 self.task.task_id,
                 source,
@@ -138,6 +150,8 @@ class ReplicationRunner:
                 registry,
                 at_end=job is not None and job.active and job.covers_all,
             )
+            if starts.history_lost:
+                self.warnings.warn(history_lost(starts.history_lost))
             if rpc_missing:
                 replicate_start(self.store, self.task.task_id, source, self.rpc_channel, None)
             log.info("start positions saved on %d channel(s)", len(missing) + rpc_missing)
@@ -221,7 +235,9 @@ class ReplicationRunner:
         return _Connection(source, target, catalog, saved, watermarks)
 
     def _task_context(self, connection: _Connection) -> TaskContext:
-        registry = CollectionRegistry(self.selection, self.context.default_partition)
+        registry = CollectionRegistry(
+            self.selection, self.context.default_partition, single_partition=self.single_partition
+        )
         context = self.context
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         names = TaskNames.for_task(registry.resolve, self.selection)
@@ -237,6 +253,7 @@ class ReplicationRunner:
             ddl=StreamDdlApplier(connection.target, names, rbac=rbac),
             open_wal=context.open_wal,
             task_ts=int(self.task.created_at * 1000) << 18,
+            read_ahead=context.read_ahead,
         )
 
     def _run_workers(self, connection: _Connection) -> None:
@@ -264,11 +281,7 @@ class ReplicationRunner:
             if not copied:
                 return  # stopped during the backfill; it resumes at the next start
         if starts.history_lost and not (backfill is not None and backfill.active):
-            self.warnings.warn(
-                f"the WAL no longer holds the creation of the selected collections on "
-                f"{', '.join(starts.history_lost)}: replication there starts at the end of the "
-                f"WAL, and older rows are not copied (use a backfill)"
-            )
+            self.warnings.warn(history_lost(starts.history_lost))
         else:
             self.warnings.show()
         workers: list[Worker] = [

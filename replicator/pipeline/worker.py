@@ -151,7 +151,9 @@ class ChannelWorker:
             self.status,
             self.context,
             lambda start: PrefetchingReader(
-                self.source.open_channel(self.pchannel, start), READ_BATCH
+                self.source.open_channel(self.pchannel, start),
+                READ_BATCH,
+                depth=self.context.read_ahead,
             ),
             self._consume,
         )

@@ -222,3 +222,50 @@ def test_records_a_named_task_skips_are_counted_by_cause(
         metrics
     ), [line for line in metrics.splitlines() if "skipped" in line]
     assert task_view(daemon, task_id)["state"] == "Running"
+
+
+def test_ignore_partition_writes_every_row_to_the_default_partition(
+    daemon_factory,
+    milvus_source,
+    etcd_service,
+    kafka_mock,
+    source_client,
+    target_client,
+    milvus_lite_service,
+):
+    """The Go tool's ``ignore_partition``: the target gets the rows of every partition in its
+    default partition, and no partitions of its own. (A delete naming a partition deletes the
+    key from that single partition: a key the source held only in another partition would go
+    too, which is what the option means.)"""
+    name = f"onepart_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source_client, name)
+    for partition in ("p1", "p2"):
+        source_client.create_partition(name, partition)
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": milvus_lite_service.uri, "ignore_partition": True},
+            "collection_infos": [{"name": name}],
+        },
+    )
+    assert created.code == 200, created.body
+    source_client.insert(name, make_rows(0, 10, "p1"), partition_name="p1")
+    source_client.insert(name, make_rows(10, 10, "p2"), partition_name="p2")
+    source_client.insert(name, make_rows(20, 5, "default"))
+    source_client.delete(name, ids=[3], partition_name="p1")
+
+    def keys() -> list[int]:
+        target_client.load_collection(name)
+        found = target_client.query(
+            name, filter="id >= 0", output_fields=["id"], consistency_level="Strong"
+        )
+        return sorted(r["id"] for r in found)
+
+    expected = sorted(set(range(25)) - {3})
+    wait_until(
+        lambda: target_client.has_collection(name) and keys() == expected,
+        90,
+        "every row in the target's default partition",
+    )
+    assert target_client.list_partitions(name) == ["_default"]

@@ -222,16 +222,25 @@ def test_secrets_never_in_responses_or_logs(daemon, milvus_lite_service):
 
 
 def test_position_request(daemon, milvus_lite_service):
+    """Every channel's start is saved before create answers (an empty source: each from its
+    beginning, an empty message id); a saved position is shown as the Go tool shows it."""
     task_id = daemon.call("create", create_body(milvus_lite_service)).data["task_id"]
-    assert daemon.call("position", {"task_id": task_id}).data == {"positions": []}
+    started = daemon.call("position", {"task_id": task_id}).data["positions"]
+    dml = ["no-source-rootcoord-dml_0", "no-source-rootcoord-dml_1"]
+    assert [p["channel_name"] for p in started] == sorted([*dml, "by-dev-replicate-msg"])
+    assert {(p["msg_id"], p["tt"]) for p in started} == {("", 0)}
+    daemon.call("pause", {"task_id": task_id})
     store = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
     ts = (1_700_000_000_000 << 18) + 7
-    store.save_position(task_id, Position("kafka", "by-dev-rootcoord-dml_3", b"\x2a", ts), None)
+    channel = "no-source-rootcoord-dml_1"
+    saved = store.get_positions(task_id)[channel]
+    store.save_position(task_id, Position("kafka", channel, b"\x2a", ts), saved)
     store.close()
     positions = daemon.call("position", {"task_id": task_id}).data["positions"]
+    positions = [p for p in positions if p["channel_name"] == channel]
     assert positions == [
         {
-            "channel_name": "by-dev-rootcoord-dml_3",
+            "channel_name": channel,
             "backend": "kafka",
             "msg_id": "Kg==",
             "tt": ts,
