@@ -313,7 +313,10 @@ class StreamingWriter:
         partition_names: Sequence[str] = ("_default",),
         db_id: int = 1,
         db_name: str = "default",
+        schema: schema_pb2.CollectionSchema | None = None,
     ) -> list[Written]:
+        """The broadcast copies, one per vchannel (include the control channel
+        ``<pchannel>_vcchan`` as Milvus does); ``schema`` defaults to :func:`collection_schema`."""
         data_channels = [v for v in vchannels if not v.endswith("_vcchan")]
         body = msg_pb2.CreateCollectionRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.CreateCollection),
@@ -325,7 +328,7 @@ class StreamingWriter:
             physicalChannelNames=[vchannel_pchannel(v) for v in data_channels],
             partitionIDs=list(partition_ids),
             partitionNames=list(partition_names),
-            collection_schema=collection_schema(name),
+            collection_schema=collection_schema(name) if schema is None else schema,
         )
         head = header(
             "CreateCollectionMessageHeader",
