@@ -45,20 +45,24 @@ What 2.6 changes (``internal/rootcoord/ddl_callbacks_create_collection.go``,
   ``UpdateTimestamp`` are the ``_tt`` of the CreateCollection copy on the control channel
   (``<pchannel>_vcchan``); the partitions' created ts too.
 - ``consistency_level`` travels in the CreateCollection message as a schema property
-  (``common.ConsistencyLevel``, value the enum number as text); ``mustConsumeConsistencyLevel``
+  (``pkg/common/common.go``: ``ConsistencyLevel = "consistency_level"``; the root coordinator
+  writes the enum number as text); ``mustConsumeConsistencyLevel``
   moves it to field 12 and leaves it out of field 14, so in etcd it is *not* a property.
-  Every other collection property (``timezone``, ``collection.ttl.seconds``, mmap, ...) is kept
-  as given in field 14.
+  Every other collection property (``timezone`` is one, ``TimezoneKey`` in common.go; also
+  ``collection.ttl.seconds``, ``mmap.enabled``, ...) is kept as given in field 14.
 - ``start_positions``: per pchannel, ``adaptor.MustGetMQWrapperIDFromMessage(MessageID)
   .Serialize()`` of the CreateCollection copy appended on that vchannel (the code says it uses
   that id rather than the last-confirmed one because a woodpecker zero id serializes to nil).
   The serialization is the message queue's msgstream id, as on 2.3: Kafka's and RocksMQ's
-  8-byte little-endian int64 (offset / id), Pulsar's serialized ``MessageIdData``; so our
-  sources' ``offset_of`` reads it unchanged. The copy at that id is the CreateCollection itself;
-  every record of the collection on that pchannel comes after it.
-- A drop is a broadcast too; its ack callback marks the collection dropping (state 2) through
-  the meta table, and the keys are removed later (``kv_catalog.go DropCollection``: aliases,
-  partitions, fields, struct-array fields, functions, then the collection key).
+  8-byte little-endian int64 of the offset / id (``common.Endian`` is ``binary.LittleEndian``),
+  Pulsar's serialized ``MessageIdData``; so our sources' ``offset_of`` reads it unchanged.
+  The record at that id is the CreateCollection copy itself; every record of the collection on
+  that pchannel comes after it.
+- A drop is a broadcast too; its ack callback calls ``meta_table.go DropCollection``, which
+  rewrites the collection key with state 2 (dropping) and ``UpdateTimestamp`` = the drop's
+  control-channel tick; ``RemoveCollection`` removes the keys later (``kv_catalog.go
+  DropCollection``: aliases, partitions, fields, struct-array fields, functions, then the
+  collection key).
 - Milvus before 2.6 kept history under ``<root>/<meta>/snapshots/...`` and left a tombstone
   value (the bytes of U+26FC) at a removed key; later code only removes keys and skips legacy
   tombstones (``IsTombstone``). Keys holding a tombstone are skipped here either way.
