@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.catalog26_writer import Catalog26Writer, CreatedCollection
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto
+from harness.catalog26_writer import TOMBSTONE, Catalog26Writer, CreatedCollection
+from harness.streaming_protos import build_classes
 from harness.streaming_writer import StreamingWriter, collection_schema
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
@@ -186,3 +188,47 @@ def test_start_positions_name_the_create_collection_copies(etcd: Any, root: str)
         assert offset == next(w.offset for w in made.written if w.pchannel == pchannel)
         assert offset >= 2  # after the ticks written before: a position, not the channel's start
     assert KafkaSource.offset_of(meta.start_positions[rows.pchannel]) < rows.offset
+
+
+def test_older_layouts_beside_the_new(etcd: Any, root: str) -> None:
+    """What a 2.6 catalog can still hold from the versions it was upgraded from
+    (``kv_catalog.go`` reads them too): a collection key from before databases
+    (``root-coord/collection/<id>``, default database) whose partitions are in the record
+    (CollectionInfo 4 partitionIDs, 5 partitionNames, 9 their timestamps), and tombstones."""
+    legacy = build_classes(
+        "cdc_test.etcd_meta_legacy",
+        {
+            "CollectionInfo": [
+                ("ID", 1, FieldDescriptorProto.TYPE_INT64, False, ""),
+                ("schema", 2, FieldDescriptorProto.TYPE_BYTES, False, ""),
+                ("partitionIDs", 4, FieldDescriptorProto.TYPE_INT64, True, ""),
+                ("partitionNames", 5, FieldDescriptorProto.TYPE_STRING, True, ""),
+                ("partition_created_timestamps", 9, FieldDescriptorProto.TYPE_UINT64, True, ""),
+                ("physical_channel_names", 8, FieldDescriptorProto.TYPE_STRING, True, ""),
+            ]
+        },
+        {},
+    )["CollectionInfo"]
+    schema = collection_schema("old")  # fields embedded in the record, as before 2.1
+    info = legacy(
+        ID=300,
+        schema=schema.SerializeToString(),
+        partitionIDs=[301, 302],
+        partitionNames=["_default", "p1"],
+        partition_created_timestamps=[5, 6],
+        physical_channel_names=PCHANNELS[:1],
+    )
+    base = f"{root}/meta/root-coord"
+    etcd.put(f"{base}/collection/300", info.SerializeToString())
+    etcd.put(f"{base}/collection/301", TOMBSTONE)
+    etcd.put(f"{base}/database/collection-info/1/302", TOMBSTONE)
+    etcd.put(f"{base}/fields/302/100", TOMBSTONE)
+
+    catalog = SourceCatalog(etcd, root)
+    (meta,) = catalog.collections().values()
+    assert (meta.collection_id, meta.db_id, meta.db_name) == (300, 1, "default")
+    assert meta.partitions == {301: "_default", 302: "p1"}
+    assert [f.name for f in meta.schema.fields] == ["id", "vector", "tag"]
+    assert catalog.collection(300) == meta
+    assert catalog.collection(301) is None and catalog.collection(302) is None
+    assert not is_streaming_source(etcd, root)
