@@ -1,19 +1,83 @@
-"""The source's metadata as Milvus 2.3-2.5 keeps it in etcd (``<root>/<meta>/root-coord/...``).
+"""The source's metadata as Milvus keeps it in etcd (``<root>/<meta>/root-coord/...``), for
+2.3-2.5 sources and for 2.6 (streaming) sources: the layout is the same; 2.6 writes more of it.
 
 Databases, collections (with their full schemas), partitions and aliases. pymilvus does not ship
-these record types; they are read field by field with the numbers of Milvus's etcd_meta.proto:
+these record types; they are read field by field with the numbers of Milvus's
+``pkg/proto/etcd_meta.proto`` (``internal/proto`` before 2.5):
 
-    DatabaseInfo    2 name, 3 id, 4 state
+    DatabaseInfo    1 tenant_id, 2 name, 3 id, 4 state, 5 created_time, 6 properties
     CollectionInfo  1 ID, 2 schema (name and flags; fields are separate keys), 3 create_time,
-                    7 virtual_channel_names, 8 physical_channel_names, 10 shards_num,
-                    11 start_positions (KeyDataPair: 1 key = pchannel, 2 data = msgID),
-                    12 consistency_level, 13 state, 15 db_id
+                    4 partitionIDs, 5 partitionNames, 9 partition_created_timestamps (all three
+                    deprecated: partitions of collections made before 2.1), 7
+                    virtual_channel_names, 8 physical_channel_names, 10 shards_num,
+                    11 start_positions (common.KeyDataPair: 1 key = pchannel, 2 data = msg id),
+                    12 consistency_level, 13 state (0 created, 1 creating, 2 dropping,
+                    3 dropped), 14 properties (common.KeyValuePair: 1 key, 2 value), 15 db_id,
+                    16 UpdateTimestamp
     FieldSchema     ``fields/<collID>/<fieldID>``: schema.FieldSchema as is
-    PartitionInfo   1 partitionID, 2 partitionName, 3 created ts, 4 collection_id
+    PartitionInfo   1 partitionID, 2 partitionName, 3 created ts, 4 collection_id, 5 state
     AliasInfo       1 alias_name, 2 collection_id, 3 created_time, 4 state, 5 db_id
 
-A key Milvus has removed may still hold its snapshot tombstone (the bytes of U+26FC); such keys
-are skipped.
+Keys (``internal/metastore/kv/rootcoord/rootcoord_constant.go`` and ``kv_catalog.go``, the
+``Build*Key`` functions), all under ``<root>/<meta>/``:
+
+    root-coord/database/db-info/<dbID>                        DatabaseInfo (the default
+                                                              database, id 1, may have none)
+    root-coord/database/collection-info/<dbID>/<collID>       CollectionInfo
+    root-coord/collection/<collID>                            CollectionInfo of a collection
+                                                              made before databases (db 1)
+    root-coord/fields/<collID>/<fieldID>                      schema.FieldSchema
+    root-coord/struct-array-fields/<collID>/<fieldID>         schema.StructArrayFieldSchema (2.6)
+    root-coord/functions/<collID>/<functionID>                schema.FunctionSchema (2.6; BM25
+                                                              and embedding functions)
+    root-coord/partitions/<collID>/<partID>                   PartitionInfo
+    root-coord/database/aliases/<dbID>/<alias>                AliasInfo
+
+What 2.6 changes (``internal/rootcoord/ddl_callbacks_create_collection.go``,
+``ddl_callbacks_drop_collection.go``; the 2.6 branch, ``pkg/v2`` imports):
+
+- DDL is a broadcast in the WAL first; the root coordinator writes etcd in the broadcast's ack
+  callback. ``kv_catalog.go CreateCollection`` still writes fields, struct-array fields,
+  functions and partitions as keys of their own (``MarshalCollectionModel`` leaves them out of
+  the CollectionInfo), the collection key last ("the commit point"); a collection key without
+  fields is therefore never seen, but field keys without a collection key can be (skipped).
+- The collection is written in state 0 (created) directly. ``create_time`` and
+  ``UpdateTimestamp`` are the ``_tt`` of the CreateCollection copy on the control channel
+  (``<pchannel>_vcchan``); the partitions' created ts too.
+- ``consistency_level`` travels in the CreateCollection message as a schema property
+  (``pkg/common/common.go``: ``ConsistencyLevel = "consistency_level"``; the root coordinator
+  writes the enum number as text); ``mustConsumeConsistencyLevel``
+  moves it to field 12 and leaves it out of field 14, so in etcd it is *not* a property.
+  Every other collection property (``timezone`` is one, ``TimezoneKey`` in common.go; also
+  ``collection.ttl.seconds``, ``mmap.enabled``, ...) is kept as given in field 14.
+- ``start_positions``: per pchannel, ``adaptor.MustGetMQWrapperIDFromMessage(MessageID)
+  .Serialize()`` of the CreateCollection copy appended on that vchannel (the code says it uses
+  that id rather than the last-confirmed one because a woodpecker zero id serializes to nil).
+  The serialization is the message queue's msgstream id, as on 2.3: Kafka's and RocksMQ's
+  8-byte little-endian int64 of the offset / id (``common.Endian`` is ``binary.LittleEndian``),
+  Pulsar's serialized ``MessageIdData``; so our sources' ``offset_of`` reads it unchanged.
+  The record at that id is the CreateCollection copy itself; every record of the collection on
+  that pchannel comes after it.
+- A drop is a broadcast too; its ack callback calls ``meta_table.go DropCollection``, which
+  rewrites the collection key with state 2 (dropping) and ``UpdateTimestamp`` = the drop's
+  control-channel tick; ``RemoveCollection`` removes the keys later (``kv_catalog.go
+  DropCollection``: aliases, partitions, fields, struct-array fields, functions, then the
+  collection key).
+- Milvus before 2.6 kept history under ``<root>/<meta>/snapshots/...`` and left a tombstone
+  value (the bytes of U+26FC) at a removed key; later code only removes keys and skips legacy
+  tombstones (``IsTombstone``). Keys holding a tombstone are skipped here either way.
+- The streaming services keep their own meta beside it: ``streamingcoord-meta/pchannel/<name>``
+  (where each pchannel's WAL runs; present on every 2.6 cluster, which is how
+  :func:`is_streaming_source` tells a 2.6 source), ``streamingcoord-meta/broadcast-task/...``,
+  and per pchannel ``streamingnode-meta/wal/<pchannel>/consume-checkpoint`` (a
+  ``streamingpb.WALCheckpoint``: 1 message_id, 2 time_tick, 3 recovery_magic; the streaming
+  node's own recovery point, not a start for a replica: data before it is in sealed segments).
+
+Where a new task starts on a 2.6 WAL is therefore defined as on 2.3: a collection's start on a
+pchannel is its start position there (the id of its CreateCollection copy); a task starts at the
+earliest one of its selected collections when the queue still holds it, else at the end.
+A start position names a record of the WAL the collection was created on: after an AlterWAL to
+another backend it no longer names a record of the new one.
 """
 
 from __future__ import annotations
@@ -24,16 +88,18 @@ from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.codec.wire import iter_fields, to_signed64
+from replicator.codec.wire import iter_fields, packed_varints, to_signed64
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DB = "default"
+DEFAULT_DB_ID = 1
 COLLECTION_CREATED = 0
 COLLECTION_CREATING = 1
 COLLECTION_DROPPED_STATES = (2, 3)  # dropping, dropped
 ALIAS_CREATED = 0
 TOMBSTONE = b"\xe2\x9b\xbc"
+STREAMING_COORD_META = "streamingcoord-meta/"
 
 
 @dataclass(frozen=True)
@@ -58,6 +124,8 @@ class CollectionMeta:
     create_time: int
     start_positions: dict[str, bytes] = field(default_factory=dict)
     partitions: dict[int, str] = field(default_factory=dict)
+    properties: dict[str, str] = field(default_factory=dict)
+    update_timestamp: int = 0
 
     @property
     def dropped(self) -> bool:
@@ -88,11 +156,21 @@ def decode_database(value: bytes) -> tuple[int, str]:
     return _int(fields.get(3, 0)), _text(fields.get(2, b""))
 
 
+def _pair(value: int | bytes) -> tuple[str, int | bytes]:
+    """A KeyValuePair or KeyDataPair: (1 key, 2 value or data)."""
+    fields = _scalars(value) if isinstance(value, bytes) else {}
+    return _text(fields.get(1, b"")), fields.get(2, b"")
+
+
 def decode_collection(value: bytes) -> dict[str, Any]:
     info: dict[str, Any] = {
         "vchannels": [],
         "pchannels": [],
         "start_positions": {},
+        "properties": {},
+        "legacy_partition_ids": [],
+        "legacy_partition_names": [],
+        "update_timestamp": 0,
         "shards": 1,
         "consistency_level": 0,
         "state": 0,
@@ -106,21 +184,32 @@ def decode_collection(value: bytes) -> dict[str, Any]:
             info["schema"] = schema_pb2.CollectionSchema.FromString(v)
         elif number == 3:
             info["create_time"] = _int(v)
+        elif number == 4 and isinstance(v, int):
+            info["legacy_partition_ids"].append(_int(v))
+        elif number == 4 and isinstance(v, bytes):  # packed
+            info["legacy_partition_ids"].extend(to_signed64(x) for x in packed_varints(v))
+        elif number == 5:
+            info["legacy_partition_names"].append(_text(v))
         elif number == 7:
             info["vchannels"].append(_text(v))
         elif number == 8:
             info["pchannels"].append(_text(v))
         elif number == 10:
             info["shards"] = _int(v)
-        elif number == 11 and isinstance(v, bytes):
-            pair = {n: val for n, _, val in iter_fields(v)}
-            info["start_positions"][_text(pair.get(1, b""))] = pair.get(2, b"")
+        elif number == 11:
+            key, data = _pair(v)
+            info["start_positions"][key] = data if isinstance(data, bytes) else b""
         elif number == 12:
             info["consistency_level"] = _int(v)
         elif number == 13:
             info["state"] = _int(v)
+        elif number == 14:
+            key, text = _pair(v)
+            info["properties"][key] = _text(text)
         elif number == 15:
             info["db_id"] = _int(v)
+        elif number == 16:
+            info["update_timestamp"] = _int(v)
     return info
 
 
@@ -157,7 +246,7 @@ class SourceCatalog:
         ]
 
     def databases(self) -> dict[int, str]:
-        names = {1: DEFAULT_DB}
+        names = {DEFAULT_DB_ID: DEFAULT_DB}
         for _, value in self._items("database/db-info/"):
             db_id, name = decode_database(value)
             names[db_id] = name
@@ -171,27 +260,58 @@ class SourceCatalog:
         record needs, without reading every schema of the source)."""
         return self._collections(collection_id).get(collection_id)
 
+    def _children(self, sub: str, only: int | None, decode: Any) -> dict[int, list[Any]]:
+        """Records kept under ``<sub>/<collID>/<id>``, by collection id."""
+        scope = "" if only is None else f"{only}/"
+        found: dict[int, list[Any]] = {}
+        for key, value in self._items(f"{sub}/{scope}"):
+            collection_id = only if only is not None else int(key.split("/", 1)[0])
+            found.setdefault(collection_id, []).append(decode(value))
+        return found
+
+    def _collection_records(self, only: int | None) -> list[tuple[int, int, dict[str, Any]]]:
+        """(db id, collection id, decoded CollectionInfo), ids from the record or else its key:
+        the per-database keys, then the keys of collections made before databases existed (in
+        the default database) unless the same collection also has a per-database key."""
+        records = []
+        for key, value in self._items("database/collection-info/"):
+            db_key, _, id_key = key.partition("/")
+            if only is None or id_key == str(only):
+                info = decode_collection(value)
+                records.append((int(db_key), info.get("id") or int(id_key), info))
+        seen = {collection_id for _, collection_id, _ in records}
+        for key, value in self._items("collection/"):
+            if only is None or key == str(only):
+                info = decode_collection(value)
+                collection_id = info.get("id") or int(key)
+                if collection_id not in seen:
+                    records.append((DEFAULT_DB_ID, collection_id, info))
+        return records
+
     def _collections(self, only: int | None) -> dict[int, CollectionMeta]:
         databases = self.databases()
-        scope = "" if only is None else f"{only}/"
-        fields: dict[int, list[Any]] = {}
-        for key, value in self._items(f"fields/{scope}"):
-            collection_id = only if only is not None else int(key.split("/", 1)[0])
-            fields.setdefault(collection_id, []).append(schema_pb2.FieldSchema.FromString(value))
+        fields = self._children("fields", only, schema_pb2.FieldSchema.FromString)
+        structs = self._children(
+            "struct-array-fields", only, schema_pb2.StructArrayFieldSchema.FromString
+        )
+        functions = self._children("functions", only, schema_pb2.FunctionSchema.FromString)
         partitions: dict[int, dict[int, str]] = {}
+        scope = "" if only is None else f"{only}/"
         for _, value in self._items(f"partitions/{scope}"):
-            part_id, name, collection_id = decode_partition(value)
-            partitions.setdefault(collection_id, {})[part_id] = name
+            part_id, name, owner = decode_partition(value)
+            partitions.setdefault(owner, {})[part_id] = name
         result = {}
-        for key, value in self._items("database/collection-info/"):
-            if only is not None and not key.endswith(f"/{only}"):
-                continue
-            info = decode_collection(value)
-            collection_id = info.get("id") or int(key.rsplit("/", 1)[-1])
+        for key_db_id, collection_id, info in self._collection_records(only):
             schema = info.get("schema") or schema_pb2.CollectionSchema()
-            for field_schema in sorted(fields.get(collection_id, []), key=lambda f: f.fieldID):
-                schema.fields.append(field_schema)
-            db_id = info["db_id"] or int(key.split("/", 1)[0])
+            schema.fields.extend(sorted(fields.get(collection_id, []), key=lambda f: f.fieldID))
+            schema.struct_array_fields.extend(
+                sorted(structs.get(collection_id, []), key=lambda f: f.fieldID)
+            )
+            schema.functions.extend(sorted(functions.get(collection_id, []), key=lambda f: f.id))
+            legacy = dict(
+                zip(info["legacy_partition_ids"], info["legacy_partition_names"], strict=False)
+            )
+            db_id = info["db_id"] or key_db_id
             result[collection_id] = CollectionMeta(
                 collection_id=collection_id,
                 db_id=db_id,
@@ -205,7 +325,9 @@ class SourceCatalog:
                 state=info["state"],
                 create_time=info["create_time"],
                 start_positions=info["start_positions"],
-                partitions=partitions.get(collection_id, {}),
+                partitions=partitions.get(collection_id, legacy),
+                properties=info["properties"],
+                update_timestamp=info["update_timestamp"],
             )
         return result
 
@@ -217,3 +339,11 @@ class SourceCatalog:
             if state == ALIAS_CREATED and name and collection_id:
                 result.append(AliasMeta(name, db_id or int(key.split("/", 1)[0]), collection_id))
         return result
+
+
+def is_streaming_source(client: Any, root_path: str, meta_sub_path: str = "meta") -> bool:
+    """Whether the Milvus that keeps its meta at ``root_path`` is 2.6 or later (streaming WAL):
+    its streaming coordinator records where each pchannel's WAL runs under
+    ``<root>/<meta>/streamingcoord-meta/pchannel/``. Blocking."""
+    prefix = f"{root_path.strip('/')}/{meta_sub_path.strip('/')}/{STREAMING_COORD_META}"
+    return any(True for _ in client.get_prefix(prefix, keys_only=True))

@@ -227,7 +227,10 @@ _ENUMS = {
 }
 
 
-def _field(name: str, number: int, kind: int, repeated: bool, type_name: str) -> _F:
+Declaration = list[tuple[str, int, int, bool, str]]
+
+
+def _field(package: str, name: str, number: int, kind: int, repeated: bool, type_name: str) -> _F:
     field = _F(
         name=name,
         number=number,
@@ -235,36 +238,50 @@ def _field(name: str, number: int, kind: int, repeated: bool, type_name: str) ->
         label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
     )
     if type_name:
-        field.type_name = f".{_PACKAGE}.{type_name}"
+        field.type_name = f".{package}.{type_name}"
     return field
 
 
-def _build() -> dict[str, Any]:
+def build_classes(
+    package: str,
+    messages: dict[str, Declaration],
+    enums: dict[str, list[tuple[str, int]]],
+    map_entries: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Message classes for ``messages`` (``[(field, number, type, repeated, type name)]``) in a
+    descriptor pool of their own. ``map_entries`` ``{message: entry}`` declares the nested
+    ``<message>.<entry>`` a repeated field of that type needs to be a ``map<string, string>``."""
     file = descriptor_pb2.FileDescriptorProto(
-        name="cdc_test_streaming.proto", package=_PACKAGE, syntax="proto3"
+        name=f"{package.replace('.', '_')}.proto", package=package, syntax="proto3"
     )
-    for enum_name, values in _ENUMS.items():
+    for enum_name, values in enums.items():
         enum = file.enum_type.add(name=enum_name)
         for value_name, number in values:
             enum.value.add(name=value_name, number=number)
-    for message_name, fields in _MESSAGES.items():
+    for message_name, fields in messages.items():
         message = file.message_type.add(name=message_name)
-        message.field.extend(_field(*f) for f in fields)
-        if message_name == "AlterWALMessageHeader":  # map<string, string> config = 2
-            entry = message.nested_type.add(name="ConfigEntry")
+        message.field.extend(_field(package, *f) for f in fields)
+        entry_name = (map_entries or {}).get(message_name)
+        if entry_name:
+            entry = message.nested_type.add(name=entry_name)
             entry.options.map_entry = True
             entry.field.extend(
-                [_field("key", 1, _STRING, False, ""), _field("value", 2, _STRING, False, "")]
+                [
+                    _field(package, "key", 1, _STRING, False, ""),
+                    _field(package, "value", 2, _STRING, False, ""),
+                ]
             )
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(file.SerializeToString())
     return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-        for name in _MESSAGES
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+        for name in messages
     }
 
 
-MESSAGES: dict[str, Any] = _build()
+MESSAGES: dict[str, Any] = build_classes(
+    _PACKAGE, _MESSAGES, _ENUMS, {"AlterWALMessageHeader": "ConfigEntry"}
+)
 WAL_NAME = {"rocksmq": 1, "pulsar": 2, "kafka": 3, "woodpecker": 4}
 
 

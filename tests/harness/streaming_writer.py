@@ -315,16 +315,21 @@ class StreamingWriter:
         db_name: str = "default",
         consistency_level: int = common_pb2.ConsistencyLevel.Value("Bounded"),
         properties: Sequence[tuple[str, str]] = (),
+        schema: schema_pb2.CollectionSchema | None = None,
     ) -> list[Written]:
-        """As 2.6 writes it: the proxy appends the consistency level to the request's
-        properties as a decimal number (proxy/task.go ``appendConsistecyLevel``), and
-        rootcoord's createCollectionTask sets the schema's properties to the request's
+        """The broadcast copies, one per vchannel (include the control channel
+        ``<pchannel>_vcchan`` as Milvus does); ``schema`` defaults to :func:`collection_schema`.
+
+        As 2.6 writes it: the proxy appends the consistency level to the request's properties
+        as a decimal number (proxy/task.go ``appendConsistecyLevel``), and rootcoord's
+        createCollectionTask sets the schema's properties to the request's
         (``t.body.CollectionSchema.Properties = t.Req.GetProperties()``): the message has no
         consistency field of its own."""
         data_channels = [v for v in vchannels if not v.endswith("_vcchan")]
-        schema = collection_schema(name)
+        sent = schema_pb2.CollectionSchema()
+        sent.CopyFrom(collection_schema(name) if schema is None else schema)
         for key, value in [*properties, ("consistency_level", str(consistency_level))]:
-            schema.properties.add(key=key, value=value)
+            sent.properties.add(key=key, value=value)
         body = msg_pb2.CreateCollectionRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.CreateCollection),
             db_name=db_name,
@@ -335,7 +340,7 @@ class StreamingWriter:
             physicalChannelNames=[vchannel_pchannel(v) for v in data_channels],
             partitionIDs=list(partition_ids),
             partitionNames=list(partition_names),
-            collection_schema=schema,
+            collection_schema=sent,
         )
         head = header(
             "CreateCollectionMessageHeader",
