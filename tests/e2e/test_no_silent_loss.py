@@ -269,3 +269,53 @@ def test_ignore_partition_writes_every_row_to_the_default_partition(
         "every row in the target's default partition",
     )
     assert target_client.list_partitions(name) == ["_default"]
+
+
+def test_a_2_6_source_with_collections_made_before_the_task_is_replicated(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream
+):
+    """A 2.6 source whose etcd describes a collection made (and written) before the task: a
+    ``*`` task finds it in the catalog, starts at its creation, and copies every row, before
+    and after the task, with its consistency level; nothing is skipped as unknown."""
+    import etcd3
+    from harness.catalog26_writer import Catalog26Writer
+
+    w = stream.writer
+    name, collection_id = f"early_{uuid.uuid4().hex[:6]}", 53401
+    pchannels = [stream.pchannel(i) for i in range(stream.channels)]
+    client = etcd3.client(host=etcd_service.host, port=etcd_service.port, timeout=10)
+    target = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    try:
+        catalog = Catalog26Writer(client, f"{stream.prefix}-meta", tso=w.tso)
+        catalog.register_pchannels(pchannels)
+        made = catalog.create_collection(
+            collection_id,
+            name,
+            pchannels,
+            consistency_level=BOUNDED,
+            properties={"timezone": "UTC"},
+            wal=w,
+        )
+        expected: dict[int, str] = {}
+        for n, vchannel in enumerate(made.vchannels):
+            w.insert(vchannel, collection_id, range(n * 100, n * 100 + 10))
+            expected.update({pk: f"row-{pk}" for pk in range(n * 100, n * 100 + 10)})
+        stream.tick_all()
+
+        daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+        task_id = start_task(daemon, milvus_source_rocksmq.uri, stream, "*")
+        for n, vchannel in enumerate(made.vchannels):
+            w.insert(vchannel, collection_id, range(n * 100 + 50, n * 100 + 60))
+            expected.update({pk: f"row-{pk}" for pk in range(n * 100 + 50, n * 100 + 60)})
+        stream.tick_all()
+
+        wait_for_collection(target, name)
+        wait_rows(target, name, expected)
+        assert target.describe_collection(name)["consistency_level"] == BOUNDED
+        task = task_view(daemon, task_id)
+        assert task["state"] == "Running", task
+        skipped = task["progress"].get("skipped") or {}
+        assert not skipped.get("unknown_collection") and not skipped.get("unknown_before_task")
+    finally:
+        target.close()
+        client.close()
