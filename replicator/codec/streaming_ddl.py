@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 
 from replicator.codec.streaming_events import StreamDdl
 from replicator.codec.streaming_headers import Header
@@ -335,6 +335,16 @@ class NotReplicated(DdlOp):
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class ImportJob(DdlOp):
+    """A bulk import the source ran (2.6 ``Import``, body msg.proto ``ImportMsg``): the rows
+    it loads into the collection never pass through the WAL."""
+
+    job_id: int
+    partition_ids: tuple[int, ...] = ()
+    files: tuple[tuple[str, ...], ...] = ()  # the paths of each ImportFile
+
+
 # --- decoding -----------------------------------------------------------------------------------
 
 
@@ -350,11 +360,31 @@ def decode_ddl(event: StreamDdl) -> DdlOp:
         "collection_id": event.collection_id,
         "collection_name": event.collection_name,
     }
+    if event.type_name == "Import":
+        return _import(base, event.body)
     if decoder is None:
         return NotReplicated(**base, reason=f"{event.type_name} is not replicated")
     header = _Msg(event.header, f"{event.type_name} header")
     op: DdlOp = decoder(base, header, _Msg(event.body, f"{event.type_name} body"))
     return op
+
+
+def _import(base: dict[str, Any], body: bytes) -> DdlOp:
+    try:
+        request = msg_pb2.ImportMsg.FromString(body)
+    except DecodeError as exc:
+        raise DdlDecodeError(f"Import body: {exc}") from exc
+    return ImportJob(
+        **{
+            **base,
+            "db_name": request.db_name or base["db_name"],
+            "collection_id": request.collectionID or base["collection_id"],
+            "collection_name": request.collection_name or base["collection_name"],
+        },
+        job_id=request.jobID,
+        partition_ids=tuple(request.partitionIDs),
+        files=tuple(tuple(f.paths) for f in request.files),
+    )
 
 
 def _create_database(base: dict[str, Any], header: _Msg, body: _Msg) -> DdlOp:

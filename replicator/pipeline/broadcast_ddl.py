@@ -12,7 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from replicator.codec.streaming_ddl import AlterCollection, CreateIndex, DdlOp, decode_ddl
+from replicator.codec.streaming_ddl import (
+    AlterCollection,
+    CreateIndex,
+    DdlOp,
+    ImportJob,
+    decode_ddl,
+)
 from replicator.codec.streaming_events import (
     FlushAll,
     ManualFlush,
@@ -29,7 +35,7 @@ from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.collection_ddl import CollectionDdl
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.sequencer import meta_of
-from replicator.pipeline.status import ChannelState, ChannelStatus
+from replicator.pipeline.status import ChannelState, ChannelStatus, PendingImports
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
 
@@ -45,6 +51,7 @@ class BroadcastDdl:
         state: RunnerState,
         applier: StreamDdlApplier | None,
         stop: threading.Event,
+        imports: PendingImports | None = None,
     ) -> None:
         self._collections = collections
         self._barriers = barriers
@@ -52,6 +59,7 @@ class BroadcastDdl:
         self._state = state
         self._applier = applier  # None: only collections and partitions are replicated
         self._stop = stop
+        self._imports = imports
 
     def apply(self, event: Event, pchannel: str, status: ChannelStatus) -> None:
         meta = meta_of(event)
@@ -112,10 +120,14 @@ class BroadcastDdl:
     def _apply_op(self, op: DdlOp) -> None:
         """A rename moves the task's collection too; an index the task made is remembered
         (the WAL names it only by id afterwards)."""
+        collection = self._registry.resolve(op.collection_id) if op.collection_id else None
+        if isinstance(op, ImportJob):
+            if collection is not None and self._imports is not None:
+                self._imports.add(op, f"{collection.db}.{collection.name}")
+            return
         if self._applier is None:
             log.warning("2.6 %s is not replicated by this runner; skipped", op.type_name)
             return
-        collection = self._registry.resolve(op.collection_id) if op.collection_id else None
         outcome = self._applier.apply(op)
         if isinstance(op, CreateIndex) and collection is not None:
             known = self._applier.names.index(op.collection_id, op.index.index_id)

@@ -13,6 +13,7 @@ from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.broadcast_ddl import BroadcastDdl
 from replicator.pipeline.collection_ddl import CollectionDdl
 from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.status import PendingImports
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
@@ -51,6 +52,7 @@ class TaskContext:
         open_wal: OpenWal | None = None,
         task_ts: int = 0,
         read_ahead: int = 2,
+        imports: PendingImports | None = None,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
@@ -58,7 +60,7 @@ class TaskContext:
         state = RunnerState(store, task_id)
         barriers = Barriers(state, registry)
         collections = CollectionDdl(registry, target, state, barriers, describe)
-        broadcasts = BroadcastDdl(collections, barriers, registry, state, ddl, stop)
+        broadcasts = BroadcastDdl(collections, barriers, registry, state, ddl, stop, imports)
         return cls(
             task_id,
             store,

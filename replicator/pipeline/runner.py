@@ -37,7 +37,7 @@ from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.selection import TaskSelection
-from replicator.pipeline.status import ChannelStatus, TaskWarnings
+from replicator.pipeline.status import ChannelStatus, PendingImports, TaskWarnings
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
@@ -109,6 +109,7 @@ class ReplicationRunner:
         self.statuses = {ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in channels}
         self.state = RunnerState(store, task.task_id)
         self.warnings = TaskWarnings(store, self.state, task.task_id)
+        self.imports = PendingImports(self.state, self.warnings)
         self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
         self._thread: threading.Thread | None = None
@@ -185,6 +186,7 @@ class ReplicationRunner:
             "channels": [s.view() for s in channels],
             "skipped": skipped,
             "warnings": list(self.warnings.items),
+            "imports_pending": list(self.imports.items),
             "backfill": None if self._backfill is None else self._backfill.view,
         }
 
@@ -254,6 +256,7 @@ class ReplicationRunner:
             open_wal=context.open_wal,
             task_ts=int(self.task.created_at * 1000) << 18,
             read_ahead=context.read_ahead,
+            imports=self.imports,
         )
 
     def _run_workers(self, connection: _Connection) -> None:
@@ -275,11 +278,18 @@ class ReplicationRunner:
             at_end=at_end,
         )
         self.warnings.load()
+        self.imports.load()
         stage = self._backfill
         if backfill is not None and stage is not None:
             copied = stage.run(backfill, connection.catalog, task.registry, starts.positions)
             if not copied:
                 return  # stopped during the backfill; it resumes at the next start
+            finished = stage.job()
+            if finished is not None and finished.state == "done":
+                self.imports.copied(
+                    {f"{c.target_db}.{c.target_name}" for c in finished.collections},
+                    int(finished.created_at * 1000) << 18,
+                )
         if starts.history_lost and not (backfill is not None and backfill.active):
             self.warnings.warn(history_lost(starts.history_lost))
         else:

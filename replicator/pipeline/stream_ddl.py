@@ -112,7 +112,16 @@ class StreamDdlApplier:
             ddl.Privilege: rbac.privilege,
             ddl.PrivilegeGroup: rbac.privilege_group,
             ddl.RestoreRBAC: rbac.restore_rbac,
+            ddl.ImportJob: self._import,
         }
+
+    def _import(self, op: ddl.ImportJob) -> Outcome:
+        """Nothing to make on the target: the imported rows never pass through the WAL (the
+        runner shows the job as pending until a backfill copies them)."""
+        return Outcome(
+            "skipped",
+            f"bulk import job {op.job_id} into {op.collection_name}: its rows are not in the WAL",
+        )
 
     def _collection(self, op: ddl.DdlOp) -> TargetCollection | None:
         return self.names.collection(op.collection_id)

@@ -12,6 +12,7 @@ knows the keys and their encoding (JSON, except the in-flight bound, a decimal i
 | ``index/<collection>/<index id>``     | ``[field, index name]`` of a 2.6 index the task made |
 | ``wal/<pchannel>/<generation>``       | a WAL the source switched to (kind, settings, tick)  |
 | ``warnings``                          | the task's warnings (list of text)                   |
+| ``import/<job id>``                   | a bulk import the source ran, not replicated yet     |
 
 Keys of the backfill job live in :mod:`replicator.backfill.state`.
 """
@@ -180,6 +181,17 @@ class RunnerState:
         return WalSwitch(
             record["kind"], dict(record["config"]), int(record["switch_ts"]), generation
         )
+
+    # --- bulk imports ------------------------------------------------------------------------
+    def record_import(self, job_id: int, record: dict[str, Any]) -> None:
+        self._put_json(f"import/{job_id}", record)
+
+    def forget_import(self, job_id: int) -> None:
+        self._put(f"import/{job_id}", b"")
+
+    def imports(self) -> list[dict[str, Any]]:
+        found = self._store.list_state(self._task_id, "import/")
+        return [json.loads(value) for _key, value in sorted(found.items()) if value]
 
     # --- warnings ----------------------------------------------------------------------------
     def warnings(self) -> list[str]:

@@ -319,3 +319,36 @@ def test_a_2_6_source_with_collections_made_before_the_task_is_replicated(
     finally:
         target.close()
         client.close()
+
+
+def test_a_2_6_bulk_import_is_shown_as_pending_until_copied(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """An Import carries no rows through the WAL: the task says so (``imports_pending`` with
+    the job and its files, a warning in its reason naming the remedy), keeps running, and
+    still after a restart."""
+    w = stream.writer
+    name, collection_id = f"imported_{uuid.uuid4().hex[:6]}", 53501
+    vchannels = stream.vchannels(collection_id, 2)
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    w.create_collection(collection_id, name, [*vchannels, f"{stream.pchannel(0)}_vcchan"])
+    stream.tick_all()
+    w.insert(vchannels[0], collection_id, range(5))
+    w.import_job(collection_id, name, vchannels, 9001, [["s3://bucket/part-0.parquet"]])
+    stream.tick_all()
+    wait_for_collection(target_client, name)
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(5)})
+
+    def pending() -> list:
+        return list(task_view(daemon, task_id)["progress"].get("imports_pending") or [])
+
+    wait_until(lambda: len(pending()) == 1, 30, "the import shown as pending")
+    (job,) = pending()
+    assert job["job_id"] == 9001 and job["files"] == [["s3://bucket/part-0.parquet"]], job
+    task = task_view(daemon, task_id)
+    assert task["state"] == "Running" and "job 9001" in task["reason"], task
+    assert f"backfill of {name}" in task["reason"], task
+    daemon.stop()
+    daemon.start()
+    wait_until(lambda: len(pending()) == 1, 30, "still pending after a restart")

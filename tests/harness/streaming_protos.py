@@ -85,6 +85,7 @@ _MESSAGES: dict[str, list[tuple[str, int, int, bool, str]]] = {
         ("segment_ids", 3, _INT64, True, ""),
     ],
     "FlushAllMessageHeader": [],  # messages.proto: no fields
+    "ImportMessageHeader": [],  # messages.proto: no fields
     "BeginTxnMessageHeader": [("keepalive_milliseconds", 1, _INT64, False, "")],
     "CreateDatabaseMessageHeader": [
         ("db_name", 1, _STRING, False, ""),

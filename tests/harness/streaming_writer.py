@@ -562,6 +562,37 @@ class StreamingWriter:
         )
         return self.broadcast("ManualFlush", vchannels, header_bytes=head, version=2)
 
+    def import_job(
+        self,
+        collection_id: int,
+        name: str,
+        vchannels: Sequence[str],
+        job_id: int,
+        files: Sequence[Sequence[str]],
+        *,
+        partition_ids: Sequence[int] = (),
+    ) -> list[Written]:
+        """A bulk import: ``Import`` (version 1, body msg.proto ``ImportMsg``, an empty
+        ``ImportMessageHeader``) broadcast to the collection's vchannels, as 2.6's datacoord
+        import service builds it (``message.NewImportMessageBuilderV1``); the imported rows
+        themselves never enter the WAL."""
+        body = msg_pb2.ImportMsg(
+            base=common_pb2.MsgBase(msg_type=common_pb2.Import),
+            db_name="default",
+            collection_name=name,
+            collectionID=collection_id,
+            partitionIDs=list(partition_ids),
+            jobID=job_id,
+            files=[msg_pb2.ImportFile(id=i, paths=list(p)) for i, p in enumerate(files)],
+        )
+        return self.broadcast(
+            "Import",
+            vchannels,
+            header_bytes=header("ImportMessageHeader"),
+            body=body.SerializeToString(),
+            version=1,
+        )
+
     def flush_all(self, pchannels: Sequence[str], control_pchannel: str) -> list[Written]:
         """FlushAll: a cluster-level broadcast (message.WithClusterLevelBroadcast), one
         ``_pcl`` copy per pchannel, the control pchannel's on ``<pchannel>_vcchan``; empty
