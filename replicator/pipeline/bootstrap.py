@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from metastore import MetaStore, Position
 from replicator.errors import SourceConfigError, TaskFailedError
 from replicator.meta.catalog import CollectionMeta
-from replicator.pipeline.collection_ddl import schema_properties
+from replicator.pipeline.collection_ddl import make_on_target
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.stream_ddl import TaskNames
 from replicator.pipeline.task_state import RunnerState
@@ -56,15 +56,7 @@ def register_collections(
             if meta.collection_id not in known_ids:
                 # kept: after a restart its data is placed even once the catalog dropped it
                 state.remember_collection(meta)
-            target.create_collection(
-                collection.db,
-                collection.name,
-                meta.schema,
-                meta.shards,
-                meta.consistency_level,
-                schema_properties(meta.schema),
-            )
-            registry.mark_created(meta.collection_id)
+            make_on_target(target, registry, collection, meta)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from replicator.events import CreateCollection, DropCollection, DropPartition
 from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMeta
+from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.task_state import RunnerState
@@ -49,6 +50,25 @@ def schema_properties(schema: schema_pb2.CollectionSchema) -> list[tuple[str, st
     """The collection properties a 2.6 schema carries (``timezone``, TTL, mmap, ...), for the
     target's CreateCollection; the consistency level goes in its own field."""
     return [(p.key, p.value) for p in schema.properties if p.key != CONSISTENCY_PROPERTY]
+
+
+def make_on_target(
+    target: MilvusTarget,
+    registry: CollectionRegistry,
+    collection: TargetCollection,
+    meta: CollectionMeta,
+) -> None:
+    """Create a catalog collection on the target (unless it exists) under its target name,
+    with its shards, consistency level and properties; its rows may be written from then on."""
+    target.create_collection(
+        collection.db,
+        collection.name,
+        meta.schema,
+        meta.shards,
+        meta.consistency_level,
+        schema_properties(meta.schema),
+    )
+    registry.mark_created(meta.collection_id)
 
 
 class CollectionDdl:
@@ -154,15 +174,7 @@ class CollectionDdl:
                 collection_id,
             )
             self._state.remember_collection(meta)
-            self._target.create_collection(
-                collection.db,
-                collection.name,
-                meta.schema,
-                meta.shards,
-                meta.consistency_level,
-                schema_properties(meta.schema),
-            )
-            self._registry.mark_created(collection_id)
+            make_on_target(self._target, self._registry, collection, meta)
 
     def flush(self, collection_ids: list[int] | None) -> None:
         """Flush these collections on the target (None: every collection of the task)."""
