@@ -1,4 +1,6 @@
-"""The check that makes a copied range prove itself.
+"""The check that makes a copied range prove itself (not called by ``copy_range`` yet: during a
+backfill the target collection is not loaded until the stream replays its LoadCollection, so the
+target cannot be queried then).
 
 After a range is copied, its keys on the source are compared with its keys on the target; the
 rows of keys the target lacks are read from the source again and written, and the check runs

@@ -11,13 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
-from replicator.backfill.complete import complete_range
 from replicator.backfill.ranges import Key, literal
 
 # Milvus caps a query at 16384 rows
@@ -155,70 +153,29 @@ def forget_clients() -> None:
             client.close()
 
 
-def _upsert(
-    target: MilvusClient, name: str, rows: list[dict[str, Any]], partition: str | None
-) -> None:
-    if partition:
-        target.upsert(name, rows, partition_name=partition)
-    else:
-        target.upsert(name, rows)
-
-
-def _keys(
-    client: MilvusClient, name: str, work: dict[str, Any], partition: str | None
-) -> Iterator[Key]:
-    pk = work["pk"]
-    for page in pages_by_key(
-        client, name, pk, work["filter"], [pk], partition, int(work["batch_rows"])
-    ):
-        for row in page:
-            yield row[pk]
-
-
-# keys per ``pk in [...]`` read when the check copies missing rows again
-REPAIR_CHUNK = 1000
-
-
 def copy_range(work: dict[str, Any]) -> int:
-    """Copy one range, then check it (``complete.complete_range``: every key on the source is on
-    the target, missing ones copied again); returns the rows written. ``work`` holds: source and
-    target connection parameters, db/name on both sides, the range's filter, the partitions, the
-    batch size. A failure drops the worker's cached clients: a retry connects again."""
+    """Copy one range; returns the rows written. ``work`` holds: source and target connection
+    parameters, db/name on both sides, the range's filter, the partitions, the batch size.
+    A failure drops the worker's cached clients: a retry connects again."""
     source = cached_client(work["source"], work["db"])
     target = cached_client(work["target"], work["target_db"])
-    pk, name, target_name = work["pk"], work["name"], work["target_name"]
     rows = 0
     try:
         for partition in work["partitions"] or [None]:
             for page in pages_by_key(
-                source, name, pk, work["filter"], ["*"], partition, int(work["batch_rows"])
+                source,
+                work["name"],
+                work["pk"],
+                work["filter"],
+                ["*"],
+                partition,
+                int(work["batch_rows"]),
             ):
-                _upsert(target, target_name, page, partition)
+                if partition:
+                    target.upsert(work["target_name"], page, partition_name=partition)
+                else:
+                    target.upsert(work["target_name"], page)
                 rows += len(page)
-
-            def copy_keys(keys: list[Key], partition: str | None = partition) -> int:
-                copied = 0
-                for at in range(0, len(keys), REPAIR_CHUNK):
-                    chunk = keys[at : at + REPAIR_CHUNK]
-                    found = source.query(
-                        name,
-                        filter=f"{pk} in [{', '.join(literal(k) for k in chunk)}]",
-                        output_fields=["*"],
-                        partition_names=[partition] if partition else None,
-                        consistency_level="Strong",
-                        timeout=120,
-                    )
-                    if found:
-                        _upsert(target, target_name, list(found), partition)
-                        copied += len(found)
-                return copied
-
-            checked = complete_range(
-                partial(_keys, source, name, work, partition),
-                partial(_keys, target, target_name, work, partition),
-                copy_keys,
-            )
-            rows += int(checked["repaired"])
     except BaseException:
         forget_clients()
         raise
