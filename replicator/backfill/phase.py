@@ -82,7 +82,12 @@ class BackfillPhase:
                     ref.label,
                     rows_total=plan.rows if plan else 0,
                     ranges_total=len(plan.ranges) if plan else 0,
-                    rows_done=sum(finished.values()),
+                    # a range counts at most its planned rows (rows written since the plan
+                    # are copied too), so rows_done never passes rows_total
+                    rows_done=sum(
+                        min(rows, plan.ranges[r].rows) if plan and r < len(plan.ranges) else 0
+                        for r, rows in finished.items()
+                    ),
                     ranges_done=len(finished),
                 )
             )

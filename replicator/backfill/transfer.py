@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
@@ -55,6 +55,36 @@ def connect(params: dict[str, Any], db: str) -> MilvusClient:
     return MilvusClient(dedicated=True, timeout=60, **kwargs)
 
 
+class PageQuery(Protocol):
+    """One page of a range read: the rows matching ``filter``, at most about ``limit`` of them.
+    The server may return more or fewer than ``limit`` while rows remain (Milvus 2.3.5 with the
+    iterator hints did both), so a reader must not take a short page for the end."""
+
+    def __call__(self, filter: str, limit: int) -> list[dict[str, Any]]: ...
+
+
+def read_pages(
+    query: PageQuery, pk: str, expr: str, batch: int, everything: str
+) -> Iterator[list[dict[str, Any]]]:
+    """The rows matching ``expr`` (``everything`` when empty) page by page, each page sorted by
+    key and read after the highest key of the one before. The read ends only when the server
+    has nothing after the last key (an empty page), never because a page was short."""
+    batch = min(batch, MAX_BATCH)
+    last: Key | None = None
+    while True:
+        parts = [f"({expr})"] if expr else []
+        if last is not None:
+            parts.insert(0, f"{pk} > {literal(last)}")
+        page = query(" and ".join(parts) or everything, batch)
+        if not page:
+            return
+        page = sorted(page, key=lambda row: row[pk])
+        if last is not None and not page[0][pk] > last:
+            raise RuntimeError(f"query after {pk} > {literal(last)} returned a key not above it")
+        yield page
+        last = page[-1][pk]
+
+
 def pages_by_key(
     client: MilvusClient,
     collection: str,
@@ -64,35 +94,28 @@ def pages_by_key(
     partition: str | None,
     batch: int,
 ) -> Iterator[list[dict[str, Any]]]:
-    """The rows matching ``expr`` in key order, ``batch`` at a time, each page read after the
-    last key of the one before. pymilvus's query iterator does the same but puts a varchar key
-    into its expression unescaped (a key holding a quote breaks it); here the cursor is a
-    literal escaped by ``ranges.literal``. ``iterator``/``reduce_stop_for_best`` ask the server
-    for the lowest keys first, as pymilvus's iterator does."""
-    batch = min(batch, MAX_BATCH)
-    last: Key | None = None
-    while True:
-        parts = [f"({expr})"] if expr else []
-        if last is not None:
-            parts.insert(0, f"{pk} > {literal(last)}")
-        page = client.query(
-            collection,
-            filter=" and ".join(parts) or f"{pk} >= {_lowest(client, collection, pk)}",
-            output_fields=fields,
-            partition_names=[partition] if partition else None,
-            limit=batch,
-            consistency_level="Strong",
-            timeout=120,
-            iterator="True",
-            reduce_stop_for_best="True",
+    """``read_pages`` on a pymilvus client. pymilvus's query iterator pages the same way but puts
+    a varchar key into its expression unescaped (a key holding a quote breaks it); here the
+    cursor is a literal escaped by ``ranges.literal``. ``iterator``/``reduce_stop_for_best``
+    ask the server for the lowest keys first, as pymilvus's iterator does; the page length
+    they give varies, which ``read_pages`` does not rely on."""
+
+    def query(filter: str, limit: int) -> list[dict[str, Any]]:
+        return list(
+            client.query(
+                collection,
+                filter=filter,
+                output_fields=fields,
+                partition_names=[partition] if partition else None,
+                limit=limit,
+                consistency_level="Strong",
+                timeout=120,
+                iterator="True",
+                reduce_stop_for_best="True",
+            )
         )
-        if not page:
-            return
-        page = sorted(page, key=lambda row: row[pk])
-        yield page
-        if len(page) < batch:
-            return
-        last = page[-1][pk]
+
+    yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
 
 
 _LOWEST: dict[tuple[int, str], str] = {}
