@@ -43,7 +43,8 @@ class _TaskCollector(Collector):
             "Source time of the last saved position (physical part of the hybrid timestamp)",
             labels=labels,
         )
-        for task_id, status in self._progress().items():
+        progress = self._progress()  # every runner's status, once per scrape
+        for task_id, status in progress.items():
             for channel in status.get("channels", []):
                 key = [task_id, channel["channel"]]
                 rows.add_metric(key, channel["rows"])
@@ -58,11 +59,11 @@ class _TaskCollector(Collector):
             "unknown_before_task, repeated_records, ...)",
             labels=["task_id", "cause"],
         )
-        for task_id, status in self._progress().items():
+        for task_id, status in progress.items():
             for cause, count in sorted((status.get("skipped") or {}).items()):
                 skipped.add_metric([task_id, cause], count)
         yield from (rows, size, lag, position, skipped)
-        yield from _backfill_metrics(self._progress())
+        yield from _backfill_metrics(progress)
 
 
 def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:

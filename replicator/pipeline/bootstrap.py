@@ -23,6 +23,7 @@ from replicator.errors import SourceConfigError, TaskFailedError
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.collection_ddl import make_on_target
 from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.stream_ddl import TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal, parse_backend
@@ -73,7 +74,7 @@ def channel_starts(
     saved: dict[str, Position],
     watermarks: dict[str, tuple[int, int]],
     catalog: dict[int, CollectionMeta],
-    registry: CollectionRegistry,
+    selection: TaskSelection,
     *,
     at_end: bool,
 ) -> ChannelStarts:
@@ -85,7 +86,7 @@ def channel_starts(
         start = saved.get(pchannel)
         if start is None:
             marks = watermarks.get(pchannel) or source.watermarks(pchannel)
-            start, lost = initial_position(source, pchannel, marks, catalog, registry, at_end)
+            start, lost = initial_position(source, pchannel, marks, catalog, selection, at_end)
             if lost:
                 starts.history_lost.append(pchannel)
             store.save_position(task_id, start, None)
@@ -98,7 +99,7 @@ def initial_position(
     pchannel: str,
     watermarks: tuple[int, int],
     catalog: dict[int, CollectionMeta],
-    registry: CollectionRegistry,
+    selection: TaskSelection,
     at_end: bool = False,
 ) -> tuple[Position, bool]:
     """Where a new task starts on a channel (see the module docstring); the flag tells that
@@ -108,7 +109,10 @@ def initial_position(
         created = [
             source.offset_of(meta.start_positions[pchannel])
             for meta in catalog.values()
-            if registry.wanted(meta.collection_id) and pchannel in meta.start_positions
+            if not meta.dropped
+            and not meta.creating
+            and selection.selects(meta.db_name, meta.name)
+            and pchannel in meta.start_positions
         ]
         lost = bool(created) and min(created) < earliest
         if created and not lost:

@@ -65,18 +65,19 @@ class BackfillStage:
         catalog: dict[int, CollectionMeta],
         registry: CollectionRegistry,
         starts: dict[str, Position],
-    ) -> bool:
-        """Run a pending or interrupted job; False when the runner was stopped meanwhile.
-        ``starts`` (the workers' start positions) may be moved back by the hand-over."""
+    ) -> BackfillJob | None:
+        """Run a pending or interrupted job; the job as it ended (as given when it had
+        ended before), None when the runner was stopped meanwhile. ``starts`` (the workers'
+        start positions) may be moved back by the hand-over."""
         if not job.active:
-            return True
+            return job
         with log_context(task_id=self._task_id, channel="backfill"):
             collections, missing = selected_collections(job, catalog, registry)
             if missing:
                 collections = []
             finished = self._phase.run(job, collections, lambda: self._hand_over(starts))
             if finished is None:
-                return False
+                return None
             if missing:
                 finished = finished.with_(
                     state="failed", reason=f"not selected collections of the source: {missing}"
@@ -85,7 +86,7 @@ class BackfillStage:
                 self._phase.refresh(finished)
             if finished.state == "failed":
                 self._warnings.warn(f"backfill {finished.job_id} failed: {finished.reason}")
-        return True
+        return finished
 
     def _hand_over(self, starts: dict[str, Position]) -> None:
         for pchannel, start in starts.items():

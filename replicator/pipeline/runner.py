@@ -81,12 +81,17 @@ def history_lost(channels: list[str]) -> str:
 
 
 @dataclass
-class _Connection:
+class _SourceRead:
     source: WalSource
-    target: MilvusTarget
     catalog: dict[int, CollectionMeta]
     saved: dict[str, Position]  # the positions saved so far
-    watermarks: dict[str, tuple[int, int]]  # ends of the channels without a position
+    watermarks: dict[str, tuple[int, int]]  # ends of the DML channels without a position
+
+
+@dataclass
+class _Connection:
+    read: _SourceRead
+    target: MilvusTarget
 
 
 class ReplicationRunner:
@@ -105,8 +110,10 @@ class ReplicationRunner:
         self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
         # the Go tool's ignore_partition: every row goes to the target's default partition
         self.single_partition = bool(task.spec["milvus_connect_param"].get("ignore_partition"))
-        channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
-        self.statuses = {ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in channels}
+        self._channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
+        self.statuses = {
+            ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in self._channels
+        }
         self.state = RunnerState(store, task.task_id)
         self.warnings = TaskWarnings(store, self.state, task.task_id)
         self.imports = PendingImports(self.state, self.warnings)
@@ -124,38 +131,45 @@ class ReplicationRunner:
         :mod:`bootstrap`): every write after the answer is then after the start, whenever
         the workers get there."""
         saved = self.store.get_positions(self.task.task_id)
-        missing = [ch for ch in self.context.channels if ch not in saved]
-        rpc_missing = bool(self.rpc_channel) and self.rpc_channel not in saved
-        if not missing and not rpc_missing:
-            return
+        if all(ch in saved for ch in self._channels):
+            return  # nothing to decide: the source is not read (a resume needs no source)
         with log_context(task_id=self.task.task_id):
-            source = self.context.source()
-            watermarks = {ch: source.watermarks(ch) for ch in missing}
-            catalog = self.context.catalog()
-            registry = CollectionRegistry(self.selection, self.context.default_partition)
-            for meta in catalog.values():
-                if not meta.dropped and not meta.creating:
-                    registry.add(
-                        meta.collection_id, meta.db_name, meta.name, meta.schema, meta.pchannels
-                    )
+            read = self._read_source(saved)
             backfills = self.context.backfill is not None
             job = BackfillState(self.store, self.task.task_id).job() if backfills else None
-            starts = channel_starts(
+            self._starts(read, job)
+
+    def _starts(self, read: _SourceRead, backfill: BackfillJob | None) -> dict[str, Position]:
+        """Every channel's start (the replicate channel's too): its saved position, else the
+        initial one, saved now, with a warning when the queue no longer holds the selected
+        history (unless a backfill is asked, which copies it)."""
+        active = backfill if backfill is not None and backfill.active else None
+        starts = channel_starts(
+            self.store,
+            self.task.task_id,
+            read.source,
+            self.context.channels,
+            read.saved,
+            read.watermarks,
+            read.catalog,
+            self.selection,
+            at_end=active is not None and active.covers_all,
+        )
+        if starts.history_lost and active is None:
+            self.warnings.warn(history_lost(starts.history_lost))
+        positions = dict(starts.positions)
+        if self.rpc_channel:
+            positions[self.rpc_channel] = replicate_start(
                 self.store,
                 self.task.task_id,
-                source,
-                missing,
-                saved,
-                watermarks,
-                catalog,
-                registry,
-                at_end=job is not None and job.active and job.covers_all,
+                read.source,
+                self.rpc_channel,
+                read.saved.get(self.rpc_channel),
             )
-            if starts.history_lost:
-                self.warnings.warn(history_lost(starts.history_lost))
-            if rpc_missing:
-                replicate_start(self.store, self.task.task_id, source, self.rpc_channel, None)
-            log.info("start positions saved on %d channel(s)", len(missing) + rpc_missing)
+        missing = [ch for ch in self._channels if ch not in read.saved]
+        if missing:
+            log.info("start positions saved on %d channel(s)", len(missing))
+        return positions
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -226,17 +240,22 @@ class ReplicationRunner:
                 self._stop.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
 
-    def _connect(self) -> _Connection:
+    def _read_source(self, saved: dict[str, Position] | None = None) -> _SourceRead:
         source = self.context.source()
         # The ends of the channels a new task has no position on are read BEFORE the catalog:
         # a collection created in between is then in the catalog or after the start in the WAL.
-        saved = self.store.get_positions(self.task.task_id)
+        if saved is None:
+            saved = self.store.get_positions(self.task.task_id)
         watermarks = {ch: source.watermarks(ch) for ch in self.context.channels if ch not in saved}
-        catalog = self.context.catalog()
+        return _SourceRead(source, self.context.catalog(), saved, watermarks)
+
+    def _connect(self) -> _Connection:
+        read = self._read_source()
         target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
-        return _Connection(source, target, catalog, saved, watermarks)
+        return _Connection(read, target)
 
     def _task_context(self, connection: _Connection) -> TaskContext:
+        read = connection.read
         registry = CollectionRegistry(
             self.selection, self.context.default_partition, single_partition=self.single_partition
         )
@@ -244,7 +263,7 @@ class ReplicationRunner:
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         names = TaskNames.for_task(registry.resolve, self.selection)
         rbac = bool((self.task.spec.get("extra_info") or {}).get("enable_user_role"))
-        register_collections(registry, names, connection.target, connection.catalog, self.state)
+        register_collections(registry, names, connection.target, read.catalog, self.state)
         return TaskContext.build(
             self.task.task_id,
             self.store,
@@ -261,39 +280,26 @@ class ReplicationRunner:
 
     def _run_workers(self, connection: _Connection) -> None:
         task = self._task_context(connection)
-        source = connection.source
+        read = connection.read
+        source = read.source
+        self.warnings.load()
+        self.imports.load()
         # a pending backfill of every selected collection copies their history: a new task then
         # starts streaming at the end of each channel instead of at the collections' creation
         backfill = self._backfill_job(source)
-        at_end = backfill is not None and backfill.active and backfill.covers_all
-        starts = channel_starts(
-            self.store,
-            self.task.task_id,
-            source,
-            self.context.channels,
-            connection.saved,
-            connection.watermarks,
-            connection.catalog,
-            task.registry,
-            at_end=at_end,
-        )
-        self.warnings.load()
-        self.imports.load()
+        starts = self._starts(read, backfill)
+        self.warnings.show()
+        dml = {ch: starts[ch] for ch in self.context.channels}
         stage = self._backfill
         if backfill is not None and stage is not None:
-            copied = stage.run(backfill, connection.catalog, task.registry, starts.positions)
-            if not copied:
+            finished = stage.run(backfill, read.catalog, task.registry, dml)
+            if finished is None:
                 return  # stopped during the backfill; it resumes at the next start
-            finished = stage.job()
-            if finished is not None and finished.state == "done":
+            if finished.state == "done":
                 self.imports.copied(
                     {f"{c.target_db}.{c.target_name}" for c in finished.collections},
                     int(finished.created_at * 1000) << 18,
                 )
-        if starts.history_lost and not (backfill is not None and backfill.active):
-            self.warnings.warn(history_lost(starts.history_lost))
-        else:
-            self.warnings.show()
         workers: list[Worker] = [
             ChannelWorker(
                 task,
@@ -302,23 +308,16 @@ class ReplicationRunner:
                 start,
                 self.statuses[pchannel],
             )
-            for pchannel, start in starts.positions.items()
+            for pchannel, start in dml.items()
         ]
         if self.rpc_channel:
-            start = replicate_start(
-                self.store,
-                self.task.task_id,
-                source,
-                self.rpc_channel,
-                connection.saved.get(self.rpc_channel),
-            )
             checkpoint = ChannelCheckpoint(
                 self.store,
                 self.state,
                 self.task.task_id,
                 self.rpc_channel,
                 source.backend,
-                start,
+                starts[self.rpc_channel],
                 None,  # the replicate channel carries calls, no data
                 source.offset_of,
             )
