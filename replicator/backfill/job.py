@@ -7,7 +7,8 @@ under ``spark-submit``). Per collection of the task's current job:
    key ranges cut from the keys read with a query iterator;
 2. copy every range not yet done: one Spark job of one task per range, up to ``parallelism`` at
    once from driver threads, so each range is recorded as done (from the driver) the moment it
-   finishes; a failed Spark task is retried by Spark (``spark.task.maxFailures``);
+   finishes and has proved itself (``proof``); a failed Spark task is retried by Spark
+   (``spark.task.maxFailures``);
 3. a range whose task failed every attempt stops the job: the reason, naming the collection and
    the range, is recorded, the other ranges are cancelled, the exit code is ``EXIT_RANGE_FAILED``.
 """
@@ -113,8 +114,8 @@ class RangeWork:
         return f"collection {self.plan.collection.label} {self.key_range.describe()}"
 
 
-def spark_task(work: dict[str, Any]) -> tuple[int, int]:
-    """The function each Spark task runs: (rows copied, attempt number)."""
+def spark_task(work: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """The function each Spark task runs: (what ``copy_range`` returns, attempt number)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -138,8 +139,8 @@ def spark_session(options: JobOptions, app_name: str) -> Any:
 
 def copy_ranges(
     works: list[RangeWork],
-    run_one: Callable[[RangeWork], int],
-    on_done: Callable[[RangeWork, int], None],
+    run_one: Callable[[RangeWork], dict[str, int]],
+    on_done: Callable[[RangeWork, dict[str, int]], None],
     parallelism: int,
     cancel: Callable[[], None],
 ) -> None:
@@ -150,8 +151,7 @@ def copy_ranges(
     def one(work: RangeWork) -> None:
         if stop.is_set():
             return
-        rows = run_one(work)
-        on_done(work, rows)
+        on_done(work, run_one(work))
 
     with ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="range") as pool:
         futures: dict[Future[None], RangeWork] = {pool.submit(one, w): w for w in works}
@@ -241,17 +241,22 @@ def run_job(
     parallelism = options.parallelism or int(context.defaultParallelism)
     log.info("copying %d range(s), %d at a time, on %s", len(works), parallelism, context.master)
 
-    def run_one(work: RangeWork) -> int:
+    def run_one(work: RangeWork) -> dict[str, int]:
         context.setJobDescription(work.describe())
         rdd = context.parallelize([work.payload(options)], 1)
-        ((rows, attempt),) = rdd.map(spark_task).collect()
+        ((copied, attempt),) = rdd.map(spark_task).collect()
         if attempt:
             log.info("%s copied on attempt %d", work.describe(), attempt + 1)
-        return int(rows)
+        return dict(copied)
 
-    def on_done(work: RangeWork, rows: int) -> None:
-        state.mark_done(job.job_id, work.collection_index, work.key_range.index, rows)
-        log.info("%s: %d rows copied", work.describe(), rows)
+    def on_done(work: RangeWork, copied: dict[str, int]) -> None:
+        state.mark_done(job.job_id, work.collection_index, work.key_range.index, copied["rows"])
+        log.info(
+            "%s: %d rows copied; the proof found %d alive on the source and not yet written",
+            work.describe(),
+            copied["rows"],
+            copied["added_by_proof"],
+        )
 
     try:
         copy_ranges(works, run_one, on_done, parallelism, context.cancelAllJobs)

@@ -3,7 +3,8 @@
 Executors import only this module and pymilvus (no metastore, no daemon settings), so a Spark
 cluster needs nothing else. Rows are read in key order, page by page (Strong consistency: everything
 written before the job recorded its positions is seen) and written with upsert, so a range
-copied twice, after a retry or a killed job, replaces its rows instead of doubling them.
+copied twice, after a retry or a killed job, replaces its rows instead of doubling them. A copied
+range then proves itself (``proof.prove_range``) before the driver records it as done.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
+from replicator.backfill.proof import prove_range
 from replicator.backfill.ranges import Key, literal
 
 # Milvus caps a query at 16384 rows
@@ -99,6 +101,18 @@ def pages_by_key(
     cursor is a literal escaped by ``ranges.literal``. ``iterator``/``reduce_stop_for_best``
     ask the server for the lowest keys first, as pymilvus's iterator does; the page length
     they give varies, which ``read_pages`` does not rely on."""
+    query = _query(client, collection, fields, partition, iterator=True)
+    yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
+
+
+def _query(
+    client: MilvusClient,
+    collection: str,
+    fields: list[str],
+    partition: str | None,
+    iterator: bool,
+) -> PageQuery:
+    hints = {"iterator": "True", "reduce_stop_for_best": "True"} if iterator else {}
 
     def query(filter: str, limit: int) -> list[dict[str, Any]]:
         return list(
@@ -110,12 +124,33 @@ def pages_by_key(
                 limit=limit,
                 consistency_level="Strong",
                 timeout=120,
-                iterator="True",
-                reduce_stop_for_best="True",
+                **hints,
             )
         )
 
-    yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
+    return query
+
+
+class SourceRange:
+    """One range of one partition on the source, for ``proof.prove_range``: its keys read
+    again in pages of ``MAX_BATCH`` (another size than the copy's), its rows by key."""
+
+    def __init__(
+        self, client: MilvusClient, collection: str, pk: str, expr: str, partition: str | None
+    ) -> None:
+        self.client, self.collection, self.pk = client, collection, pk
+        self.expr, self.partition = expr, partition
+
+    def alive_keys(self) -> Iterator[Key]:
+        for page in pages_by_key(
+            self.client, self.collection, self.pk, self.expr, [self.pk], self.partition, MAX_BATCH
+        ):
+            for row in page:
+                yield row[self.pk]
+
+    def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
+        query = _query(self.client, self.collection, ["*"], self.partition, iterator=False)
+        return query(f"{self.pk} in [{', '.join(literal(k) for k in keys)}]", len(keys))
 
 
 _LOWEST: dict[tuple[int, str], str] = {}
@@ -153,30 +188,33 @@ def forget_clients() -> None:
             client.close()
 
 
-def copy_range(work: dict[str, Any]) -> int:
-    """Copy one range; returns the rows written. ``work`` holds: source and target connection
-    parameters, db/name on both sides, the range's filter, the partitions, the batch size.
-    A failure drops the worker's cached clients: a retry connects again."""
+def copy_range(work: dict[str, Any]) -> dict[str, int]:
+    """Copy one range and prove it (``proof.prove_range``); the rows written, and how many of
+    them the proof added. ``work`` holds: source and target connection parameters, db/name on
+    both sides, the range's filter, the partitions, the batch size. A failure drops the
+    worker's cached clients: a retry connects again."""
     source = cached_client(work["source"], work["db"])
     target = cached_client(work["target"], work["target_db"])
-    rows = 0
+    pk, name, target_name = work["pk"], work["name"], work["target_name"]
+    rows = added = 0
     try:
         for partition in work["partitions"] or [None]:
-            for page in pages_by_key(
-                source,
-                work["name"],
-                work["pk"],
-                work["filter"],
-                ["*"],
-                partition,
-                int(work["batch_rows"]),
-            ):
+
+            def write(page: list[dict[str, Any]], partition: str | None = partition) -> None:
                 if partition:
-                    target.upsert(work["target_name"], page, partition_name=partition)
+                    target.upsert(target_name, page, partition_name=partition)
                 else:
-                    target.upsert(work["target_name"], page)
+                    target.upsert(target_name, page)
+
+            written: set[Key] = set()
+            batch = int(work["batch_rows"])
+            for page in pages_by_key(source, name, pk, work["filter"], ["*"], partition, batch):
+                write(page)
+                written.update(row[pk] for row in page)
                 rows += len(page)
+            side = SourceRange(source, name, pk, work["filter"], partition)
+            added += prove_range(side, pk, written, write)
     except BaseException:
         forget_clients()
         raise
-    return rows
+    return {"rows": rows + added, "added_by_proof": added}
