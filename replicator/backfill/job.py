@@ -27,9 +27,10 @@ from typing import Any
 
 from pymilvus import MilvusClient
 
+from replicator.backfill.pages import MAX_BATCH
 from replicator.backfill.ranges import Key, KeyOrderError, KeyRange, cut_ranges
 from replicator.backfill.state import BackfillState, CollectionPlan, CollectionRef
-from replicator.backfill.transfer import MAX_BATCH, connect, copy_range, pages_by_key
+from replicator.backfill.transfer import connect, copy_range, pages_by_key
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
+from replicator.backfill.pages import MAX_BATCH, read_pages
 from replicator.backfill.proof import prove_range
 from replicator.backfill.ranges import Key, literal
-
-# Milvus caps a query at 16384 rows
-MAX_BATCH = 16384
 
 
 def client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
@@ -57,36 +55,6 @@ def connect(params: dict[str, Any], db: str) -> MilvusClient:
     return MilvusClient(dedicated=True, timeout=60, **kwargs)
 
 
-class PageQuery(Protocol):
-    """One page of a range read: the rows matching ``filter``, at most about ``limit`` of them.
-    The server may return more or fewer than ``limit`` while rows remain (Milvus 2.3.5 with the
-    iterator hints did both), so a reader must not take a short page for the end."""
-
-    def __call__(self, filter: str, limit: int) -> list[dict[str, Any]]: ...
-
-
-def read_pages(
-    query: PageQuery, pk: str, expr: str, batch: int, everything: str
-) -> Iterator[list[dict[str, Any]]]:
-    """The rows matching ``expr`` (``everything`` when empty) page by page, each page sorted by
-    key and read after the highest key of the one before. The read ends only when the server
-    has nothing after the last key (an empty page), never because a page was short."""
-    batch = min(batch, MAX_BATCH)
-    last: Key | None = None
-    while True:
-        parts = [f"({expr})"] if expr else []
-        if last is not None:
-            parts.insert(0, f"{pk} > {literal(last)}")
-        page = query(" and ".join(parts) or everything, batch)
-        if not page:
-            return
-        page = sorted(page, key=lambda row: row[pk])
-        if last is not None and not page[0][pk] > last:
-            raise RuntimeError(f"query after {pk} > {literal(last)} returned a key not above it")
-        yield page
-        last = page[-1][pk]
-
-
 def pages_by_key(
     client: MilvusClient,
     collection: str,
@@ -96,39 +64,47 @@ def pages_by_key(
     partition: str | None,
     batch: int,
 ) -> Iterator[list[dict[str, Any]]]:
-    """``read_pages`` on a pymilvus client. pymilvus's query iterator pages the same way but puts
-    a varchar key into its expression unescaped (a key holding a quote breaks it); here the
-    cursor is a literal escaped by ``ranges.literal``. ``iterator``/``reduce_stop_for_best``
-    ask the server for the lowest keys first, as pymilvus's iterator does; the page length
-    they give varies, which ``read_pages`` does not rely on."""
-    query = _query(client, collection, fields, partition, iterator=True)
+    """``pages.read_pages`` on a pymilvus client. pymilvus's query iterator pages the same way
+    but puts a varchar key into its expression unescaped (a key holding a quote breaks it), and
+    sends the hints that make 2.3.5 skip keys; here the cursor is a literal escaped by
+    ``ranges.literal`` and every page is checked against a count."""
+    query = MilvusRangeQuery(client, collection, fields, partition)
     yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
 
 
-def _query(
-    client: MilvusClient,
-    collection: str,
-    fields: list[str],
-    partition: str | None,
-    iterator: bool,
-) -> PageQuery:
-    hints = {"iterator": "True", "reduce_stop_for_best": "True"} if iterator else {}
+class MilvusRangeQuery:
+    """``pages.RangeQuery`` on a pymilvus client, one collection (and partition), Strong
+    consistency. No iterator hints: with them Milvus 2.3.5 returns pages that skip keys."""
 
-    def query(filter: str, limit: int) -> list[dict[str, Any]]:
+    def __init__(
+        self, client: MilvusClient, collection: str, fields: list[str], partition: str | None
+    ) -> None:
+        self.client, self.collection, self.fields = client, collection, fields
+        self.partitions = [partition] if partition else None
+
+    def rows(self, filter: str, limit: int) -> list[dict[str, Any]]:
         return list(
-            client.query(
-                collection,
+            self.client.query(
+                self.collection,
                 filter=filter,
-                output_fields=fields,
-                partition_names=[partition] if partition else None,
+                output_fields=self.fields,
+                partition_names=self.partitions,
                 limit=limit,
                 consistency_level="Strong",
                 timeout=120,
-                **hints,
             )
         )
 
-    return query
+    def count(self, filter: str) -> int:
+        result = self.client.query(
+            self.collection,
+            filter=filter,
+            output_fields=["count(*)"],
+            partition_names=self.partitions,
+            consistency_level="Eventually",
+            timeout=120,
+        )
+        return int(result[0]["count(*)"])
 
 
 class SourceRange:
@@ -149,8 +125,8 @@ class SourceRange:
                 yield row[self.pk]
 
     def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
-        query = _query(self.client, self.collection, ["*"], self.partition, iterator=False)
-        return query(f"{self.pk} in [{', '.join(literal(k) for k in keys)}]", len(keys))
+        query = MilvusRangeQuery(self.client, self.collection, ["*"], self.partition)
+        return query.rows(f"{self.pk} in [{', '.join(literal(k) for k in keys)}]", len(keys))
 
 
 _LOWEST: dict[tuple[int, str], str] = {}

@@ -1,15 +1,16 @@
 """Backfill exactness where it is hardest: small key ranges (many boundaries), a writer that
 deletes, re-inserts, upserts and inserts keys at the range boundaries during the whole copy, int64
 keys and varchar keys with quotes, backslashes, spaces and unicode, two partitions, real Milvus
-2.3.5 source and target; every other run kills the driver with SIGKILL mid-copy.
+2.3.5 source and target; the first run and every other one after it kill the driver with SIGKILL
+mid-copy.
 
 The comparison reads neither side with the daemon's code: it asks both Milvus servers for every
 key the test ever wrote, by key (``in [...]``), partition by partition, and checks each
 partition's ``count(*)`` against the rows found, so a row on either side that the test did not
 write fails it too.
 
-``CDC_BACKFILL_RUNS`` sets the number of runs (2 in CI; the issue's ten runs in a row:
-``CDC_BACKFILL_RUNS=10 python3 -m pytest tests/e2e/test_backfill_boundaries.py``).
+``CDC_BACKFILL_RUNS`` sets the number of runs: 1 in CI (with the kill); the issue's ten runs in a
+row: ``CDC_BACKFILL_RUNS=10 python3 -m pytest tests/e2e/test_backfill_boundaries.py``.
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ from test_backfill import (
 )
 from test_replication import DIM, comparable
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-RUNS = int(os.environ.get("CDC_BACKFILL_RUNS", "2"))
+RUNS = int(os.environ.get("CDC_BACKFILL_RUNS", "1"))
 RANGE_ROWS = 400
 PARTITIONS = ("p1", "p2")
 INT_ROWS = 8000  # even keys 0 .. 2 * INT_ROWS - 2: odd keys are free for inserts near bounds
 TEXT_ROWS = 4000
-# over one planning page (16,384 keys), never written during the copy: its rows_total is exact
-QUIET_ROWS = 17_000
+# never written during the copy: its rows_total is exact
+QUIET_ROWS = 2_000
 
 Key = int | str
 
@@ -179,6 +180,18 @@ def assert_equal(source: MilvusClient, target: MilvusClient, table: Table) -> in
     return sum(len(rows) for rows in expected.values())
 
 
+def load_in_segments(table: Table, keys: list[Key]) -> None:
+    """The keys in no key order, flushed every 1,500 rows: several sealed segments and a growing
+    one, each holding keys from all over the range (the layout in which Milvus 2.3.5's paged
+    queries with pymilvus's iterator hints skip keys)."""
+    shuffled = list(keys)
+    random.Random(table.name).shuffle(shuffled)
+    for start in range(0, len(shuffled), 1500):
+        table.write(shuffled[start : start + 1500], "old")
+        if start + 1500 < len(shuffled):
+            table.client.flush(table.name)
+
+
 def boundaries(keys: list[Key]) -> list[Key]:
     """The keys the planner cuts at: every ``RANGE_ROWS``-th key in order (rows deleted or
     inserted before planning move them a little, which only spreads the writes around them)."""
@@ -190,7 +203,7 @@ def boundaries(keys: list[Key]) -> list[Key]:
 def test_exact_copy_across_many_range_boundaries_under_writes(
     run, daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
 ):
-    kill = run % 2 == 1
+    kill = run % 2 == 0
     suffix = uuid.uuid4().hex[:8]
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     target = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
@@ -203,11 +216,9 @@ def test_exact_copy_across_many_range_boundaries_under_writes(
         make_collection(source, quiet.name, DataType.INT64)
         int_keys: list[Key] = list(range(0, 2 * INT_ROWS, 2))
         text_keys: list[Key] = [text_key(n) for n in range(TEXT_ROWS)]
-        for start in range(0, INT_ROWS, 4000):
-            ints.write(int_keys[start : start + 4000], "old")
-        texts.write(text_keys, "old")
-        for start in range(0, QUIET_ROWS, 5000):
-            quiet.write(range(2 * start, 2 * min(start + 5000, QUIET_ROWS), 2), "quiet")
+        quiet_keys: list[Key] = list(range(0, 2 * QUIET_ROWS, 2))
+        for table, keys in ((ints, int_keys), (texts, text_keys), (quiet, quiet_keys)):
+            load_in_segments(table, keys)
         sorted_texts = sorted(text_keys)
         int_bounds, text_bounds = boundaries(int_keys), boundaries(text_keys)
         new_texts = iter(range(TEXT_ROWS, 10 * TEXT_ROWS))
@@ -259,7 +270,7 @@ def test_exact_copy_across_many_range_boundaries_under_writes(
         writer.finish()
 
         assert backfill["ranges_done"] == backfill["ranges_total"], backfill
-        assert backfill["ranges_total"] >= 70, backfill  # many boundaries in play
+        assert backfill["ranges_total"] >= 30, backfill  # many boundaries in play
         assert backfill["rows_done"] <= backfill["rows_total"], backfill
         assert backfill["percent"] == 100.0, backfill
         by_collection = {c["collection"]: c for c in backfill["collections"]}

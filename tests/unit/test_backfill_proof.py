@@ -25,7 +25,8 @@ class Source:
 
     def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
         self.reads.append(keys)
-        return [self.table[k] for k in keys if k in self.table and k not in self.deleted_before_read]
+        gone = self.deleted_before_read
+        return [self.table[k] for k in keys if k in self.table and k not in gone]
 
 
 class Target:
