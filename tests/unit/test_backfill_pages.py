@@ -147,3 +147,32 @@ def test_a_page_that_goes_backwards_is_an_error() -> None:
 
     with pytest.raises(PageReadError, match="not above"):
         list(read_pages(Stuck(), "pk", "", 10, "ALL"))
+
+
+def test_read_ahead_keeps_order_hands_errors_over_and_stops_when_left() -> None:
+    from replicator.backfill.transfer import read_ahead
+
+    assert list(read_ahead(iter([[{"pk": 1}], [{"pk": 2}], [{"pk": 3}]]))) == [
+        [{"pk": 1}],
+        [{"pk": 2}],
+        [{"pk": 3}],
+    ]
+
+    def failing() -> Any:
+        yield [{"pk": 1}]
+        raise PageReadError("the source went away")
+
+    with pytest.raises(PageReadError, match="went away"):
+        list(read_ahead(failing()))
+
+    produced: list[int] = []
+
+    def endless() -> Any:
+        for n in itertools.count():
+            produced.append(n)
+            yield [{"pk": n}]
+
+    reader = read_ahead(endless())
+    assert next(reader) == [{"pk": 0}]
+    reader.close()  # the consumer leaves: the producer stops with at most a page or two ahead
+    assert len(produced) <= 3
