@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from metastore import MetaStoreError
 from replicator.backfill.state import BackfillJob
 from replicator.codec.streaming_ddl import ImportJob
 from replicator.meta.imports import ImportPhase, SourceImport
@@ -65,7 +66,8 @@ def covers(job: BackfillJob, source_label: str) -> bool:
 
 class TaskImports:
     """The imports of one task (see the module docstring); used by the runner's thread, the
-    watcher's thread and a 2.6 worker, so every change holds a lock."""
+    watcher's thread and a 2.6 worker, so every change holds a lock (the metastore is written
+    after it is released: ``progress`` reads the items from the event loop)."""
 
     def __init__(
         self, state: RunnerState, warnings: TaskWarnings, task_id: str, blocker: str = ""
@@ -79,8 +81,13 @@ class TaskImports:
         self._lock = threading.Lock()
 
     def load(self) -> None:
+        items = {int(item["job_id"]): _upgraded(item) for item in self._state.imports()}
         with self._lock:
-            self._items = {int(item["job_id"]): item for item in self._state.imports()}
+            self._items = items
+
+    def _save(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._state.record_import(int(item["job_id"]), item)
 
     # --- views ---------------------------------------------------------------------------------
     @property
@@ -170,7 +177,7 @@ class TaskImports:
                 if phase != ImportPhase.FAILED:
                     warn = item["warning"]
             elif phase == UNKNOWN or (item["phase"] == phase and item["rows"] == rows):
-                return
+                return  # nothing new
             item.update(phase=phase, rows=rows or item["rows"], ts=item["ts"] or ts)
             if item["state"] == PENDING:
                 if phase == ImportPhase.FAILED:
@@ -184,7 +191,8 @@ class TaskImports:
                     item["detail"] = "running on the source"
                 else:
                     item["detail"] = "seen in the WAL; waiting for the source to complete it"
-            self._state.record_import(job_id, item)
+            saved = dict(item)
+        self._save([saved])
         if warn:
             self._warnings.warn(warn)
         if withdraw:
@@ -218,6 +226,7 @@ class TaskImports:
     def backfill_starts(self, job: BackfillJob) -> None:
         """A job is about to copy (pending: it reads nothing yet): the completed imports of the
         collections it copies are on the target once it is done."""
+        changed = []
         with self._lock:
             for item in self._items.values():
                 if (
@@ -225,15 +234,19 @@ class TaskImports:
                     and item["phase"] == ImportPhase.COMPLETED
                     and covers(job, item["source_collection"])
                 ):
-                    item.update(state=COPYING, backfill_job=job.job_id, detail="")
+                    item.update(state=COPYING, backfill_job=job.job_id)
                     item["detail"] = f"being copied by backfill {job.job_id}"
-                    self._state.record_import(int(item["job_id"]), item)
+                    changed.append(dict(item))
+        self._save(changed)
 
     def backfill_ended(self, job: BackfillJob) -> None:
-        """A job ended: done, its imports are copied; failed, they wait for an operator."""
+        """A job ended: done, its imports are copied; failed, they wait for an operator. (Called
+        again for the same job at every start: it changes nothing the second time.)"""
+        if job.active:
+            return
         done = job.state == "done"
         before = int(job.created_at * 1000) << LOGICAL_BITS
-        withdrawn = []
+        withdrawn, changed = [], []
         with self._lock:
             for item in self._items.values():
                 legacy = (  # known only from the WAL: a backfill asked after it copies it
@@ -263,9 +276,32 @@ class TaskImports:
                         f"backfill {job.job_id} failed ({job.reason}); "
                         f"{self._manual(item['source_collection'])}"
                     )
-                self._state.record_import(int(item["job_id"]), item)
+                changed.append(dict(item))
+        self._save(changed)
         for warning in withdrawn:
             self._warnings.withdraw(warning)
+
+
+def _upgraded(item: dict[str, Any]) -> dict[str, Any]:
+    """A record written before imports were followed to their copy (a 2.6 Import message
+    only), with the fields of today and the warning it was shown with."""
+    if "state" in item:
+        return item
+    name = str(item["source_collection"]).partition(".")[2]
+    warning = (
+        f"the source bulk-imported into {item['source_collection']} (job {item['job_id']}); "
+        "imported rows do not pass through the WAL and are not on the target yet: ask a "
+        f"backfill of {name} to copy them"
+    )
+    return {
+        **item,
+        "phase": UNKNOWN,
+        "rows": 0,
+        "state": PENDING,
+        "detail": "",
+        "backfill_job": "",
+        "warning": warning,
+    }
 
 
 class ImportWatcher:
@@ -301,9 +337,9 @@ class ImportWatcher:
                     log.info("bulk imports completed on the source: backfill of %s", ready)
                     self._on_ready()
                     return
-            except SourceUnavailableError as exc:
+            except (SourceUnavailableError, MetaStoreError) as exc:
                 message = str(exc)
-                if message not in self._reported:
+                if message not in self._reported:  # once per cause, not every round
                     self._reported.add(message)
-                    log.warning("bulk imports not read from the source, retrying: %s", message)
+                    log.warning("bulk imports not followed this round, retrying: %s", message)
             self._stop.wait(self._interval)

@@ -333,8 +333,7 @@ class ReplicationRunner:
             finished = stage.run(backfill, read.catalog, task.registry, dml)
             if finished is None:
                 return  # stopped during the backfill; it resumes at the next start
-            if backfill.active:
-                self.imports.backfill_ended(finished)
+            self.imports.backfill_ended(finished)  # (again for an old job: changes nothing)
         workers: list[Worker] = [
             ChannelWorker(
                 task,
@@ -402,7 +401,9 @@ class ReplicationRunner:
         errors: list[Exception] = []
         threads = []
         if watcher is not None:
-            threads.append(threading.Thread(target=self._watch, args=(watcher,), name="imports"))
+            threads.append(
+                threading.Thread(target=self._watch, args=(watcher, errors), name="imports")
+            )
         if self.context.aliases is not None:
             # its own target connection: gRPC calls of the workers are not held up by it
             alias_target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
@@ -428,9 +429,15 @@ class ReplicationRunner:
         if errors:
             raise errors[0]
 
-    def _watch(self, watcher: ImportWatcher) -> None:
+    def _watch(self, watcher: ImportWatcher, errors: list[Exception]) -> None:
+        """The import watcher's thread: an error (the metastore) stops the task's workers like
+        a worker's error, so the runner retries or fails with it."""
         with log_context(task_id=self.task.task_id):
-            watcher.run()
+            try:
+                watcher.run()
+            except Exception as exc:  # noqa: BLE001 - any watcher error stops the task
+                errors.append(exc)
+                self._stop.set()
 
     def _mirror(self, mirror: AliasMirror) -> None:
         with log_context(task_id=self.task.task_id):

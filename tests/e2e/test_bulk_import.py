@@ -183,6 +183,8 @@ def test_bulk_inserts_before_during_and_around_the_task_are_copied(
         assert task["state"] == "Running", task
         assert not task["progress"]["imports_pending"], task["progress"]
         assert "bulk-imported" not in task["reason"], task["reason"]
+        metrics = daemon.get("/metrics")[1].decode()
+        assert f'cdc_imports_pending{{task_id="{task_id}"}} 0.0' in metrics
         copied = imports_of(daemon, task_id)
         assert {job_a, job_b, job_c} <= set(copied), copied
         print(f"bulk import e2e: {len(expected)} rows, {writer.rounds} write rounds, {copied}")
@@ -228,6 +230,8 @@ def test_without_backfill_an_import_stays_pending_with_what_to_do(
         assert task["state"] == "Running" and f"job {job}" in task["reason"], task
         assert command in task["reason"], task["reason"]
         assert target.query(name, filter="id < 200", consistency_level="Strong") == []
+        metrics = daemon.get("/metrics")[1].decode()
+        assert f'cdc_imports_pending{{task_id="{task_id}"}} 1.0' in metrics
     finally:
         source.drop_collection(name)
         source.close()

@@ -200,3 +200,24 @@ def test_an_import_that_failed_on_the_source_is_not_pending(store):
     (item,) = imports.items
     assert item["state"] == "failed_on_source" and "bad" in item["detail"]
     assert "bulk-imported" not in store.get_task(TASK).reason
+
+
+def test_a_record_of_an_earlier_version_is_read_and_copied_by_a_later_backfill(store):
+    """Before imports were followed, a 2.6 Import message left only these fields and a warning
+    saying to ask a backfill; a backfill asked after it copies it and withdraws the warning."""
+    old_warning = (
+        "the source bulk-imported into default.imp (job 9001); imported rows do not pass "
+        "through the WAL and are not on the target yet: ask a backfill of imp to copy them"
+    )
+    state = RunnerState(store, TASK)
+    record = {"job_id": 9001, "collection": "default.imp", "source_collection": "default.imp"}
+    state.record_import(9001, {**record, "files": [["s3://b/x"]], "ts": 5})
+    TaskWarnings(store, state, TASK).warn(old_warning)
+    assert old_warning in store.get_task(TASK).reason
+    imports = imports_of(store)
+    (item,) = imports.pending
+    assert (item["state"], item["phase"]) == ("pending", "unknown")
+    assert imports.ready() == []  # its completion is not known: not copied by itself
+    imports.backfill_ended(BackfillJob.new(["imp"]).with_(state="done"))
+    assert imports.pending == [] and imports.items[0]["state"] == "copied"
+    assert old_warning not in store.get_task(TASK).reason
