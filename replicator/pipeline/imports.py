@@ -13,6 +13,9 @@ Its life on the task::
       -> copying  a backfill of its collection started after the import had completed
       -> copied   that backfill is done; the warning is withdrawn
     pending -> failed_on_source   the source's import failed: it loaded nothing
+    pending -> collection_dropped the collection was dropped before the copy
+
+Finished imports are forgotten once the source no longer records them.
 
 Completed imports are copied by a backfill the runner asks by itself (``TaskImports.ready``):
 the task's workers stop, the job copies the collection with upserts, and streaming hands over
@@ -31,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from metastore import MetaStoreError
@@ -46,10 +50,27 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 LOGICAL_BITS = 18
 UNKNOWN = "unknown"  # the phase of an import known only from the WAL
-PENDING, COPYING, COPIED, FAILED_ON_SOURCE = "pending", "copying", "copied", "failed_on_source"
+PENDING, COPYING, COPIED = "pending", "copying", "copied"
+FAILED_ON_SOURCE, COLLECTION_DROPPED = "failed_on_source", "collection_dropped"
+FINISHED = (COPIED, FAILED_ON_SOURCE, COLLECTION_DROPPED)
 
 # (source "db.name", target "db.name") of a selected collection; None: not replicated
 Resolve = Callable[[int], tuple[str, str] | None]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """An import as the source's etcd or the WAL shows it now."""
+
+    job_id: int
+    collection_id: int
+    source: str  # "db.name" on the source
+    target: str  # "db.name" on the target
+    files: list[list[str]]
+    ts: int  # hybrid timestamp of its creation (0: unknown)
+    phase: str  # an ImportPhase, or UNKNOWN (from the WAL only)
+    rows: int = 0
+    reason: str = ""  # why it failed on the source
 
 
 def covers(job: BackfillJob, source_label: str) -> bool:
@@ -122,50 +143,73 @@ class TaskImports:
         """A 2.6 Import message of a replicated collection."""
         source = f"{job.db_name or 'default'}.{job.collection_name}"
         files = [list(paths) for paths in job.files]
-        self._learn(job.job_id, source, target_collection, files, job.ts, UNKNOWN, 0)
+        self._learn(
+            _Seen(job.job_id, job.collection_id, source, target_collection, files, job.ts, UNKNOWN)
+        )
 
     def observe(self, found: list[SourceImport], resolve: Resolve) -> bool:
         """The imports the source's etcd records now; True when one of the task's imports is
-        ready to copy (see :meth:`ready`)."""
+        ready to copy (see :meth:`ready`). Copied and failed imports the source no longer
+        records are forgotten (the source keeps them for its retention time)."""
         for imported in found:
             names = resolve(imported.collection_id)
             if names is None:
                 continue  # not replicated, or not known to the task yet (next poll)
-            source, target = names
             created = int(imported.created) if imported.created.isdigit() else 0
             self._learn(
-                imported.job_id,
-                source,
-                target,
-                [list(imported.files)],
-                (created * 1000) << LOGICAL_BITS,
-                imported.phase,
-                imported.rows,
-                imported.reason,
+                _Seen(
+                    imported.job_id,
+                    imported.collection_id,
+                    *names,
+                    [list(imported.files)],
+                    (created * 1000) << LOGICAL_BITS,
+                    imported.phase,
+                    imported.rows,
+                    imported.reason,
+                )
             )
+        recorded = {imported.job_id for imported in found}
+        with self._lock:
+            gone = [
+                job_id
+                for job_id, item in self._items.items()
+                if item["state"] in FINISHED and item["phase"] != UNKNOWN and job_id not in recorded
+            ]
+            for job_id in gone:
+                del self._items[job_id]
+        for job_id in gone:
+            self._state.forget_import(job_id)
         return bool(self.ready())
 
-    def _learn(
-        self,
-        job_id: int,
-        source: str,
-        target: str,
-        files: list[list[str]],
-        ts: int,
-        phase: str,
-        rows: int,
-        source_reason: str = "",
-    ) -> None:
+    def collections_left(self, replicated: Callable[[int], bool]) -> None:
+        """Imports into collections the task no longer replicates (dropped on the source since)
+        have nothing left to copy."""
+        changed, withdrawn = [], []
+        with self._lock:
+            for item in self._items.values():
+                collection_id = item.get("collection_id")
+                if item["state"] not in (PENDING, COPYING) or collection_id is None:
+                    continue
+                if not replicated(int(collection_id)):
+                    item.update(state=COLLECTION_DROPPED, detail="its collection was dropped")
+                    changed.append(dict(item))
+                    withdrawn.append(item["warning"])
+        self._save(changed)
+        for warning in withdrawn:
+            self._warnings.withdraw(warning)
+
+    def _learn(self, seen: _Seen) -> None:
         warn = withdraw = ""
         with self._lock:
-            item = self._items.get(job_id)
+            item = self._items.get(seen.job_id)
             if item is None:
                 item = {
-                    "job_id": job_id,
-                    "collection": target,
-                    "source_collection": source,
-                    "files": files,
-                    "ts": ts,
+                    "job_id": seen.job_id,
+                    "collection_id": seen.collection_id,
+                    "collection": seen.target,
+                    "source_collection": seen.source,
+                    "files": seen.files,
+                    "ts": seen.ts,
                     "phase": UNKNOWN,
                     "rows": 0,
                     "state": PENDING,
@@ -173,30 +217,38 @@ class TaskImports:
                     "backfill_job": "",
                 }
                 item["warning"] = self._warning(item)
-                self._items[job_id] = item
-                if phase != ImportPhase.FAILED:
+                self._items[seen.job_id] = item
+                if seen.phase != ImportPhase.FAILED:
                     warn = item["warning"]
-            elif phase == UNKNOWN or (item["phase"] == phase and item["rows"] == rows):
+            elif seen.phase == UNKNOWN or (
+                item["phase"] == seen.phase and item["rows"] == seen.rows
+            ):
                 return  # nothing new
-            item.update(phase=phase, rows=rows or item["rows"], ts=item["ts"] or ts)
+            item.update(phase=seen.phase, rows=seen.rows or item["rows"], ts=item["ts"] or seen.ts)
             if item["state"] == PENDING:
-                if phase == ImportPhase.FAILED:
+                item["detail"] = self._phase_detail(item, seen.reason)
+                if seen.phase == ImportPhase.FAILED:
                     item["state"] = FAILED_ON_SOURCE
-                    item["detail"] = f"the import failed on the source: {source_reason}"
                     withdraw = item["warning"]
-                    log.info("bulk import %s into %s failed on the source", job_id, source)
-                elif phase == ImportPhase.COMPLETED:
-                    item["detail"] = self._waiting_detail(item)
-                elif phase == ImportPhase.RUNNING:
-                    item["detail"] = "running on the source"
-                else:
-                    item["detail"] = "seen in the WAL; waiting for the source to complete it"
+                    log.info(
+                        "bulk import %s into %s failed on the source", seen.job_id, seen.source
+                    )
             saved = dict(item)
         self._save([saved])
         if warn:
             self._warnings.warn(warn)
         if withdraw:
             self._warnings.withdraw(withdraw)
+
+    def _phase_detail(self, item: dict[str, Any], source_reason: str) -> str:
+        phase = item["phase"]
+        if phase == ImportPhase.FAILED:
+            return f"the import failed on the source: {source_reason}"
+        if phase == ImportPhase.COMPLETED:
+            return self._waiting_detail(item)
+        if phase == ImportPhase.RUNNING:
+            return "running on the source"
+        return "seen in the WAL; waiting for the source to complete it"
 
     def _warning(self, item: dict[str, Any]) -> str:
         name = item["source_collection"]

@@ -320,6 +320,7 @@ class ReplicationRunner:
         watcher = self._import_watcher(task)
         if watcher is not None:
             watcher.poll()  # which imports have completed before a backfill starts
+        self.imports.collections_left(task.registry.wanted)
         # a pending backfill of every selected collection copies their history: a new task then
         # starts streaming at the end of each channel instead of at the collections' creation
         backfill = self._import_backfill(self._backfill_job(source))

@@ -221,3 +221,25 @@ def test_a_record_of_an_earlier_version_is_read_and_copied_by_a_later_backfill(s
     imports.backfill_ended(BackfillJob.new(["imp"]).with_(state="done"))
     assert imports.pending == [] and imports.items[0]["state"] == "copied"
     assert old_warning not in store.get_task(TASK).reason
+
+
+def test_finished_imports_are_forgotten_once_the_source_forgets_them(store):
+    imports = imports_of(store)
+    imports.observe([seen(ImportPhase.COMPLETED), seen(ImportPhase.RUNNING, 2)], resolve)
+    job = BackfillJob.new(["imp"])
+    imports.backfill_starts(job)
+    imports.backfill_ended(job.with_(state="done"))
+    imports.observe([seen(ImportPhase.RUNNING, 2)], resolve)  # the source's retention ended 1
+    assert [i["job_id"] for i in imports.items] == [2]  # 2 is still to be copied
+    assert [i["job_id"] for i in imports_of(store).items] == [2]
+
+
+def test_an_import_into_a_dropped_collection_has_nothing_left_to_copy(store):
+    imports = imports_of(store)
+    imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    imports.collections_left(lambda collection_id: collection_id == COLLECTION_ID)
+    assert imports.ready() == ["default.imp"]
+    imports.collections_left(lambda _collection_id: False)
+    assert imports.pending == [] and imports.ready() == []
+    assert imports.items[0]["state"] == "collection_dropped"
+    assert "bulk-imported" not in store.get_task(TASK).reason
