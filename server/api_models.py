@@ -199,6 +199,21 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
     return spec
 
 
+def backfill_unavailable(settings: CdcSettings) -> str:
+    """Why the daemon cannot run a backfill; "" when it can."""
+    if not settings.sourceConfig.milvus.uri:
+        return (
+            "the daemon cannot read the source Milvus: set sourceConfig.milvus.uri in its "
+            "configuration"
+        )
+    if importlib.util.find_spec("pyspark") is None:
+        return (
+            "needs the Python package 'pyspark' on the daemon's machine "
+            "(pip install 'milvus-cdc-py[backfill]')"
+        )
+    return ""
+
+
 def validate_backfill(
     names: list[str],
     selection: set[tuple[str, str]],
@@ -207,16 +222,9 @@ def validate_backfill(
 ) -> list[str]:
     """The collections a backfill names: '*' (all the task selects) or names the task selects,
     ``coll`` in the default database or ``db.coll``."""
-    if not settings.sourceConfig.milvus.uri:
-        raise BadRequestError(
-            f"{where}: the daemon cannot read the source Milvus: set sourceConfig.milvus.uri in "
-            "its configuration"
-        )
-    if importlib.util.find_spec("pyspark") is None:
-        raise BadRequestError(
-            f"{where}: needs the Python package 'pyspark' on the daemon's machine "
-            "(pip install 'milvus-cdc-py[backfill]')"
-        )
+    missing = backfill_unavailable(settings)
+    if missing:
+        raise BadRequestError(f"{where}: {missing}")
     where = f"{where}.collections"
     if not names:
         raise BadRequestError(f"{where}: empty; give ['*'] or collection names")

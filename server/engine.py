@@ -17,9 +17,11 @@ from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
+from replicator.meta.imports import SourceImport
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
+from server.api_models import backfill_unavailable
 from server.settings import CdcSettings
 from server.stores import etcd_client_for
 
@@ -50,6 +52,9 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
 
     def collection(collection_id: int) -> CollectionMeta | None:
         return read_catalog(lambda catalog: catalog.collection(collection_id))
+
+    def imports() -> list[SourceImport]:
+        return read_catalog(SourceCatalog.imports)
 
     pulsar = source_config.pulsar
     defaults = WalDefaults(
@@ -83,6 +88,8 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         open_wal=open_wal,
         backfill=backfill_launcher(settings),
         read_ahead=source_config.readChanLen,
+        imports=imports,
+        backfill_blocker=backfill_unavailable(settings),
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:

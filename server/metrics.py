@@ -59,10 +59,16 @@ class _TaskCollector(Collector):
             "unknown_before_task, repeated_records, ...)",
             labels=["task_id", "cause"],
         )
+        imports = GaugeMetricFamily(
+            "cdc_imports_pending",
+            "Bulk imports of the source whose rows are not on the target yet",
+            labels=["task_id"],
+        )
         for task_id, status in progress.items():
             for cause, count in sorted((status.get("skipped") or {}).items()):
                 skipped.add_metric([task_id, cause], count)
-        yield from (rows, size, lag, position, skipped)
+            imports.add_metric([task_id], len(status.get("imports_pending") or ()))
+        yield from (rows, size, lag, position, skipped, imports)
         yield from _backfill_metrics(progress)
 
 

@@ -89,6 +89,7 @@ from typing import Any
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.codec.wire import iter_fields, packed_varints, to_signed64
+from replicator.meta.imports import SourceImport, read_imports
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,8 @@ class SourceCatalog:
 
     def __init__(self, client: Any, root_path: str, meta_sub_path: str = "meta") -> None:
         self._client = client
-        self._prefix = f"{root_path.strip('/')}/{meta_sub_path.strip('/')}/root-coord/"
+        self._meta = f"{root_path.strip('/')}/{meta_sub_path.strip('/')}/"
+        self._prefix = f"{self._meta}root-coord/"
 
     def _items(self, sub: str) -> list[tuple[str, bytes]]:
         prefix = self._prefix + sub
@@ -330,6 +332,10 @@ class SourceCatalog:
                 update_timestamp=info["update_timestamp"],
             )
         return result
+
+    def imports(self) -> list[SourceImport]:
+        """The bulk imports the source still records (see :mod:`replicator.meta.imports`)."""
+        return read_imports(self._client, self._meta, self.databases())
 
     def aliases(self) -> list[AliasMeta]:
         """The aliases in effect (being created or dropped ones are left out)."""

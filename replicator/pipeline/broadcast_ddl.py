@@ -33,9 +33,10 @@ from replicator.errors import TaskFailedError
 from replicator.events import Event
 from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.collection_ddl import CollectionDdl
+from replicator.pipeline.imports import TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.sequencer import meta_of
-from replicator.pipeline.status import ChannelState, ChannelStatus, PendingImports
+from replicator.pipeline.status import ChannelState, ChannelStatus
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
 
@@ -51,7 +52,7 @@ class BroadcastDdl:
         state: RunnerState,
         applier: StreamDdlApplier | None,
         stop: threading.Event,
-        imports: PendingImports | None = None,
+        imports: TaskImports | None = None,
     ) -> None:
         self._collections = collections
         self._barriers = barriers

@@ -12,8 +12,8 @@ from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.broadcast_ddl import BroadcastDdl
 from replicator.pipeline.collection_ddl import CollectionDdl
+from replicator.pipeline.imports import TaskImports
 from replicator.pipeline.registry import CollectionRegistry
-from replicator.pipeline.status import PendingImports
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
@@ -52,7 +52,7 @@ class TaskContext:
         open_wal: OpenWal | None = None,
         task_ts: int = 0,
         read_ahead: int = 2,
-        imports: PendingImports | None = None,
+        imports: TaskImports | None = None,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions

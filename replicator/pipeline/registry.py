@@ -110,6 +110,10 @@ class CollectionRegistry:
     def resolve(self, collection_id: int) -> TargetCollection | None:
         return self._by_id.get(collection_id)
 
+    def source_name(self, collection_id: int) -> tuple[str, str] | None:
+        """(db, name) on the source of a replicated collection."""
+        return self._source_names.get(collection_id)
+
     def collections(self) -> list[TargetCollection]:
         with self._lock:
             return list(self._by_id.values())

@@ -24,6 +24,7 @@ from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.errors import CdcError, TaskFailedError, is_retriable
 from replicator.log_context import log_context
 from replicator.meta.catalog import AliasMeta, CollectionMeta
+from replicator.meta.imports import SourceImport
 from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.bootstrap import (
     channel_starts,
@@ -34,10 +35,11 @@ from replicator.pipeline.bootstrap import (
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.handover import BackfillStage
+from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.selection import TaskSelection
-from replicator.pipeline.status import ChannelStatus, PendingImports, TaskWarnings
+from replicator.pipeline.status import ChannelStatus, TaskWarnings
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
@@ -70,6 +72,10 @@ class RunnerContext:
     backfill: DriverLauncher | None = None
     # read batches a channel reads ahead of the target (sourceConfig.readChanLen)
     read_ahead: int = 2
+    # the source's bulk imports (its etcd); None: not followed (2.6 Import messages still are)
+    imports: Callable[[], list[SourceImport]] | None = None
+    # why the daemon cannot backfill ("" when it can): imports then wait for an operator
+    backfill_blocker: str = ""
 
 
 def history_lost(channels: list[str]) -> str:
@@ -116,9 +122,14 @@ class ReplicationRunner:
         }
         self.state = RunnerState(store, task.task_id)
         self.warnings = TaskWarnings(store, self.state, task.task_id)
-        self.imports = PendingImports(self.state, self.warnings)
+        blocker = context.backfill_blocker
+        if context.backfill is None:
+            blocker = blocker or "this daemon launches no backfill jobs"
+        self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
         self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
+        # set with _stop when an import is ready to copy: the workers stop, the runner goes on
+        self._restart = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._backfill: BackfillStage | None = None
@@ -200,7 +211,8 @@ class ReplicationRunner:
             "channels": [s.view() for s in channels],
             "skipped": skipped,
             "warnings": list(self.warnings.items),
-            "imports_pending": list(self.imports.items),
+            "imports_pending": self.imports.pending,
+            "imports": self.imports.items,
             "backfill": None if self._backfill is None else self._backfill.view,
         }
 
@@ -232,13 +244,34 @@ class ReplicationRunner:
                     self._run_workers(connection)
                 finally:
                     connection.target.close()
-                return
+                if not self._restarts():
+                    return
+                backoff = 1.0
             except (CdcError, MetaStoreError, OSError) as exc:
                 if isinstance(exc, (TaskFailedError, TaskNotFoundError)) or not is_retriable(exc):
                     raise
                 log.warning("source or target unavailable, retrying in %.0f s: %s", backoff, exc)
                 self._stop.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
+
+    def _copy_imports(self) -> None:
+        """An import is ready to copy (the watcher's thread): stop the workers (their
+        positions are saved) and run again, with the backfill."""
+        self._restart.set()
+        self._stop.set()
+
+    def _restarts(self) -> bool:
+        """After the workers stopped: run them again when an import asked it (not when the
+        runner itself is being stopped)."""
+        if not self._restart.is_set() or self._stop_requested:
+            return False
+        self._restart.clear()
+        self._stop.clear()
+        if self._stop_requested:  # stop() came in between: keep it
+            self._stop.set()
+            return False
+        log.info("workers stopped to copy bulk imports; running again with the backfill")
+        return True
 
     def _read_source(self, saved: dict[str, Position] | None = None) -> _SourceRead:
         source = self.context.source()
@@ -284,22 +317,24 @@ class ReplicationRunner:
         source = read.source
         self.warnings.load()
         self.imports.load()
+        watcher = self._import_watcher(task)
+        if watcher is not None:
+            watcher.poll()  # which imports have completed before a backfill starts
+        self.imports.collections_left(task.registry.wanted)
         # a pending backfill of every selected collection copies their history: a new task then
         # starts streaming at the end of each channel instead of at the collections' creation
-        backfill = self._backfill_job(source)
+        backfill = self._import_backfill(self._backfill_job(source))
         starts = self._starts(read, backfill)
         self.warnings.show()
         dml = {ch: starts[ch] for ch in self.context.channels}
         stage = self._backfill
         if backfill is not None and stage is not None:
+            if backfill.state == "pending":
+                self.imports.backfill_starts(backfill)
             finished = stage.run(backfill, read.catalog, task.registry, dml)
             if finished is None:
                 return  # stopped during the backfill; it resumes at the next start
-            if finished.state == "done":
-                self.imports.copied(
-                    {f"{c.target_db}.{c.target_name}" for c in finished.collections},
-                    int(finished.created_at * 1000) << 18,
-                )
+            self.imports.backfill_ended(finished)  # (again for an old job: changes nothing)
         workers: list[Worker] = [
             ChannelWorker(
                 task,
@@ -330,13 +365,46 @@ class ReplicationRunner:
                     selection=self.selection,
                 )
             )
-        self._run_threads(task, workers)
+        self._run_threads(task, workers, watcher)
 
-    def _run_threads(self, task: TaskContext, workers: list[Worker]) -> None:
-        """A thread per worker (and one for the alias mirror); the first error stops them all
-        and is raised once every thread has ended."""
+    def _import_watcher(self, task: TaskContext) -> ImportWatcher | None:
+        read = self.context.imports
+        if read is None:
+            return None
+        registry = task.registry
+
+        def resolve(collection_id: int) -> tuple[str, str] | None:
+            target = registry.resolve(collection_id)
+            source = registry.source_name(collection_id)
+            if target is None or source is None:
+                return None
+            return f"{source[0]}.{source[1]}", f"{target.db}.{target.name}"
+
+        return ImportWatcher(read, self.imports, resolve, self._stop, self._copy_imports)
+
+    def _import_backfill(self, job: BackfillJob | None) -> BackfillJob | None:
+        """The task's backfill job; a new one when imports wait to be copied and none is under
+        way."""
+        stage = self._backfill
+        ready = self.imports.ready()
+        if stage is None or not ready or (job is not None and job.active):
+            return job
+        job = BackfillJob.new(ready)
+        BackfillState(self.store, self.task.task_id).save_job(job)
+        log.info("backfill %s of %s asked to copy their bulk imports", job.job_id, ready)
+        return stage.job()
+
+    def _run_threads(
+        self, task: TaskContext, workers: list[Worker], watcher: ImportWatcher | None = None
+    ) -> None:
+        """A thread per worker (and one each for the alias mirror and the import watcher); the
+        first error stops them all and is raised once every thread has ended."""
         errors: list[Exception] = []
         threads = []
+        if watcher is not None:
+            threads.append(
+                threading.Thread(target=self._watch, args=(watcher, errors), name="imports")
+            )
         if self.context.aliases is not None:
             # its own target connection: gRPC calls of the workers are not held up by it
             alias_target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
@@ -361,6 +429,16 @@ class ReplicationRunner:
             thread.join()
         if errors:
             raise errors[0]
+
+    def _watch(self, watcher: ImportWatcher, errors: list[Exception]) -> None:
+        """The import watcher's thread: an error (the metastore) stops the task's workers like
+        a worker's error, so the runner retries or fails with it."""
+        with log_context(task_id=self.task.task_id):
+            try:
+                watcher.run()
+            except Exception as exc:  # noqa: BLE001 - any watcher error stops the task
+                errors.append(exc)
+                self._stop.set()
 
     def _mirror(self, mirror: AliasMirror) -> None:
         with log_context(task_id=self.task.task_id):

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
-from replicator.codec.streaming_ddl import ImportJob
 from replicator.pipeline.task_state import RunnerState
 
 log = logging.getLogger(__name__)
@@ -79,56 +78,6 @@ class ChannelStatus:
         return view
 
 
-class PendingImports:
-    """Bulk imports the source ran into replicated collections: their rows never pass through
-    the WAL, so the task shows each one (``progress.imports_pending``) and warns, until a
-    backfill of the collection copies them."""
-
-    def __init__(self, state: RunnerState, warnings: TaskWarnings) -> None:
-        self._state = state
-        self._warnings = warnings
-        self.items: list[dict[str, Any]] = []
-
-    def load(self) -> None:
-        self.items = self._state.imports()
-
-    def add(self, job: ImportJob, target_collection: str) -> None:
-        if any(item["job_id"] == job.job_id for item in self.items):
-            return
-        record = {
-            "job_id": job.job_id,
-            "collection": target_collection,
-            "source_collection": f"{job.db_name or 'default'}.{job.collection_name}",
-            "files": [list(paths) for paths in job.files],
-            "ts": job.ts,
-        }
-        self._state.record_import(job.job_id, record)
-        self.items.append(record)
-        self._warnings.warn(
-            f"the source bulk-imported into {record['source_collection']} (job {job.job_id}); "
-            "imported rows do not pass through the WAL and are not on the target yet: ask a "
-            f"backfill of {job.collection_name} to copy them"
-        )
-
-    def copied(self, collections: set[str], before_ts: int) -> None:
-        """A backfill that started after these imports copied these collections (target
-        ``db.name``): their imports are on the target now."""
-        left = [
-            item
-            for item in self.items
-            if item["collection"] not in collections or item["ts"] >= before_ts
-        ]
-        for item in self.items:
-            if item not in left:
-                self._state.forget_import(int(item["job_id"]))
-                log.info(
-                    "bulk import %s into %s copied by a backfill",
-                    item["job_id"],
-                    item["collection"],
-                )
-        self.items = left
-
-
 class TaskWarnings:
     """The task's warnings: kept in its state, shown in progress and in a Running task's
     reason."""
@@ -148,6 +97,29 @@ class TaskWarnings:
             self.items.append(text)
             self._state.save_warnings(self.items)
         self.show()
+
+    def withdraw(self, text: str) -> None:
+        """A warning no longer true (an import copied): gone from the warnings and from the
+        Running task's reason."""
+        if text not in self.items:
+            return
+        self.items.remove(text)
+        self._state.save_warnings(self.items)
+        task = self._store.get_task(self._task_id)
+        if task is None or task.state is not TaskState.RUNNING or text not in task.reason:
+            return
+        reason = task.reason
+        for joined in (f"; {text}", f"{text}; ", text):  # joined as show() joins them
+            reason = reason.replace(joined, "")
+        try:
+            self._store.update_task(
+                task.task_id,
+                state=TaskState.RUNNING,
+                reason=reason,
+                expected_revision=task.revision,
+            )
+        except ConcurrentUpdateError:
+            log.info("task changed while withdrawing a warning; its reason keeps it")
 
     def show(self) -> None:
         """Put the warnings into the reason of the Running task (resume clears the reason)."""

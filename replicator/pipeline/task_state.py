@@ -12,7 +12,7 @@ knows the keys and their encoding (JSON, except the in-flight bound, a decimal i
 | ``index/<collection>/<index id>``     | ``[field, index name]`` of a 2.6 index the task made |
 | ``wal/<pchannel>/<generation>``       | a WAL the source switched to (kind, settings, tick)  |
 | ``warnings``                          | the task's warnings (list of text)                   |
-| ``import/<job id>``                   | a bulk import the source ran, not replicated yet     |
+| ``import/<job id>``                   | a bulk import the source ran and its copy (imports)  |
 
 Keys of the backfill job live in :mod:`replicator.backfill.state`.
 """

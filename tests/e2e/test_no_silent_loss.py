@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import uuid
 
+import etcd3
 import grpc
 import pytest
+from harness.catalog26_writer import IMPORT_COMPLETED, IMPORT_IMPORTING, Catalog26Writer
 from harness.services import wait_until
 from pymilvus import MilvusClient
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
@@ -326,7 +328,7 @@ def test_a_2_6_bulk_import_is_shown_as_pending_until_copied(
 ):
     """An Import carries no rows through the WAL: the task says so (``imports_pending`` with
     the job and its files, a warning in its reason naming the remedy), keeps running, and
-    still after a restart."""
+    still after a restart; the source's import-job record tells when it completed."""
     w = stream.writer
     name, collection_id = f"imported_{uuid.uuid4().hex[:6]}", 53501
     vchannels = stream.vchannels(collection_id, 2)
@@ -352,3 +354,20 @@ def test_a_2_6_bulk_import_is_shown_as_pending_until_copied(
     daemon.stop()
     daemon.start()
     wait_until(lambda: len(pending()) == 1, 30, "still pending after a restart")
+
+    # the data coordinator's import-job record (written as Milvus does) says when it completed;
+    # this daemon cannot backfill (no source Milvus to read): it waits with the command to run
+    files = [["s3://bucket/part-0.parquet"]]
+    client = etcd3.client(etcd_service.host, etcd_service.port)
+    try:
+        catalog = Catalog26Writer(client, f"{stream.prefix}-meta")
+        catalog.import_job(9001, collection_id, name, files, IMPORT_IMPORTING, vchannels=vchannels)
+        wait_until(lambda: pending()[0]["phase"] == "running", 30, "the import job read")
+        catalog.import_job(9001, collection_id, name, files, IMPORT_COMPLETED, vchannels=vchannels)
+        wait_until(lambda: pending()[0]["phase"] == "completed", 30, "its completion read")
+    finally:
+        client.close()
+    (job,) = pending()
+    assert job["state"] == "pending", job
+    assert f"milvus-cdc task backfill {task_id} --collection {name}" in job["detail"], job
+    assert "job 9001" in task_view(daemon, task_id)["reason"]

@@ -93,6 +93,22 @@ _META = build_classes(
             ("state", 4, _INT32, False, ""),
             ("db_id", 5, _INT64, False, ""),
         ],
+        # pkg/proto/internal.proto ImportFile and data_coord.proto ImportJob (the data
+        # coordinator's import meta; state is internal.ImportJobState)
+        "ImportFile": [("id", 1, _INT64, False, ""), ("paths", 2, _STRING, True, "")],
+        "ImportJob": [
+            ("jobID", 1, _INT64, False, ""),
+            ("dbID", 2, _INT64, False, ""),
+            ("collectionID", 3, _INT64, False, ""),
+            ("collection_name", 4, _STRING, False, ""),
+            ("partitionIDs", 5, _INT64, True, ""),
+            ("vchannels", 6, _STRING, True, ""),
+            ("state", 11, _INT32, False, ""),
+            ("reason", 12, _STRING, False, ""),
+            ("complete_time", 13, _STRING, False, ""),
+            ("files", 14, _MESSAGE, True, "ImportFile"),
+            ("create_time", 16, _STRING, False, ""),
+        ],
     },
     {},
 )
@@ -102,6 +118,7 @@ DATABASE_CREATED = 1  # etcd_meta.proto DatabaseState
 COLLECTION_DROPPING = 2  # CollectionState: 0 created, 1 creating, 2 dropping, 3 dropped
 CONSISTENCY_PROPERTY = "consistency_level"  # pkg/common common.ConsistencyLevel
 TOMBSTONE = "\u26fc".encode()  # SuffixSnapshotTombstone
+IMPORT_COMPLETED, IMPORT_FAILED, IMPORT_IMPORTING = 5, 4, 3  # internal.ImportJobState
 
 
 def kafka_msg_id(offset: int) -> bytes:
@@ -346,6 +363,36 @@ class Catalog26Writer:
             if (db_id, alias) in targets:
                 targets.remove((db_id, alias))
         self._aliases.setdefault(collection_id, []).append((db_id, alias))
+
+    # --- the data coordinator's import jobs -----------------------------------------------------
+
+    def import_job(
+        self,
+        job_id: int,
+        collection_id: int,
+        name: str,
+        files: Sequence[Sequence[str]],
+        state: int,
+        *,
+        db_id: int = DEFAULT_DB_ID,
+        vchannels: Sequence[str] = (),
+        reason: str = "",
+    ) -> None:
+        """``datacoord-meta/import-job/<jobID>`` (``internal/metastore/kv/datacoord``
+        ``buildImportJobKey``), rewritten at every state change of the job."""
+        job = _META["ImportJob"](
+            jobID=job_id,
+            dbID=db_id,
+            collectionID=collection_id,
+            collection_name=name,
+            partitionIDs=[collection_id + 1],
+            vchannels=list(vchannels),
+            state=state,
+            reason=reason,
+            files=[_META["ImportFile"](id=n, paths=list(p)) for n, p in enumerate(files)],
+            create_time="2026-11-23T09:00:00Z",
+        )
+        self._put(f"datacoord-meta/import-job/{job_id}", job)
 
     def drop_alias(self, db_id: int, alias: str, *, tombstones: bool = False) -> None:
         self._remove(f"root-coord/database/aliases/{db_id}/{alias}", tombstones)

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto
-from harness.catalog26_writer import TOMBSTONE, Catalog26Writer, CreatedCollection
+from harness.catalog26_writer import (
+    IMPORT_COMPLETED,
+    IMPORT_FAILED,
+    IMPORT_IMPORTING,
+    TOMBSTONE,
+    Catalog26Writer,
+    CreatedCollection,
+)
 from harness.streaming_protos import build_classes
 from harness.streaming_writer import StreamingWriter, collection_schema
 from pymilvus.grpc_gen import common_pb2, schema_pb2
@@ -19,6 +26,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamCreateCollection
 from replicator.meta import CatalogReader, SourceCatalog, is_streaming_source
+from replicator.meta.imports import ImportPhase, SourceImport
 from replicator.sources.kafka import KafkaSource
 
 pytestmark = pytest.mark.integration
@@ -232,3 +240,28 @@ def test_older_layouts_beside_the_new(etcd: Any, root: str) -> None:
     assert catalog.collection(300) == meta
     assert catalog.collection(301) is None and catalog.collection(302) is None
     assert not is_streaming_source(etcd, root)
+
+
+def test_import_jobs_of_the_data_coordinator(etcd: Any, root: str) -> None:
+    """2.4+ bulk imports: the import-job records written with the protobuf runtime from
+    Milvus's field numbers, read by the catalog's hand decoder, through every state change."""
+    writer = Catalog26Writer(etcd, root)
+    writer.create_database(7001, "books")
+    files = [["s3://bucket/a.parquet"], ["s3://bucket/b.parquet"]]
+    writer.import_job(9001, 4401, "shelved", files, IMPORT_IMPORTING, db_id=7001)
+    writer.import_job(9002, 4402, "loans", [["x.json"]], IMPORT_FAILED, reason="bad row 3")
+    catalog = SourceCatalog(etcd, root)
+    found = {i.job_id: i for i in catalog.imports()}
+    assert found[9001] == SourceImport(
+        job_id=9001,
+        collection_id=4401,
+        collection_name="shelved",
+        phase=ImportPhase.RUNNING,
+        files=("s3://bucket/a.parquet", "s3://bucket/b.parquet"),
+        db_name="books",
+        created="2026-11-23T09:00:00Z",
+    )
+    assert found[9002].phase is ImportPhase.FAILED and found[9002].reason == "bad row 3"
+    assert found[9002].label == "default.loans"
+    writer.import_job(9001, 4401, "shelved", files, IMPORT_COMPLETED, db_id=7001)
+    assert {i.job_id: i.phase for i in catalog.imports()}[9001] is ImportPhase.COMPLETED
