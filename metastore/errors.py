@@ -5,9 +5,10 @@ MetaStoreError                 root; ``retriable`` tells the caller whether to t
 ├── TaskExistsError            create with a task id that is already stored
 ├── TaskNotFoundError          the task id is not stored
 ├── ConcurrentUpdateError      a task changed since the revision the caller read
-└── PositionError
-    ├── PositionConflictError  the stored position is not the one the caller expected
-    └── PositionRegressionError the new position is older than the stored one
+├── PositionError
+│   ├── PositionConflictError  the stored position is not the one the caller expected
+│   └── PositionRegressionError the new position is older than the stored one
+└── FencedError                a writer that was let go (an abandoned runner) wrote
 """
 
 from __future__ import annotations
@@ -49,3 +50,7 @@ class PositionConflictError(PositionError):
 
 class PositionRegressionError(PositionError):
     """Positions never move backwards."""
+
+
+class FencedError(MetaStoreError):
+    """A write by a writer whose right to write was withdrawn (see ``metastore.fenced``)."""

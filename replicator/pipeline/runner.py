@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metastore import MetaStore, MetaStoreError, Position, TaskNotFoundError, TaskRecord
+from metastore.fenced import Fence, FencedStore
 from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.errors import CdcError, TaskFailedError, is_retriable
@@ -51,6 +52,9 @@ from replicator.task_runner import FailureCallback
 log = logging.getLogger(__name__)
 
 Worker = ChannelWorker | ReplicateWorker
+
+# seconds stop() waits for the runner's thread before letting it go
+STOP_WAIT = 1.0
 
 
 @dataclass
@@ -109,7 +113,9 @@ class ReplicationRunner:
         context: RunnerContext,
     ) -> None:
         self.task = task
-        self.store = store
+        # every write of the runner goes through its fence: revoked when the runner is let go
+        self.fence = Fence(f"the runner of task {task.task_id}")
+        self.store: MetaStore = FencedStore(store, self.fence)
         self.on_failure = on_failure
         self.context = context
         self.selection = TaskSelection.from_spec(task.spec)
@@ -120,8 +126,8 @@ class ReplicationRunner:
         self.statuses = {
             ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in self._channels
         }
-        self.state = RunnerState(store, task.task_id)
-        self.warnings = TaskWarnings(store, self.state, task.task_id)
+        self.state = RunnerState(self.store, task.task_id)
+        self.warnings = TaskWarnings(self.store, self.state, task.task_id)
         blocker = context.backfill_blocker
         if context.backfill is None:
             blocker = blocker or "this daemon launches no backfill jobs"
@@ -190,10 +196,25 @@ class ReplicationRunner:
         self._thread.start()
 
     async def stop(self) -> None:
+        """Stop the workers (each saves its position) and wait for the runner's thread, at most
+        ``STOP_WAIT`` seconds: a thread still inside a blocking call then (a source or target
+        that does not answer) is let go, its fence revoked, so it can write nothing when the
+        call returns. Nothing is lost: what it read and did not save is read again by the next
+        start, from the saved positions."""
         self._stop_requested = True
         self._stop.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        thread = self._thread
+        if thread is None:
+            return
+        await asyncio.to_thread(thread.join, STOP_WAIT)
+        if thread.is_alive():
+            self.fence.revoke()
+            with log_context(task_id=self.task.task_id):
+                log.warning(
+                    "runner still inside a blocking call after %.1f s: abandoned (it ends when "
+                    "the call returns and can no longer save a position or state)",
+                    STOP_WAIT,
+                )
 
     def status(self) -> dict[str, Any]:
         """Progress for get/list and /metrics: totals and every channel that has seen data or
@@ -403,13 +424,17 @@ class ReplicationRunner:
         threads = []
         if watcher is not None:
             threads.append(
-                threading.Thread(target=self._watch, args=(watcher, errors), name="imports")
+                threading.Thread(
+                    target=self._watch, args=(watcher, errors), name="imports", daemon=True
+                )
             )
         if self.context.aliases is not None:
             # its own target connection: gRPC calls of the workers are not held up by it
             alias_target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
             mirror = AliasMirror(self.context.aliases, task.registry, alias_target, self._stop)
-            threads.append(threading.Thread(target=self._mirror, args=(mirror,), name="aliases"))
+            threads.append(
+                threading.Thread(target=self._mirror, args=(mirror,), name="aliases", daemon=True)
+            )
 
         def run(worker: Worker) -> None:
             with log_context(task_id=self.task.task_id, channel=worker.pchannel):

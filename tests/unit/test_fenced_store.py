@@ -1,0 +1,44 @@
+"""A runner's store refuses its writes once the runner is let go; reads go on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from metastore import Position, TaskRecord, TaskState
+from metastore.errors import FencedError
+from metastore.fenced import Fence, FencedStore
+from metastore.sql import SqlMetaStore, sqlite_url
+
+
+def test_writes_refused_after_revoke_reads_allowed(tmp_path: Path) -> None:
+    inner = SqlMetaStore(sqlite_url(str(tmp_path / "meta.sqlite3")), "test")
+    now = time.time()
+    task = inner.create_task(
+        TaskRecord("t1", TaskState.RUNNING, "", {"a": 1}, created_at=now, updated_at=now)
+    )
+    fence = Fence("the runner of task t1")
+    store = FencedStore(inner, fence)
+    first = Position("kafka", "ch0", b"\x01", 10)
+    store.save_position("t1", first, None)
+    store.put_state("t1", "k", b"v")
+
+    fence.revoke()
+    later = Position("kafka", "ch0", b"\x02", 20)
+    with pytest.raises(FencedError, match="let go"):
+        store.save_position("t1", later, first)
+    with pytest.raises(FencedError):
+        store.put_state("t1", "k", b"w")
+    with pytest.raises(FencedError):
+        store.update_task("t1", state=TaskState.FAILED, reason="x", expected_revision=task.revision)
+    with pytest.raises(FencedError):
+        store.delete_task("t1")
+
+    # nothing the let-go runner tried reached the store; reads still work
+    assert store.get_positions("t1") == {"ch0": first} == inner.get_positions("t1")
+    assert store.get_state("t1", "k") == b"v"
+    stored = store.get_task("t1")
+    assert stored is not None and stored.state is TaskState.RUNNING
+    inner.close()
