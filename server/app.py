@@ -141,7 +141,9 @@ async def cdc_endpoint(request: web.Request) -> web.Response:
         status, message = failure_answer(exc, request_type)
         return envelope(status, message)
     finally:
-        request.app[METRICS].observe_request(request_type, status, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        request.app[METRICS].observe_request(request_type, status, seconds)
+        request.app[METRICS].go.observe_cdc(request_type, status, seconds, request.method)
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -210,7 +212,9 @@ def create_app(
         factory = runner_factory or make_runner_factory(settings)
         supervisor = TaskSupervisor(app[STORE], settings, factory, target_checker, redactor)
         app[SUPERVISOR] = supervisor
-        app[METRICS] = DaemonMetrics(supervisor.state_counts, supervisor.all_progress)
+        app[METRICS] = DaemonMetrics(
+            supervisor.state_counts, supervisor.all_progress, supervisor.task_states
+        )
         await supervisor.start()
         yield
         app[LIFECYCLE].draining = True

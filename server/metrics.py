@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
+from server.metrics_go import GoCompatMetrics
 
 Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
 
@@ -111,10 +112,15 @@ def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Met
 
 class DaemonMetrics:
     def __init__(
-        self, task_counts: Callable[[], Mapping[TaskState, int]], progress: Progress
+        self,
+        task_counts: Callable[[], Mapping[TaskState, int]],
+        progress: Progress,
+        task_states: Callable[[], Mapping[str, TaskState]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_TaskCollector(task_counts, progress))
+        # the Go milvus-cdc's metric names beside ours (server/metrics_go.py)
+        self.go = GoCompatMetrics(self.registry, task_states or dict, progress)
         self.requests = Counter(
             "cdc_requests",
             "POST /cdc requests by request type and answer code",

@@ -108,6 +108,9 @@ class TaskSupervisor:
     def state_counts(self) -> dict[TaskState, int]:
         return dict(Counter(self._states.values()))
 
+    def task_states(self) -> dict[str, TaskState]:
+        return dict(self._states)
+
     def progress(self, task_id: str) -> dict[str, Any] | None:
         runner = self._runners.get(task_id)
         return None if runner is None else runner.status()

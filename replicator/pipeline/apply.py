@@ -45,6 +45,17 @@ class ApplyStats:
     rows_inserted: int = 0
     rows_deleted: int = 0
     bytes: int = 0
+    # rows by (source collection id, source collection name, "insert" | "delete")
+    collection_rows: dict[tuple[int, str, str], int] = field(default_factory=dict)
+    # message bytes by Milvus message type ("Insert", "Delete")
+    bytes_by_type: dict[str, int] = field(default_factory=dict)
+
+    def count(self, event: Insert | Delete, rows: int, size: int) -> None:
+        api, kind = ("insert", "Insert") if isinstance(event, Insert) else ("delete", "Delete")
+        key = (event.collection_id, event.collection_name, api)
+        self.collection_rows[key] = self.collection_rows.get(key, 0) + rows
+        self.bytes_by_type[kind] = self.bytes_by_type.get(kind, 0) + size
+        self.bytes += size
 
 
 def delete_keys(request: Any) -> list[int | str]:
@@ -138,7 +149,8 @@ class BatchApplier:
                 upsert=replay,
             )
             self.stats.rows_inserted += rows
-            self.stats.bytes += sum(e.request.ByteSize() for e in run)
+            for inserted in run:
+                self.stats.count(inserted, inserted.num_rows, inserted.request.ByteSize())
             run.clear()
 
         for event in events:
@@ -155,5 +167,5 @@ class BatchApplier:
                     collection.db, collection.name, partition, collection.pk_name, keys
                 )
                 self.stats.rows_deleted += len(keys)
-                self.stats.bytes += event.request.ByteSize()
+                self.stats.count(event, len(keys), event.request.ByteSize())
         flush_inserts()

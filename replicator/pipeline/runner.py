@@ -225,8 +225,22 @@ class ReplicationRunner:
         for status in self.statuses.values():
             for cause, count in status.skipped.items():
                 skipped[cause] = skipped.get(cause, 0) + count
+        collections: dict[tuple[int, str], dict[str, Any]] = {}
+        for status in self.statuses.values():
+            for (collection_id, name, api), count in status.collection_rows.items():
+                entry = collections.setdefault(
+                    (collection_id, name),
+                    {
+                        "collection_id": collection_id,
+                        "collection_name": name,
+                        "inserted": 0,
+                        "deleted": 0,
+                    },
+                )
+                entry["inserted" if api == "insert" else "deleted"] += count
         return {
             "rows": sum(s.rows for s in channels),
+            "collections": [collections[k] for k in sorted(collections)],
             "bytes": sum(s.bytes for s in channels),
             "lag_seconds": round(max(lags), 3) if lags else None,
             "channels": [s.view() for s in channels],

@@ -46,6 +46,11 @@ class ChannelStatus:
     caught_up: bool = False
     # records dropped on purpose, by cause (repeats, rolled back, expired, orphans)
     skipped: dict[str, int] = field(default_factory=dict)
+    # the source time (hybrid ts) of the last time tick read
+    read_ts: int = 0
+    # rows applied by (source collection id, name, "insert" | "delete"); bytes by message type
+    collection_rows: dict[tuple[int, str, str], int] = field(default_factory=dict)
+    bytes_by_type: dict[str, int] = field(default_factory=dict)
 
     def set_state(self, state: ChannelState, detail: str = "") -> None:
         self.state, self.detail = state, detail
@@ -72,6 +77,9 @@ class ChannelStatus:
             "bytes": self.bytes,
             "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
             "position": None if self.position is None else self.position.to_json(),
+            "read_ts": self.read_ts,
+            "applied_ts": self.applied_ts,
+            "bytes_by_type": dict(self.bytes_by_type),
         }
         if any(self.skipped.values()):
             view["skipped"] = {k: v for k, v in self.skipped.items() if v}

@@ -180,6 +180,7 @@ class ChannelWorker:
                 last_save = time.monotonic()
             if read.applied_to:
                 self.status.applied(read.applied_to)
+            self.status.read_ts = max(self.status.read_ts, seq.tick)
             self.status.skipped = {**self.sequenced.counts(), **self.skipped}
         # stopping: events still waiting for their tick are re-read after a restart
         last = self._last
@@ -258,6 +259,8 @@ class ChannelWorker:
         self.checkpoint.commit(batch, at, self.sequencer.tick)
         self.status.rows += stats.rows_inserted + stats.rows_deleted - before
         self.status.bytes = stats.bytes
+        self.status.collection_rows = dict(stats.collection_rows)
+        self.status.bytes_by_type = dict(stats.bytes_by_type)
         self.status.position = self.checkpoint.saved
 
     def _wanted(self, collection_id: int) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness.services import ServiceStartError, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import DataType, MilvusClient
 
 from replicator.backfill.transfer import pages_by_key
@@ -198,6 +199,28 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     label = f'channel="{channel["channel"]}",task_id="{task_id}"'
     assert f"cdc_replicated_rows_total{{{label}}}" in metrics
     assert f"cdc_lag_seconds{{{label}}}" in metrics
+    # the Go tool's metrics beside ours: boards made for it read the same series
+    go = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name.startswith("milvus_cdc_")
+    }
+    assert go[("milvus_cdc_task_state", (("task_id", task_id),))] == 1
+    inserted = [
+        value
+        for (metric, labels), value in go.items()
+        if metric == "milvus_cdc_replicate_data_cnt"
+        and ("collection_name", name) in labels
+        and ("api_type", "insert") in labels
+    ]
+    assert inserted and inserted[0] >= 1, go
+    written = {
+        dict(labels)["vchannel_name"]
+        for (metric, labels), _ in go.items()
+        if metric == "milvus_cdc_replicate_tt" and ("op_type", "write") in labels
+    }
+    assert channel["channel"] in written, go
     positions = daemon.call("position", {"task_id": task_id}).data["positions"]
     assert positions, "positions are saved per channel"
     # the index made on the source (replicate channel) is on the target with its parameters

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from metastore import TaskRecord, TaskState
+from metastore.sql import SqlMetaStore, sqlite_url
 from server.api_models import CreateRequest, parse_model, validate_create
 from server.engine import make_runner_factory
 from server.errors import BadRequestError
@@ -37,7 +38,7 @@ def test_the_replicate_channel_follows_the_channel_prefix_not_the_etcd_root():
     assert spec["rpc_channel_info"]["name"] == "meta-root-replicate-msg"
 
 
-def test_read_chan_len_sets_how_far_each_channel_reads_ahead():
+def test_read_chan_len_sets_how_far_each_channel_reads_ahead(tmp_path):
     settings = settings_of(
         {"sourceConfig": {"readChanLen": 5, "kafka": {"address": "127.0.0.1:1"}}}
     )
@@ -48,8 +49,10 @@ def test_read_chan_len_sets_how_far_each_channel_reads_ahead():
     async def failed(_task_id: str, _reason: str) -> None:
         return None
 
-    runner = factory(task, None, failed)  # type: ignore[arg-type]
+    store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.sqlite3")), "test")
+    runner = factory(task, store, failed)
     assert runner.context.read_ahead == 5  # type: ignore[attr-defined]
+    store.close()
 
 
 def test_read_chan_len_is_bounded():
