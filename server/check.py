@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 from replicator.meta.catalog import SourceCatalog
 from server.cli_tasks import secret_from_env, table
 from server.errors import TargetUnreachableError
+from server.secret_keys import open_task_store
 from server.settings import CdcSettings
 from server.stores import describe_metastore, etcd_client_for, open_metastore
 from server.target_check import check_target_reachable, describe_target
@@ -159,7 +160,7 @@ def _task_targets(
     settings: CdcSettings, task_ids: list[str]
 ) -> list[tuple[str, dict[str, Any] | None]]:
     """(name, connect param or the reason it cannot be checked) per stored task."""
-    store = open_metastore(settings.metaStoreConfig)
+    store = open_task_store(settings)  # the targets' passwords are stored sealed
     try:
         found: list[tuple[str, dict[str, Any] | None]] = []
         for task_id in task_ids:
