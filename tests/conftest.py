@@ -145,6 +145,8 @@ def daemon_factory(
         workdir.mkdir(exist_ok=True)
         settings: dict[str, object] = {
             "metaStoreConfig": {"storeType": "sqlite", "sqlitePath": str(workdir / "meta.db")},
+            # absolute, so commands run from elsewhere (milvus-cdc check) read the same key
+            "secrets": {"keyFile": str(workdir / "data" / "cdc-secret.key")},
             "drainTimeoutSeconds": 5,
         }
         if "sourceConfig" not in config:

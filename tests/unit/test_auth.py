@@ -9,7 +9,7 @@ import pytest
 
 from server.auth import ANONYMOUS, Authenticator, Principal, challenge, listen_host
 from server.errors import ForbiddenError, UnauthorizedError
-from server.settings import AuthSettings, ConfigError, load_settings, redacted
+from server.settings import AuthSettings, ConfigError, load_settings, redacted, secret_values
 
 ADMIN = "a" * 20
 VIEWER = "v" * 20
@@ -138,3 +138,22 @@ def test_client_variables_are_not_configuration_keys_and_tokens_are_redacted():
     shown = redacted(loaded)
     assert shown["auth"]["tokens"] == [{"name": "ops", "role": "admin", "sha256": "******"}]
     assert shown["secrets"]["key"] == "******"
+
+
+def test_every_secret_setting_reaches_the_log_redactor():
+    secrets = {
+        "CDC_SOURCECONFIG__MILVUS__PASSWORD": "src-milvus-password",
+        "CDC_SOURCECONFIG__MILVUS__TOKEN": "src-milvus-token",
+        "CDC_SOURCECONFIG__ETCD__PASSWORD": "src-etcd-password",
+        "CDC_SOURCECONFIG__PULSAR__AUTHPARAMS": "token:pulsar-secret",
+        "CDC_METASTORECONFIG__ETCD__PASSWORD": "meta-etcd-password",
+        "CDC_METASTORECONFIG__MYSQLSOURCEURL": "root:my/sql@pw@tcp(db:3306)/cdc",
+    }
+    loaded = load_settings(environ={**secrets, "CDC_METASTORECONFIG__STORETYPE": "mysql"})
+    found = secret_values(loaded)
+    for value in secrets.values():
+        assert value in found
+    assert "my/sql@pw" in found and "my%2Fsql%40pw" in found  # the password alone, both ways
+    shown = str(redacted(loaded))
+    for value in [*secrets.values(), "my/sql@pw"]:
+        assert value not in shown
