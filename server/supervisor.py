@@ -303,7 +303,8 @@ class TaskSupervisor:
             problem = await self._io(secrets_problem, self._store, task)
             if problem is not None:
                 log.error("task not started: %s", problem)
-                return await self._set_state(task, TaskState.FAILED, f"cannot start: {problem}")
+                # not a transient reason (retry.transientReasons): a retry cannot bring the key
+                return await self._set_state(task, TaskState.FAILED, f"not started: {problem}")
         runner = runner or self._runner_factory(task, self._store, self._on_runner_failure)
         with log_context(task_id=task.task_id):
             try:

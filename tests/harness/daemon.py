@@ -169,6 +169,11 @@ class Daemon:
         return response.status, headers, json.loads(raw) if raw else None
 
     @property
+    def cli_args(self) -> list[str]:
+        """``milvus-cdc task`` arguments that reach this daemon."""
+        return ["--url", self.url, *(["--token", self.token] if self.token else [])]
+
+    @property
     def url(self) -> str:
         return f"{'https' if self.client_tls else 'http'}://127.0.0.1:{self.port}"
 

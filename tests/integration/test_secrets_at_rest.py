@@ -20,6 +20,8 @@ from metastore import TaskRecord, TaskState
 from metastore.keyring import KeyRing, is_sealed
 from metastore.sealed import SealedMetaStore, secrets_problem
 from metastore.sql import SqlMetaStore, sqlite_url
+from server.jobs import is_transient
+from server.settings import RetrySettings
 
 pytestmark = pytest.mark.integration
 
@@ -245,8 +247,9 @@ def test_a_daemon_without_the_key_shows_why_and_recovers_with_it(
     assert got.code == 200, got.body
     view = got.data["task"]
     assert view["state"] == "Failed"
-    assert view["reason"].startswith("cannot start: task sealed-1 milvus_connect_param.password")
+    assert view["reason"].startswith("not started: task sealed-1 milvus_connect_param.password")
     assert "which is not in this daemon's key ring (it holds other)" in view["reason"]
+    assert not is_transient(RetrySettings(), view["reason"])  # no retry every few seconds
     assert "password" not in view["milvus_connect_param"]
     refused = daemon.call("resume", {"task_id": "sealed-1"})
     assert refused.code == 409 and "not in this daemon's key ring" in refused.message

@@ -203,7 +203,7 @@ def reachable(host: str, port: int) -> bool:
 
 def test_without_tokens_the_daemon_listens_on_loopback_only(daemon_factory):
     outside = outside_address()
-    closed = daemon_factory("closed")
+    closed = daemon_factory("closed", auth={})
     closed.host = "0.0.0.0"
     closed.start()
     assert cdc(closed, "list")[0] == 200  # open, but only here
