@@ -1,6 +1,7 @@
 """The HTTP application: ``POST /cdc`` (the Go milvus-cdc protocol), the /v1 REST resources
 (server/rest.py), the dashboard at ``/``, ``/openapi.json``, health and metrics; the scheduled
-jobs (server/jobs.py) run while it runs."""
+jobs (server/jobs.py) run while it runs. Who may call what is server/auth.py's business: the
+task routes ask for a token, health, this document and the dashboard's static files do not."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from server.api_models import (
     parse_model,
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
-from server.auth import Authenticator, Principal, audit, challenge
+from server.auth import Authenticator, Principal, audit, challenge, permit
 from server.engine import make_runner_factory
 from server.errors import (
     BadRequestError,
@@ -150,7 +151,7 @@ async def cdc_endpoint(request: web.Request) -> web.Response:
         if request.app[LIFECYCLE].draining:
             raise UnavailableError("the daemon is shutting down")
         request_type, data = await _read_request(request)
-        principal = auth.authorize(request, request_type)
+        permit(principal, request_type)
         result = await HANDLERS[request_type](request.app[SUPERVISOR], data)
         status = 200
         return envelope(200, "", result)

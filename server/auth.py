@@ -81,11 +81,16 @@ class Authenticator:
     def authorize(self, request: web.Request, action: str) -> Principal:
         """The caller of ``request``, allowed to take ``action``; 401 or 403 otherwise."""
         principal = self.caller(request)
-        if action not in READ_ACTIONS and principal.role != ADMIN:
-            raise ForbiddenError(
-                f"token {principal.name!r} has the role {principal.role}; {action} needs admin"
-            )
+        permit(principal, action)
         return principal
+
+
+def permit(principal: Principal, action: str) -> None:
+    """403 unless the principal's role may take ``action``."""
+    if action not in READ_ACTIONS and principal.role != ADMIN:
+        raise ForbiddenError(
+            f"token {principal.name!r} has the role {principal.role}; {action} needs admin"
+        )
 
 
 def challenge(exc: BaseException) -> dict[str, str]:

@@ -304,6 +304,9 @@ async def test_dashboard_asks_for_a_token_and_sends_it(daemon, milvus_lite_servi
         page = await browser.new_page()
         await page.goto(daemon.url + "/")
         await page.wait_for("!document.getElementById('login').hidden")
+        assert await page.evaluate(
+            "getComputedStyle(document.getElementById('login')).display !== 'none'"
+        )
         assert await page.evaluate("document.querySelectorAll('#tasks tr.task').length") == 0
 
         async def sign_in(token: str) -> None:
@@ -316,7 +319,9 @@ async def test_dashboard_asks_for_a_token_and_sends_it(daemon, milvus_lite_servi
         await page.wait_for("document.getElementById('message').textContent.includes('refused')")
         await sign_in(VIEWER)
         await page.wait_for("document.querySelectorAll('#tasks tr.task').length === 1")
-        assert await page.evaluate("document.getElementById('login').hidden") is True
+        shown = "getComputedStyle(document.getElementById('{}')).display !== 'none'"
+        assert await page.evaluate(shown.format("login")) is False
+        assert await page.evaluate(shown.format("signout")) is True
         # a viewer's pause is refused and says why
         await page.click('#tasks tr[data-task-id="dash-auth"] button[data-action="pause"]')
         await page.wait_for(
