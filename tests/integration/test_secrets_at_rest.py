@@ -262,3 +262,37 @@ def test_a_daemon_without_the_key_shows_why_and_recovers_with_it(
     daemon.stop()
     assert PASSWORD not in listed and PASSWORD not in daemon.log_text()
     assert original.splitlines()[1] not in daemon.log_text()
+
+
+def test_rotation_while_the_daemon_runs(daemon_factory, milvus_lite_service):
+    daemon = daemon_factory().start()
+    key_file = daemon.workdir / "data" / "cdc-secret.key"
+    first = KeyRing.parse(key_file.read_text(), "f")
+    for task_id, collection in (("rot-1", "a"), ("rot-2", "b")):
+        body = create_body(milvus_lite_service, collections=(collection,), task_id=task_id)
+        body["milvus_connect_param"].update(username="root", password=PASSWORD)
+        if task_id == "rot-2":
+            rotated = cli(
+                "secrets", "rotate", "--config", str(daemon.config_path), cwd=daemon.workdir
+            )
+            assert rotated.returncode == 0, rotated.stderr
+            assert "1 secret(s) of 1 task(s) encrypted" in rotated.stdout
+        assert daemon.call("create", body).code == 200  # rot-2: sealed with the new key
+    second = KeyRing.parse(key_file.read_text(), "f")
+    assert second.ids != first.ids and len(second.ids) == 1
+    # the running daemon read the new file: it opens rot-1 (re-encrypted) without a restart
+    assert daemon.call("pause", {"task_id": "rot-1"}).code == 200
+    assert daemon.call("resume", {"task_id": "rot-1"}).code == 200
+    meta = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
+    try:
+        kids = {t.spec["milvus_connect_param"]["password"]["kid"] for t in meta.list_tasks()}
+    finally:
+        meta.close()
+    assert kids == {second.primary}
+    daemon.stop()
+    daemon.start()
+    states = {t["task_id"]: t["state"] for t in daemon.call("list").data["tasks"]}
+    assert states == {"rot-1": "Running", "rot-2": "Running"}
+    daemon.stop()
+    assert "read again: keys " in daemon.log_text()
+    assert PASSWORD not in daemon.log_text()
