@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 
 from metastore import MetaStoreError
@@ -14,7 +15,13 @@ from server.check import add_check_parser, run_check_command
 from server.cli_secrets import add_secrets_parser, run_secrets_command
 from server.cli_tasks import CliError, add_task_parser, run_task_command
 from server.logs import configure_logging
-from server.settings import ConfigError, load_settings, redacted, secret_values
+from server.settings import (
+    ConfigError,
+    load_settings,
+    redacted,
+    scrub_secret_environment,
+    secret_values,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +73,7 @@ def main(argv: list[str] | None = None, default_command: str | None = None) -> i
             return 1
     redactor = configure_logging(settings.logLevel, settings.logFormat)
     redactor.add(*secret_values(settings))
+    scrub_secret_environment(os.environ)  # read: children need not inherit them
     from server.daemon import serve
 
     try:

@@ -20,7 +20,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 from urllib.parse import quote
@@ -533,6 +533,23 @@ def secret_values(node: Any) -> list[str]:
         if url.password:
             found.extend([str(url.password), quote(str(url.password), safe="")])
     return [s for s in found if s]
+
+
+def scrub_secret_environment(environ: MutableMapping[str, str]) -> list[str]:
+    """Remove the ``CDC_`` variables that hold secrets once the settings are read, so child
+    processes (the backfill driver gets its settings on stdin) do not inherit them; returns the
+    names removed."""
+    removed = []
+    for name in list(environ):
+        upper = name.upper()
+        last = upper.rsplit("__", 1)[-1].lower()
+        if upper.startswith(ENV_PREFIX) and upper not in CLIENT_ENV and last in _SECRET_ENV:
+            del environ[name]
+            removed.append(name)
+    return removed
+
+
+_SECRET_ENV = {*_SECRET_KEYS, "tokens"}
 
 
 def unused_settings(settings: CdcSettings) -> list[str]:

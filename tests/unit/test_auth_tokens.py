@@ -9,7 +9,14 @@ import pytest
 
 from server.auth import ANONYMOUS, Authenticator, Principal, challenge, listen_host
 from server.errors import ForbiddenError, UnauthorizedError
-from server.settings import AuthSettings, ConfigError, load_settings, redacted, secret_values
+from server.settings import (
+    AuthSettings,
+    ConfigError,
+    load_settings,
+    redacted,
+    scrub_secret_environment,
+    secret_values,
+)
 
 ADMIN = "a" * 20
 VIEWER = "v" * 20
@@ -157,3 +164,18 @@ def test_every_secret_setting_reaches_the_log_redactor():
     shown = str(redacted(loaded))
     for value in [*secrets.values(), "my/sql@pw"]:
         assert value not in shown
+
+
+def test_secret_variables_are_removed_once_read():
+    environ = {
+        "CDC_AUTH__TOKENS": "[...]",
+        "CDC_SECRETS__KEY": "k1:...",
+        "cdc_sourceConfig__milvus__password": "pw",
+        "CDC_METASTORECONFIG__MYSQLSOURCEURL": "root:pw@tcp(h)/db",
+        "CDC_ADDRESS": "0.0.0.0:8444",
+        "CDC_TOKEN": "the CLI's, left alone",
+        "HOME": "/root",
+    }
+    removed = scrub_secret_environment(environ)
+    assert sorted(environ) == ["CDC_ADDRESS", "CDC_TOKEN", "HOME"]
+    assert len(removed) == 4
