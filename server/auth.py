@@ -42,6 +42,10 @@ class Principal:
 ANONYMOUS = Principal("anonymous", ADMIN)
 
 
+class InvalidTokenError(UnauthorizedError):
+    """A token was sent and is none of the configured ones (RFC 6750 ``invalid_token``)."""
+
+
 class Authenticator:
     def __init__(self, settings: AuthSettings) -> None:
         self._known = [
@@ -67,14 +71,14 @@ class Authenticator:
             if hmac.compare_digest(known, digest):
                 found = principal
         if found is None:
-            raise UnauthorizedError("the token is not valid")
+            raise InvalidTokenError("the token is not valid")
         return found
 
     def caller(self, request: web.Request) -> Principal:
         """The caller of ``request``; two ``Authorization`` headers are refused, not chosen
         from."""
         headers = request.headers.getall("Authorization", [])
-        if len(headers) > 1:
+        if len(headers) > 1 and not self.open:
             raise UnauthorizedError("more than one Authorization header")
         return self.identify(headers[0] if headers else None)
 
@@ -97,7 +101,7 @@ def challenge(exc: BaseException) -> dict[str, str]:
     """The headers a failed request answers with: a 401 names the scheme (RFC 6750)."""
     if not isinstance(exc, UnauthorizedError):
         return {}
-    if "not valid" in exc.message:
+    if isinstance(exc, InvalidTokenError):
         return {"WWW-Authenticate": f'{REALM}, error="invalid_token"'}
     return {"WWW-Authenticate": REALM}
 

@@ -70,8 +70,13 @@ def test_anonymous_rules():
 
 
 def test_challenge_names_an_invalid_token():
-    assert challenge(UnauthorizedError("the token is not valid")) == {
+    with pytest.raises(UnauthorizedError) as refused:
+        Authenticator(settings()).identify("Bearer wrong-token")
+    assert challenge(refused.value) == {
         "WWW-Authenticate": 'Bearer realm="milvus-cdc", error="invalid_token"'
+    }
+    assert challenge(UnauthorizedError("no token")) == {
+        "WWW-Authenticate": 'Bearer realm="milvus-cdc"'
     }
     assert challenge(ForbiddenError("no")) == {}
 
