@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from harness.daemon import REPO_ROOT
+from harness.services import free_port
 from harness.task_bodies import create_body
 
 from metastore import TaskRecord, TaskState
@@ -296,3 +297,22 @@ def test_rotation_while_the_daemon_runs(daemon_factory, milvus_lite_service):
     daemon.stop()
     assert "read again: keys " in daemon.log_text()
     assert PASSWORD not in daemon.log_text()
+
+
+def test_a_bad_key_file_stops_the_start_naming_the_key(tmp_path):
+    key_file = tmp_path / "cdc-secret.key"
+    key_file.write_text("k1:not-a-key\n")
+    config_path = tmp_path / "cdc.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "address": f"127.0.0.1:{free_port()}",
+                "metaStoreConfig": {"sqlitePath": str(tmp_path / "meta.db")},
+                "secrets": {"keyFile": str(key_file)},
+            }
+        )
+    )
+    done = cli("serve", "--config", str(config_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"secrets.keyFile {key_file}: key 'k1' is not base64" in done.stderr
+    assert "Traceback" not in done.stderr
