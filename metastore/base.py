@@ -74,7 +74,11 @@ class TaskRecord:
         return replace(self, state=state, reason=reason, updated_at=now)
 
     def spec_json(self) -> str:
-        return json.dumps(self.spec, sort_keys=True, separators=(",", ":"))
+        return encode_spec(self.spec)
+
+
+def encode_spec(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 @runtime_checkable
@@ -99,6 +103,12 @@ class MetaStore(Protocol):
 
         ``TaskNotFoundError`` or ``ConcurrentUpdateError`` otherwise.
         """
+
+    def replace_spec(
+        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+    ) -> TaskRecord:
+        """Store a new spec (the same task, its secrets sealed anew) if the task still has
+        ``expected_revision``; state, reason and times stay. Errors as ``update_task``."""
 
     def delete_task(self, task_id: str) -> bool:
         """Remove the task with its positions and state; False if it was not stored."""

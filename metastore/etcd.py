@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import etcd3
@@ -102,13 +103,25 @@ class EtcdMetaStore:
     def update_task(
         self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
     ) -> TaskRecord:
+        return self._rewrite_task(
+            task_id, expected_revision, lambda t: t.with_state(state, reason, time.time())
+        )
+
+    def replace_spec(
+        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+    ) -> TaskRecord:
+        return self._rewrite_task(task_id, expected_revision, lambda t: replace(t, spec=spec))
+
+    def _rewrite_task(
+        self, task_id: str, expected_revision: int, change: Callable[[TaskRecord], TaskRecord]
+    ) -> TaskRecord:
         current = self.get_task(task_id)
         if current is None:
             raise TaskNotFoundError(task_id)
         if current.revision != expected_revision:
             raise ConcurrentUpdateError(task_id)
         key = self._task_key(task_id)
-        updated = current.with_state(state, reason, time.time())
+        updated = change(current)
         ok, _ = self._call(
             lambda: self._client.transaction(
                 compare=[self._client.transactions.mod(key) == expected_revision],

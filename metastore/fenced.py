@@ -12,6 +12,8 @@ its own first save rather than overwrite a newer one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 from metastore.base import MetaStore, Position, TaskRecord, TaskState
 from metastore.errors import FencedError
@@ -61,6 +63,12 @@ class FencedStore:
         return self._store.update_task(
             task_id, state=state, reason=reason, expected_revision=expected_revision
         )
+
+    def replace_spec(
+        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+    ) -> TaskRecord:
+        self.fence.check()
+        return self._store.replace_spec(task_id, spec, expected_revision=expected_revision)
 
     def delete_task(self, task_id: str) -> bool:
         self.fence.check()

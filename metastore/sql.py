@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
-from metastore.base import Position, TaskRecord, TaskState, check_position_step
+from metastore.base import Position, TaskRecord, TaskState, check_position_step, encode_spec
 from metastore.errors import (
     ConcurrentUpdateError,
     MetaStoreUnavailableError,
@@ -195,17 +195,22 @@ class SqlMetaStore:
     def update_task(
         self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
     ) -> TaskRecord:
-        now = time.time()
+        values = {"state": state.value, "reason": reason, "updated_at": time.time()}
+        return self._update_task_row(task_id, expected_revision, values)
+
+    def replace_spec(
+        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+    ) -> TaskRecord:
+        return self._update_task_row(task_id, expected_revision, {"spec": encode_spec(spec)})
+
+    def _update_task_row(
+        self, task_id: str, expected_revision: int, values: dict[str, Any]
+    ) -> TaskRecord:
         with self._tx() as conn:
             result = conn.execute(
                 update(tasks_table)
                 .where(self._task_key(task_id), tasks_table.c.revision == expected_revision)
-                .values(
-                    state=state.value,
-                    reason=reason,
-                    updated_at=now,
-                    revision=expected_revision + 1,
-                )
+                .values(**values, revision=expected_revision + 1)
             )
             if result.rowcount != 1:
                 if not self._lock_task(conn, task_id):

@@ -1,6 +1,7 @@
 """The HTTP application: ``POST /cdc`` (the Go milvus-cdc protocol), the /v1 REST resources
 (server/rest.py), the dashboard at ``/``, ``/openapi.json``, health and metrics; the scheduled
-jobs (server/jobs.py) run while it runs."""
+jobs (server/jobs.py) run while it runs. Who may call what is server/auth.py's business: the
+task routes ask for a token, health, this document and the dashboard's static files do not."""
 
 from __future__ import annotations
 
@@ -26,15 +27,22 @@ from server.api_models import (
     TaskIdRequest,
     parse_model,
 )
-from server.app_state import LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
+from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
+from server.auth import Authenticator, Principal, audit, challenge, permit
 from server.engine import make_runner_factory
-from server.errors import BadRequestError, MethodNotAllowedError, UnavailableError
+from server.errors import (
+    BadRequestError,
+    MethodNotAllowedError,
+    UnauthorizedError,
+    UnavailableError,
+)
 from server.jobs import JOBS, install_jobs
 from server.logs import SecretRedactor
 from server.metrics import DaemonMetrics
 from server.openapi import openapi_endpoint
+from server.secret_keys import open_task_store, seal_stored_secrets
 from server.settings import CdcSettings, unused_settings
-from server.stores import describe_metastore, open_metastore
+from server.stores import describe_metastore
 from server.supervisor import TargetChecker, TaskSupervisor, task_view
 from server.target_check import check_target_reachable
 
@@ -102,9 +110,14 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def envelope(code: int, message: str = "", data: dict[str, Any] | None = None) -> web.Response:
+def envelope(
+    code: int,
+    message: str = "",
+    data: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     body = orjson.dumps({"code": code, "message": message, "data": data or {}})
-    return web.Response(body=body, status=code, content_type="application/json")
+    return web.Response(body=body, status=code, content_type="application/json", headers=headers)
 
 
 async def _read_request(request: web.Request) -> tuple[str, Any]:
@@ -128,22 +141,28 @@ async def cdc_endpoint(request: web.Request) -> web.Response:
     started = time.perf_counter()
     request_type = "unknown"
     status = 500
+    principal: Principal | None = None
+    auth = request.app[AUTH]
     try:
         if request.method != "POST":
             raise MethodNotAllowedError(f"method {request.method} is not allowed; use POST /cdc")
+        # Who asks first (401 before reading the body); what they may do once it is read (403).
+        principal = auth.caller(request)
         if request.app[LIFECYCLE].draining:
             raise UnavailableError("the daemon is shutting down")
         request_type, data = await _read_request(request)
+        permit(principal, request_type)
         result = await HANDLERS[request_type](request.app[SUPERVISOR], data)
         status = 200
         return envelope(200, "", result)
     except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
         status, message = failure_answer(exc, request_type)
-        return envelope(status, message)
+        return envelope(status, message, headers=challenge(exc))
     finally:
         seconds = time.perf_counter() - started
         request.app[METRICS].observe_request(request_type, status, seconds)
         request.app[METRICS].go.observe_cdc(request_type, status, seconds, request.method)
+        audit(request, principal, request_type, status)
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -167,6 +186,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
+    auth = request.app[AUTH]
+    if auth.protect_metrics:
+        try:
+            auth.caller(request)
+        except UnauthorizedError as exc:
+            return web.Response(text=exc.message + "\n", status=401, headers=challenge(exc))
     body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -198,13 +223,15 @@ def create_app(
     app = web.Application(client_max_size=settings.maxRequestBytes, middlewares=[json_errors])
     app[SETTINGS] = settings
     app[LIFECYCLE] = Lifecycle()
+    app[AUTH] = Authenticator(settings.auth)
 
     async def store_ctx(app: web.Application) -> AsyncIterator[None]:
         log.info("opening metastore: %s", describe_metastore(settings.metaStoreConfig))
         for unused in unused_settings(settings):
             log.warning("set but not used by this daemon: %s", unused)
-        store = await asyncio.to_thread(open_metastore, settings.metaStoreConfig)
+        store = await asyncio.to_thread(open_task_store, settings, create_key=True)
         app[STORE] = store
+        await asyncio.to_thread(seal_stored_secrets, store)
         yield
         await asyncio.to_thread(store.close)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from metastore import MetaStore
+from server.auth import Authenticator
 from server.metrics import DaemonMetrics
 from server.settings import CdcSettings
 from server.supervisor import TaskSupervisor
@@ -26,3 +27,4 @@ STORE = web.AppKey("store", MetaStore)
 SUPERVISOR = web.AppKey("supervisor", TaskSupervisor)
 METRICS = web.AppKey("metrics", DaemonMetrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+AUTH = web.AppKey("auth", Authenticator)

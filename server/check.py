@@ -26,12 +26,17 @@ from typing import Any, TextIO
 
 from confluent_kafka.admin import AdminClient
 
+from metastore.sealed import secrets_problem
 from replicator.meta.catalog import SourceCatalog
 from server.cli_tasks import secret_from_env, table
 from server.errors import TargetUnreachableError
-from server.settings import CdcSettings
+from server.secret_keys import open_task_store
+from server.settings import CdcSettings, secret_values
 from server.stores import describe_metastore, etcd_client_for, open_metastore
 from server.target_check import check_target_reachable, describe_target
+
+# a target to check, or why it cannot be checked
+Target = dict[str, Any] | str
 
 
 @dataclass
@@ -155,17 +160,18 @@ def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
     return connect
 
 
-def _task_targets(
-    settings: CdcSettings, task_ids: list[str]
-) -> list[tuple[str, dict[str, Any] | None]]:
+def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str, Target]]:
     """(name, connect param or the reason it cannot be checked) per stored task."""
-    store = open_metastore(settings.metaStoreConfig)
+    store = open_task_store(settings)  # the targets' passwords are stored sealed
     try:
-        found: list[tuple[str, dict[str, Any] | None]] = []
+        found: list[tuple[str, Target]] = []
         for task_id in task_ids:
             task = store.get_task(task_id)
+            problem = None if task is None else secrets_problem(store, task)
             if task is None:
-                found.append((f"target of task {task_id}", None))
+                found.append((f"target of task {task_id}", "no such task in the metastore"))
+            elif problem is not None:
+                found.append((f"target of task {task_id}", problem))
             else:
                 found.append((f"target of task {task_id}", dict(task.spec["milvus_connect_param"])))
         return found
@@ -189,15 +195,15 @@ def run_checks(args: argparse.Namespace, settings: CdcSettings) -> list[CheckRes
         ),
         ("source queue", source.mq_type, lambda: check_source_queue(settings, timeout)),
     ]
-    secrets = _secrets(settings)
-    targets: list[tuple[str, dict[str, Any] | None]] = []
+    secrets = secret_values(settings)
+    targets: list[tuple[str, Target]] = []
     if args.target:
         targets.append(("target", _target_connect(args)))
     if args.task:
         targets += _task_targets(settings, args.task)
     for name, connect in targets:
-        if connect is None:
-            planned.append((name, "", "no such task in the metastore"))
+        if isinstance(connect, str):
+            planned.append((name, "", connect))
             continue
         connect = {**connect, "connect_timeout": min(connect["connect_timeout"], timeout)}
         secrets += [connect.get("password") or "", connect.get("token") or ""]
@@ -231,15 +237,6 @@ def run_checks(args: argparse.Namespace, settings: CdcSettings) -> list[CheckRes
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a check past its timeout is abandoned
     return results
-
-
-def _secrets(settings: CdcSettings) -> list[str]:
-    return [
-        settings.metaStoreConfig.etcd.password.get_secret_value(),
-        settings.metaStoreConfig.mysqlSourceUrl.get_secret_value(),
-        settings.sourceConfig.etcd.password.get_secret_value(),
-        settings.sourceConfig.pulsar.authParams.get_secret_value(),
-    ]
 
 
 def _scrub(text: str, secrets: list[str]) -> str:

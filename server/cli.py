@@ -7,13 +7,21 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 
 from metastore import MetaStoreError
 from server.check import add_check_parser, run_check_command
+from server.cli_secrets import add_secrets_parser, run_secrets_command
 from server.cli_tasks import CliError, add_task_parser, run_task_command
 from server.logs import configure_logging
-from server.settings import ConfigError, load_settings, redacted
+from server.settings import (
+    ConfigError,
+    load_settings,
+    redacted,
+    scrub_secret_environment,
+    secret_values,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--config", metavar="PATH")
     add_task_parser(commands)
     add_check_parser(commands)
+    add_secrets_parser(commands)
     return parser
 
 
@@ -51,24 +60,27 @@ def main(argv: list[str] | None = None, default_command: str | None = None) -> i
     if args.command == "config":
         print(json.dumps(redacted(settings), indent=2))
         return 0
-    if args.command in ("task", "check"):
-        run = run_task_command if args.command == "task" else run_check_command
+    if args.command in ("task", "check", "secrets"):
+        run = {
+            "task": run_task_command,
+            "check": run_check_command,
+            "secrets": run_secrets_command,
+        }[args.command]
         try:
             return run(args, settings, sys.stdout)
-        except CliError as exc:
+        except (CliError, ConfigError) as exc:
             print(f"milvus-cdc: {exc}", file=sys.stderr)
             return 1
     redactor = configure_logging(settings.logLevel, settings.logFormat)
-    redactor.add(
-        settings.metaStoreConfig.etcd.password.get_secret_value(),
-        settings.metaStoreConfig.mysqlSourceUrl.get_secret_value(),
-        settings.sourceConfig.etcd.password.get_secret_value(),
-        settings.sourceConfig.pulsar.authParams.get_secret_value(),
-    )
+    redactor.add(*secret_values(settings))
+    scrub_secret_environment(os.environ)  # read: children need not inherit them
     from server.daemon import serve
 
     try:
         asyncio.run(serve(settings, redactor))
+    except ConfigError as exc:  # found at start: the key file
+        logging.getLogger("milvus-cdc").error("cannot start: %s", exc)
+        return 2
     except MetaStoreError as exc:
         logging.getLogger("milvus-cdc").error("cannot start: %s", exc)
         return 1

@@ -2,9 +2,11 @@
 daemon's /v1 resources, printing tables (or the answers as JSON with ``--json``).
 
 The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
-(a wildcard host means this host). Exit status: 0 done, 1 the daemon refused or is unreachable.
-Passwords and tokens for ``create`` are read from environment variables, never from the command
-line (where ``ps`` would show them).
+(a wildcard host means this host; ``https`` when the configuration has ``tls.certFile``). The
+API token is ``--token``, else ``$CDC_TOKEN`` (preferred: ``ps`` shows command lines);
+``--cacert`` (or ``$CDC_CACERT``) names a PEM file of the CA that signed the daemon's
+certificate. Exit status: 0 done, 1 the daemon refused or is unreachable. Passwords and tokens
+for ``create`` are read from environment variables, never from the command line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -42,24 +45,46 @@ def daemon_url(settings: CdcSettings, given: str | None) -> str:
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{'https' if settings.tls.enabled else 'http'}://{host}:{port}"
+
+
+def client_tls(cacert: str | None) -> ssl.SSLContext | None:
+    """Verification of an https daemon: the CA of ``--cacert``/``$CDC_CACERT``, else the
+    system's trust store."""
+    path = cacert or os.environ.get("CDC_CACERT")
+    if not path:
+        return None
+    try:
+        return ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"--cacert {path}: cannot load the CA certificate: {exc}") from None
 
 
 class DaemonClient:
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.url = url
         self.timeout = timeout
+        self._token = token
+        self._tls = tls
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(  # noqa: S310 - the operator's daemon URL
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            self.url + path, data=data, method=method, headers=headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310
+                request, timeout=self.timeout, context=self._tls
+            ) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise CliError(_problem_text(exc)) from None
@@ -251,6 +276,12 @@ def add_task_parser(commands: Any) -> None:
         parser.add_argument("--config", metavar="PATH", help="configuration file")
         parser.add_argument("--json", action="store_true", help="print the answer as JSON")
         parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+        parser.add_argument(
+            "--token", help="the API token (default: $CDC_TOKEN, preferred: ps shows arguments)"
+        )
+        parser.add_argument(
+            "--cacert", metavar="PEM", help="CA of an https daemon (default: $CDC_CACERT)"
+        )
         return parser
 
     action("list", "list the tasks", with_id=False)
@@ -331,7 +362,12 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextIO) -> int:
-    client = DaemonClient(daemon_url(settings, args.url), args.timeout)
+    client = DaemonClient(
+        daemon_url(settings, args.url),
+        args.timeout,
+        token=args.token or os.environ.get("CDC_TOKEN") or None,
+        tls=client_tls(args.cacert),
+    )
     command = args.task_command
     if command == "list":
         answer = client.call("GET", "/v1/tasks")

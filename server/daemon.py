@@ -11,14 +11,33 @@ import gc
 import logging
 import os
 import signal
+import ssl
 
 from aiohttp import web
 
 from server.app import LIFECYCLE, create_app
+from server.auth import listen_host
 from server.logs import SecretRedactor
-from server.settings import CdcSettings
+from server.settings import CdcSettings, TlsSettings
 
 log = logging.getLogger(__name__)
+
+
+def server_tls_context(tls: TlsSettings) -> ssl.SSLContext | None:
+    """The HTTPS context of ``tls.certFile``/``tls.keyFile`` (TLS 1.2 or later); None: HTTP."""
+    if not tls.enabled:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(tls.certFile, tls.keyFile)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise SystemExit(
+            f"tls.certFile {tls.certFile} / tls.keyFile {tls.keyFile}: cannot load the "
+            f"certificate and key: {reason}"
+        ) from exc
+    return context
 
 
 def tune_gc() -> None:
@@ -37,15 +56,17 @@ def tune_gc() -> None:
 async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:
     app = create_app(settings, redactor=redactor)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    ssl_context = server_tls_context(settings.tls)  # before anything opens: a bad file stops it
     await runner.setup()  # opens the metastore and brings the tasks back
-    host, port = settings.host_port
-    site = web.TCPSite(runner, host, port)
+    configured_host, port = settings.host_port
+    host = listen_host(configured_host, settings.auth)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise SystemExit(f"cannot listen on {settings.address}: {exc.strerror}") from exc
-    log.info("milvus-cdc listening on %s:%d", host, port)
+        raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    log.info("milvus-cdc listening on %s://%s:%d", "https" if ssl_context else "http", host, port)
     tune_gc()
 
     stop = asyncio.Event()

@@ -3,6 +3,8 @@
 ApiError (500)
 ├── BadRequestError (400)          malformed or invalid request
 │   └── TargetUnreachableError     the target Milvus did not answer within connect_timeout
+├── UnauthorizedError (401)        no token, or not a valid one
+├── ForbiddenError (403)           the token's role may not take the action
 ├── NotFoundError (404)            unknown task id or path
 ├── MethodNotAllowedError (405)
 ├── ConflictError (409)            the request clashes with a task's state or another task
@@ -27,6 +29,14 @@ class BadRequestError(ApiError):
 
 class TargetUnreachableError(BadRequestError):
     pass
+
+
+class UnauthorizedError(ApiError):
+    status = 401
+
+
+class ForbiddenError(ApiError):
+    status = 403
 
 
 class NotFoundError(ApiError):

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+from aiohttp.http_exceptions import HttpProcessingError
+
 from replicator.log_context import channel_var, log_context, task_id_var
 
 __all__ = [
@@ -50,6 +52,21 @@ class SecretRedactor(logging.Filter):
             record.exc_info = None
         record.task_id = task_id_var.get()
         record.channel = channel_var.get()
+        return True
+
+
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse with a traceback that quotes the offending bytes
+    (an ``Authorization`` line among them): keep one line naming the error class only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = "malformed HTTP request refused with %d: %s"
+            record.args = (exc.code, type(exc).__name__)
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
 
@@ -99,4 +116,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> SecretRedactor:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequestFilter) for f in server_log.filters):
+        server_log.addFilter(MalformedRequestFilter())
     return redactor

@@ -48,7 +48,15 @@ _ERRORS = {
     "503": _problem("Metastore unavailable or the daemon is draining; try again"),
 }
 _TASK_ERRORS = {**_ERRORS, "404": _problem("No task with this id")}
-_CROSS_SITE = {"403": _problem("A browser request whose Origin is another site")}
+_CROSS_SITE = {
+    "403": _problem(
+        "A viewer's token on a change, or a browser request whose Origin is another site"
+    )
+}
+_UNAUTHORIZED = _problem("No valid token; the answer names the scheme (WWW-Authenticate: Bearer)")
+# Without auth.tokens, or with auth.allowAnonymous, a request without a token is served.
+_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {}]
+_OPEN = ("/livez", "/readyz", "/openapi.json", "/")
 _TASK_ANSWER = {"type": "object", "required": ["task"], "properties": {"task": _ref("Task")}}
 
 
@@ -352,6 +360,8 @@ def _paths() -> dict[str, Any]:
                         (200, "Done"),
                         (400, "Invalid request"),
                         (404, "Unknown task"),
+                        (401, "No valid token (WWW-Authenticate: Bearer)"),
+                        (403, "The token's role may not take this request_type"),
                         (405, "Not POST"),
                         (409, "State conflict"),
                         (413, "Body too large"),
@@ -380,12 +390,13 @@ def _paths() -> dict[str, Any]:
         "/metrics": {
             "get": {
                 "operationId": "metrics",
-                "summary": "Prometheus metrics",
+                "summary": "Prometheus metrics (a token is asked with auth.protectMetrics)",
                 "responses": {
                     "200": {
                         "description": "Prometheus text format",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
+                    },
+                    "401": {"description": "No valid token, with auth.protectMetrics"},
                 },
             }
         },
@@ -411,6 +422,19 @@ def _paths() -> dict[str, Any]:
     }
 
 
+def _secured(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation but health, this document and the dashboard's page asks for a token
+    (server/auth.py); the /v1 ones answer 401 as a problem."""
+    for path, item in paths.items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            operation["security"] = [] if path in _OPEN else _SECURITY
+            if path.startswith("/v1/"):
+                operation["responses"]["401"] = _UNAUTHORIZED
+    return paths
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     return {
@@ -421,8 +445,17 @@ def _document() -> dict[str, Any]:
             "description": "Change-data-capture daemon for Milvus: replication tasks over REST "
             "(/v1) or the Go milvus-cdc protocol (POST /cdc).",
         },
-        "paths": _paths(),
-        "components": {"schemas": _schemas()},
+        "paths": _secured(_paths()),
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An auth.tokens token: admin for changes, viewer for reads",
+                }
+            },
+        },
     }
 
 

@@ -13,7 +13,8 @@
                                          a backfill of the task is under way)
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
-"detail"}``: 400 invalid request, 403 a browser request from another site's page (its ``Origin``
+"detail"}``: 400 invalid request, 401 no valid token (with ``WWW-Authenticate: Bearer``), 403 a
+viewer's token on a change, or a browser request from another site's page (its ``Origin``
 is not this daemon: the dashboard's buttons must not be pressable by other sites), 404 unknown
 task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
 
@@ -36,7 +37,8 @@ from aiohttp import web
 from metastore import TaskRecord
 from server.api_common import failure_answer, positions_view, read_json
 from server.api_models import BackfillRequest, CreateRequest, TaskIdRequest, parse_model
-from server.app_state import LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
+from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
+from server.auth import Principal, audit, challenge
 from server.errors import BadRequestError, UnavailableError
 from server.jobs import JOBS
 from server.supervisor import task_view
@@ -55,14 +57,16 @@ def json_response(
     )
 
 
-def problem(status: int, detail: str) -> web.Response:
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> web.Response:
     body = {
         "type": "about:blank",
         "title": HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
     }
-    return web.Response(body=orjson.dumps(body), status=status, content_type=PROBLEM_TYPE)
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type=PROBLEM_TYPE, headers=headers
+    )
 
 
 def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
@@ -92,17 +96,19 @@ def _cross_site(request: web.Request) -> bool:
 
 
 def resource(verb: str) -> Callable[[Resource], Resource]:
-    """Common answer handling: cross-site refusal, draining, failures as problems, request
-    metrics under ``verb``."""
+    """Common answer handling: cross-site refusal, the caller's token and role, draining,
+    failures as problems, request metrics under ``verb``, the audit line."""
 
     def wrap(handler: Resource) -> Resource:
         async def run(request: web.Request) -> web.Response:
             started = time.perf_counter()
             status = 500
+            principal: Principal | None = None
             try:
                 if _cross_site(request):
                     status = 403
                     return problem(403, "cross-site request refused: Origin is not this daemon")
+                principal = request.app[AUTH].authorize(request, verb)
                 if request.app[LIFECYCLE].draining:
                     raise UnavailableError("the daemon is shutting down")
                 response = await handler(request)
@@ -110,9 +116,10 @@ def resource(verb: str) -> Callable[[Resource], Resource]:
                 return response
             except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
                 status, detail = failure_answer(exc, verb)
-                return problem(status, detail)
+                return problem(status, detail, challenge(exc))
             finally:
                 request.app[METRICS].observe_request(verb, status, time.perf_counter() - started)
+                audit(request, principal, verb, status)
 
         return run
 

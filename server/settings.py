@@ -15,13 +15,15 @@ file or the environment, a wrong type or a missing required value stops start-up
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import quote
 
 import yaml
 from pydantic import (
@@ -35,12 +37,15 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from metastore.etcd_connect import parse_etcd_address
 from metastore.sql import mysql_url_from_source
 
 ENV_PREFIX = "CDC_"
 ENV_CONFIG_FILE = "CDC_CONFIG"
+# Variables of the ``milvus-cdc task`` client (and the file name above), not configuration keys.
+CLIENT_ENV = frozenset({ENV_CONFIG_FILE, "CDC_URL", "CDC_TOKEN", "CDC_CACERT"})
 
 
 class ConfigError(Exception):
@@ -248,6 +253,84 @@ class BackfillSettings(_Section):
     sparkConf: dict[str, str] = Field(default_factory=dict)
 
 
+class TokenSettings(_Section):
+    """ours: one API token. ``token`` is hashed as soon as it is read (sha256; only the hash is
+    kept); ``sha256`` gives the hash itself, so the file need not hold the token."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: Literal["admin", "viewer"]
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_token(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "token" not in data:
+            return data
+        entry = dict(data)
+        token = entry.pop("token")
+        if isinstance(token, SecretStr):
+            token = token.get_secret_value()
+        if "sha256" in entry:
+            raise ValueError("give token or sha256, not both")
+        if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"token: must be a string of at least {MIN_TOKEN_LENGTH} characters")
+        entry["sha256"] = token_digest(token)
+        return entry
+
+
+MIN_TOKEN_LENGTH = 16
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class AuthSettings(_Section):
+    """ours: who may call the API (see README, "Security")."""
+
+    tokens: list[TokenSettings] = Field(default_factory=list)
+    # no token configured: the daemon listens on 127.0.0.1 only, unless this is true
+    allowAnonymous: bool = False
+    # true: /metrics asks for a token too (viewer or admin)
+    protectMetrics: bool = False
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct(cls, tokens: list[TokenSettings]) -> list[TokenSettings]:
+        names = [t.name for t in tokens]
+        if len(set(names)) != len(names):
+            raise ValueError("token names must be distinct")
+        if len({t.sha256 for t in tokens}) != len(tokens):
+            raise ValueError("two tokens are the same")
+        return tokens
+
+
+class TlsSettings(_Section):
+    """ours: serve HTTPS with this certificate (chain) and key, both PEM files."""
+
+    certFile: str = ""
+    keyFile: str = ""
+
+    @model_validator(mode="after")
+    def _both(self) -> TlsSettings:
+        if bool(self.certFile) != bool(self.keyFile):
+            raise ValueError("certFile and keyFile go together: give both or neither")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.certFile)
+
+
+class SecretsSettings(_Section):
+    """ours: the key ring that encrypts the secrets of tasks in the metastore (README,
+    "Security"). ``key`` (e.g. ``CDC_SECRETS__KEY``) wins over ``keyFile``; with neither
+    present, a key file is made at ``keyFile`` on first start."""
+
+    keyFile: str = "data/cdc-secret.key"
+    key: SecretStr = SecretStr("")
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -265,6 +348,9 @@ class CdcSettings(BaseSettings):
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     backfill: BackfillSettings = Field(default_factory=BackfillSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    secrets: SecretsSettings = Field(default_factory=SecretsSettings)
 
     @field_validator("address")
     @classmethod
@@ -310,7 +396,7 @@ class CdcEnvSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         tree: dict[str, Any] = {}
         for name, raw in sorted(self._environ.items()):
-            if not name.upper().startswith(ENV_PREFIX) or name.upper() == ENV_CONFIG_FILE:
+            if not name.upper().startswith(ENV_PREFIX) or name.upper() in CLIENT_ENV:
                 continue
             path = name[len(ENV_PREFIX) :].split("__")
             model: type[BaseModel] | None = self.settings_cls
@@ -415,7 +501,7 @@ def redacted(settings: CdcSettings) -> dict[str, Any]:
     return data
 
 
-_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl"}
+_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl", "key", "sha256"}
 
 
 def _redact_tree(node: Any) -> None:
@@ -428,6 +514,42 @@ def _redact_tree(node: Any) -> None:
     elif isinstance(node, list):
         for item in node:
             _redact_tree(item)
+
+
+def secret_values(node: Any) -> list[str]:
+    """Every secret the configuration holds, for the log redactor: each ``SecretStr`` (at any
+    depth) and the password inside ``mysqlSourceUrl``, also as the URL spells it."""
+    found: list[str] = []
+    if isinstance(node, SecretStr):
+        found.append(node.get_secret_value())
+    elif isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            found.extend(secret_values(getattr(node, name)))
+    elif isinstance(node, list | tuple):
+        for item in node:
+            found.extend(secret_values(item))
+    if isinstance(node, MetaStoreSettings) and node.mysqlSourceUrl.get_secret_value():
+        url = make_url(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value()))
+        if url.password:
+            found.extend([str(url.password), quote(str(url.password), safe="")])
+    return [s for s in found if s]
+
+
+def scrub_secret_environment(environ: MutableMapping[str, str]) -> list[str]:
+    """Remove the ``CDC_`` variables that hold secrets once the settings are read, so child
+    processes (the backfill driver gets its settings on stdin) do not inherit them; returns the
+    names removed."""
+    removed = []
+    for name in list(environ):
+        upper = name.upper()
+        last = upper.rsplit("__", 1)[-1].lower()
+        if upper.startswith(ENV_PREFIX) and upper not in CLIENT_ENV and last in _SECRET_ENV:
+            del environ[name]
+            removed.append(name)
+    return removed
+
+
+_SECRET_ENV = {*_SECRET_KEYS, "tokens"}
 
 
 def unused_settings(settings: CdcSettings) -> list[str]:

@@ -33,6 +33,7 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
+from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.errors import CdcError
@@ -213,7 +214,11 @@ class TaskSupervisor:
 
     async def _launch(self, task: TaskRecord) -> TaskRecord:
         """Fix where a task without positions starts (a 503, and no change, when the source
-        cannot be read), then set it Running and start its runner."""
+        cannot be read), then set it Running and start its runner. A task whose secrets this
+        daemon cannot decrypt is refused (409) and stays as it is."""
+        problem = await self._io(secrets_problem, self._store, task)
+        if problem is not None:
+            raise ConflictError(f"task {task.task_id} cannot start: {problem}")
         runner = self._runner_factory(task, self._store, self._on_runner_failure)
         with log_context(task_id=task.task_id):
             try:
@@ -295,7 +300,14 @@ class TaskSupervisor:
         return updated
 
     async def _start_runner(self, task: TaskRecord, runner: TaskRunner | None = None) -> TaskRecord:
-        """Start the runner of a task stored as Running; a runner that cannot start fails it."""
+        """Start the runner of a task stored as Running; a runner that cannot start, or a
+        task whose secrets cannot be decrypted, fails it with the reason."""
+        with log_context(task_id=task.task_id):
+            problem = await self._io(secrets_problem, self._store, task)
+            if problem is not None:
+                log.error("task not started: %s", problem)
+                # not a transient reason (retry.transientReasons): a retry cannot bring the key
+                return await self._set_state(task, TaskState.FAILED, f"not started: {problem}")
         runner = runner or self._runner_factory(task, self._store, self._on_runner_failure)
         with log_context(task_id=task.task_id):
             try:
@@ -326,7 +338,8 @@ class TaskSupervisor:
 
 def _secrets_of(spec: dict[str, Any]) -> list[str]:
     connect = spec.get("milvus_connect_param", {})
-    return [connect.get("password", ""), connect.get("token", "")]
+    found = [connect.get("password"), connect.get("token")]
+    return [s for s in found if isinstance(s, str)]  # a secret that did not open is a mapping
 
 
 def _target_text(spec: dict[str, Any]) -> str:

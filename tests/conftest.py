@@ -133,9 +133,12 @@ def root_path() -> str:
 def daemon_factory(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Daemon]]:
-    """Makes daemons (not started) with a SQLite store under the test's directory and a real,
-    empty source (the session's etcd and Kafka mock under a prefix no Milvus writes to) by
-    default; every daemon made is stopped at the end."""
+    """Makes daemons (not started) with a SQLite store under the test's directory, a real,
+    empty source (the session's etcd and Kafka mock under a prefix no Milvus writes to) and an
+    admin token that the daemon object sends (unless ``auth`` is given) by default; every
+    daemon made is stopped at the end."""
+    import uuid
+
     from harness.daemon import Daemon
 
     made: list[Daemon] = []
@@ -145,6 +148,8 @@ def daemon_factory(
         workdir.mkdir(exist_ok=True)
         settings: dict[str, object] = {
             "metaStoreConfig": {"storeType": "sqlite", "sqlitePath": str(workdir / "meta.db")},
+            # absolute, so commands run from elsewhere (milvus-cdc check) read the same key
+            "secrets": {"keyFile": str(workdir / "data" / "cdc-secret.key")},
             "drainTimeoutSeconds": 5,
         }
         if "sourceConfig" not in config:
@@ -156,8 +161,12 @@ def daemon_factory(
                 "kafka": {"address": kafka.bootstrap},
                 "dmlChannelNum": 2,
             }
+        token = None
+        if "auth" not in config:  # the API as operators should run it: with a token
+            token = f"test-admin-{uuid.uuid4().hex}"
+            settings["auth"] = {"tokens": [{"name": "test-admin", "role": "admin", "token": token}]}
         settings.update(config)
-        daemon = Daemon(workdir=workdir, config=settings)
+        daemon = Daemon(workdir=workdir, config=settings, token=token)
         made.append(daemon)
         return daemon
 

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from server.secret_keys import open_task_store
     from server.settings import CdcSettings, ConfigError, load_settings
-    from server.stores import open_metastore
 
     try:
         if args.settings_stdin:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not milvus.uri:
         print("milvus-cdc backfill: sourceConfig.milvus.uri is not set", file=sys.stderr)
         return 2
-    store = open_metastore(settings.metaStoreConfig)
+    store = open_task_store(settings)  # the target's password is stored sealed
     try:
         task = store.get_task(args.task)
         if task is None:

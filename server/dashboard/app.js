@@ -1,8 +1,11 @@
 // milvus-cdc dashboard: polls the /v1 REST resources; pause, resume and delete go through them.
 // Plain browser JavaScript, no build step. Text from the API is only ever set as textContent.
+// A daemon with tokens answers 401 until a token is entered; it is kept in this tab's
+// sessionStorage (gone when the tab closes) and sent as "Authorization: Bearer <token>".
 "use strict";
 
 const REFRESH_MS = 2000;
+const TOKEN_KEY = "milvus-cdc-token";
 const state = { tasks: [], selected: null, refreshes: 0, confirmDelete: null };
 
 const $ = (id) => document.getElementById(id);
@@ -27,8 +30,28 @@ const number = (v, digits = 0) =>
     maximumFractionDigits: digits, minimumFractionDigits: digits });
 const when = (unix) => (unix ? new Date(unix * 1000).toISOString().replace("T", " ").slice(0, 19) : dash);
 
+class AuthError extends Error {}
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+function showLogin(visible) {
+  $("login").hidden = !visible;
+  $("signout").hidden = visible || !sessionStorage.getItem(TOKEN_KEY);
+  if (visible) $("token").focus();
+}
+
 async function api(method, path) {
-  const response = await fetch(path, { method, headers: { Accept: "application/json" } });
+  const headers = { Accept: "application/json", ...authHeaders() };
+  const response = await fetch(path, { method, headers });
+  if (response.status === 401) {
+    const hadToken = Boolean(sessionStorage.getItem(TOKEN_KEY));
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(true);
+    throw new AuthError(hadToken ? "the token was refused; enter another" : "enter an API token");
+  }
   if (response.status === 204) return null;
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
@@ -208,6 +231,8 @@ async function refresh() {
     renderTasks();
     await refreshDetail();
     $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
+    if (!$("login").hidden) showLogin(false);
+    if ($("message").textContent.startsWith("Cannot list tasks")) showMessage("");
   } catch (error) {
     showMessage(`Cannot list tasks: ${error.message}`);
   }
@@ -246,6 +271,25 @@ function select(taskId) {
   renderTasks();
   refreshDetail();
 }
+
+$("login").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = $("token").value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  showLogin(false);
+  showMessage("");
+  refresh();
+});
+
+$("signout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.tasks = [];
+  renderTasks();
+  renderDetail(null);
+  showLogin(true);
+});
 
 window.cdcDashboard = { refresh, select, state };
 refresh();

@@ -286,7 +286,7 @@ def test_varchar_and_partitioned_backfilled_later_with_the_cli_and_a_kill(
         writer.start()
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
         env["PYTHONPATH"] = str(REPO_ROOT)
-        command = ["task", "backfill", task_id, "--url", daemon.url, "--follow"]
+        command = ["task", "backfill", task_id, *daemon.cli_args, "--follow"]
         cli = subprocess.Popen(
             [sys.executable, "-m", "server", *command],
             stdout=subprocess.PIPE,

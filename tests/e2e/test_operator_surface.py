@@ -47,7 +47,7 @@ async def test_dashboard_and_cli_on_a_replicating_task(
         source.insert(name, make_rows(0, 100, "before"))
         config = source_config(milvus_source, etcd_service, kafka_mock)
         daemon = daemon_factory(**config, scheduler={"progressSampleSeconds": 0.5}).start()
-        url = ["--url", daemon.url]
+        url = daemon.cli_args
         created = json.loads(
             cli("task", "create", *url, "--target", milvus_lite_service.uri,
                 "--collection", name, "--task-id", "ops-1", "--json")
@@ -64,7 +64,7 @@ async def test_dashboard_and_cli_on_a_replicating_task(
 
         async with chromium(tmp_path / "chromium") as browser:
             page = await browser.new_page(1280, 900)
-            await page.goto(daemon.url + "/")
+            await page.open_dashboard(daemon.url, daemon.token)
             # rows applied, a lag and a rate, read off the page
             applied = await page.wait_for(
                 f"(t => t && +t.replace(/,/g, '') >= 400 && t)({cell('ops-1', 'rows')})", 60

@@ -17,6 +17,7 @@ from harness.services import wait_until
 from harness.streaming_writer import KafkaSink
 from pymilvus import MilvusClient
 
+from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.codec import streaming_headers as sh
 from tests.e2e.test_streaming_source import (
     Stream,
@@ -102,6 +103,12 @@ def test_kafka_a_to_kafka_b_by_alter_wal_under_load(
     assert backends(daemon, task_id) == dict.fromkeys(pchannels, "kafka#1")
     assert task_view(daemon, task_id)["state"] == "Running"
     sink.close()
+    # the settings the switch carried are stored encrypted (they may hold credentials)
+    raw = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
+    switches = raw.list_state(task_id, "wal/")
+    raw.close()
+    assert switches and all(v.startswith(b'{"$sealed"') for v in switches.values())
+    assert not any(kafka_b.bootstrap.encode() in v for v in switches.values())
 
 
 def test_kafka_to_rocksmq_by_announcement_under_load(

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
 import shutil
 import struct
 import subprocess
@@ -132,6 +133,14 @@ class Page:
         if answer.get("errorText"):
             raise CdpError(f"{url}: {answer['errorText']}")
         await asyncio.wait_for(loaded.get(), timeout=30)
+
+    async def open_dashboard(self, url: str, token: str | None = None) -> None:
+        """The daemon's dashboard at ``url``, signed in with ``token`` (kept in the tab's
+        sessionStorage, as the page's own form does)."""
+        await self.goto(url + "/")
+        if token:
+            await self.evaluate(f"sessionStorage.setItem('milvus-cdc-token', {json.dumps(token)})")
+            await self.goto(url + "/")
 
     async def evaluate(self, expression: str) -> Any:
         answer = await self.send(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -52,6 +53,12 @@ class Daemon:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    # sent as "Authorization: Bearer <token>" by every request of this object
+    token: str | None = None
+    # set: the daemon serves HTTPS and requests verify it with this context
+    client_tls: ssl.SSLContext | None = None
+    # the host of the configured address (requests always go to 127.0.0.1)
+    host: str = "127.0.0.1"
 
     @property
     def log_path(self) -> Path:
@@ -63,7 +70,7 @@ class Daemon:
 
     def start(self, timeout: float = 30) -> Daemon:
         assert self.process is None or self.process.poll() is not None, "already running"
-        config = {**self.config, "address": f"127.0.0.1:{self.port}", "logFormat": "json"}
+        config = {**self.config, "address": f"{self.host}:{self.port}", "logFormat": "json"}
         self.config_path.write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
         env["PYTHONPATH"] = str(REPO_ROOT)
@@ -102,12 +109,19 @@ class Daemon:
         self.process.wait(timeout=10)
 
     def _conn(self, timeout: float) -> http.client.HTTPConnection:
+        if self.client_tls is not None:
+            return http.client.HTTPSConnection(
+                "127.0.0.1", self.port, timeout=timeout, context=self.client_tls
+            )
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
         conn = self._conn(timeout)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=self._auth())
             response = conn.getresponse()
             return response.status, response.read()
         finally:
@@ -118,7 +132,12 @@ class Daemon:
     ) -> Reply:
         conn = self._conn(timeout)
         try:
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            conn.request(
+                method,
+                path,
+                body=body,
+                headers={"Content-Type": "application/json", **self._auth()},
+            )
             response = conn.getresponse()
             raw = response.read()
         finally:
@@ -132,13 +151,15 @@ class Daemon:
         body: Any = None,
         timeout: float = 60,
         headers: dict[str, str] | None = None,
+        auth: bool = True,
     ) -> tuple[int, dict[str, str], Any]:
-        """Any HTTP request; a JSON ``body`` is sent as JSON. Returns (status, headers, the
-        answer parsed as JSON, or None when it is empty)."""
+        """Any HTTP request; a JSON ``body`` is sent as JSON; ``auth=False`` sends no token.
+        Returns (status, headers, the answer parsed as JSON, or None when it is empty)."""
         conn = self._conn(timeout)
         try:
             payload = body if isinstance(body, bytes) or body is None else json.dumps(body)
-            sent = {"Content-Type": "application/json", **(headers or {})}
+            sent = {"Content-Type": "application/json", **(self._auth() if auth else {})}
+            sent.update(headers or {})
             conn.request(method, path, body=payload, headers=sent)
             response = conn.getresponse()
             raw = response.read()
@@ -148,8 +169,13 @@ class Daemon:
         return response.status, headers, json.loads(raw) if raw else None
 
     @property
+    def cli_args(self) -> list[str]:
+        """``milvus-cdc task`` arguments that reach this daemon."""
+        return ["--url", self.url, *(["--token", self.token] if self.token else [])]
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.client_tls else 'http'}://127.0.0.1:{self.port}"
 
     def call(self, request_type: str, data: dict[str, Any] | None = None) -> Reply:
         payload: dict[str, Any] = {"request_type": request_type}

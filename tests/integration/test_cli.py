@@ -45,7 +45,7 @@ def daemon(daemon_factory):
 
 
 def test_task_commands(daemon, milvus_lite_service):
-    url = ["--url", daemon.url]
+    url = daemon.cli_args
     empty = ok("task", "list", *url)
     assert empty.split() == ["TASK", "STATE", "LAG_S", "ROWS/S", "ROWS", "TARGET", "COLLECTIONS",
                              "REASON"]  # fmt: skip
@@ -90,9 +90,9 @@ def test_task_commands(daemon, milvus_lite_service):
     gone = cli("task", "get", "cli-1", *url)
     assert gone.returncode == 1 and gone.stderr.startswith("milvus-cdc: 404 Not Found")
     # the address comes from the configuration when no --url is given
-    assert json.loads(ok("task", "list", "--config", str(daemon.config_path), "--json")) == {
-        "tasks": []
-    }
+    assert json.loads(
+        ok("task", "list", "--config", str(daemon.config_path), "--token", daemon.token, "--json")
+    ) == {"tasks": []}
     everything = " ".join([created, shown, paused, again.stderr, json.dumps(listed)])
     assert SECRET not in everything
     daemon.stop()
@@ -100,7 +100,7 @@ def test_task_commands(daemon, milvus_lite_service):
 
 
 def test_task_create_from_a_body_file_and_refusals(daemon, milvus_lite_service, tmp_path):
-    url = ["--url", daemon.url]
+    url = daemon.cli_args
     body = tmp_path / "task.json"
     body.write_text(json.dumps(create_body(milvus_lite_service, collections=("a", "b"))))
     created = json.loads(ok("task", "create", *url, "--body", str(body), "--no-start", "--json"))

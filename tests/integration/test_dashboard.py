@@ -37,7 +37,7 @@ async def test_dashboard_shows_and_drives_real_tasks(daemon_factory, milvus_lite
 
     async with chromium(tmp_path / "chromium") as browser:
         page = await browser.new_page(WIDTH, HEIGHT)
-        await page.goto(daemon.url + "/")
+        await page.open_dashboard(daemon.url, daemon.token)
         assert await page.evaluate("document.title") == "milvus-cdc"
         await page.wait_for("document.querySelectorAll('#tasks tr.task').length === 2")
         assert await page.evaluate(state_of("dash-a")) == "Running"
@@ -134,7 +134,7 @@ async def test_dashboard_shows_the_reason_of_a_failed_task(
     started = time.monotonic()
     async with chromium(tmp_path / "chromium") as browser:
         page = await browser.new_page(WIDTH, HEIGHT)
-        await page.goto(daemon.url + "/")
+        await page.open_dashboard(daemon.url, daemon.token)
         await page.wait_for(f"{state_of('dash-f')} === 'Failed'")
         error = await page.evaluate(
             f"document.querySelector('{row('dash-f', '.error')}').textContent"

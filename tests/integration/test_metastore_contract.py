@@ -86,6 +86,26 @@ def test_update_is_compare_and_set(store):
     assert store.get_task("t1") == paused
 
 
+def test_replace_spec_is_compare_and_set_and_keeps_the_state(store):
+    created = store.create_task(make_task("t1"))
+    running = store.update_task(
+        "t1", state=TaskState.RUNNING, reason="ok", expected_revision=created.revision
+    )
+    spec = {"milvus_connect_param": {"host": "h", "port": 1, "password": {"sealed": "x"}}}
+    replaced = store.replace_spec("t1", spec, expected_revision=running.revision)
+    assert replaced.spec == spec and replaced.revision != running.revision
+    assert (replaced.state, replaced.reason, replaced.created_at) == (
+        TaskState.RUNNING,
+        "ok",
+        running.created_at,
+    )
+    assert store.get_task("t1") == replaced
+    with pytest.raises(ConcurrentUpdateError):
+        store.replace_spec("t1", created.spec, expected_revision=running.revision)
+    with pytest.raises(TaskNotFoundError):
+        store.replace_spec("missing", spec, expected_revision=1)
+
+
 def test_update_unknown_task(store):
     with pytest.raises(TaskNotFoundError):
         store.update_task("nope", state=TaskState.RUNNING, reason="", expected_revision=1)

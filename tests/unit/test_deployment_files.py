@@ -195,7 +195,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
 
 
 # --- docker compose ------------------------------------------------------------------------------
-COMPOSE_ENV = {"MYSQL_ROOT_PASSWORD": "p@ss:w0rd"}
+COMPOSE_ENV = {"MYSQL_ROOT_PASSWORD": "p@ss:w0rd", "CDC_ADMIN_TOKEN": "compose-admin-token-0123"}
 
 
 def interpolate(node, env):
@@ -267,6 +267,8 @@ def test_compose_daemon_environment_is_a_valid_configuration(compose):
 
     url = mysql_url_from_source(settings.metaStoreConfig.mysqlSourceUrl.get_secret_value())
     assert "@mysql:3306/" in str(url) and "milvus_cdc" in str(url)
+    # published on 0.0.0.0: it needs a token, or it would listen on the container's loopback
+    assert [t.role for t in settings.auth.tokens] == ["admin"]
     assert services["mysql"]["environment"]["MYSQL_DATABASE"] == "milvus_cdc"
     source = settings.sourceConfig
     assert source.mq_type == "kafka"

@@ -35,6 +35,8 @@ def test_writes_refused_after_revoke_reads_allowed(tmp_path: Path) -> None:
         store.update_task("t1", state=TaskState.FAILED, reason="x", expected_revision=task.revision)
     with pytest.raises(FencedError):
         store.delete_task("t1")
+    with pytest.raises(FencedError):
+        store.replace_spec("t1", {"a": 2}, expected_revision=task.revision)
 
     # nothing the let-go runner tried reached the store; reads still work
     assert store.get_positions("t1") == {"ch0": first} == inner.get_positions("t1")
