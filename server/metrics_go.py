@@ -85,10 +85,11 @@ class _GoTaskCollector(Collector):
         for task_id, status in self._progress().items():
             for channel in status.get("channels", ()):
                 name = channel["channel"]
-                for op, ts in (("read", channel["read_ts"]), ("write", channel["applied_ts"])):
+                times = (("read", channel.get("read_ts")), ("write", channel.get("applied_ts")))
+                for op, ts in times:
                     if ts:
                         tt.add_metric([task_id, name, op], ts >> 18)
-                for kind, value in sorted(channel["bytes_by_type"].items()):
+                for kind, value in sorted((channel.get("bytes_by_type") or {}).items()):
                     labels = {"vchannel_name": name, "op_type": "write", "msg_type": kind}
                     size.add_sample(size.name, {"task_id": task_id, **labels}, value)
             for collection in status.get("collections", ()):

@@ -1,0 +1,96 @@
+"""deployment/prometheus/alerts.yml: well formed, loaded by the Prometheus configuration (and the
+compose stack), and naming only metrics and labels the daemon exports, read from a running
+daemon's /metrics with a task running (and from the collectors fed a running channel's status,
+for the families that have no samples on an empty source). ``promtool check rules`` runs too
+when promtool is on the PATH (it is not on our machines)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from harness import services
+from harness.task_bodies import create_body
+from prometheus_client import generate_latest
+from test_grafana_dashboard import exported, labels_used
+
+from replicator.pipeline.status import ChannelStatus
+from server.metrics import DaemonMetrics
+
+pytestmark = pytest.mark.integration
+
+DEPLOYMENT = Path(__file__).resolve().parents[2] / "deployment"
+RULES = DEPLOYMENT / "prometheus" / "alerts.yml"
+METRIC = re.compile(r"\b((?:milvus_)?cdc_\w+|up)\b(?=\s*[{\[)=<>!]|\s*$)")
+
+
+def rules() -> list[dict]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def test_rules_are_well_formed_and_loaded():
+    names = [rule["alert"] for rule in rules()]
+    assert len(names) == len(set(names)) >= 6
+    for rule in rules():
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule
+        if "for" in rule:
+            assert re.fullmatch(r"\d+[smh]", rule["for"]), rule
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule
+    prometheus = yaml.safe_load((DEPLOYMENT / "prometheus" / "prometheus.yml").read_text())
+    assert prometheus["rule_files"] == ["alerts.yml"]
+    compose = yaml.safe_load((DEPLOYMENT / "compose" / "docker-compose.yml").read_text())
+    mounts = compose["services"]["prometheus"]["volumes"]
+    assert "../prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
+    # the main signals have a rule
+    exprs = " ".join(rule["expr"] for rule in rules())
+    for signal in ("cdc_lag_seconds", 'cdc_tasks{state="Failed"}', "cdc_metastore_up"):
+        assert signal in exprs
+
+
+def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite_service):
+    daemon = daemon_factory().start()
+    assert daemon.request("POST", "/v1/tasks", create_body(milvus_lite_service))[0] == 201
+    services.wait_until(
+        lambda: "cdc_metastore_up 1.0" in daemon.get("/metrics")[1].decode(),
+        30,
+        "the metastore health check",
+    )
+    names = exported(daemon.get("/metrics")[1].decode())
+    channel = ChannelStatus("dml_0")
+    channel.rows, channel.applied_ts = 5, 1 << 18
+    channel.skipped = {"unknown_collection": 1}
+    status = {
+        "rows": 5,
+        "channels": [channel.view()],
+        "skipped": {"unknown_collection": 1},
+        "imports_pending": [],
+    }
+    metrics = DaemonMetrics(dict, lambda: {"t": status})
+    for name, labels in exported(generate_latest(metrics.registry).decode()).items():
+        names.setdefault(name, set()).update(labels)
+    names["up"] = {"job", "instance"}  # Prometheus's own, for every scrape target
+
+    for rule in rules():
+        used = set(METRIC.findall(rule["expr"]))
+        assert used, rule
+        unknown = used - set(names)
+        assert not unknown, f"{rule['alert']}: not exported: {unknown}"
+        known = set().union(*(names[m] for m in used))
+        assert labels_used(rule["expr"]) <= known, rule
+        for label in re.findall(r"\$labels\.(\w+)", str(rule["annotations"])):
+            assert label in known | {"instance"}, (rule["alert"], label)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_rules():
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
