@@ -501,10 +501,13 @@ def follow(port: int, task_id: str, source: Any, target: Any, timeout: float) ->
             if target.has_collection(COLLECTION):
                 target_rows = rows_by_key(target)
         same = sum(1 for k, v in target_rows.items() if expected.get(k) == v)
+        # what the target holds, counted on the target; the task's own counter is of row
+        # writes (inserts and deletes) applied since its runner started, not of rows
         line = (
-            f"progress: task {task['state']}, replicated rows {progress.get('rows', 0)}, "
-            f"lag {'-' if lag is None else f'{lag:.2f} s'}; target has {len(target_rows)} rows, "
-            f"{same} of the source's {len(expected)} equal"
+            f"progress: target has {len(target_rows)} rows, {same} of the source's "
+            f"{len(expected)} equal; task {task['state']}, lag "
+            f"{'-' if lag is None else f'{lag:.2f} s'}, {progress.get('rows', 0)} row writes "
+            "applied since it started"
         )
         if line != last_line:
             say(line)
