@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -42,8 +43,9 @@ from server.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
-SAMPLES_KEPT = 60
+SAMPLES_KEPT = 60  # the lag samples a task view carries
 RATE_WINDOW = 6  # samples (30 s at the default interval) behind rows/s
+HISTORY_SECONDS = 3600.0  # the charts' window: samples older than this are dropped
 PING_TIMEOUT = 3.0
 
 
@@ -53,23 +55,46 @@ class Sample:
     at: float
     rows: int
     lag_seconds: float | None
+    # each channel's lag at that moment (channels that have seen data or time ticks)
+    channel_lags: tuple[tuple[str, float | None], ...] = ()
 
 
 class ProgressSampler:
-    """Recent (time, rows, lag) samples of each running task."""
+    """Each task's (time, rows, lag, channel lags) samples over the last hour, in a bounded ring
+    per task: ``HISTORY_SECONDS / interval`` samples at most. A task that stops being sampled
+    (paused, failed) keeps its history until it ages out; a deleted task's goes at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval = interval
+        self._kept = max(SAMPLES_KEPT, math.ceil(HISTORY_SECONDS / interval) + 1)
         self._samples: dict[str, deque[Sample]] = {}
+        self._live: set[str] = set()
 
-    def sample(self, progress: Mapping[str, Mapping[str, Any]], now: float) -> None:
-        for task_id in set(self._samples) - set(progress):
-            del self._samples[task_id]  # stopped, paused or deleted
+    def sample(
+        self, progress: Mapping[str, Mapping[str, Any]], now: float, known: Iterable[str] = ()
+    ) -> None:
+        """``progress``: the running tasks' status; ``known``: every stored task (others are
+        forgotten)."""
+        keep = set(known) | set(progress)
+        for task_id in list(self._samples):
+            samples = self._samples[task_id]
+            if task_id not in keep or (samples and samples[-1].at < now - HISTORY_SECONDS):
+                del self._samples[task_id]
+        self._live = set(progress)
         for task_id, status in progress.items():
-            samples = self._samples.setdefault(task_id, deque(maxlen=SAMPLES_KEPT))
-            samples.append(Sample(now, int(status.get("rows") or 0), status.get("lag_seconds")))
+            samples = self._samples.setdefault(task_id, deque(maxlen=self._kept))
+            lags = tuple(
+                (str(c["channel"]), c.get("lag_seconds")) for c in status.get("channels") or ()
+            )
+            samples.append(
+                Sample(now, int(status.get("rows") or 0), status.get("lag_seconds"), lags)
+            )
 
     def rows_per_second(self, task_id: str) -> float | None:
-        """Rows applied per second over the last samples; None before two samples."""
+        """Rows applied per second over the last samples; None before two samples and for a
+        task not running."""
+        if task_id not in self._live:
+            return None
         samples = list(self._samples.get(task_id, ()))[-RATE_WINDOW:]
         if len(samples) < 2 or samples[-1].at <= samples[0].at:
             return None
@@ -77,11 +102,31 @@ class ProgressSampler:
         return round(rows / (samples[-1].at - samples[0].at), 3)
 
     def view(self, task_id: str) -> dict[str, Any]:
-        samples = self._samples.get(task_id, ())
+        samples = list(self._samples.get(task_id, ()))[-SAMPLES_KEPT:]
         return {
             "rows_per_second": self.rows_per_second(task_id),
-            "lag_samples": [s.lag_seconds for s in samples],
+            "lag_samples": [s.lag_seconds for s in samples] if task_id in self._live else [],
         }
+
+    def history(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's samples, oldest first, each with the rows/s since the one before (None
+        for the first, and after a runner restart, whose row count starts again)."""
+        result: list[dict[str, Any]] = []
+        before: Sample | None = None
+        for sample in self._samples.get(task_id, ()):
+            rate = None
+            if before is not None and sample.at > before.at and sample.rows >= before.rows:
+                rate = round((sample.rows - before.rows) / (sample.at - before.at), 3)
+            result.append(
+                {
+                    "at": round(sample.at, 3),
+                    "lag_seconds": sample.lag_seconds,
+                    "rows_per_second": rate,
+                    "channels": dict(sample.channel_lags),
+                }
+            )
+            before = sample
+        return result
 
 
 # --- metastore health ----------------------------------------------------------------------------
@@ -252,13 +297,14 @@ class DaemonJobs:
         self.settings = settings
         self.supervisor = supervisor
         self.store = store
-        self.sampler = ProgressSampler()
+        self.sampler = ProgressSampler(settings.progressSampleSeconds)
         self.health = MetastoreHealth()
         self.retrier = TransientRetrier(settings.retry)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
 
     async def sample_progress(self) -> None:
-        self.sampler.sample(self.supervisor.all_progress(), time.time())
+        known = self.supervisor.task_states()
+        self.sampler.sample(self.supervisor.all_progress(), time.time(), known)
 
     async def check_metastore(self) -> None:
         await self.health.check(self.store, time.time())

@@ -320,6 +320,46 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        "/v1/tasks/{task_id}/history": {
+            **task_op,
+            "get": {
+                "operationId": "taskHistory",
+                "summary": "The task's lag and rows/s over the last hour, sampled by the daemon "
+                "(what the dashboard's charts draw)",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["task_id", "samples"],
+                            "properties": {
+                                "task_id": {"type": "string"},
+                                "interval_seconds": {"type": ["number", "null"]},
+                                "window_seconds": {"type": "number"},
+                                "samples": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "at": {"type": "number"},
+                                            "lag_seconds": {"type": ["number", "null"]},
+                                            "rows_per_second": {"type": ["number", "null"]},
+                                            "channels": {
+                                                "type": "object",
+                                                "additionalProperties": {
+                                                    "type": ["number", "null"]
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                        "Samples, oldest first",
+                    ),
+                    **_TASK_ERRORS,
+                },
+            },
+        },
         "/v1/tasks/{task_id}/backfill": {
             **task_op,
             "post": {

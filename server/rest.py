@@ -8,6 +8,9 @@
     POST   /v1/tasks/{task_id}/pause     200 {"task": task}   (409 when already Paused)
     POST   /v1/tasks/{task_id}/resume    200 {"task": task}   (409 when already Running)
     GET    /v1/tasks/{task_id}/positions 200 {"task_id": ..., "positions": [...]}
+    GET    /v1/tasks/{task_id}/history   200 {"task_id", "interval_seconds", "window_seconds",
+                                         "samples": [{"at", "lag_seconds", "rows_per_second",
+                                         "channels": {channel: lag}}, ...]} (the last hour)
     POST   /v1/tasks/{task_id}/backfill  202 {"task": task, "job_id": ...}
                                          (body: {"collections": ["*"]}, optional; 409 while
                                          a backfill of the task is under way)
@@ -40,7 +43,7 @@ from server.api_models import BackfillRequest, CreateRequest, TaskIdRequest, par
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
 from server.auth import Principal, audit, challenge
 from server.errors import BadRequestError, UnavailableError
-from server.jobs import JOBS
+from server.jobs import HISTORY_SECONDS, JOBS
 from server.supervisor import task_view
 
 PREFIX = "/v1"
@@ -169,6 +172,21 @@ async def task_positions(request: web.Request) -> web.Response:
     return json_response({"task_id": task_id, "positions": positions_view(positions.values())})
 
 
+@resource("get")
+async def task_history(request: web.Request) -> web.Response:
+    task_id = _task_id(request)
+    await request.app[SUPERVISOR].get(task_id)  # 404 for a task that is not stored
+    jobs = request.app.get(JOBS)
+    return json_response(
+        {
+            "task_id": task_id,
+            "interval_seconds": jobs.sampler.interval if jobs is not None else None,
+            "window_seconds": HISTORY_SECONDS,
+            "samples": jobs.sampler.history(task_id) if jobs is not None else [],
+        }
+    )
+
+
 @resource("backfill")
 async def backfill_task(request: web.Request) -> web.Response:
     # no body: every collection the task selects
@@ -194,6 +212,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("POST", "/tasks/{task_id}/pause", _one_task("pause")),
     ("POST", "/tasks/{task_id}/resume", _one_task("resume")),
     ("GET", "/tasks/{task_id}/positions", task_positions),
+    ("GET", "/tasks/{task_id}/history", task_history),
     ("POST", "/tasks/{task_id}/backfill", backfill_task),
 ]
 

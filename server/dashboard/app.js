@@ -195,6 +195,82 @@ function renderDetail(task, positions) {
   );
 }
 
+const PALETTE = ["#0969da", "#1f883d", "#9a6700", "#cf222e", "#8250df", "#1b7c83"];
+const SVG = "http://www.w3.org/2000/svg";
+
+// Lines over the last hour into a fixed-size SVG (no layout shift while it refreshes): each
+// series is [name, [[time, value], ...]]; a null value breaks its line.
+function drawChart(id, series, format, now, window) {
+  const figure = $(id);
+  const svg = figure.querySelector("svg");
+  const values = series.flatMap(([, points]) => points.map(([, v]) => v)).filter((v) => v != null);
+  const top = Math.max(1e-9, ...values) * 1.1;
+  const lines = [];
+  series.forEach(([name, points], index) => {
+    let run = [];
+    const flush = () => {
+      if (run.length) {
+        const line = document.createElementNS(SVG, "polyline");
+        line.setAttribute("points", run.join(" "));
+        line.setAttribute("stroke", PALETTE[index % PALETTE.length]);
+        line.setAttribute("data-series", name);
+        lines.push(line);
+      }
+      run = [];
+    };
+    for (const [at, value] of points) {
+      if (value == null) { flush(); continue; }
+      const x = Math.max(0, 600 * (1 - (now - at) / window));
+      run.push(`${x.toFixed(1)},${(136 - 132 * (value / top)).toFixed(1)}`);
+    }
+    flush();
+  });
+  svg.replaceChildren(...lines);
+  figure.querySelector(".chart-max").textContent = values.length ? `max ${format(Math.max(...values))}` : "no data yet";
+  figure.querySelector(".legend").replaceChildren(
+    ...(series.length > 1 ? series : []).map(([name], index) =>
+      el("li", { style: `color: ${PALETTE[index % PALETTE.length]}` }, name)),
+  );
+}
+
+function renderHistory(history) {
+  const samples = (history && history.samples) || [];
+  const now = Date.now() / 1000;
+  // the hour the daemon keeps, or the span it has so far (a minute at least)
+  const kept = (history && history.window_seconds) || 3600;
+  const window = samples.length ? Math.min(kept, Math.max(60, now - samples[0].at)) : kept;
+  const channels = [...new Set(samples.flatMap((s) => Object.keys(s.channels || {})))].sort();
+  drawChart(
+    "chart-lag",
+    channels.map((ch) => [ch, samples.map((s) => [s.at, (s.channels || {})[ch] ?? null])]),
+    seconds, now, window,
+  );
+  drawChart("chart-rate", [["rows/s", samples.map((s) => [s.at, s.rows_per_second])]],
+    (v) => number(v, 1), now, window);
+  $("chart-note").textContent = samples.length
+    ? `(the last ${Math.round(window / 60)} min: ${samples.length} samples, every ${history.interval_seconds} s)`
+    : "";
+}
+
+function progressBar(label, done, total) {
+  const fraction = total ? Math.min(1, done / total) : 0;
+  return el(
+    "div", { class: "bar", "data-bar": label },
+    el("span", {}, label),
+    el("span", { class: "track" }, el("span", { class: "fill", style: `width: ${(100 * fraction).toFixed(1)}%` })),
+    el("span", { class: "muted" }, `${number(done)} / ${number(total)}`),
+  );
+}
+
+function renderProgressBars(task) {
+  const bars = [];
+  const backfill = task.backfill;
+  if (backfill) bars.push(progressBar(`Backfill ${backfill.state}`, backfill.rows_done, backfill.rows_total));
+  const verify = (task.progress || {}).verify;
+  if (verify) bars.push(progressBar(`Verify ${verify.state}`, verify.ranges_done, verify.ranges_total));
+  $("detail-progress").replaceChildren(...bars);
+}
+
 async function refreshDetail() {
   const task = state.tasks.find((t) => t.task_id === state.selected);
   if (!task) {
@@ -202,13 +278,18 @@ async function refreshDetail() {
     renderDetail(null);
     return;
   }
+  const path = `/v1/tasks/${encodeURIComponent(task.task_id)}`;
   let positions = [];
+  let history = null;
   try {
-    positions = (await api("GET", `/v1/tasks/${encodeURIComponent(task.task_id)}/positions`)).positions;
+    positions = (await api("GET", `${path}/positions`)).positions;
+    history = await api("GET", `${path}/history`);
   } catch (error) {
-    positions = [];
+    positions = positions || [];
   }
   renderDetail(task, positions);
+  renderHistory(history);
+  renderProgressBars(task);
 }
 
 async function refreshStatus() {

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from harness.browser import chromium, read_png
@@ -87,6 +88,20 @@ async def test_dashboard_and_cli_on_a_replicating_task(
                 "'#detail-positions tbody tr')].map(r => r.dataset.channel))"
             )
             assert milvus_source.replicate_channel in positions
+            # the last hour's charts: lag per channel and rows/s, drawn from the daemon's samples
+            lag_points = await page.wait_for(
+                "(n => n >= 2 && n)(Math.max(0, ...[...document.querySelectorAll("
+                "'#chart-lag polyline')].map(l => l.getAttribute('points').split(' ').length)))",
+                30,
+            )
+            assert lag_points >= 2
+            assert await page.wait_for(
+                "document.querySelectorAll('#chart-rate polyline').length > 0", 30
+            )
+            history = await page.evaluate(
+                "fetch('/v1/tasks/ops-1/history', {headers: authHeaders()}).then(r => r.json())"
+            )
+            assert len(history["samples"]) >= 2 and history["interval_seconds"] == 0.5
 
             # pause from the page: writes wait; resume: they arrive
             await page.click('#tasks tr[data-task-id="ops-1"] button[data-action="pause"]')
@@ -97,6 +112,13 @@ async def test_dashboard_and_cli_on_a_replicating_task(
             source.insert(name, make_rows(1000, 50, "while paused"))
             await asyncio.sleep(3)
             assert target_count() == 400
+            # paused: the detail says so, and the hour's lines stay on the charts
+            assert await page.evaluate("document.querySelector('#detail-state').textContent") == (
+                "Paused"
+            )
+            assert await page.evaluate("document.querySelectorAll('#chart-lag polyline').length")
+            paused_shot = await page.screenshot(tmp_path / "paused.png")
+            assert len(read_png(paused_shot).colours()) > 20
             await page.click('#tasks tr[data-task-id="ops-1"] button[data-action="resume"]')
             await page.wait_for(
                 "document.querySelector('#tasks tr[data-task-id=\"ops-1\"]').dataset.state"
@@ -105,6 +127,8 @@ async def test_dashboard_and_cli_on_a_replicating_task(
             wait_until(lambda: target_count() == 450, 120, "the paused writes on the target")
             shot = await page.screenshot(tmp_path / "replicating.png")
             assert browser.exceptions == []
+            if os.environ.get("CDC_SCREENSHOT_DIR"):  # the README's picture, made by this test
+                (Path(os.environ["CDC_SCREENSHOT_DIR"]) / "dashboard.png").write_bytes(shot)
         png = read_png(shot)
         assert (png.width, png.height) == (1280, 900) and len(png.colours()) > 20
 

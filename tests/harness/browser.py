@@ -137,10 +137,13 @@ class Page:
     async def open_dashboard(self, url: str, token: str | None = None) -> None:
         """The daemon's dashboard at ``url``, signed in with ``token`` (kept in the tab's
         sessionStorage, as the page's own form does)."""
-        await self.goto(url + "/")
         if token:
+            # set on a page of the same origin that runs no script (/livez): on the dashboard
+            # itself, its first request (sent without a token, answered 401) could clear the
+            # token after it was set
+            await self.goto(url + "/livez")
             await self.evaluate(f"sessionStorage.setItem('milvus-cdc-token', {json.dumps(token)})")
-            await self.goto(url + "/")
+        await self.goto(url + "/")
 
     async def evaluate(self, expression: str) -> Any:
         answer = await self.send(
