@@ -133,6 +133,11 @@ class BackfillRequest(TaskIdRequest):
     collections: list[str] = Field(default_factory=lambda: [WILDCARD])
 
 
+class VerifyRequest(TaskIdRequest):
+    collections: list[str] = Field(default_factory=lambda: [WILDCARD])
+    repair: bool = False
+
+
 class ListRequest(_Strict):
     pass
 
@@ -217,11 +222,29 @@ def validate_backfill(
             f"{where}: needs the Python package 'pyspark' on the daemon's machine "
             "(pip install 'milvus-cdc-py[backfill]')"
         )
-    where = f"{where}.collections"
+    return _selected_names(names, selection, settings, f"{where}.collections")
+
+
+def validate_verify(
+    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings
+) -> list[str]:
+    """The collections a verify names, as for a backfill; the source must be readable."""
+    if not settings.sourceConfig.milvus.uri:
+        raise BadRequestError(
+            "collections: the daemon cannot read the source Milvus to compare it: set "
+            "sourceConfig.milvus.uri in its configuration"
+        )
+    return _selected_names(names, selection, settings, "collections")
+
+
+def _selected_names(
+    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings, where: str
+) -> list[str]:
+    """'*' alone, or names the task selects: ``coll`` in the default database or ``db.coll``."""
     if not names:
         raise BadRequestError(f"{where}: empty; give ['*'] or collection names")
     if WILDCARD in names and len(names) > 1:
-        raise BadRequestError(f"{where}: '*' backfills every selected collection; give it alone")
+        raise BadRequestError(f"{where}: '*' names every selected collection; give it alone")
     if len(set(names)) != len(names):
         raise BadRequestError(f"{where}: a collection is named twice")
     for i, name in enumerate(names):

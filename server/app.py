@@ -24,6 +24,7 @@ from server.api_models import (
     DeleteRequest,
     ListRequest,
     TaskIdRequest,
+    VerifyRequest,
     parse_model,
 )
 from server.app_state import LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
@@ -85,6 +86,11 @@ async def _backfill(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"task_id": task.task_id, "job_id": job_id}
 
 
+async def _verify(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    task, job_id = await sup.verify(parse_model(VerifyRequest, data))
+    return {"task_id": task.task_id, "job_id": job_id}
+
+
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
@@ -99,6 +105,7 @@ HANDLERS: dict[str, Handler] = {
     "list": _list,
     "position": _position,
     "backfill": _backfill,
+    "verify": _verify,
 }
 
 

@@ -248,6 +248,20 @@ class BackfillSettings(_Section):
     sparkConf: dict[str, str] = Field(default_factory=dict)
 
 
+class VerifySettings(_Section):
+    """ours: comparing a task's target with its source (see README, "Verifying a task")."""
+
+    # keys per range; a range is read from both sides and compared as a count and a digest
+    rangeRows: int = Field(default=10000, gt=0)
+    # rows per read
+    batchRows: int = Field(default=5000, gt=0, le=16384)
+    # reads of a differing range after the first, each once the task applied the one before;
+    # a range still changing after them is reported as unsettled, not as divergent
+    tries: int = Field(default=4, ge=1)
+    # seconds to wait for the task to apply what was written before a read
+    settleSeconds: float = Field(default=60.0, gt=0)
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -265,6 +279,7 @@ class CdcSettings(BaseSettings):
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     backfill: BackfillSettings = Field(default_factory=BackfillSettings)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
 
     @field_validator("address")
     @classmethod
