@@ -17,7 +17,9 @@ from metastore import MetaStore, TaskRecord
 from replicator.compare.job import VerifyContext, VerifyRun
 from replicator.compare.state import VerifyJob, VerifyState
 from replicator.compare.verify import VerifyOptions
+from replicator.meta.catalog import SourceCatalog
 from server.settings import CdcSettings
+from server.stores import etcd_client_for
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class VerifyManager:
                 "token": milvus.token.get_secret_value(),
             },
             VerifyOptions(verify.rangeRows, verify.batchRows, verify.tries, verify.settleSeconds),
+            self._channels_of,
         )
         stop = threading.Event()
 
@@ -91,6 +94,25 @@ class VerifyManager:
         with self._lock:
             self._threads[task.task_id] = (thread, stop)
         thread.start()
+
+    def _channels_of(self, db: str, name: str) -> frozenset[str] | None:
+        """The pchannels of a source collection, from the source's etcd catalog; None when the
+        catalog cannot be read or does not know the collection."""
+        source = self._settings.sourceConfig
+        try:
+            client = etcd_client_for(source.etcd)
+            try:
+                catalog = SourceCatalog(client, source.root_path, source.meta_sub_path)
+                collections = catalog.collections().values()
+            finally:
+                client.close()
+        except Exception:  # any failure: the wait falls back to every channel
+            log.warning("the source catalog could not be read", exc_info=True)
+            return None
+        for meta in collections:
+            if (meta.db_name or "default", meta.name) == (db, name) and not meta.dropped:
+                return frozenset(meta.pchannels)
+        return None
 
     def stop(self, task_id: str) -> None:
         """Stop the task's job (blocking: call from a thread); it ends as failed."""

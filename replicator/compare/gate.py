@@ -2,7 +2,9 @@
 
 The task's saved positions carry the source time tick (a hybrid timestamp: physical
 milliseconds << 18) up to which each DML channel is on the target. The task has applied
-everything written before ``ts`` once every DML channel's saved tick is at or past ``ts``.
+everything of a collection written before ``ts`` once the saved tick of every pchannel the
+collection is on is at or past ``ts``. (Only those: a 2.3 source sends ticks only on channels
+that carry a collection, so another channel's tick may never move.)
 Moments are taken from this machine's clock; a source clock ahead of it makes the wait end
 early, and the settled rule (:mod:`classify`) still keeps lag from being reported.
 """
@@ -26,12 +28,18 @@ def now_ts() -> int:
     return int(time.time() * 1000) << LOGICAL_BITS
 
 
-def applied_ts(store: MetaStore, task_id: str, skip: frozenset[str]) -> AppliedTs:
-    """The lowest saved tick over the task's channels except ``skip`` (the replicate channel,
-    which has no ticks); None before every channel has a position."""
+def applied_ts(store: MetaStore, task_id: str, channels: frozenset[str] | None) -> AppliedTs:
+    """The lowest saved tick over ``channels`` (the pchannels of the collection compared); a
+    channel without a saved tick counts as nothing applied. ``channels`` None (not known):
+    every channel of the task that has a tick, so the replicate channel (no ticks) and channels
+    that never carried anything are left out."""
 
     def lowest() -> int | None:
-        ticks = [p.ts for ch, p in store.get_positions(task_id).items() if ch not in skip]
+        positions = store.get_positions(task_id)
+        if channels is None:
+            ticks = [p.ts for p in positions.values() if p.ts > 0]
+        else:
+            ticks = [positions[ch].ts if ch in positions else 0 for ch in channels]
         return min(ticks) if ticks else None
 
     return lowest

@@ -43,6 +43,8 @@ class VerifyContext:
     spec: dict[str, Any]
     source: dict[str, Any]  # uri, username, password, token of the source Milvus
     options: VerifyOptions
+    # the pchannels a source collection (db, name) is on; None: not known
+    channels_of: Callable[[str, str], frozenset[str] | None] = lambda db, name: None
 
 
 def resolve_collections(
@@ -92,8 +94,6 @@ class VerifyRun:
         self.stop = stop
         self._state = VerifyState(context.store, context.task_id)
         self._on_change = on_change
-        rpc = str((context.spec.get("rpc_channel_info") or {}).get("name") or "")
-        self._applied = applied_ts(context.store, context.task_id, frozenset({rpc}))
 
     def _save(self, job: VerifyJob) -> None:
         self.job = job
@@ -161,6 +161,9 @@ class VerifyRun:
         ]
         if notes:
             self._save(self.job.with_(notes=[*self.job.notes, *notes]))
+        channels = self.context.channels_of(ref.db, ref.name)
+        if channels is None:
+            log.warning("%s: its channels are not known; waiting for every channel", ref.label)
         plan = plan_collection(source, ref, self.context.options.range_rows)
         result = replace(result, ranges_total=len(plan.ranges))
         self._save(self.job.with_collection(result))
@@ -170,7 +173,7 @@ class VerifyRun:
             plan,
             schema_of(source, ref.name),
             self.context.options,
-            self._applied,
+            applied_ts(self.context.store, self.context.task_id, channels),
             self.stop,
             repair=self.job.repair,
         )

@@ -2,18 +2,20 @@
 
 Per key range (the backfill's planner cuts them from the source's keys), both sides are read as
 ``{key: row hash}`` and their digests (count and hash sum) compared. A range whose digests
-agree is done. Otherwise it is read again once the task has applied everything written before
-the previous read (:mod:`gate`), up to ``tries`` times, and only *settled* differences (the same
-rows on both reads, :mod:`classify`) are reported. A range still changing after every read is
-given up on and listed as unsettled: it may be lag, and it is never counted as divergence.
+agree is done: every row was the same on both sides at the moment of the read. Otherwise the
+keys that differ are suspects: they are read again (by key, on both sides) once the task has
+applied everything written before the read before (:mod:`gate`), up to ``tries`` times, and
+only *settled* differences (the same rows on both reads, :mod:`classify`) are reported. Keys
+still changing after every read are given up on: the range is listed as unsettled (it may be
+lag) and they are never counted as divergence.
 
 Repair (hand-over). Only settled keys are repaired, and each source row is read right before it
 is written: missing and different rows are upserted (into their source partition), extra rows
-deleted once a fresh source read confirms the key is gone. The range is then read again after
-the gate, and keys still settled-different are repaired again (up to ``tries``). The window
-that remains: the stream may apply a newer write of a key between the repair's source read and
-its upsert; the upsert then puts the older row back, and the next gated read sees it differ and
-repairs it again; if the key keeps changing through every try, the range ends unsettled.
+deleted once a fresh source read confirms the key is gone. The repaired keys are then read again
+after the gate, and keys still settled-different are repaired again (up to ``tries``). The
+window that remains: the stream may apply a newer write of a key between the repair's source
+read and its upsert; the upsert then puts the older row back, the next gated read sees it differ
+and repairs it again; if the key keeps changing through every try, the range ends unsettled.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pymilvus import MilvusClient
 from replicator.backfill.ranges import Key, KeyRange, literal
 from replicator.backfill.state import CollectionPlan
 from replicator.compare.classify import Divergence, RangeRead, settled
+from replicator.compare.digest import row_hash
 from replicator.compare.gate import AppliedTs, now_ts, wait_applied
 from replicator.compare.reader import (
     KEYS_PER_QUERY,
@@ -81,21 +84,33 @@ class CollectionVerifier:
             read_range(self.target, target_name, self.schema, key_range, batch),
         )
 
+    def _read_keys(self, keys: frozenset[Key]) -> RangeRead:
+        """Both sides of ``keys`` only (Strong queries by key)."""
+        source_name, target_name = self._names
+        pk, kinds = self.schema.pk, self.schema.kinds
+        return RangeRead(
+            {r[pk]: row_hash(r, kinds) for r in rows_by_key(self.source, source_name, pk, keys)},
+            {r[pk]: row_hash(r, kinds) for r in rows_by_key(self.target, target_name, pk, keys)},
+        )
+
     def verify(self, key_range: KeyRange) -> RangeOutcome:
+        """Compare a range; keys that differ on the first read are the suspects, read again
+        (by key) once the task applied what was written before the read before. A key equal on
+        the first read is proven for the moment of that read and is not read again."""
         moment = self.clock()
         previous = self._read(key_range)
         rows = max(len(previous.source), len(previous.target))
         if range_digest(previous.source) == range_digest(previous.target):
             return RangeOutcome(key_range, rows)
+        suspects = previous.divergence.keys
         log.info(
-            "%s %s: digests differ (%d keys); reading it again once the task applied the read",
+            "%s %s: digests differ (%d keys); reading them again once the task applied the read",
             self.plan.collection.label,
             key_range.describe(),
-            len(previous.divergence.keys),
+            len(suspects),
         )
         reported = Divergence()
         repaired = 0
-        moving: frozenset[Key] = previous.divergence.keys
         for _ in range(self.options.tries):
             if not wait_applied(self.applied, moment, self.options.settle_timeout, self.stop):
                 return RangeOutcome(
@@ -104,26 +119,25 @@ class CollectionVerifier:
                     reported,
                     repaired,
                     f"the task did not apply the source's writes within "
-                    f"{self.options.settle_timeout:.0f} s ({len(moving)} keys differing)",
+                    f"{self.options.settle_timeout:.0f} s ({len(suspects)} keys differing)",
                 )
             moment = self.clock()
-            current = self._read(key_range)
+            current = self._read_keys(suspects)
             found, moving = settled(previous, current)
             reported = _union(reported, found)
-            if not current.divergence:
-                return RangeOutcome(key_range, rows, reported, repaired)
             if found and self.repair:
                 repaired += self._repair(found)
                 moment = self.clock()  # the next read must see the repair's writes applied
-            elif not moving:
+                moving |= found.keys  # and check them
+            if not moving:
                 return RangeOutcome(key_range, rows, reported, repaired)
-            previous = current
+            suspects, previous = moving, current
         return RangeOutcome(
             key_range,
             rows,
             reported,
             repaired,
-            f"still changing after {self.options.tries + 1} reads ({len(moving)} keys moving)",
+            f"still changing after {self.options.tries + 1} reads ({len(suspects)} keys moving)",
         )
 
     # --- repair ---------------------------------------------------------------------------
