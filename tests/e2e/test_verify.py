@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from harness.daemon import REPO_ROOT, Daemon
 from harness.services import wait_until
-from pymilvus import DataType, MilvusClient
+from pymilvus import MilvusClient
 from test_backfill import Writer, create_varchar_collection, int_rows, task_view, vector
-from test_replication import DIM, create_source_collection, create_task, source_config, wait_equal
+from test_replication import create_source_collection, create_task, source_config, wait_equal
 
 from replicator.backfill.ranges import literal
 
