@@ -224,7 +224,7 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
-    install_jobs(app, settings.scheduler)
+    install_jobs(app, settings.scheduler, settings.verify)
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

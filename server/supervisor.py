@@ -271,7 +271,13 @@ class TaskSupervisor:
                     task = await self._start_runner(task)
             return task, job.job_id
 
-    async def verify(self, request: VerifyRequest) -> tuple[TaskRecord, str]:
+    def verify_job(self, task_id: str) -> VerifyJob | None:
+        """The task's last verify job, as the daemon knows it."""
+        return self._verify.job(task_id)
+
+    async def verify(
+        self, request: VerifyRequest, sample: float = 1.0, scheduled: bool = False
+    ) -> tuple[TaskRecord, str]:
         """Start a verify job of a task's collections (in any state: a task that does not run
         applies nothing, so its differences cannot settle and ranges end unsettled). 409 while
         another verify of the task runs. Returns the task and the job id."""
@@ -286,14 +292,15 @@ class TaskSupervisor:
                     f"task {task.task_id}: verify {current.job_id if current else ''} is "
                     "running; wait for it to finish"
                 )
-            job = VerifyJob.new(names, request.repair)
+            job = VerifyJob.new(names, request.repair, sample, scheduled)
             await self._io(self._verify.start, task, job)
             with log_context(task_id=task.task_id):
                 log.info(
-                    "verify %s of %s asked%s",
+                    "verify %s of %s asked%s%s",
                     job.job_id,
                     job.requested,
                     " with repair" if job.repair else "",
+                    f" (scheduled, {sample:.0%} of the ranges)" if scheduled else "",
                 )
             return task, job.job_id
 

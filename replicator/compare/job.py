@@ -10,6 +10,8 @@ it), and the job's notes say so.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from pymilvus import MilvusClient
 
 from metastore import MetaStore
 from replicator.backfill.job import plan_collection
+from replicator.backfill.ranges import KeyRange
 from replicator.backfill.state import CollectionRef
 from replicator.backfill.transfer import connect
 from replicator.compare.gate import applied_ts
@@ -165,7 +168,8 @@ class VerifyRun:
         if channels is None:
             log.warning("%s: its channels are not known; waiting for every channel", ref.label)
         plan = plan_collection(source, ref, self.context.options.range_rows)
-        result = replace(result, ranges_total=len(plan.ranges))
+        ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
+        result = replace(result, ranges_total=len(ranges))
         self._save(self.job.with_collection(result))
         verifier = CollectionVerifier(
             source,
@@ -177,12 +181,20 @@ class VerifyRun:
             self.stop,
             repair=self.job.repair,
         )
-        for key_range in plan.ranges:
+        for key_range in ranges:
             if self.stop.is_set():
                 return
             outcome = verifier.verify(key_range)
             result = _account(result, outcome)
             self._save(self.job.with_collection(result))
+
+
+def sample_ranges(ranges: list[KeyRange], fraction: float, rnd: random.Random) -> list[KeyRange]:
+    """A random ``fraction`` of ``ranges`` (at least one), in key order; all of them for 1."""
+    if fraction >= 1:
+        return list(ranges)
+    count = max(1, math.ceil(len(ranges) * fraction))
+    return sorted(rnd.sample(ranges, count), key=lambda r: r.index)
 
 
 def _account(result: CollectionResult, outcome: RangeOutcome) -> CollectionResult:

@@ -73,6 +73,9 @@ class VerifyJob:
     job_id: str
     requested: list[str]  # ["*"] or names ("coll" in the default database, or "db.coll")
     repair: bool = False
+    # the fraction of each collection's ranges compared (scheduled verifies sample them)
+    sample: float = 1.0
+    scheduled: bool = False
     state: JobState = "pending"
     collections: list[CollectionResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. a collection the verify loaded
@@ -82,8 +85,17 @@ class VerifyJob:
     finished_at: float = 0.0
 
     @classmethod
-    def new(cls, requested: list[str], repair: bool) -> VerifyJob:
-        return cls(uuid.uuid4().hex[:12], list(requested), repair, created_at=time.time())
+    def new(
+        cls, requested: list[str], repair: bool, sample: float = 1.0, scheduled: bool = False
+    ) -> VerifyJob:
+        return cls(
+            uuid.uuid4().hex[:12],
+            list(requested),
+            repair,
+            sample,
+            scheduled,
+            created_at=time.time(),
+        )
 
     @property
     def active(self) -> bool:
@@ -103,6 +115,8 @@ class VerifyJob:
             "state": self.state,
             "requested": self.requested,
             "repair": self.repair,
+            "sample": self.sample,
+            "scheduled": self.scheduled,
             "ranges_done": sum(c.ranges_done for c in self.collections),
             "ranges_total": sum(c.ranges_total for c in self.collections),
             "rows_compared": sum(c.rows_compared for c in self.collections),

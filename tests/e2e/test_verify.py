@@ -225,3 +225,48 @@ def test_varchar_keys_with_quotes_spaces_and_unicode(sides, replicate):
     assert repaired["repaired"] == 4, repaired
     wait_equal(source, target, name, "key", timeout=60, by_key=True)
     assert run_verify(daemon, task_id)["divergent_rows"] == 0
+
+
+def test_a_task_asks_for_a_scheduled_sampled_verify(
+    sides, daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
+):
+    """``verify.intervalHours`` at create (about 2 s here) and the scheduler checking every
+    second: verifies start by themselves, each over half of the ranges."""
+    source, target = sides
+    name = f"vs_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source, name, dynamic=False)
+    config = verify_config(milvus_source, etcd_service, kafka_mock)
+    config["verify"]["scheduleCheckSeconds"] = 1
+    daemon = daemon_factory(**config).start()
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": milvus_source_rocksmq.uri},
+            "collection_infos": [{"name": name}],
+            "verify": {"intervalHours": 2 / 3600, "sampleFraction": 0.5},
+        },
+    )
+    assert created.code == 200, created.body
+    task_id = created.data["task_id"]
+    source.insert(name, int_rows(range(3000), "row"))
+    wait_equal(source, target, name, "id", timeout=120)
+
+    seen: set[str] = set()
+
+    def two_scheduled_runs_done() -> dict | None:
+        verify = task_view(daemon, task_id)["verify"]
+        # (counted once the rows arrived: 6 ranges, half of them compared)
+        if (
+            verify
+            and verify["scheduled"]
+            and verify["state"] == "done"
+            and (verify["ranges_total"] == 3000 // RANGE_ROWS // 2)
+        ):
+            seen.add(verify["job_id"])
+        return verify if len(seen) >= 2 else None
+
+    verify = wait_until(two_scheduled_runs_done, 120, "two scheduled verifies", interval=0.3)
+    assert verify["sample"] == 0.5 and verify["repair"] is False, verify
+    assert verify["divergent_rows"] == 0 and verify["ranges_done"] == 3, verify
+    got = daemon.call("get", {"task_id": task_id}).data["task"]
+    assert got["verify"] == {"intervalHours": 2 / 3600, "sampleFraction": 0.5}, got
