@@ -260,6 +260,8 @@ class VerifySettings(_Section):
     tries: int = Field(default=4, ge=1)
     # seconds to wait for the task to apply what was written before a read
     settleSeconds: float = Field(default=60.0, gt=0)
+    # ranges of a collection compared at once (threads of the daemon)
+    parallelism: int = Field(default=2, ge=1, le=64)
     # scheduled verification of every Running task, in hours (0: none unless a task's create
     # asks with verify.intervalHours); each run covers a random sampleFraction of the ranges
     intervalHours: float = Field(default=0.0, ge=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from metastore import MetaStore, TaskRecord
@@ -81,7 +82,13 @@ class VerifyManager:
                 "password": milvus.password.get_secret_value(),
                 "token": milvus.token.get_secret_value(),
             },
-            VerifyOptions(verify.rangeRows, verify.batchRows, verify.tries, verify.settleSeconds),
+            VerifyOptions(
+                verify.rangeRows,
+                verify.batchRows,
+                verify.tries,
+                verify.settleSeconds,
+                verify.parallelism,
+            ),
             self._channels_of,
         )
         stop = threading.Event()
@@ -128,7 +135,12 @@ class VerifyManager:
         self._views.pop(task_id, None)
 
     def stop_all(self) -> None:
+        """Stop every job at once, then wait for them (``STOP_WAIT`` seconds in all)."""
         with self._lock:
-            task_ids = list(self._threads)
-        for task_id in task_ids:
-            self.stop(task_id)
+            entries = list(self._threads.values())
+            self._threads.clear()
+        for _, stop in entries:
+            stop.set()
+        deadline = time.monotonic() + STOP_WAIT
+        for thread, _ in entries:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -9,12 +9,14 @@ it), and the job's notes say so.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -181,12 +183,28 @@ class VerifyRun:
             self.stop,
             repair=self.job.repair,
         )
-        for key_range in ranges:
+        lock = threading.Lock()
+
+        def one(key_range: KeyRange) -> None:
+            nonlocal result
             if self.stop.is_set():
                 return
             outcome = verifier.verify(key_range)
-            result = _account(result, outcome)
-            self._save(self.job.with_collection(result))
+            with lock:
+                result = _account(result, outcome)
+                self._save(self.job.with_collection(result))
+
+        parallelism = max(1, self.context.options.parallelism)
+        with ThreadPoolExecutor(parallelism, thread_name_prefix="verify-range") as pool:
+            # each range in a copy of this thread's context: its log lines name the task
+            futures = [pool.submit(contextvars.copy_context().run, one, r) for r in ranges]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
 
 
 def sample_ranges(ranges: list[KeyRange], fraction: float, rnd: random.Random) -> list[KeyRange]:

@@ -49,6 +49,7 @@ class VerifyOptions:
     batch_rows: int = 5000
     tries: int = 4  # gated reads of a range that differs, after the first read
     settle_timeout: float = 60.0  # seconds to wait for the task to apply a read's moment
+    parallelism: int = 2  # ranges of a collection compared at once
 
 
 @dataclass(frozen=True)

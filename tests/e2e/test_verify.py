@@ -140,6 +140,16 @@ def test_divergence_made_on_the_target_is_reported_exactly_and_repaired(sides, r
     assert f"cdc_verify_divergent_rows{{{labels}}} 3.0" in metrics, metrics
     assert f'cdc_verify_last_time_seconds{{state="done",task_id="{task_id}"}}' in metrics
 
+    # bad input: 400 naming the problem; an unknown task: 404
+    status, _, problem = daemon.request("POST", f"/v1/tasks/{task_id}/verify", {"repair": "yes"})
+    assert status == 400 and "repair" in problem["detail"], problem
+    status, _, problem = daemon.request("POST", f"/v1/tasks/{task_id}/verify", {"collections": []})
+    assert status == 400 and "collections" in problem["detail"], problem
+    refused = daemon.call("verify", {"task_id": task_id, "collections": ["not_selected"]})
+    assert refused.code == 400 and "not selected by the task" in refused.message, refused.body
+    status, _, problem = daemon.request("POST", "/v1/tasks/nosuchtask/verify")
+    assert status == 404, problem
+
     # repair with the CLI, following it to the end
     code, output = cli(daemon, "verify", task_id, "--repair", "--follow")
     assert code == 0, output
