@@ -22,13 +22,13 @@ from typing import Any
 
 from pymilvus import MilvusClient
 
-from metastore import MetaStore
+from metastore import MetaStore, TaskState
 from replicator.backfill.job import plan_collection
 from replicator.backfill.ranges import KeyRange
 from replicator.backfill.state import CollectionRef
 from replicator.backfill.transfer import connect
 from replicator.compare.gate import applied_ts
-from replicator.compare.reader import ensure_loaded, schema_of
+from replicator.compare.reader import ensure_loaded, schema_of, strong_barrier
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
 from replicator.log_context import log_context
@@ -137,6 +137,13 @@ class VerifyRun:
 
     def _run(self) -> None:
         context = self.context
+        task = context.store.get_task(context.task_id)
+        if task is not None and task.state is not TaskState.RUNNING:
+            note = (
+                f"the task is {task.state.value}: it applies nothing, so differing ranges cannot "
+                "settle and end unsettled"
+            )
+            self._save(self.job.with_(notes=[*self.job.notes, note]))
         selection = TaskSelection.from_spec(context.spec)
         refs = resolve_collections(context.source, selection, self.job.requested)
         target_params = dict(context.spec["milvus_connect_param"])
@@ -169,6 +176,8 @@ class VerifyRun:
         channels = self.context.channels_of(ref.db, ref.name)
         if channels is None:
             log.warning("%s: its channels are not known; waiting for every channel", ref.label)
+        strong_barrier(source, ref.name, "")
+        strong_barrier(target, ref.target_name, "")
         plan = plan_collection(source, ref, self.context.options.range_rows)
         ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
         result = replace(result, ranges_total=len(ranges))

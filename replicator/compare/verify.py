@@ -20,9 +20,11 @@ and repairs it again; if the key keeps changing through every try, the range end
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pymilvus import MilvusClient
@@ -78,12 +80,22 @@ class CollectionVerifier:
         return self.plan.collection.name, self.plan.collection.target_name
 
     def _read(self, key_range: KeyRange) -> RangeRead:
+        """Both sides of a range, read at the same time (the target in a thread of its own:
+        the two servers answer in parallel)."""
         source_name, target_name = self._names
         batch = self.options.batch_rows
-        return RangeRead(
-            read_range(self.source, source_name, self.schema, key_range, batch),
-            read_range(self.target, target_name, self.schema, key_range, batch),
-        )
+        with ThreadPoolExecutor(1, thread_name_prefix="verify-target") as side:
+            target = side.submit(
+                contextvars.copy_context().run,
+                read_range,
+                self.target,
+                target_name,
+                self.schema,
+                key_range,
+                batch,
+            )
+            source = read_range(self.source, source_name, self.schema, key_range, batch)
+            return RangeRead(source, target.result())
 
     def _read_keys(self, keys: frozenset[Key]) -> RangeRead:
         """Both sides of ``keys`` only (Strong queries by key)."""
