@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from replicator.compare.classify import Divergence, RangeRead, classify, sample, settled
 from replicator.compare.state import SAMPLE_KEYS, CollectionResult, KindResult, VerifyJob
+from server.cli_verify import verify_line, verify_result
 
 AWKWARD = ['q"uote', "back\\slash", "sp ace", "ünï-🙂"]
 
@@ -68,3 +69,19 @@ def test_the_job_record_survives_the_metastore_with_awkward_keys():
     assert collection["extra"]["keys"] == sorted(AWKWARD[2:])
     assert view["repaired"] == 0
     assert VerifyJob.new(["c"], repair=False).view()["repaired"] is None
+
+
+def test_the_cli_shows_progress_and_the_keys_of_each_kind():
+    result = CollectionResult("default.c", "other.c", ranges_total=4, ranges_done=4)
+    result = result.add(Divergence(missing=frozenset(AWKWARD), different=frozenset({7})))
+    job = VerifyJob.new(["*"], repair=True).with_collection(result)
+    job = job.with_(state="done", notes=["c was not loaded on the target; the verify loaded it"])
+    view = job.view()
+    line = verify_line(view)
+    assert "4/4 ranges" in line and "5 divergent" in line and "0 repaired" in line, line
+    assert line.endswith("done"), line
+    lines = verify_result(view)
+    assert lines[0] == "default.c -> other.c: 4 missing, 0 extra, 1 different", lines
+    assert lines[1] == "  missing: " + ", ".join(repr(k) for k in sorted(AWKWARD)), lines
+    assert lines[2] == "  different: 7", lines
+    assert lines[-1].startswith("note: c was not loaded"), lines
