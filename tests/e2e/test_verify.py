@@ -280,3 +280,30 @@ def test_a_task_asks_for_a_scheduled_sampled_verify(
     assert verify["divergent_rows"] == 0 and verify["ranges_done"] == 3, verify
     got = daemon.call("get", {"task_id": task_id}).data["task"]
     assert got["verify"] == {"intervalHours": 2 / 3600, "sampleFraction": 0.5}, got
+
+
+def test_a_milvus_lite_target(
+    source_client, daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service
+):
+    """The same report against Milvus Lite as the target."""
+    name = f"vl_{uuid.uuid4().hex[:8]}"
+    target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
+    try:
+        create_source_collection(source_client, name, dynamic=False)
+        daemon = daemon_factory(**verify_config(milvus_source, etcd_service, kafka_mock)).start()
+        task_id = create_task(daemon, milvus_lite_service.uri, name)
+        source_client.insert(name, int_rows(range(1200), "row"))
+        wait_equal(source_client, target, name, "id", timeout=120)
+        target.delete(name, ids=[3])
+        target.upsert(name, [dict(r, title="altered") for r in int_rows([700], "row")])
+        target.insert(name, int_rows([5000], "extra"))
+        verify = run_verify(daemon, task_id)
+        assert kinds(only_collection(verify)) == {
+            "missing": (1, [3]),
+            "extra": (1, [5000]),
+            "different": (1, [700]),
+        }, verify
+        assert run_verify(daemon, task_id, repair=True)["repaired"] == 3
+        wait_equal(source_client, target, name, "id", timeout=60)
+    finally:
+        target.close()
