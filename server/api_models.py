@@ -98,6 +98,14 @@ class BackfillOption(_Strict):
     collections: list[str] = Field(default_factory=lambda: [WILDCARD])
 
 
+class VerifyOption(_Strict):
+    """ours: verify the task on a schedule (see README, "Verifying a task")."""
+
+    # the names of the daemon's verify settings (cdc.yaml), as issue 13 asks
+    intervalHours: float = Field(gt=0)  # noqa: N815
+    sampleFraction: float | None = Field(default=None, gt=0, le=1)  # noqa: N815
+
+
 class CreateRequest(_Strict):
     milvus_connect_param: MilvusConnectParam | None = None
     kafka_connect_param: KafkaConnectParam | None = None
@@ -112,6 +120,8 @@ class CreateRequest(_Strict):
     positions: dict[str, str] | None = None
     # ours; absent or null: no backfill (the Go tool's behaviour)
     backfill: BackfillOption | None = None
+    # ours; absent or null: the daemon's verify.intervalHours
+    verify: VerifyOption | None = None
 
 
 class TaskIdRequest(_Strict):
@@ -131,6 +141,11 @@ class DeleteRequest(TaskIdRequest):
 
 class BackfillRequest(TaskIdRequest):
     collections: list[str] = Field(default_factory=lambda: [WILDCARD])
+
+
+class VerifyRequest(TaskIdRequest):
+    collections: list[str] = Field(default_factory=lambda: [WILDCARD])
+    repair: bool = False
 
 
 class ListRequest(_Strict):
@@ -192,6 +207,13 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         spec["db_collections"] = {
             db: _collection_list(infos) for db, infos in (req.db_collections or {}).items()
         }
+    if req.verify is not None:
+        if not settings.sourceConfig.milvus.uri:
+            raise BadRequestError(
+                "verify: the daemon cannot read the source Milvus to compare it: set "
+                "sourceConfig.milvus.uri in its configuration"
+            )
+        spec["verify"] = req.verify.model_dump(exclude_none=True)
     if req.backfill is not None:
         spec["backfill"] = {
             "collections": validate_backfill(req.backfill.collections, selection, settings)
@@ -225,11 +247,29 @@ def validate_backfill(
     missing = backfill_unavailable(settings)
     if missing:
         raise BadRequestError(f"{where}: {missing}")
-    where = f"{where}.collections"
+    return _selected_names(names, selection, settings, f"{where}.collections")
+
+
+def validate_verify(
+    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings
+) -> list[str]:
+    """The collections a verify names, as for a backfill; the source must be readable."""
+    if not settings.sourceConfig.milvus.uri:
+        raise BadRequestError(
+            "collections: the daemon cannot read the source Milvus to compare it: set "
+            "sourceConfig.milvus.uri in its configuration"
+        )
+    return _selected_names(names, selection, settings, "collections")
+
+
+def _selected_names(
+    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings, where: str
+) -> list[str]:
+    """'*' alone, or names the task selects: ``coll`` in the default database or ``db.coll``."""
     if not names:
         raise BadRequestError(f"{where}: empty; give ['*'] or collection names")
     if WILDCARD in names and len(names) > 1:
-        raise BadRequestError(f"{where}: '*' backfills every selected collection; give it alone")
+        raise BadRequestError(f"{where}: '*' names every selected collection; give it alone")
     if len(set(names)) != len(names):
         raise BadRequestError(f"{where}: a collection is named twice")
     for i, name in enumerate(names):

@@ -25,6 +25,7 @@ from server.api_models import (
     DeleteRequest,
     ListRequest,
     TaskIdRequest,
+    VerifyRequest,
     parse_model,
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
@@ -93,6 +94,11 @@ async def _backfill(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"task_id": task.task_id, "job_id": job_id}
 
 
+async def _verify(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    task, job_id = await sup.verify(parse_model(VerifyRequest, data))
+    return {"task_id": task.task_id, "job_id": job_id}
+
+
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
@@ -107,6 +113,7 @@ HANDLERS: dict[str, Handler] = {
     "list": _list,
     "position": _position,
     "backfill": _backfill,
+    "verify": _verify,
 }
 
 
@@ -248,7 +255,7 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
-    install_jobs(app, settings.scheduler)
+    install_jobs(app, settings.scheduler, settings.verify)
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

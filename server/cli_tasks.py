@@ -1,4 +1,4 @@
-"""``milvus-cdc task create|list|get|pause|resume|delete|backfill``: a client of a running
+"""``milvus-cdc task create|list|get|pause|resume|delete|backfill|verify``: a client of a running
 daemon's /v1 resources, printing tables (or the answers as JSON with ``--json``).
 
 The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
@@ -20,12 +20,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from replicator.backfill.progress import bar
+from server.cli_verify import verify_line, verify_result
 from server.settings import CdcSettings
 
 DASH = "-"
@@ -189,6 +190,9 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
     backfill = task.get("backfill") or progress.get("backfill")
     if backfill:
         facts.append(("backfill", backfill_line(backfill)))
+    verify = task.get("verify") or progress.get("verify")
+    if verify:
+        facts.append(("verify", verify_line(verify)))
     for mapping in task.get("name_mapping") or []:
         facts.append((f"database {mapping['source_db']}", f"-> {mapping['target_db']}"))
     width = max(len(k) for k, _ in facts)
@@ -240,18 +244,31 @@ def backfill_line(backfill: dict[str, Any]) -> str:
 def follow_backfill(
     client: DaemonClient, task_id: str, out: TextIO, interval: float = 1.0, job_id: str = ""
 ) -> int:
-    """Print the backfill's progress until it is done (0) or failed (1); a bar redrawn in place
-    on a terminal, a line per change otherwise."""
+    """Print the backfill's progress until it is done (0) or failed (1)."""
+    return follow_job(client, task_id, "backfill", backfill_line, out, interval, job_id)
+
+
+def follow_job(
+    client: DaemonClient,
+    task_id: str,
+    kind: str,
+    render: Callable[[dict[str, Any]], str],
+    out: TextIO,
+    interval: float = 1.0,
+    job_id: str = "",
+) -> int:
+    """Print the progress of the task's ``kind`` job (backfill, verify) until it is done (0) or
+    failed (1); a bar redrawn in place on a terminal, a line per change otherwise."""
     terminal = out.isatty()
     last = ""
     while True:
-        backfill = client.task(task_id).get("backfill")
+        job = client.task(task_id).get(kind)
         finished = bool(
-            backfill
-            and backfill.get("state") in BACKFILL_FINISHED
-            and (not job_id or backfill.get("job_id") == job_id)
+            job
+            and job.get("state") in BACKFILL_FINISHED
+            and (not job_id or job.get("job_id") == job_id)
         )
-        line = backfill_line(backfill) if backfill else "backfill: waiting for the task to run"
+        line = render(job) if job else f"{kind}: waiting for the task to run"
         if line != last:
             print(("\r" + line) if terminal else line, end="" if terminal else "\n", file=out)
             out.flush()
@@ -259,7 +276,7 @@ def follow_backfill(
         if finished:
             if terminal:
                 print(file=out)
-            return 0 if backfill and backfill["state"] == "done" else 1
+            return 0 if job and job["state"] == "done" else 1
         time.sleep(interval)
 
 
@@ -289,15 +306,30 @@ def add_task_parser(commands: Any) -> None:
     action("pause", "pause a task")
     action("resume", "resume a task")
     action("delete", "delete a task")
-    backfill = action("backfill", "copy the rows the source already holds, then stream again")
-    backfill.add_argument(
-        "--collection",
-        action="append",
-        metavar="[DB.]NAME",
-        help="a collection to backfill (repeatable; default: every one the task selects)",
+
+    def job_action(name: str, help_text: str, follow: str) -> argparse.ArgumentParser:
+        parser = action(name, help_text)
+        parser.add_argument(
+            "--collection",
+            action="append",
+            metavar="[DB.]NAME",
+            help=f"a collection to {name} (repeatable; default: every one the task selects)",
+        )
+        parser.add_argument("--follow", action="store_true", help=follow)
+        return parser
+
+    job_action(
+        "backfill",
+        "copy the rows the source already holds, then stream again",
+        "show a progress bar until the backfill ends",
     )
-    backfill.add_argument(
-        "--follow", action="store_true", help="show a progress bar until the backfill ends"
+    verify = job_action(
+        "verify",
+        "compare the target with the source; --repair fixes differences",
+        "show a progress bar and the result at the end",
+    )
+    verify.add_argument(
+        "--repair", action="store_true", help="upsert missing and different rows, delete extra"
     )
     create = action("create", "create a task", with_id=False)
     create.add_argument("--body", metavar="FILE", help="the create request as JSON ('-': stdin)")
@@ -317,6 +349,25 @@ def add_task_parser(commands: Any) -> None:
     create.add_argument(
         "--backfill", action="store_true", help="copy the rows the source already holds first"
     )
+
+
+def run_verify(client: DaemonClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Ask a verify; with ``--follow``, its progress and then its result (exit 0 only when it
+    finished with nothing divergent or all of it repaired)."""
+    body = {"collections": args.collection or ["*"], "repair": bool(args.repair)}
+    answer = client.call("POST", f"/v1/tasks/{_quote(args.task_id)}/verify", body)
+    if not args.follow:
+        if args.json:
+            print(json.dumps(answer, indent=2), file=out)
+        else:
+            print(f"verify {answer['job_id']} of task {args.task_id} asked", file=out)
+        return 0
+    code = follow_job(client, args.task_id, "verify", verify_line, out, job_id=answer["job_id"])
+    verify = client.task(args.task_id).get("verify") or {}
+    for line in verify_result(verify):
+        print(line, file=out)
+    clean = verify.get("divergent_rows") == 0 or verify.get("repair")
+    return code if clean else 1
 
 
 def secret_from_env(variable: str) -> str:
@@ -401,6 +452,8 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
         else:
             print(f"backfill of task {args.task_id} asked", file=out)
         return 0
+    if command == "verify":
+        return run_verify(client, args, out)
     if command == "create":
         answer = client.call("POST", "/v1/tasks", create_body(args))
     else:  # pause, resume

@@ -6,6 +6,8 @@ progress sampling    every ``progressSampleSeconds``: each running task's rows a
                      ``cdc_task_rows_per_second``.
 metastore health     every ``metastoreCheckSeconds``: a ping with a timeout; ``cdc_metastore_up``
                      and the ``metastore_watch`` part of /readyz; changes are logged.
+scheduled verify     every ``verify.scheduleCheckSeconds``: a verify of each Running task whose
+                     interval has passed (server/verify_schedule.py).
 transient retry      every ``retry.checkSeconds``: a task in Failed whose reason contains one of
                      ``retry.transientReasons`` is resumed (the same call as the API's resume)
                      after ``initialBackoffSeconds * multiplier^(attempt-1)`` seconds, at most
@@ -38,8 +40,9 @@ from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
 from server.app_state import METRICS, STORE, SUPERVISOR
 from server.errors import ApiError
 from server.logs import log_context
-from server.settings import RetrySettings, SchedulerSettings
+from server.settings import RetrySettings, SchedulerSettings, VerifySettings
 from server.supervisor import TaskSupervisor
+from server.verify_schedule import run_scheduled
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +296,15 @@ class _JobsCollector(Collector):
 class DaemonJobs:
     """The scheduler and the state its jobs keep."""
 
-    def __init__(self, settings: SchedulerSettings, supervisor: TaskSupervisor, store: MetaStore):
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        supervisor: TaskSupervisor,
+        store: MetaStore,
+        verify: VerifySettings | None = None,
+    ):
         self.settings = settings
+        self.verify = verify or VerifySettings()
         self.supervisor = supervisor
         self.store = store
         self.sampler = ProgressSampler(settings.progressSampleSeconds)
@@ -315,10 +325,17 @@ class DaemonJobs:
         except MetaStoreError as exc:
             log.warning("transient-retry job: metastore unavailable: %s", exc)
 
+    async def verify_scheduled(self) -> None:
+        try:
+            await run_scheduled(self.supervisor, self.verify, time.time())
+        except MetaStoreError as exc:
+            log.warning("scheduled-verify job: metastore unavailable: %s", exc)
+
     def start(self) -> None:
         jobs = [
             (self.sample_progress, self.settings.progressSampleSeconds),
             (self.check_metastore, self.settings.metastoreCheckSeconds),
+            (self.verify_scheduled, self.verify.scheduleCheckSeconds),
         ]
         if self.settings.retry.enabled:
             jobs.append((self.retry_transient, self.settings.retry.checkSeconds))
@@ -352,12 +369,14 @@ class DaemonJobs:
 JOBS = web.AppKey("jobs", DaemonJobs)
 
 
-def install_jobs(app: web.Application, settings: SchedulerSettings) -> None:
+def install_jobs(
+    app: web.Application, settings: SchedulerSettings, verify: VerifySettings | None = None
+) -> None:
     """Run the jobs while the application runs (after the supervisor is up, stopped before it
     drains)."""
 
     async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
-        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE])
+        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify)
         app[METRICS].registry.register(_JobsCollector(jobs))
         app[JOBS] = jobs
         jobs.start()

@@ -71,6 +71,7 @@ class _TaskCollector(Collector):
             imports.add_metric([task_id], len(status.get("imports_pending") or ()))
         yield from (rows, size, lag, position, skipped, imports)
         yield from _backfill_metrics(progress)
+        yield from _verify_metrics(progress)
 
 
 def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
@@ -108,6 +109,30 @@ def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Met
         running.add_metric([task_id], 1 if active else 0)
     yield from families.values()
     yield from (rate, eta, running)
+
+
+def _verify_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
+    divergent = GaugeMetricFamily(
+        "cdc_verify_divergent_rows",
+        "Rows the task's last verify found different (kind: missing, extra, different)",
+        labels=["task_id", "collection", "kind"],
+    )
+    finished = GaugeMetricFamily(
+        "cdc_verify_last_time_seconds",
+        "When the task's last finished verify ended (Unix time)",
+        labels=["task_id", "state"],
+    )
+    for task_id, status in progress.items():
+        verify = status.get("verify")
+        if not verify:
+            continue
+        for collection in verify.get("collections", []):
+            for kind in ("missing", "extra", "different"):
+                labels = [task_id, collection["collection"], kind]
+                divergent.add_metric(labels, collection[kind]["count"])
+        if verify.get("finished_at"):
+            finished.add_metric([task_id, verify["state"]], verify["finished_at"])
+    yield from (divergent, finished)
 
 
 class DaemonMetrics:

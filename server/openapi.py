@@ -57,6 +57,43 @@ _UNAUTHORIZED = _problem("No valid token; the answer names the scheme (WWW-Authe
 # Without auth.tokens, or with auth.allowAnonymous, a request without a token is served.
 _SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {}]
 _OPEN = ("/livez", "/readyz", "/openapi.json", "/")
+
+
+def _job_operation(
+    task_op: dict[str, Any],
+    operation_id: str,
+    summary: str,
+    body: str,
+    accepted: str,
+    conflict: str,
+) -> dict[str, Any]:
+    """A POST that starts a job of a task (backfill, verify): 202 with the task and job id."""
+    return {
+        **task_op,
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": _ref(body)}},
+            },
+            "responses": {
+                "202": _json(
+                    {
+                        "type": "object",
+                        "required": ["task", "job_id"],
+                        "properties": {"task": _ref("Task"), "job_id": {"type": "string"}},
+                    },
+                    accepted,
+                ),
+                **_TASK_ERRORS,
+                **_CROSS_SITE,
+                "409": _problem(conflict),
+            },
+        },
+    }
+
+
 _TASK_ANSWER = {"type": "object", "required": ["task"], "properties": {"task": _ref("Task")}}
 
 
@@ -76,12 +113,17 @@ def _schemas() -> dict[str, Any]:
     }
     progress = {
         "type": ["object", "null"],
-        "description": "The runner's progress while the task runs; null otherwise",
+        "description": "The runner's progress while the task runs, and the task's last "
+        "verify in any state; null when neither",
         "properties": {
             "rows": {"type": "integer"},
             "bytes": {"type": "integer"},
             "lag_seconds": _NULLABLE_NUMBER,
             "channels": {"type": "array", "items": _ref("ChannelProgress")},
+            "verify": {
+                "type": "object",
+                "description": "The task's last verify job (see Task.verify)",
+            },
         },
     }
     task = {
@@ -129,6 +171,13 @@ def _schemas() -> dict[str, Any]:
                 "rows_total, ranges_done, ranges_total, percent, rows_per_second, eta_seconds, "
                 "collections, attempts, reason",
             },
+            "verify": {
+                "type": ["object", "null"],
+                "description": "/v1 only: the task's last verify (null: none); the same as "
+                "progress.verify: state (pending, running, done, failed), ranges_done, "
+                "ranges_total, rows_compared, divergent_rows, repaired, collections (missing, "
+                "extra, different: count and up to 100 keys; unsettled ranges), notes, reason",
+            },
         },
     }
     position = {
@@ -169,15 +218,23 @@ def _schemas() -> dict[str, Any]:
                     "list",
                     "position",
                     "backfill",
+                    "verify",
                 ],
             },
             "request_data": {
                 "type": ["object", "null"],
                 "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
                 "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
-                "collections} (ours)",
+                "collections} (ours); verify: {task_id, collections, repair} (ours)",
             },
         },
+    }
+    collections = {
+        "type": "array",
+        "items": {"type": "string"},
+        "default": ["*"],
+        "description": "'*' (every collection the task selects) or names: coll (default "
+        "database) or db.coll",
     }
     cdc_answer = {
         "type": "object",
@@ -200,14 +257,19 @@ def _schemas() -> dict[str, Any]:
         "BackfillBody": {
             "type": "object",
             "additionalProperties": False,
+            "properties": {"collections": collections},
+        },
+        "VerifyBody": {
+            "type": "object",
+            "additionalProperties": False,
             "properties": {
-                "collections": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "default": ["*"],
-                    "description": "'*' (every collection the task selects) or names: coll "
-                    "(default database) or db.coll",
-                }
+                "collections": collections,
+                "repair": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "upsert missing and different rows from the source, delete "
+                    "extra rows on the target",
+                },
             },
         },
         "CdcAnswer": cdc_answer,
@@ -360,31 +422,24 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
-        "/v1/tasks/{task_id}/backfill": {
-            **task_op,
-            "post": {
-                "operationId": "backfillTask",
-                "summary": "Copy the rows the source already holds, then stream again from the "
-                "saved positions (a Running task stops its workers for the copy)",
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("BackfillBody")}},
-                },
-                "responses": {
-                    "202": _json(
-                        {
-                            "type": "object",
-                            "required": ["task", "job_id"],
-                            "properties": {"task": _ref("Task"), "job_id": {"type": "string"}},
-                        },
-                        "Backfill asked; its progress is under task.backfill (job_id)",
-                    ),
-                    **_TASK_ERRORS,
-                    **_CROSS_SITE,
-                    "409": _problem("A backfill of the task is under way"),
-                },
-            },
-        },
+        "/v1/tasks/{task_id}/backfill": _job_operation(
+            task_op,
+            "backfillTask",
+            "Copy the rows the source already holds, then stream again from the saved "
+            "positions (a Running task stops its workers for the copy)",
+            "BackfillBody",
+            "Backfill asked; its progress is under task.backfill (job_id)",
+            "A backfill of the task is under way",
+        ),
+        "/v1/tasks/{task_id}/verify": _job_operation(
+            task_op,
+            "verifyTask",
+            "Compare the target with the source key range by key range (and repair it when "
+            "asked); the result is under task.verify",
+            "VerifyBody",
+            "Verify started; its progress and result are under task.verify",
+            "A verify of the task is running",
+        ),
         "/cdc": {
             "post": {
                 "operationId": "cdc",

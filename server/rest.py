@@ -14,6 +14,9 @@
     POST   /v1/tasks/{task_id}/backfill  202 {"task": task, "job_id": ...}
                                          (body: {"collections": ["*"]}, optional; 409 while
                                          a backfill of the task is under way)
+    POST   /v1/tasks/{task_id}/verify    202 {"task": task, "job_id": ...}
+                                         (body: {"collections": ["*"], "repair": false},
+                                         optional; 409 while a verify of the task runs)
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
 "detail"}``: 400 invalid request, 401 no valid token (with ``WWW-Authenticate: Bearer``), 403 a
@@ -23,7 +26,8 @@ task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
 
 A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
 ``rows_per_second``, ``lag_samples``, ``retry``; ``backfill``: the progress of the task's
-backfill (null when it has none, or while the task is not running).
+backfill (null when it has none, or while the task is not running); ``verify``: the task's
+last verify job (null when it has none).
 """
 
 from __future__ import annotations
@@ -39,7 +43,13 @@ from aiohttp import web
 
 from metastore import TaskRecord
 from server.api_common import failure_answer, positions_view, read_json
-from server.api_models import BackfillRequest, CreateRequest, TaskIdRequest, parse_model
+from server.api_models import (
+    BackfillRequest,
+    CreateRequest,
+    TaskIdRequest,
+    VerifyRequest,
+    parse_model,
+)
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
 from server.auth import Principal, audit, challenge
 from server.errors import BadRequestError, UnavailableError
@@ -82,6 +92,7 @@ def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
         "lag_samples": extras.get("lag_samples", []),
         "retry": extras.get("retry"),
         "backfill": (view["progress"] or {}).get("backfill"),
+        "verify": (view["progress"] or {}).get("verify"),
     }
 
 
@@ -187,20 +198,32 @@ async def task_history(request: web.Request) -> web.Response:
     )
 
 
-@resource("backfill")
-async def backfill_task(request: web.Request) -> web.Response:
-    # no body: every collection the task selects
+async def _job_body(request: web.Request, example: str) -> dict[str, Any]:
+    """The body of a job request (none: every collection the task selects) with the path's
+    task id."""
     data = (
         await read_json(request, request.app[SETTINGS].maxRequestBytes)
         if request.body_exists
         else {}
     )
     if not isinstance(data, dict):
-        raise BadRequestError('body: must be a JSON object like {"collections": ["*"]}')
-    body = {**data, "task_id": _task_id(request)}
+        raise BadRequestError(f"body: must be a JSON object like {example}")
+    return {**data, "task_id": _task_id(request)}
+
+
+@resource("backfill")
+async def backfill_task(request: web.Request) -> web.Response:
+    body = await _job_body(request, '{"collections": ["*"]}')
     task, job_id = await request.app[SUPERVISOR].backfill(
         parse_model(BackfillRequest, body, "body")
     )
+    return json_response({"task": rest_view(request, task), "job_id": job_id}, status=202)
+
+
+@resource("verify")
+async def verify_task(request: web.Request) -> web.Response:
+    body = await _job_body(request, '{"collections": ["*"], "repair": false}')
+    task, job_id = await request.app[SUPERVISOR].verify(parse_model(VerifyRequest, body, "body"))
     return json_response({"task": rest_view(request, task), "job_id": job_id}, status=202)
 
 
@@ -214,6 +237,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks/{task_id}/positions", task_positions),
     ("GET", "/tasks/{task_id}/history", task_history),
     ("POST", "/tasks/{task_id}/backfill", backfill_task),
+    ("POST", "/tasks/{task_id}/verify", verify_task),
 ]
 
 

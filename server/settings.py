@@ -331,6 +331,28 @@ class SecretsSettings(_Section):
     key: SecretStr = SecretStr("")
 
 
+class VerifySettings(_Section):
+    """ours: comparing a task's target with its source (see README, "Verifying a task")."""
+
+    # keys per range; a range is read from both sides and compared as a count and a digest
+    rangeRows: int = Field(default=10000, gt=0)
+    # rows per read
+    batchRows: int = Field(default=5000, gt=0, le=16384)
+    # reads of a differing range after the first, each once the task applied the one before;
+    # a range still changing after them is reported as unsettled, not as divergent
+    tries: int = Field(default=4, ge=1)
+    # seconds to wait for the task to apply what was written before a read
+    settleSeconds: float = Field(default=60.0, gt=0)
+    # ranges of a collection compared at once (threads of the daemon)
+    parallelism: int = Field(default=2, ge=1, le=64)
+    # scheduled verification of every Running task, in hours (0: none unless a task's create
+    # asks with verify.intervalHours); each run covers a random sampleFraction of the ranges
+    intervalHours: float = Field(default=0.0, ge=0)
+    sampleFraction: float = Field(default=0.1, gt=0, le=1)
+    # how often the scheduler looks for a verify that is due
+    scheduleCheckSeconds: float = Field(default=60.0, gt=0)
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -351,6 +373,7 @@ class CdcSettings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
 
     @field_validator("address")
     @classmethod

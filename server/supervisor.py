@@ -36,19 +36,23 @@ from metastore import (
 from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
+from replicator.compare.state import VerifyJob
 from replicator.errors import CdcError
 from replicator.pipeline.selection import selection_of, selections_overlap
 from server.api_models import (
     BackfillRequest,
     CreateRequest,
+    VerifyRequest,
     public_view,
     target_identity,
     validate_backfill,
     validate_create,
+    validate_verify,
 )
 from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
+from server.verify import VerifyManager
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +78,7 @@ class TaskSupervisor:
         self._runners: dict[str, TaskRunner] = {}
         self._states: dict[str, TaskState] = {}
         self._lock = asyncio.Lock()
+        self._verify = VerifyManager(store, settings)
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -82,6 +87,7 @@ class TaskSupervisor:
     async def start(self) -> None:
         """Bring every stored task back in its saved state; start the Running ones."""
         tasks = await self._io(self._store.list_tasks)
+        await self._io(self._verify.load, [t.task_id for t in tasks])
         async with self._lock:
             for task in tasks:
                 self._remember(task)
@@ -95,6 +101,7 @@ class TaskSupervisor:
         async with self._lock:
             runners = list(self._runners.items())
             self._runners.clear()
+        await self._io(self._verify.stop_all)
         if not runners:
             return
         results = await asyncio.wait(
@@ -113,11 +120,22 @@ class TaskSupervisor:
         return dict(self._states)
 
     def progress(self, task_id: str) -> dict[str, Any] | None:
+        """The runner's status while it runs, with the task's last verify under ``verify``
+        (shown whatever the task's state)."""
         runner = self._runners.get(task_id)
-        return None if runner is None else runner.status()
+        status = None if runner is None else runner.status()
+        verify = self._verify.view(task_id)
+        if verify is None:
+            return status
+        return {**(status or {}), "verify": verify}
 
     def all_progress(self) -> dict[str, dict[str, Any]]:
-        return {task_id: runner.status() for task_id, runner in list(self._runners.items())}
+        task_ids = {*self._runners, *self._verify.task_ids()}
+        return {
+            task_id: progress
+            for task_id in task_ids
+            if (progress := self.progress(task_id)) is not None
+        }
 
     # --- requests ----------------------------------------------------------------------------
     async def create(self, request: CreateRequest) -> TaskRecord:
@@ -261,8 +279,42 @@ class TaskSupervisor:
                     task = await self._start_runner(task)
             return task, job.job_id
 
+    def verify_job(self, task_id: str) -> VerifyJob | None:
+        """The task's last verify job, as the daemon knows it."""
+        return self._verify.job(task_id)
+
+    async def verify(
+        self, request: VerifyRequest, sample: float = 1.0, scheduled: bool = False
+    ) -> tuple[TaskRecord, str]:
+        """Start a verify job of a task's collections (in any state: a task that does not run
+        applies nothing, so its differences cannot settle and ranges end unsettled). 409 while
+        another verify of the task runs. Returns the task and the job id."""
+        async with self._lock:
+            task = await self.get(request.task_id)
+            names = validate_verify(
+                request.collections, selection_of(dict(task.spec)), self._settings
+            )
+            if self._verify.running(task.task_id):
+                current = self._verify.job(task.task_id)
+                raise ConflictError(
+                    f"task {task.task_id}: verify {current.job_id if current else ''} is "
+                    "running; wait for it to finish"
+                )
+            job = VerifyJob.new(names, request.repair, sample, scheduled)
+            await self._io(self._verify.start, task, job)
+            with log_context(task_id=task.task_id):
+                log.info(
+                    "verify %s of %s asked%s%s",
+                    job.job_id,
+                    job.requested,
+                    " with repair" if job.repair else "",
+                    f" (scheduled, {sample:.0%} of the ranges)" if scheduled else "",
+                )
+            return task, job.job_id
+
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
         async with self._lock:
+            await self._io(self._verify.forget, task_id)
             runner = self._runners.pop(task_id, None)
             if runner is not None:
                 await self._stop_runner(task_id, runner)

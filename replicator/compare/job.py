@@ -1,0 +1,238 @@
+"""A task's verify job, run in a thread of the daemon: resolve the collections, plan their key
+ranges with the backfill's planner, verify (and repair) each range, and keep the job's record
+in the metastore up to date after every range.
+
+The source is read through the daemon's ``sourceConfig.milvus``, the target through the task's
+``milvus_connect_param``; both collections are loaded first when they are not (a query needs
+it), and the job's notes say so.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pymilvus import MilvusClient
+
+from metastore import MetaStore, TaskState
+from replicator.backfill.job import plan_collection
+from replicator.backfill.ranges import KeyRange
+from replicator.backfill.state import CollectionRef
+from replicator.backfill.transfer import connect
+from replicator.compare.gate import applied_ts
+from replicator.compare.reader import ensure_loaded, schema_of, strong_barrier
+from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
+from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
+from replicator.log_context import log_context
+from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, TaskSelection
+
+log = logging.getLogger(__name__)
+
+
+class VerifyError(Exception):
+    """The job cannot go on; the message says why."""
+
+
+@dataclass(frozen=True)
+class VerifyContext:
+    store: MetaStore
+    task_id: str
+    spec: dict[str, Any]
+    source: dict[str, Any]  # uri, username, password, token of the source Milvus
+    options: VerifyOptions
+    # the pchannels a source collection (db, name) is on; None: not known
+    channels_of: Callable[[str, str], frozenset[str] | None] = lambda db, name: None
+
+
+def resolve_collections(
+    source: dict[str, Any], selection: TaskSelection, requested: list[str]
+) -> list[CollectionRef]:
+    """The source collections the task selects that the job names (all for '*')."""
+    dbs = sorted({db for db, _ in selection.selection if db != WILDCARD})
+    if any(db == WILDCARD for db, _ in selection.selection):
+        client = connect(source, DEFAULT_DB)
+        try:
+            dbs = sorted(client.list_databases())
+        finally:
+            client.close()
+    refs = []
+    for db in dbs:
+        client = connect(source, db)
+        try:
+            names = sorted(client.list_collections())
+        finally:
+            client.close()
+        for name in names:
+            if not selection.selects(db, name):
+                continue
+            if requested != [WILDCARD] and not {name, f"{db}.{name}"} & set(requested):
+                continue
+            target_db, target_name = selection.target_name(db, name)
+            refs.append(CollectionRef(db, name, target_db, target_name))
+    found = {n for r in refs for n in (r.name, r.label)}
+    unknown = [] if requested == [WILDCARD] else sorted(set(requested) - found)
+    if unknown:
+        raise VerifyError(f"not collections of the source selected by the task: {unknown}")
+    return refs
+
+
+class VerifyRun:
+    """Runs one job to its end; ``job`` is the record as it stands (read by the daemon)."""
+
+    def __init__(
+        self,
+        context: VerifyContext,
+        job: VerifyJob,
+        stop: threading.Event,
+        on_change: Callable[[VerifyJob], None] | None = None,
+    ) -> None:
+        self.context = context
+        self.job = job
+        self.stop = stop
+        self._state = VerifyState(context.store, context.task_id)
+        self._on_change = on_change
+
+    def _save(self, job: VerifyJob) -> None:
+        self.job = job
+        self._state.save_job(job)
+        if self._on_change is not None:
+            self._on_change(job)
+
+    def run(self) -> VerifyJob:
+        with log_context(task_id=self.context.task_id, channel="verify"):
+            self._save(self.job.with_(state="running", started_at=time.time()))
+            try:
+                self._run()
+            except Exception as exc:  # any failure ends the job with its reason
+                log.exception("verify %s failed", self.job.job_id)
+                self._save(
+                    self.job.with_(
+                        state="failed",
+                        reason=f"{type(exc).__name__}: {exc}",
+                        finished_at=time.time(),
+                    )
+                )
+                return self.job
+            state = "failed" if self.stop.is_set() else "done"
+            reason = "stopped before the end" if self.stop.is_set() else ""
+            self._save(self.job.with_(state=state, reason=reason, finished_at=time.time()))
+            view = self.job.view()
+            log.info(
+                "verify %s %s: %d rows compared, %d divergent, repaired %s",
+                self.job.job_id,
+                state,
+                view["rows_compared"],
+                view["divergent_rows"],
+                view["repaired"],
+            )
+            return self.job
+
+    def _run(self) -> None:
+        context = self.context
+        task = context.store.get_task(context.task_id)
+        if task is not None and task.state is not TaskState.RUNNING:
+            note = (
+                f"the task is {task.state.value}: it applies nothing, so differing ranges cannot "
+                "settle and end unsettled"
+            )
+            self._save(self.job.with_(notes=[*self.job.notes, note]))
+        selection = TaskSelection.from_spec(context.spec)
+        refs = resolve_collections(context.source, selection, self.job.requested)
+        target_params = dict(context.spec["milvus_connect_param"])
+        for ref in refs:
+            if self.stop.is_set():
+                return
+            source = connect(context.source, ref.db)
+            target = connect(target_params, ref.target_db)
+            try:
+                self._collection(ref, source, target)
+            finally:
+                source.close()
+                target.close()
+
+    def _collection(self, ref: CollectionRef, source: MilvusClient, target: MilvusClient) -> None:
+        target_label = f"{ref.target_db}.{ref.target_name}"
+        result = CollectionResult(ref.label, target_label)
+        if not target.has_collection(ref.target_name):
+            raise VerifyError(f"collection {ref.label}: {target_label} is not on the target")
+        notes = [
+            note
+            for client, name, side in (
+                (source, ref.name, "source"),
+                (target, ref.target_name, "target"),
+            )
+            if (note := ensure_loaded(client, name, side)) is not None
+        ]
+        if notes:
+            self._save(self.job.with_(notes=[*self.job.notes, *notes]))
+        channels = self.context.channels_of(ref.db, ref.name)
+        if channels is None:
+            log.warning("%s: its channels are not known; waiting for every channel", ref.label)
+        strong_barrier(source, ref.name, "")
+        strong_barrier(target, ref.target_name, "")
+        plan = plan_collection(source, ref, self.context.options.range_rows)
+        ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
+        result = replace(result, ranges_total=len(ranges))
+        self._save(self.job.with_collection(result))
+        verifier = CollectionVerifier(
+            source,
+            target,
+            plan,
+            schema_of(source, ref.name),
+            self.context.options,
+            applied_ts(self.context.store, self.context.task_id, channels),
+            self.stop,
+            repair=self.job.repair,
+        )
+        lock = threading.Lock()
+
+        def one(key_range: KeyRange) -> None:
+            nonlocal result
+            if self.stop.is_set():
+                return
+            outcome = verifier.verify(key_range)
+            with lock:
+                result = _account(result, outcome)
+                self._save(self.job.with_collection(result))
+
+        parallelism = max(1, self.context.options.parallelism)
+        with ThreadPoolExecutor(parallelism, thread_name_prefix="verify-range") as pool:
+            # each range in a copy of this thread's context: its log lines name the task
+            futures = [pool.submit(contextvars.copy_context().run, one, r) for r in ranges]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+
+def sample_ranges(ranges: list[KeyRange], fraction: float, rnd: random.Random) -> list[KeyRange]:
+    """A random ``fraction`` of ``ranges`` (at least one), in key order; all of them for 1."""
+    if fraction >= 1:
+        return list(ranges)
+    count = max(1, math.ceil(len(ranges) * fraction))
+    return sorted(rnd.sample(ranges, count), key=lambda r: r.index)
+
+
+def _account(result: CollectionResult, outcome: RangeOutcome) -> CollectionResult:
+    result = result.add(outcome.divergence)
+    unsettled = result.unsettled
+    if outcome.unsettled:
+        unsettled = [*unsettled, f"{outcome.key_range.describe()}: {outcome.unsettled}"]
+    return replace(
+        result,
+        ranges_done=result.ranges_done + 1,
+        rows_compared=result.rows_compared + outcome.rows_compared,
+        repaired=result.repaired + outcome.repaired,
+        unsettled=unsettled,
+    )
