@@ -69,7 +69,7 @@ def cli(daemon: Daemon, *args: str, timeout: float = 300) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     done = subprocess.run(
-        [sys.executable, "-m", "server", "task", *args, "--url", daemon.url],
+        [sys.executable, "-m", "server", "task", *args, *daemon.cli_args],
         capture_output=True,
         text=True,
         env=env,
