@@ -44,6 +44,7 @@ from metastore.sql import SqlMetaStore, sqlite_url  # noqa: E402
 from replicator.backfill.job import EXIT_OK, JobOptions, plan_collection, run_job  # noqa: E402
 from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef  # noqa: E402
+from replicator.backfill.transfer import CLOCK_MARGIN  # noqa: E402
 
 
 def create_collection(client: MilvusClient, name: str, dim: int) -> None:
@@ -98,8 +99,14 @@ def spark_copy(store, session, source_uri, target_uri, name, into, rows, ranges,
     spec = {"milvus_connect_param": {"uri": target_uri}}
     store.create_task(TaskRecord(task_id, TaskState.RUNNING, "", spec, now, now))
     state = BackfillState(store, task_id)
+    # In the daemon a job starts when its positions are saved, and the driver's Spark start-up
+    # (measured apart, longer than CLOCK_MARGIN) passes before its first read, so its reads never
+    # wait for the timestamp they must see; the session here is started beforehand, so the job
+    # is dated as if that start-up had passed.
     job = BackfillJob.new(["*"]).with_(
-        state="running", collections=[CollectionRef("default", name, "default", into)]
+        state="running",
+        collections=[CollectionRef("default", name, "default", into)],
+        started_at=time.time() - CLOCK_MARGIN,
     )
     state.save_job(job)
     options = JobOptions(

@@ -30,7 +30,7 @@ from pymilvus import MilvusClient
 from replicator.backfill.pages import MAX_BATCH
 from replicator.backfill.ranges import Key, KeyOrderError, KeyRange, cut_ranges
 from replicator.backfill.state import BackfillState, CollectionPlan, CollectionRef
-from replicator.backfill.transfer import connect, copy_range, pages_by_key
+from replicator.backfill.transfer import connect, copy_range, guarantee_after, pages_by_key
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +56,25 @@ class JobOptions:
 
 
 # --- planning ------------------------------------------------------------------------------
-def _keys(client: MilvusClient, name: str, pk: str) -> Iterator[Key]:
-    for page in pages_by_key(client, name, pk, "", [pk], None, MAX_BATCH):
+def _keys(client: MilvusClient, name: str, pk: str, guarantee_ts: int) -> Iterator[Key]:
+    for page in pages_by_key(client, name, pk, "", [pk], None, MAX_BATCH, guarantee_ts):
         for row in page:
             yield row[pk]
 
 
-def plan_collection(client: MilvusClient, ref: CollectionRef, range_rows: int) -> CollectionPlan:
+def plan_collection(
+    client: MilvusClient, ref: CollectionRef, range_rows: int, guarantee_ts: int = 0
+) -> CollectionPlan:
     described = client.describe_collection(ref.name)
     fields = described["fields"]
     pk = next(f["name"] for f in fields if f.get("is_primary"))
     partition_key = any(f.get("is_partition_key") for f in fields)
     partitions = [] if partition_key else list(client.list_partitions(ref.name))
     try:
-        ranges = cut_ranges(_keys(client, ref.name, pk), range_rows)
+        ranges = cut_ranges(_keys(client, ref.name, pk, guarantee_ts), range_rows)
     except KeyOrderError:
         # a source that does not iterate in key order: sort the keys in memory
-        ranges = cut_ranges(sorted(_keys(client, ref.name, pk)), range_rows)
+        ranges = cut_ranges(sorted(_keys(client, ref.name, pk, guarantee_ts)), range_rows)
     return CollectionPlan(ref, pk, ranges, partitions)
 
 
@@ -96,9 +98,10 @@ class RangeWork:
     plan: CollectionPlan
     key_range: KeyRange
 
-    def payload(self, options: JobOptions) -> dict[str, Any]:
+    def payload(self, options: JobOptions, guarantee_ts: int) -> dict[str, Any]:
         ref = self.plan.collection
         return {
+            "guarantee_ts": guarantee_ts,
             "source": options.source,
             "target": options.target,
             "db": ref.db,
@@ -194,6 +197,8 @@ def run_job(
         log.error("no running backfill job with resolved collections for task %s", state.task_id)
         return EXIT_BAD_JOB
     plans: dict[int, CollectionPlan] = state.plans(job.job_id)
+    # what every read must see: the writes made before the job's positions were saved
+    seen = guarantee_after(job.started_at or job.created_at)
     for index, ref in enumerate(job.collections):
         if index in plans:
             continue
@@ -201,7 +206,7 @@ def run_job(
         source = connect(options.source, ref.db)
         target = connect(options.target, ref.target_db)
         try:
-            plan = plan_collection(source, ref, options.range_rows)
+            plan = plan_collection(source, ref, options.range_rows, seen)
             ensure_target_partitions(target, plan)
         except RangeFailedError as exc:
             state.record_failure(job.job_id, str(exc))
@@ -244,7 +249,7 @@ def run_job(
 
     def run_one(work: RangeWork) -> dict[str, int]:
         context.setJobDescription(work.describe())
-        rdd = context.parallelize([work.payload(options)], 1)
+        rdd = context.parallelize([work.payload(options, seen)], 1)
         ((copied, attempt),) = rdd.map(spark_task).collect()
         if attempt:
             log.info("%s copied on attempt %d", work.describe(), attempt + 1)

@@ -1,8 +1,8 @@
 """One key range copied from the source to the target: what a Spark task runs.
 
 Executors import only this module and pymilvus (no metastore, no daemon settings), so a Spark
-cluster needs nothing else. Rows are read in key order, page by page (Strong consistency: everything
-written before the job recorded its positions is seen) and written with upsert, so a range
+cluster needs nothing else. Rows are read in key order, page by page (seeing every write made
+before the job recorded its positions: ``guarantee_after``) and written with upsert, so a range
 copied twice, after a retry or a killed job, replaces its rows instead of doubling them. A copied
 range then proves itself (``proof.prove_range``) before the driver records it as done.
 """
@@ -65,24 +65,53 @@ def pages_by_key(
     fields: list[str],
     partition: str | None,
     batch: int,
+    guarantee_ts: int = 0,
 ) -> Iterator[list[dict[str, Any]]]:
-    """``pages.read_pages`` on a pymilvus client. pymilvus's query iterator pages the same way
-    but puts a varchar key into its expression unescaped (a key holding a quote breaks it), and
+    """``pages.read_pages`` on a pymilvus client (reads as ``MilvusRangeQuery``). pymilvus's
+    query iterator pages the same way but puts a varchar key into its expression unescaped (a
+    key holding a quote breaks it), and
     sends the hints that make 2.3.5 skip keys; here the cursor is a literal escaped by
     ``ranges.literal`` and every page is checked against a count."""
-    query = MilvusRangeQuery(client, collection, fields, partition)
+    query = MilvusRangeQuery(client, collection, fields, partition, guarantee_ts)
     yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
 
 
+# Seconds added to a job's start (the daemon's clock) to make the timestamp its reads must see:
+# more than the clock skew between the daemon and the source Milvus can be (NTP keeps it to
+# milliseconds). See ``guarantee_after``.
+CLOCK_MARGIN = 5.0
+
+
+def guarantee_after(started_at: float) -> int:
+    """The hybrid timestamp a backfill's reads must see: every write the source acknowledged
+    before the job's positions were saved (they are saved before ``started_at``) has a smaller
+    one. Reads then ask for it (Milvus's ``guarantee_timestamp``) instead of Strong consistency,
+    which waits for the next time tick on every query (0.21 s each on 2.3.5); once the source
+    has passed it they are served at once."""
+    return int((started_at + CLOCK_MARGIN) * 1000) << 18
+
+
 class MilvusRangeQuery:
-    """``pages.RangeQuery`` on a pymilvus client, one collection (and partition), Strong
-    consistency. No iterator hints: with them Milvus 2.3.5 returns pages that skip keys."""
+    """``pages.RangeQuery`` on a pymilvus client, one collection (and partition): reads that see
+    every write up to ``guarantee_ts`` (a hybrid timestamp; 0: Strong consistency). No
+    iterator hints: with them Milvus 2.3.5 returns pages that skip keys, and reads that are not
+    Strong."""
 
     def __init__(
-        self, client: MilvusClient, collection: str, fields: list[str], partition: str | None
+        self,
+        client: MilvusClient,
+        collection: str,
+        fields: list[str],
+        partition: str | None,
+        guarantee_ts: int = 0,
     ) -> None:
         self.client, self.collection, self.fields = client, collection, fields
         self.partitions = [partition] if partition else None
+        self.consistency: dict[str, Any] = (
+            {"consistency_level": "Customized", "guarantee_timestamp": guarantee_ts}
+            if guarantee_ts
+            else {"consistency_level": "Strong"}
+        )
 
     def rows(self, filter: str, limit: int) -> list[dict[str, Any]]:
         return list(
@@ -92,8 +121,8 @@ class MilvusRangeQuery:
                 output_fields=self.fields,
                 partition_names=self.partitions,
                 limit=limit,
-                consistency_level="Strong",
                 timeout=120,
+                **self.consistency,
             )
         )
 
@@ -114,20 +143,35 @@ class SourceRange:
     again in pages of ``MAX_BATCH`` (another size than the copy's), its rows by key."""
 
     def __init__(
-        self, client: MilvusClient, collection: str, pk: str, expr: str, partition: str | None
+        self,
+        client: MilvusClient,
+        collection: str,
+        pk: str,
+        expr: str,
+        partition: str | None,
+        guarantee_ts: int = 0,
     ) -> None:
         self.client, self.collection, self.pk = client, collection, pk
-        self.expr, self.partition = expr, partition
+        self.expr, self.partition, self.guarantee_ts = expr, partition, guarantee_ts
 
     def alive_keys(self) -> Iterator[Key]:
         for page in pages_by_key(
-            self.client, self.collection, self.pk, self.expr, [self.pk], self.partition, MAX_BATCH
+            self.client,
+            self.collection,
+            self.pk,
+            self.expr,
+            [self.pk],
+            self.partition,
+            MAX_BATCH,
+            self.guarantee_ts,
         ):
             for row in page:
                 yield row[self.pk]
 
     def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
-        query = MilvusRangeQuery(self.client, self.collection, ["*"], self.partition)
+        query = MilvusRangeQuery(
+            self.client, self.collection, ["*"], self.partition, self.guarantee_ts
+        )
         return query.rows(f"{self.pk} in [{', '.join(literal(k) for k in keys)}]", len(keys))
 
 
@@ -226,13 +270,13 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
                     target.upsert(target_name, page)
 
             written: set[Key] = set()
-            batch = int(work["batch_rows"])
-            pages = pages_by_key(source, name, pk, work["filter"], ["*"], partition, batch)
+            batch, seen = int(work["batch_rows"]), int(work.get("guarantee_ts") or 0)
+            pages = pages_by_key(source, name, pk, work["filter"], ["*"], partition, batch, seen)
             for page in read_ahead(pages):
                 write(page)
                 written.update(row[pk] for row in page)
                 rows += len(page)
-            side = SourceRange(source, name, pk, work["filter"], partition)
+            side = SourceRange(source, name, pk, work["filter"], partition, seen)
             added += prove_range(side, pk, written, write)
     except BaseException:
         forget_clients()
