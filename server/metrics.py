@@ -11,17 +11,24 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
-from server.metrics_go import GoCompatMetrics
+from server.metrics_go import GoCompatMetrics, go_task_families
 
 Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
 
 
 class _TaskCollector(Collector):
-    """Read at every scrape: task counts by state, and each running task's channels."""
+    """Read at every scrape: task counts by state, and each running task's channels; with the
+    Go tool's families from the same snapshot."""
 
-    def __init__(self, counts: Callable[[], Mapping[TaskState, int]], progress: Progress) -> None:
+    def __init__(
+        self,
+        counts: Callable[[], Mapping[TaskState, int]],
+        progress: Progress,
+        states: Callable[[], Mapping[str, TaskState]],
+    ) -> None:
         self._counts = counts
         self._progress = progress
+        self._states = states
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily("cdc_tasks", "Replication tasks by state", labels=["state"])
@@ -72,6 +79,7 @@ class _TaskCollector(Collector):
         yield from (rows, size, lag, position, skipped, imports)
         yield from _backfill_metrics(progress)
         yield from _verify_metrics(progress)
+        yield from go_task_families(self._states(), progress)
 
 
 def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
@@ -143,9 +151,9 @@ class DaemonMetrics:
         task_states: Callable[[], Mapping[str, TaskState]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_TaskCollector(task_counts, progress))
+        self.registry.register(_TaskCollector(task_counts, progress, task_states or dict))
         # the Go milvus-cdc's metric names beside ours (server/metrics_go.py)
-        self.go = GoCompatMetrics(self.registry, task_states or dict, progress)
+        self.go = GoCompatMetrics(self.registry)
         self.requests = Counter(
             "cdc_requests",
             "POST /cdc requests by request type and answer code",

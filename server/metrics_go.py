@@ -33,13 +33,12 @@ target-side timestamp manager and per-API counts have no counterpart here).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from metastore import TaskState
 
@@ -51,8 +50,6 @@ GO_STATE_VALUES = {
 }
 LATENCY_BUCKETS_MS = tuple(float(2**i) for i in range(8))  # 1, 2, 4 ... 128 as in Go
 
-Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
-
 
 def _counter(name: str, text: str) -> Metric:
     """A counter family whose samples are named exactly ``name`` (the Go names have no
@@ -60,60 +57,52 @@ def _counter(name: str, text: str) -> Metric:
     return Metric(name, text, "counter")
 
 
-class _GoTaskCollector(Collector):
-    def __init__(self, states: Callable[[], Mapping[str, TaskState]], progress: Progress) -> None:
-        self._states = states
-        self._progress = progress
-
-    def collect(self) -> Iterable[Metric]:
-        states = self._states()
-        number = GaugeMetricFamily("milvus_cdc_task_num", "cdc task number", labels=["task_state"])
-        for state in TaskState:
-            label = state.value
-            number.add_metric([label], sum(1 for s in states.values() if s is state))
-        state_of = GaugeMetricFamily("milvus_cdc_task_state", "cdc task state", labels=["task_id"])
-        for task_id, state in sorted(states.items()):
-            state_of.add_metric([task_id], GO_STATE_VALUES[state])
-        yield from (number, state_of)
-        tt = GaugeMetricFamily(
-            "milvus_cdc_replicate_tt",
-            "the source time of the last message read or written (ms since the epoch)",
-            labels=["task_id", "vchannel_name", "op_type"],
-        )
-        size = _counter("milvus_cdc_replicate_data_size", "the size of the messages written")
-        count = _counter("milvus_cdc_replicate_data_cnt", "the rows written")
-        for task_id, status in self._progress().items():
-            for channel in status.get("channels", ()):
-                name = channel["channel"]
-                times = (("read", channel.get("read_ts")), ("write", channel.get("applied_ts")))
-                for op, ts in times:
-                    if ts:
-                        tt.add_metric([task_id, name, op], ts >> 18)
-                for kind, value in sorted((channel.get("bytes_by_type") or {}).items()):
-                    labels = {"vchannel_name": name, "op_type": "write", "msg_type": kind}
-                    size.add_sample(size.name, {"task_id": task_id, **labels}, value)
-            for collection in status.get("collections", ()):
-                for api, key in (("insert", "inserted"), ("delete", "deleted")):
-                    labels = {
-                        "collection_id": str(collection["collection_id"]),
-                        "collection_name": collection["collection_name"],
-                        "op_type": "write",
-                        "api_type": api,
-                    }
-                    count.add_sample(count.name, {"task_id": task_id, **labels}, collection[key])
-        yield from (tt, size, count)
+def go_task_families(
+    states: Mapping[str, TaskState], progress: Mapping[str, Mapping[str, Any]]
+) -> Iterable[Metric]:
+    """The task and data families, from the same progress snapshot as ours (``progress`` is
+    every runner's status, read once per scrape by the daemon's task collector)."""
+    number = GaugeMetricFamily("milvus_cdc_task_num", "cdc task number", labels=["task_state"])
+    for state in TaskState:
+        number.add_metric([state.value], sum(1 for s in states.values() if s is state))
+    state_of = GaugeMetricFamily("milvus_cdc_task_state", "cdc task state", labels=["task_id"])
+    for task_id, state in sorted(states.items()):
+        state_of.add_metric([task_id], GO_STATE_VALUES[state])
+    yield from (number, state_of)
+    tt = GaugeMetricFamily(
+        "milvus_cdc_replicate_tt",
+        "the source time of the last message read or written (ms since the epoch)",
+        labels=["task_id", "vchannel_name", "op_type"],
+    )
+    size = _counter("milvus_cdc_replicate_data_size", "the size of the messages written")
+    count = _counter("milvus_cdc_replicate_data_cnt", "the rows written")
+    for task_id, status in progress.items():
+        for channel in status.get("channels", ()):
+            name = channel["channel"]
+            times = (("read", channel.get("read_ts")), ("write", channel.get("applied_ts")))
+            for op, ts in times:
+                if ts:
+                    tt.add_metric([task_id, name, op], ts >> 18)
+            for kind, value in sorted((channel.get("bytes_by_type") or {}).items()):
+                labels = {"vchannel_name": name, "op_type": "write", "msg_type": kind}
+                size.add_sample(size.name, {"task_id": task_id, **labels}, value)
+        for collection in status.get("collections", ()):
+            for api, key in (("insert", "inserted"), ("delete", "deleted")):
+                labels = {
+                    "collection_id": str(collection["collection_id"]),
+                    "collection_name": collection["collection_name"],
+                    "op_type": "write",
+                    "api_type": api,
+                }
+                count.add_sample(count.name, {"task_id": task_id, **labels}, collection[key])
+    yield from (tt, size, count)
 
 
 class GoCompatMetrics:
-    """Registered into the daemon's registry; ``observe_cdc`` is called for every POST /cdc."""
+    """The request families, in the daemon's registry; ``observe_cdc`` is called for every
+    POST /cdc. (The task and data families come from ``go_task_families``.)"""
 
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        states: Callable[[], Mapping[str, TaskState]],
-        progress: Progress,
-    ) -> None:
-        registry.register(_GoTaskCollector(states, progress))
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "milvus_cdc_request",
             "cdc request count",
