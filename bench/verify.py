@@ -42,7 +42,7 @@ from pymilvus import MilvusClient  # noqa: E402
 from replicator.backfill.job import plan_collection  # noqa: E402
 from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import CollectionRef  # noqa: E402
-from replicator.compare.reader import schema_of, strong_barrier  # noqa: E402
+from replicator.compare.reader import schema_of  # noqa: E402
 from replicator.compare.verify import CollectionVerifier, VerifyOptions  # noqa: E402
 
 NAME = "bench"
@@ -111,8 +111,6 @@ def verify(
     options = VerifyOptions(range_rows_for(rows, ranges), batch, 4, 60.0, parallelism)
     ref = CollectionRef("default", NAME, "default", NAME)
     started = time.perf_counter()
-    strong_barrier(source, NAME, "")
-    strong_barrier(target, NAME, "")
     plan = plan_collection(source, ref, options.range_rows)
     verifier = CollectionVerifier(
         source, target, plan, schema_of(source, NAME), options, lambda: 1 << 62, threading.Event()

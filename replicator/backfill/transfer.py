@@ -13,7 +13,7 @@ import contextlib
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -169,10 +169,32 @@ class SourceRange:
                 yield row[self.pk]
 
     def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
-        query = MilvusRangeQuery(
-            self.client, self.collection, ["*"], self.partition, self.guarantee_ts
+        return rows_by_key(
+            self.client, self.collection, self.pk, keys, self.partition, self.guarantee_ts
         )
-        return query.rows(f"{self.pk} in [{', '.join(literal(k) for k in keys)}]", len(keys))
+
+
+# keys per ``pk in [...]`` query of ``rows_by_key``
+KEYS_PER_QUERY = 500
+
+
+def rows_by_key(
+    client: MilvusClient,
+    collection: str,
+    pk: str,
+    keys: Iterable[Key],
+    partition: str | None = None,
+    guarantee_ts: int = 0,
+) -> list[dict[str, Any]]:
+    """The rows of ``keys`` that exist (in ``partition`` when given), read as
+    ``MilvusRangeQuery`` reads, ``KEYS_PER_QUERY`` keys a query."""
+    query = MilvusRangeQuery(client, collection, ["*"], partition, guarantee_ts)
+    found: list[dict[str, Any]] = []
+    ordered = list(keys)
+    for start in range(0, len(ordered), KEYS_PER_QUERY):
+        chunk = ordered[start : start + KEYS_PER_QUERY]
+        found += query.rows(f"{pk} in [{', '.join(literal(k) for k in chunk)}]", len(chunk))
+    return found
 
 
 _LOWEST: dict[tuple[int, str], str] = {}

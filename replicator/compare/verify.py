@@ -31,16 +31,11 @@ from pymilvus import MilvusClient
 
 from replicator.backfill.ranges import Key, KeyRange, literal
 from replicator.backfill.state import CollectionPlan
+from replicator.backfill.transfer import KEYS_PER_QUERY, rows_by_key
 from replicator.compare.classify import Divergence, RangeRead, settled
 from replicator.compare.digest import row_hash
 from replicator.compare.gate import AppliedTs, now_ts, wait_applied
-from replicator.compare.reader import (
-    KEYS_PER_QUERY,
-    Schema,
-    range_digest,
-    read_range,
-    rows_by_key,
-)
+from replicator.compare.reader import Schema, range_digest, read_range
 
 log = logging.getLogger(__name__)
 
