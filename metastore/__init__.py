@@ -1,8 +1,9 @@
 """Task and position persistence: one contract (``base.MetaStore``), one module per backend."""
 
-from metastore.base import MetaStore, Position, TaskRecord, TaskState
+from metastore.base import Lease, Member, MetaStore, Position, TaskRecord, TaskState
 from metastore.errors import (
     ConcurrentUpdateError,
+    FencedError,
     MetaStoreError,
     MetaStoreUnavailableError,
     PositionConflictError,
@@ -14,6 +15,9 @@ from metastore.errors import (
 
 __all__ = [
     "ConcurrentUpdateError",
+    "FencedError",
+    "Lease",
+    "Member",
     "MetaStore",
     "MetaStoreError",
     "MetaStoreUnavailableError",

@@ -77,6 +77,28 @@ class TaskRecord:
         return encode_spec(self.spec)
 
 
+@dataclass(frozen=True)
+class Lease:
+    """The right of one daemon (``owner``, a fleet member id) to run one task.
+
+    ``token`` is the fencing token: it grows every time the lease changes hands (or is taken
+    again after it expired), and every write made for the task under the lease carries it; the
+    store refuses a write whose token is not the task's live lease's. See ``metastore/leases.py``.
+    """
+
+    task_id: str
+    owner: str
+    token: int
+
+
+@dataclass(frozen=True)
+class Member:
+    """A daemon of the fleet: registered while it renews its heartbeat."""
+
+    member_id: str
+    info: Mapping[str, Any]
+
+
 def encode_spec(spec: Mapping[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
@@ -97,15 +119,28 @@ class MetaStore(Protocol):
         """All tasks of this root path, oldest first."""
 
     def update_task(
-        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        reason: str,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         """Set state and reason if the task still has ``expected_revision``.
 
-        ``TaskNotFoundError`` or ``ConcurrentUpdateError`` otherwise.
+        ``TaskNotFoundError`` or ``ConcurrentUpdateError`` otherwise; with ``lease``,
+        ``FencedError`` when it is no longer the task's live lease (every write taking a
+        ``lease`` checks it in the same transaction as the write).
         """
 
     def replace_spec(
-        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+        self,
+        task_id: str,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         """Store a new spec (the same task, its secrets sealed anew) if the task still has
         ``expected_revision``; state, reason and times stay. Errors as ``update_task``."""
@@ -117,21 +152,54 @@ class MetaStore(Protocol):
     def get_positions(self, task_id: str) -> dict[str, Position]:
         """The saved position of every pchannel of the task, by pchannel."""
 
-    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+    def save_position(
+        self,
+        task_id: str,
+        position: Position,
+        expected: Position | None,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         """Compare-and-set the position of ``position.pchannel``.
 
         ``expected`` is what the caller believes is stored (None: nothing yet). Raises
         ``PositionConflictError`` when it is not, ``PositionRegressionError`` when the new
-        position is older than the stored one, ``TaskNotFoundError`` when the task is gone.
+        position is older than the stored one, ``TaskNotFoundError`` when the task is gone,
+        ``FencedError`` when ``lease`` is given and no longer held.
         """
 
     # --- per-task state (collection progress, backfill ranges, ...) ---------------------------
-    def put_state(self, task_id: str, key: str, value: bytes) -> None:
-        """Store a value under the task; ``TaskNotFoundError`` when the task is gone."""
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
+        """Store a value under the task; ``TaskNotFoundError`` when the task is gone,
+        ``FencedError`` when ``lease`` is given and no longer held."""
 
     def get_state(self, task_id: str, key: str) -> bytes | None: ...
 
     def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]: ...
+
+    # --- the fleet: daemons sharing the store, and who runs which task -------------------------
+    def heartbeat(self, member_id: str, info: Mapping[str, Any], ttl: float) -> None:
+        """Register ``member_id`` (or keep it registered) for ``ttl`` seconds from now, and
+        extend every live lease it holds by as much. A lease that expired stays lost."""
+
+    def leave(self, member_id: str) -> None:
+        """Unregister ``member_id`` and drop every lease it holds."""
+
+    def members(self) -> list[Member]:
+        """The registered (not expired) members, by id."""
+
+    def acquire_lease(self, task_id: str, member_id: str, ttl: float) -> Lease | None:
+        """The task's lease for ``member_id``: the one it holds, else a new one (with a greater
+        token) when nobody holds a live one; None when another member does.
+        ``TaskNotFoundError`` when the task is not stored."""
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up (nothing happens when it is no longer held)."""
+
+    def leases(self) -> dict[str, Lease]:
+        """Every live lease, by task id."""
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

@@ -8,7 +8,8 @@ MetaStoreError                 root; ``retriable`` tells the caller whether to t
 ├── PositionError
 │   ├── PositionConflictError  the stored position is not the one the caller expected
 │   └── PositionRegressionError the new position is older than the stored one
-└── FencedError                a writer that was let go (an abandoned runner) wrote
+└── FencedError                a writer that was let go (an abandoned runner), or whose task
+                               lease is no longer held (a stale owner), wrote
 """
 
 from __future__ import annotations
@@ -53,4 +54,5 @@ class PositionRegressionError(PositionError):
 
 
 class FencedError(MetaStoreError):
-    """A write by a writer whose right to write was withdrawn (see ``metastore.fenced``)."""
+    """A write by a writer whose right to write was withdrawn: a runner let go
+    (``metastore.fenced``) or a lease no longer held (``metastore.base.Lease``)."""

@@ -5,15 +5,25 @@ Layout under ``<rootPath>/``::
     tasks/<task_id>                  JSON task record; its mod_revision is the task's revision
     positions/<task_id>/<pchannel>   JSON position
     state/<task_id>/<key>            raw bytes
+    fleet/members/<member_id>        JSON member info, attached to the member's etcd lease
+    fleet/leases/<task_id>           JSON {"owner": member_id}, attached to the owner's etcd lease
 
 Every write that belongs to a task is a transaction guarded by ``version(tasks/<id>) > 0``, so
-nothing is written for a task deleted meanwhile; delete removes all three ranges in one
+nothing is written for a task deleted meanwhile; delete removes all four ranges in one
 transaction.
+
+The fleet: each member holds one etcd lease (TTL ``fleet.leaseSeconds``) kept alive by its
+heartbeat; its registration and the task leases it takes are keys attached to it, so they
+vanish together when it stops renewing. A task lease's fencing token is the ``create_revision``
+of its key: a key made anew (another owner, or the same after expiry) has a greater one, and a
+write under a lease is guarded by ``create(fleet/leases/<id>) == token``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -25,9 +35,17 @@ import orjson
 from etcd3 import exceptions as etcd_exceptions
 from etcd3.utils import prefix_range_end
 
-from metastore.base import Position, TaskRecord, TaskState, check_position_step
+from metastore.base import (
+    Lease,
+    Member,
+    Position,
+    TaskRecord,
+    TaskState,
+    check_position_step,
+)
 from metastore.errors import (
     ConcurrentUpdateError,
+    FencedError,
     MetaStoreUnavailableError,
     PositionConflictError,
     PositionError,
@@ -43,6 +61,8 @@ class EtcdMetaStore:
         self.root_path = root_path
         self._client = client
         self._prefix = root_path.strip("/") + "/"
+        self._sessions: dict[str, etcd3.Lease] = {}  # member id -> its etcd lease
+        self._sessions_lock = threading.Lock()
         self.ping()
 
     # --- keys --------------------------------------------------------------------------------
@@ -55,6 +75,12 @@ class EtcdMetaStore:
     def _state_prefix(self, task_id: str) -> str:
         return f"{self._prefix}state/{task_id}/"
 
+    def _lease_key(self, task_id: str) -> str:
+        return f"{self._prefix}fleet/leases/{task_id}"
+
+    def _member_key(self, member_id: str) -> str:
+        return f"{self._prefix}fleet/members/{member_id}"
+
     def _call(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
@@ -66,6 +92,22 @@ class EtcdMetaStore:
     def _task_exists(self, task_id: str) -> Any:
         """A transaction comparison that holds while the task is stored."""
         return self._client.transactions.version(self._task_key(task_id)) > 0
+
+    def _guards(self, task_id: str, lease: Lease | None) -> list[Any]:
+        """The comparisons of a write for a task: it is stored, and ``lease`` (if any) is live."""
+        guards = [self._task_exists(task_id)]
+        if lease is not None:
+            guards.append(self._client.transactions.create(self._lease_key(task_id)) == lease.token)
+        return guards
+
+    def _refused(self, task_id: str, lease: Lease | None) -> None:
+        """Raise why a guarded write was refused, when the task or the lease explain it."""
+        if self.get_task(task_id) is None:
+            raise TaskNotFoundError(task_id)
+        if lease is not None and self.leases().get(task_id) != lease:
+            raise FencedError(
+                f"task {task_id}: lease token {lease.token} of {lease.owner} is no longer held"
+            )
 
     # --- tasks -------------------------------------------------------------------------------
     def create_task(self, task: TaskRecord) -> TaskRecord:
@@ -101,19 +143,36 @@ class EtcdMetaStore:
         return tasks
 
     def update_task(
-        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        reason: str,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         return self._rewrite_task(
-            task_id, expected_revision, lambda t: t.with_state(state, reason, time.time())
+            task_id, expected_revision, lambda t: t.with_state(state, reason, time.time()), lease
         )
 
     def replace_spec(
-        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+        self,
+        task_id: str,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
-        return self._rewrite_task(task_id, expected_revision, lambda t: replace(t, spec=spec))
+        return self._rewrite_task(
+            task_id, expected_revision, lambda t: replace(t, spec=spec), lease
+        )
 
     def _rewrite_task(
-        self, task_id: str, expected_revision: int, change: Callable[[TaskRecord], TaskRecord]
+        self,
+        task_id: str,
+        expected_revision: int,
+        change: Callable[[TaskRecord], TaskRecord],
+        lease: Lease | None,
     ) -> TaskRecord:
         current = self.get_task(task_id)
         if current is None:
@@ -124,14 +183,16 @@ class EtcdMetaStore:
         updated = change(current)
         ok, _ = self._call(
             lambda: self._client.transaction(
-                compare=[self._client.transactions.mod(key) == expected_revision],
+                compare=[
+                    self._client.transactions.mod(key) == expected_revision,
+                    *self._guards(task_id, lease)[1:],
+                ],
                 success=[self._client.transactions.put(key, _encode_task(updated))],
                 failure=[],
             )
         )
         if not ok:
-            if self.get_task(task_id) is None:
-                raise TaskNotFoundError(task_id)
+            self._refused(task_id, lease)
             raise ConcurrentUpdateError(task_id)
         stored = self.get_task(task_id)
         if stored is None:
@@ -141,12 +202,13 @@ class EtcdMetaStore:
     def delete_task(self, task_id: str) -> bool:
         t = self._client.transactions
         ranges = [self._positions_prefix(task_id), self._state_prefix(task_id)]
+        leftovers = [t.delete(p, range_end=prefix_range_end(p.encode())) for p in ranges]
+        leftovers.append(t.delete(self._lease_key(task_id)))
         ok, _ = self._call(
             lambda: self._client.transaction(
                 compare=[t.version(self._task_key(task_id)) > 0],
-                success=[t.delete(self._task_key(task_id))]
-                + [t.delete(p, range_end=prefix_range_end(p.encode())) for p in ranges],
-                failure=[t.delete(p, range_end=prefix_range_end(p.encode())) for p in ranges],
+                success=[t.delete(self._task_key(task_id)), *leftovers],
+                failure=leftovers,
             )
         )
         return bool(ok)
@@ -158,44 +220,52 @@ class EtcdMetaStore:
         positions = (Position.from_json(orjson.loads(value)) for value, _ in items)
         return {p.pchannel: p for p in positions}
 
-    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+    def save_position(
+        self,
+        task_id: str,
+        position: Position,
+        expected: Position | None,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         key = self._positions_prefix(task_id) + position.pchannel
         value, meta = self._call(lambda: self._client.get(key))
         stored = None if value is None else Position.from_json(orjson.loads(value))
         try:
             check_position_step(task_id, stored, expected, position)
         except PositionError:
-            if self.get_task(task_id) is None:  # a missing task explains any mismatch
-                raise TaskNotFoundError(task_id) from None
+            self._refused(task_id, lease)  # a missing task or a lost lease explain any mismatch
             raise
         t = self._client.transactions
         guard = t.version(key) == 0 if meta is None else t.mod(key) == meta.mod_revision
         ok, _ = self._call(
             lambda: self._client.transaction(
-                compare=[self._task_exists(task_id), guard],
+                compare=[*self._guards(task_id, lease), guard],
                 success=[t.put(key, json.dumps(position.to_json()))],
                 failure=[],
             )
         )
         if not ok:
-            if self.get_task(task_id) is None:
-                raise TaskNotFoundError(task_id)
+            self._refused(task_id, lease)
             raise PositionConflictError(
                 f"position of task {task_id} channel {position.pchannel} changed while saving"
             )
 
     # --- per-task state ----------------------------------------------------------------------
-    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
         t = self._client.transactions
         ok, _ = self._call(
             lambda: self._client.transaction(
-                compare=[self._task_exists(task_id)],
+                compare=self._guards(task_id, lease),
                 success=[t.put(self._state_prefix(task_id) + key, value)],
                 failure=[],
             )
         )
         if not ok:
-            raise TaskNotFoundError(task_id)
+            self._refused(task_id, lease)
+            raise TaskNotFoundError(task_id)  # deleted and stored again in between
 
     def get_state(self, task_id: str, key: str) -> bytes | None:
         value, _ = self._call(lambda: self._client.get(self._state_prefix(task_id) + key))
@@ -205,6 +275,77 @@ class EtcdMetaStore:
         base = self._state_prefix(task_id)
         items = self._call(lambda: list(self._client.get_prefix(base + prefix)))
         return {meta.key.decode()[len(base) :]: bytes(value) for value, meta in items}
+
+    # --- the fleet ---------------------------------------------------------------------------
+    def heartbeat(self, member_id: str, info: Mapping[str, Any], ttl: float) -> None:
+        with self._sessions_lock:
+            grant = self._sessions.get(member_id)
+            if grant is not None:
+                answers = self._call(grant.refresh)
+                if not answers or answers[0].TTL <= 0:  # expired: its keys are gone with it
+                    grant = None
+            if grant is None:
+                seconds = max(2, math.ceil(ttl))
+                grant = self._call(lambda: self._client.lease(seconds))
+                self._sessions[member_id] = grant
+        value = json.dumps(dict(info), sort_keys=True)
+        self._call(lambda: self._client.put(self._member_key(member_id), value, lease=grant))
+
+    def leave(self, member_id: str) -> None:
+        with self._sessions_lock:
+            grant = self._sessions.pop(member_id, None)
+        if grant is not None:
+            self._call(grant.revoke)  # its registration and leases go with it
+
+    def members(self) -> list[Member]:
+        prefix = f"{self._prefix}fleet/members/"
+        items = self._call(lambda: list(self._client.get_prefix(prefix)))
+        found = [
+            Member(meta.key.decode()[len(prefix) :], orjson.loads(value)) for value, meta in items
+        ]
+        return sorted(found, key=lambda m: m.member_id)
+
+    def acquire_lease(self, task_id: str, member_id: str, ttl: float) -> Lease | None:
+        with self._sessions_lock:
+            grant = self._sessions.get(member_id)
+        if grant is None:
+            raise FencedError(f"member {member_id} has no heartbeat: it cannot hold a lease")
+        key = self._lease_key(task_id)
+        t = self._client.transactions
+        owner = json.dumps({"owner": member_id})
+        self._call(
+            lambda: self._client.transaction(
+                compare=[self._task_exists(task_id), t.version(key) == 0],
+                success=[t.put(key, owner, lease=grant)],
+                failure=[],
+            )
+        )
+        value, meta = self._call(lambda: self._client.get(key))
+        if value is None:
+            if self.get_task(task_id) is None:
+                raise TaskNotFoundError(task_id)
+            return None  # taken and already expired: try again at the next round
+        if orjson.loads(value).get("owner") != member_id:
+            return None
+        return Lease(task_id, member_id, meta.create_revision)
+
+    def release_lease(self, lease: Lease) -> None:
+        t = self._client.transactions
+        key = self._lease_key(lease.task_id)
+        self._call(
+            lambda: self._client.transaction(
+                compare=[t.create(key) == lease.token], success=[t.delete(key)], failure=[]
+            )
+        )
+
+    def leases(self) -> dict[str, Lease]:
+        prefix = f"{self._prefix}fleet/leases/"
+        items = self._call(lambda: list(self._client.get_prefix(prefix)))
+        found = {}
+        for value, meta in items:
+            task_id = meta.key.decode()[len(prefix) :]
+            found[task_id] = Lease(task_id, orjson.loads(value)["owner"], meta.create_revision)
+        return found
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

@@ -1,29 +1,69 @@
-"""A store whose writes stop when its writer is let go.
+"""A store whose writes stop when its writer is let go, or when its lease may have run out.
 
-A task's runner writes positions and state through a ``FencedStore``. When the runner cannot be
-stopped in time (a blocking call to a source that does not answer), the supervisor lets it go
-and revokes its fence: whatever the runner does when its call returns, it can no longer write,
-so a later runner of the task (a resume) never finds a position saved behind its back. Reads
-pass through. A write already inside the backend when the fence is revoked completes; position
-writes are compare-and-set, so a runner started afterwards that read the older position fails
-its own first save rather than overwrite a newer one.
+A task's runner writes positions and state through a ``FencedStore``, and its target writes
+check the same ``Fence`` (``replicator/sinks/milvus.py``). The fence closes three ways:
+
+- **revoked**: the supervisor let the runner go (a blocking call to a source that does not
+  answer outlived the stop's wait); whatever the runner does when its call returns, it can no
+  longer write, so a later runner of the task never finds a position saved behind its back;
+- **a lost lease** (a fleet of daemons, ``server/fleet.py``): every store write carries the
+  task's lease, and the store refuses it once another daemon holds the task (the token check
+  happens inside the store's transaction, so it holds even for a daemon that does not know yet);
+- **a lease that may have run out**: the daemon's ``LeaseClock`` says until when its leases are
+  surely live (the last heartbeat the store acknowledged, plus the lease time, less a margin,
+  counted from before the heartbeat was sent). Past that, the fence refuses every write, target
+  writes included, before another daemon can take the task: a daemon cut from its store stops
+  writing before its lease ends.
+
+Reads pass through. A write already inside the backend when the fence closes completes;
+position writes are compare-and-set, so a runner started afterwards that read the older
+position fails its own first save rather than overwrite a newer one.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from metastore.base import MetaStore, Position, TaskRecord, TaskState
+from metastore.base import Lease, MetaStore, Position, TaskRecord, TaskState
+from metastore.delegating import DelegatingStore
 from metastore.errors import FencedError
 
 
-class Fence:
-    """Revoked once, never restored."""
+class LeaseClock:
+    """Until when (``time.monotonic``) the daemon's leases are surely live. Without a fleet
+    (a store one daemon has to itself), forever."""
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self) -> None:
+        self._until = math.inf
+        self._lock = threading.Lock()
+
+    def renewed(self, sent_at: float, valid_for: float) -> None:
+        """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged: the leases hold for
+        at least ``valid_for`` seconds from then."""
+        with self._lock:
+            self._until = sent_at + valid_for
+
+    def expire(self) -> None:
+        with self._lock:
+            self._until = -math.inf
+
+    def remaining(self) -> float:
+        return self._until - time.monotonic()
+
+
+class Fence:
+    """Revoked once, never restored; closed as well while ``clock`` has run out."""
+
+    def __init__(
+        self, holder: str, lease: Lease | None = None, clock: LeaseClock | None = None
+    ) -> None:
         self.holder = holder
+        self.lease = lease
+        self.clock = clock
         self._revoked = threading.Event()
 
     def revoke(self) -> None:
@@ -33,66 +73,84 @@ class Fence:
     def revoked(self) -> bool:
         return self._revoked.is_set()
 
+    def remaining(self) -> float:
+        """Seconds the holder may still write (inf without a lease clock; <= 0: closed)."""
+        if self._revoked.is_set():
+            return 0.0
+        return math.inf if self.clock is None else self.clock.remaining()
+
     def check(self) -> None:
         if self._revoked.is_set():
             raise FencedError(f"{self.holder} was let go; its writes are refused")
+        if self.clock is not None and self.clock.remaining() <= 0:
+            raise FencedError(
+                f"{self.holder}: its lease was not renewed in time (metastore unreachable?); "
+                "its writes are refused until the daemon holds the task again"
+            )
 
 
-class FencedStore:
-    """``store`` with every write checked against ``fence`` first."""
+class FencedStore(DelegatingStore):
+    """``store`` with every write checked against ``fence`` first, and carrying its lease."""
 
     def __init__(self, store: MetaStore, fence: Fence) -> None:
-        self._store = store
+        super().__init__(store)
         self.fence = fence
-        self.root_path = store.root_path
 
     def create_task(self, task: TaskRecord) -> TaskRecord:
         self.fence.check()
-        return self._store.create_task(task)
-
-    def get_task(self, task_id: str) -> TaskRecord | None:
-        return self._store.get_task(task_id)
-
-    def list_tasks(self) -> list[TaskRecord]:
-        return self._store.list_tasks()
+        return self.inner.create_task(task)
 
     def update_task(
-        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        reason: str,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         self.fence.check()
-        return self._store.update_task(
-            task_id, state=state, reason=reason, expected_revision=expected_revision
+        return self.inner.update_task(
+            task_id,
+            state=state,
+            reason=reason,
+            expected_revision=expected_revision,
+            lease=lease or self.fence.lease,
         )
 
     def replace_spec(
-        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+        self,
+        task_id: str,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         self.fence.check()
-        return self._store.replace_spec(task_id, spec, expected_revision=expected_revision)
+        return self.inner.replace_spec(
+            task_id, spec, expected_revision=expected_revision, lease=lease or self.fence.lease
+        )
 
     def delete_task(self, task_id: str) -> bool:
         self.fence.check()
-        return self._store.delete_task(task_id)
+        return self.inner.delete_task(task_id)
 
-    def get_positions(self, task_id: str) -> dict[str, Position]:
-        return self._store.get_positions(task_id)
-
-    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+    def save_position(
+        self,
+        task_id: str,
+        position: Position,
+        expected: Position | None,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         self.fence.check()
-        self._store.save_position(task_id, position, expected)
+        self.inner.save_position(task_id, position, expected, lease=lease or self.fence.lease)
 
-    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
         self.fence.check()
-        self._store.put_state(task_id, key, value)
-
-    def get_state(self, task_id: str, key: str) -> bytes | None:
-        return self._store.get_state(task_id, key)
-
-    def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]:
-        return self._store.list_state(task_id, prefix)
-
-    def ping(self) -> None:
-        self._store.ping()
+        self.inner.put_state(task_id, key, value, lease=lease or self.fence.lease)
 
     def close(self) -> None:
         """The runner does not own the store: closing is the daemon's."""

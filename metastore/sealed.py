@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from metastore.base import MetaStore, Position, TaskRecord, TaskState
+from metastore.base import Lease, MetaStore, TaskRecord, TaskState
+from metastore.delegating import DelegatingStore
 from metastore.errors import ConcurrentUpdateError, TaskNotFoundError
 from metastore.keyring import KeyRing, SecretUnreadableError, is_sealed
 
@@ -82,14 +83,13 @@ def secrets_problem(store: MetaStore, task: TaskRecord) -> str | None:
     return None
 
 
-class SealedMetaStore:
+class SealedMetaStore(DelegatingStore):
     """A ``MetaStore`` around another that seals secrets on the way in and opens them on the
     way out. ``keys`` is called at each use (a key file edited by ``secrets rotate`` is read
     again)."""
 
     def __init__(self, inner: MetaStore, keys: KeySource) -> None:
-        self.inner = inner
-        self.root_path = inner.root_path
+        super().__init__(inner)
         self._keys = keys
 
     # --- specs ---------------------------------------------------------------------------------
@@ -141,29 +141,32 @@ class SealedMetaStore:
         return [self._opened(t) for t in self.inner.list_tasks()]
 
     def update_task(
-        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        reason: str,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         updated = self.inner.update_task(
-            task_id, state=state, reason=reason, expected_revision=expected_revision
+            task_id, state=state, reason=reason, expected_revision=expected_revision, lease=lease
         )
         return self._opened(updated)
 
     def replace_spec(
-        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+        self,
+        task_id: str,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         sealed = self._seal_spec(task_id, spec, self._keys())
-        stored = self.inner.replace_spec(task_id, sealed, expected_revision=expected_revision)
+        stored = self.inner.replace_spec(
+            task_id, sealed, expected_revision=expected_revision, lease=lease
+        )
         return replace(stored, spec=spec)
-
-    def delete_task(self, task_id: str) -> bool:
-        return self.inner.delete_task(task_id)
-
-    # --- positions -----------------------------------------------------------------------------
-    def get_positions(self, task_id: str) -> dict[str, Position]:
-        return self.inner.get_positions(task_id)
-
-    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
-        self.inner.save_position(task_id, position, expected)
 
     # --- per-task state ------------------------------------------------------------------------
     def _seal_value(self, task_id: str, key: str, value: bytes, ring: KeyRing) -> bytes:
@@ -176,10 +179,12 @@ class SealedMetaStore:
         plain = self._keys().open(json.loads(value), _context(task_id, key))
         return plain.encode("utf-8", "surrogateescape")
 
-    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
         if key.startswith(SEALED_STATE) and value:
             value = self._seal_value(task_id, key, value, self._keys())
-        self.inner.put_state(task_id, key, value)
+        self.inner.put_state(task_id, key, value, lease=lease)
 
     def get_state(self, task_id: str, key: str) -> bytes | None:
         value = self.inner.get_state(task_id, key)
@@ -188,13 +193,6 @@ class SealedMetaStore:
     def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]:
         found = self.inner.list_state(task_id, prefix)
         return {key: self._open_value(task_id, key, value) for key, value in found.items()}
-
-    # --- lifecycle -----------------------------------------------------------------------------
-    def ping(self) -> None:
-        self.inner.ping()
-
-    def close(self) -> None:
-        self.inner.close()
 
     # --- migration and rotation ----------------------------------------------------------------
     def reseal(self) -> ResealReport:

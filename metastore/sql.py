@@ -1,8 +1,18 @@
 """SQL metastore: SQLite (the embedded default) and MySQL/MariaDB through SQLAlchemy + PyMySQL.
 
-Three tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
+Five tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
 position compare-and-set is one conditional UPDATE (or INSERT) followed by a locking read of the
 task row in the same transaction, so a position is never saved for a task deleted meanwhile.
+
+The fleet: ``cdc_members`` and ``cdc_leases`` rows carry an expiry on the database server's
+clock (MySQL's ``NOW(6)``; the daemons' clocks may disagree, the server's is one), extended by
+every heartbeat of their member. A lease taken (a new owner, or the same after it expired)
+gets a token greater than every earlier one of the task (and than the milliseconds since the
+epoch, so a task deleted and created again does not reuse its predecessor's tokens). A write
+under a lease reads the lease row in its own transaction (locked on MySQL, after the task row:
+the order ``delete_task`` and ``acquire_lease`` use) and is refused unless the token is the
+live one's. SQLite serves one daemon (its database is a local file); the same code keeps it
+honest there too.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     insert,
     select,
     update,
@@ -40,9 +51,18 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
-from metastore.base import Position, TaskRecord, TaskState, check_position_step, encode_spec
+from metastore.base import (
+    Lease,
+    Member,
+    Position,
+    TaskRecord,
+    TaskState,
+    check_position_step,
+    encode_spec,
+)
 from metastore.errors import (
     ConcurrentUpdateError,
+    FencedError,
     MetaStoreUnavailableError,
     PositionConflictError,
     TaskExistsError,
@@ -84,6 +104,24 @@ state_table = Table(
     Column("task_id", String(64), primary_key=True),
     Column("state_key", String(255), primary_key=True),
     Column("value", _BIG_BLOB, nullable=False),
+)
+
+members_table = Table(
+    "cdc_members",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("member_id", String(128), primary_key=True),
+    Column("info", Text, nullable=False),
+    Column("expires_at", Double, nullable=False),
+)
+leases_table = Table(
+    "cdc_leases",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("expires_at", Double, nullable=False),
 )
 
 _GO_DSN = re.compile(
@@ -154,19 +192,55 @@ class SqlMetaStore:
             query = query.with_for_update()
         return conn.execute(query).first() is not None
 
-    def _write_for_task(self, conn: Connection, task_id: str, write: Callable[[], int]) -> int:
-        """Run ``write`` only if the task exists, atomically with respect to ``delete_task``.
+    def _write_for_task(
+        self,
+        conn: Connection,
+        task_id: str,
+        write: Callable[[], int],
+        lease: Lease | None = None,
+    ) -> int:
+        """Run ``write`` only if the task exists (and ``lease`` is live), atomically with
+        respect to ``delete_task`` and ``acquire_lease``.
 
-        MySQL: lock the task row first (the order ``delete_task`` uses, so no deadlock).
-        SQLite: write first, which takes the database's write lock, then look; a missing task
-        raises and the transaction rolls the write back.
+        MySQL: lock the task row first (the order ``delete_task`` uses, so no deadlock), then
+        the lease row. SQLite: write first, which takes the database's write lock, then look;
+        a missing task or a lost lease raises and the transaction rolls the write back.
         """
-        if self._is_mysql and not self._lock_task(conn, task_id):
-            raise TaskNotFoundError(task_id)
+        if self._is_mysql:
+            if not self._lock_task(conn, task_id):
+                raise TaskNotFoundError(task_id)
+            self._check_lease(conn, lease)
         written = write()
-        if not self._is_mysql and not self._lock_task(conn, task_id):
-            raise TaskNotFoundError(task_id)
+        if not self._is_mysql:
+            if not self._lock_task(conn, task_id):
+                raise TaskNotFoundError(task_id)
+            self._check_lease(conn, lease)
         return written
+
+    def _now(self, conn: Connection) -> float:
+        """The time leases are measured by: the database server's clock on MySQL."""
+        if self._is_mysql:
+            return float(conn.execute(select(func.unix_timestamp(func.now(6)))).scalar_one())
+        return time.time()
+
+    def _lease_key(self, task_id: str) -> Any:
+        return and_(leases_table.c.root_path == self.root_path, leases_table.c.task_id == task_id)
+
+    def _lease_row(self, conn: Connection, task_id: str) -> Any:
+        query = select(leases_table).where(self._lease_key(task_id))
+        if self._is_mysql:
+            query = query.with_for_update()
+        return conn.execute(query).first()
+
+    def _check_lease(self, conn: Connection, lease: Lease | None) -> None:
+        if lease is None:
+            return
+        row = self._lease_row(conn, lease.task_id)
+        if row is None or row.token != lease.token or row.expires_at <= self._now(conn):
+            raise FencedError(
+                f"task {lease.task_id}: lease token {lease.token} of {lease.owner} is no "
+                "longer held"
+            )
 
     # --- tasks -------------------------------------------------------------------------------
     def create_task(self, task: TaskRecord) -> TaskRecord:
@@ -193,28 +267,47 @@ class SqlMetaStore:
             return [_task_from_row(row._mapping) for row in conn.execute(query)]
 
     def update_task(
-        self, task_id: str, *, state: TaskState, reason: str, expected_revision: int
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        reason: str,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
         values = {"state": state.value, "reason": reason, "updated_at": time.time()}
-        return self._update_task_row(task_id, expected_revision, values)
+        return self._update_task_row(task_id, expected_revision, values, lease)
 
     def replace_spec(
-        self, task_id: str, spec: Mapping[str, Any], *, expected_revision: int
+        self,
+        task_id: str,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        lease: Lease | None = None,
     ) -> TaskRecord:
-        return self._update_task_row(task_id, expected_revision, {"spec": encode_spec(spec)})
+        values = {"spec": encode_spec(spec)}
+        return self._update_task_row(task_id, expected_revision, values, lease)
 
     def _update_task_row(
-        self, task_id: str, expected_revision: int, values: dict[str, Any]
+        self,
+        task_id: str,
+        expected_revision: int,
+        values: dict[str, Any],
+        lease: Lease | None,
     ) -> TaskRecord:
         with self._tx() as conn:
-            result = conn.execute(
-                update(tasks_table)
-                .where(self._task_key(task_id), tasks_table.c.revision == expected_revision)
-                .values(**values, revision=expected_revision + 1)
-            )
-            if result.rowcount != 1:
-                if not self._lock_task(conn, task_id):
-                    raise TaskNotFoundError(task_id)
+
+            def write() -> int:
+                return int(
+                    conn.execute(
+                        update(tasks_table)
+                        .where(self._task_key(task_id), tasks_table.c.revision == expected_revision)
+                        .values(**values, revision=expected_revision + 1)
+                    ).rowcount
+                )
+
+            if self._write_for_task(conn, task_id, write, lease) != 1:
                 raise ConcurrentUpdateError(task_id)
             row = conn.execute(select(tasks_table).where(self._task_key(task_id))).one()
         return _task_from_row(row._mapping)
@@ -222,7 +315,7 @@ class SqlMetaStore:
     def delete_task(self, task_id: str) -> bool:
         with self._tx() as conn:
             removed = conn.execute(delete(tasks_table).where(self._task_key(task_id))).rowcount
-            for table in (positions_table, state_table):
+            for table in (positions_table, state_table, leases_table):
                 conn.execute(
                     delete(table).where(
                         table.c.root_path == self.root_path, table.c.task_id == task_id
@@ -251,7 +344,14 @@ class SqlMetaStore:
         with self._tx() as conn:
             return {row.pchannel: _position_from_row(row._mapping) for row in conn.execute(query)}
 
-    def save_position(self, task_id: str, position: Position, expected: Position | None) -> None:
+    def save_position(
+        self,
+        task_id: str,
+        position: Position,
+        expected: Position | None,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         values = {
             "backend": position.backend,
             "msg_id": position.msg_id,
@@ -291,7 +391,7 @@ class SqlMetaStore:
 
         try:
             with self._tx() as conn:
-                if self._write_for_task(conn, task_id, lambda: write(conn)) != 1:
+                if self._write_for_task(conn, task_id, lambda: write(conn), lease) != 1:
                     row = conn.execute(select(positions_table).where(key)).first()
                     stored = None if row is None else _position_from_row(row._mapping)
                     check_position_step(task_id, stored, expected, position)
@@ -304,7 +404,9 @@ class SqlMetaStore:
             ) from exc
 
     # --- per-task state ----------------------------------------------------------------------
-    def put_state(self, task_id: str, key: str, value: bytes) -> None:
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
         where = and_(
             state_table.c.root_path == self.root_path,
             state_table.c.task_id == task_id,
@@ -321,7 +423,7 @@ class SqlMetaStore:
             return 1
 
         with self._tx() as conn:
-            self._write_for_task(conn, task_id, lambda: write(conn))
+            self._write_for_task(conn, task_id, lambda: write(conn), lease)
 
     def get_state(self, task_id: str, key: str) -> bytes | None:
         query = select(state_table.c.value).where(
@@ -341,6 +443,97 @@ class SqlMetaStore:
             rows = conn.execute(query).all()
         # Prefix filtering in Python: LIKE would need escaping of % and _ in user keys.
         return {k: bytes(v) for k, v in rows if k.startswith(prefix)}
+
+    # --- the fleet ---------------------------------------------------------------------------
+    def heartbeat(self, member_id: str, info: Mapping[str, Any], ttl: float) -> None:
+        member = and_(
+            members_table.c.root_path == self.root_path, members_table.c.member_id == member_id
+        )
+        with self._tx() as conn:
+            now = self._now(conn)
+            values = {"info": json.dumps(dict(info), sort_keys=True), "expires_at": now + ttl}
+            if conn.execute(update(members_table).where(member).values(**values)).rowcount == 0:
+                conn.execute(
+                    insert(members_table).values(
+                        root_path=self.root_path, member_id=member_id, **values
+                    )
+                )
+            conn.execute(
+                update(leases_table)
+                .where(
+                    leases_table.c.root_path == self.root_path,
+                    leases_table.c.owner == member_id,
+                    leases_table.c.expires_at > now,
+                )
+                .values(expires_at=now + ttl)
+            )
+
+    def leave(self, member_id: str) -> None:
+        with self._tx() as conn:
+            for table, column in (
+                (leases_table, leases_table.c.owner),
+                (members_table, members_table.c.member_id),
+            ):
+                conn.execute(
+                    delete(table).where(table.c.root_path == self.root_path, column == member_id)
+                )
+
+    def members(self) -> list[Member]:
+        with self._tx() as conn:
+            now = self._now(conn)
+            rows = conn.execute(
+                select(members_table.c.member_id, members_table.c.info)
+                .where(members_table.c.root_path == self.root_path)
+                .where(members_table.c.expires_at > now)
+                .order_by(members_table.c.member_id)
+            ).all()
+        return [Member(row.member_id, orjson.loads(row.info)) for row in rows]
+
+    def acquire_lease(self, task_id: str, member_id: str, ttl: float) -> Lease | None:
+        try:
+            with self._tx() as conn:
+                if not self._lock_task(conn, task_id):
+                    raise TaskNotFoundError(task_id)
+                now = self._now(conn)
+                row = self._lease_row(conn, task_id)
+                values = {"owner": member_id, "expires_at": now + ttl}
+                if row is None:
+                    token = int(now * 1000)
+                    conn.execute(
+                        insert(leases_table).values(
+                            root_path=self.root_path, task_id=task_id, token=token, **values
+                        )
+                    )
+                    return Lease(task_id, member_id, token)
+                if row.expires_at > now:
+                    return Lease(task_id, member_id, row.token) if row.owner == member_id else None
+                token = max(row.token + 1, int(now * 1000))
+                conn.execute(
+                    update(leases_table)
+                    .where(self._lease_key(task_id), leases_table.c.token == row.token)
+                    .values(token=token, **values)
+                )
+                return Lease(task_id, member_id, token)
+        except IntegrityError:  # another member inserted the first lease at the same moment
+            return None
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                delete(leases_table).where(
+                    self._lease_key(lease.task_id), leases_table.c.token == lease.token
+                )
+            )
+
+    def leases(self) -> dict[str, Lease]:
+        with self._tx() as conn:
+            now = self._now(conn)
+            rows = conn.execute(
+                select(leases_table.c.task_id, leases_table.c.owner, leases_table.c.token)
+                .where(leases_table.c.root_path == self.root_path)
+                .where(leases_table.c.expires_at > now)
+            ).all()
+        return {row.task_id: Lease(row.task_id, row.owner, row.token) for row in rows}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

@@ -23,6 +23,10 @@ class TaskRunner(Protocol):
     async def stop(self) -> None:
         """Stop reading, flush what was read to the target, save positions, then return."""
 
+    @property
+    def finished(self) -> bool:
+        """Started, and its work has ended (stopped, failed, or fenced off)."""
+
     def status(self) -> dict[str, Any]:
         """Progress: rows, bytes, lag_seconds and per-channel details (JSON-able)."""
 

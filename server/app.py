@@ -78,15 +78,17 @@ async def _resume(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
 
 async def _get(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     task = await sup.get(parse_model(TaskIdRequest, data).task_id)
-    view = task_view(task, sup.progress(task.task_id))
+    view = task_view(task, sup.progress(task.task_id), (await sup.owners()).get(task.task_id))
     # The Go server answers "task"; its document shows "Task". Serve both spellings.
     return {"task": view, "Task": view}
 
 
 async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     parse_model(ListRequest, data)
-    progress = sup.all_progress()
-    return {"tasks": [task_view(t, progress.get(t.task_id)) for t in await sup.list()]}
+    tasks = await sup.list()
+    progress = sup.all_progress(fleet=True)
+    owners = await sup.owners()
+    return {"tasks": [task_view(t, progress.get(t.task_id), owners.get(t.task_id)) for t in tasks]}
 
 
 async def _backfill(sup: TaskSupervisor, data: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ last verify job (null when it has none).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,8 +82,9 @@ def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> 
     )
 
 
-def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
-    view = task_view(task, request.app[SUPERVISOR].progress(task.task_id))
+def rest_view(request: web.Request, task: TaskRecord, owners: Mapping[str, str]) -> dict[str, Any]:
+    """``owners``: the fleet member holding each task (``TaskSupervisor.owners``)."""
+    view = task_view(task, request.app[SUPERVISOR].progress(task.task_id), owners.get(task.task_id))
     jobs = request.app.get(JOBS)
     extras = jobs.task_extras(task.task_id) if jobs is not None else {}
     return {
@@ -94,6 +95,10 @@ def rest_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
         "backfill": (view["progress"] or {}).get("backfill"),
         "verify": (view["progress"] or {}).get("verify"),
     }
+
+
+async def one_view(request: web.Request, task: TaskRecord) -> dict[str, Any]:
+    return rest_view(request, task, await request.app[SUPERVISOR].owners())
 
 
 def _task_id(request: web.Request) -> str:
@@ -143,7 +148,8 @@ def resource(verb: str) -> Callable[[Resource], Resource]:
 @resource("list")
 async def list_tasks(request: web.Request) -> web.Response:
     tasks = await request.app[SUPERVISOR].list()
-    return json_response({"tasks": [rest_view(request, t) for t in tasks]})
+    owners = await request.app[SUPERVISOR].owners()
+    return json_response({"tasks": [rest_view(request, t, owners) for t in tasks]})
 
 
 @resource("create")
@@ -151,7 +157,7 @@ async def create_task(request: web.Request) -> web.Response:
     data = await read_json(request, request.app[SETTINGS].maxRequestBytes)
     task = await request.app[SUPERVISOR].create(parse_model(CreateRequest, data, "body"))
     return json_response(
-        {"task": rest_view(request, task)},
+        {"task": await one_view(request, task)},
         status=201,
         headers={"Location": f"{PREFIX}/tasks/{task.task_id}"},
     )
@@ -165,7 +171,7 @@ def _one_task(verb: str) -> Resource:
         supervisor = request.app[SUPERVISOR]
         call = {"get": supervisor.get, "pause": supervisor.pause, "resume": supervisor.resume}
         task = await call[verb](_task_id(request))
-        return json_response({"task": rest_view(request, task)})
+        return json_response({"task": await one_view(request, task)})
 
     return handler
 
@@ -217,14 +223,14 @@ async def backfill_task(request: web.Request) -> web.Response:
     task, job_id = await request.app[SUPERVISOR].backfill(
         parse_model(BackfillRequest, body, "body")
     )
-    return json_response({"task": rest_view(request, task), "job_id": job_id}, status=202)
+    return json_response({"task": await one_view(request, task), "job_id": job_id}, status=202)
 
 
 @resource("verify")
 async def verify_task(request: web.Request) -> web.Response:
     body = await _job_body(request, '{"collections": ["*"], "repair": false}')
     task, job_id = await request.app[SUPERVISOR].verify(parse_model(VerifyRequest, body, "body"))
-    return json_response({"task": rest_view(request, task), "job_id": job_id}, status=202)
+    return json_response({"task": await one_view(request, task), "job_id": job_id}, status=202)
 
 
 ROUTES: list[tuple[str, str, Resource]] = [

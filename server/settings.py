@@ -353,6 +353,28 @@ class VerifySettings(_Section):
     scheduleCheckSeconds: float = Field(default=60.0, gt=0)
 
 
+class FleetSettings(_Section):
+    """ours: daemons sharing one metastore (etcd or MySQL) share its tasks (README, "Running
+    several daemons"). Each Running task is run by the daemon holding its lease."""
+
+    # a daemon that stops renewing (killed, cut off) loses its tasks after this long; it stops
+    # writing itself after two thirds of it without a renewal, before anyone else may start
+    leaseSeconds: float = Field(default=10.0, ge=2)
+    # how often a daemon renews its leases and looks for tasks to take, hand over or stop
+    checkSeconds: float = Field(default=1.0, gt=0)
+    # this daemon's name in the fleet (the `owner` get and list show); default host-pid-random
+    memberId: str = Field(default="", max_length=128)
+
+    @model_validator(mode="after")
+    def _renewed_in_time(self) -> FleetSettings:
+        if self.checkSeconds * 4 > self.leaseSeconds:
+            raise ValueError(
+                f"fleet.checkSeconds ({self.checkSeconds:g}) must be at most a quarter of "
+                f"fleet.leaseSeconds ({self.leaseSeconds:g}): leases are renewed every check"
+            )
+        return self
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -374,6 +396,7 @@ class CdcSettings(BaseSettings):
     tls: TlsSettings = Field(default_factory=TlsSettings)
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
     verify: VerifySettings = Field(default_factory=VerifySettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
 
     @field_validator("address")
     @classmethod

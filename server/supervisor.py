@@ -11,11 +11,18 @@ State transitions (anything else is a 409 naming the current state)::
 
 State changes are serialised by one lock; every write is compare-and-set on the task's
 revision, so a daemon sharing the store with another never overwrites a newer state.
+
+Which daemon runs a Running task is the fleet's business (server/fleet.py): a runner runs under
+the task's lease, and each round (:meth:`TaskSupervisor.reconcile`) this daemon renews its
+leases, stops what it should no longer run, and takes its share of what nobody runs. A request
+may reach any daemon: pause and delete change the store, and the task's owner stops its runner
+at its next round (pause waits for that, a few seconds at most).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -25,6 +32,8 @@ from typing import Any, TypeVar
 
 from metastore import (
     ConcurrentUpdateError,
+    FencedError,
+    Lease,
     MetaStore,
     MetaStoreError,
     Position,
@@ -33,6 +42,7 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
+from metastore.fenced import Fence, FencedStore
 from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
@@ -50,6 +60,7 @@ from server.api_models import (
     validate_verify,
 )
 from server.errors import ConflictError, NotFoundError, UnavailableError
+from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
 from server.verify import VerifyManager
@@ -59,6 +70,8 @@ T = TypeVar("T")
 
 PAUSED_BY_USER = "manually paused through the http interface"
 TargetChecker = Callable[[dict[str, Any]], str]
+# seconds a pause waits for the task's owner (another daemon) to stop its runner
+OWNER_STOP_WAIT = 3.0
 
 
 class TaskSupervisor:
@@ -76,42 +89,211 @@ class TaskSupervisor:
         self._target_checker = target_checker
         self._redactor = redactor or SecretRedactor()
         self._runners: dict[str, TaskRunner] = {}
+        self._fences: dict[str, Fence] = {}  # the fence (and lease) of each runner
         self._states: dict[str, TaskState] = {}
+        self._owners: dict[str, str] = {}  # task -> the member holding its lease
+        self._remote: dict[str, dict[str, Any]] = {}  # progress other members publish
         self._lock = asyncio.Lock()
+        self._changes = 0  # state changes made here: a round read before one is stale
         self._verify = VerifyManager(store, settings)
+        self.fleet = Membership(settings.fleet)
+        self._rounds: asyncio.Task[None] | None = None
+        self._store_trouble = ""
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """Bring every stored task back in its saved state; start the Running ones."""
+        """Join the fleet and take this daemon's share of the Running tasks (all of them when
+        it is alone), then keep doing so every ``fleet.checkSeconds``."""
         tasks = await self._io(self._store.list_tasks)
         await self._io(self._verify.load, [t.task_id for t in tasks])
-        async with self._lock:
-            for task in tasks:
-                self._remember(task)
-                if task.state is TaskState.RUNNING:
-                    await self._start_runner(task)
-        log.info("supervisor started with %d task(s)", len(tasks))
+        for task in tasks:
+            self._remember(task)
+        await self.reconcile()
+        self._rounds = asyncio.create_task(self._keep_reconciling())
+        log.info(
+            "supervisor started with %d task(s); fleet member %s runs %d",
+            len(tasks),
+            self.fleet.member_id,
+            len(self._runners),
+        )
 
     async def drain(self, budget: float) -> None:
-        """Stop every runner (each saves its positions); states stay as stored, so a restart
-        resumes them. Runners still busy after ``budget`` seconds are abandoned."""
+        """Stop every runner (each saves its positions) and leave the fleet, so that other
+        daemons take the tasks at once; states stay as stored, so a restart resumes them.
+        Runners still busy after ``budget`` seconds are abandoned."""
+        if self._rounds is not None:
+            self._rounds.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rounds
         async with self._lock:
             runners = list(self._runners.items())
             self._runners.clear()
         await self._io(self._verify.stop_all)
-        if not runners:
-            return
-        results = await asyncio.wait(
-            [asyncio.create_task(self._stop_runner(tid, r)) for tid, r in runners],
-            timeout=budget,
-        )
-        if results[1]:
-            log.warning(
-                "drain budget of %.1f s spent; %d runner(s) abandoned", budget, len(results[1])
+        if runners:
+            results = await asyncio.wait(
+                [asyncio.create_task(self._stop_runner(tid, r)) for tid, r in runners],
+                timeout=budget,
             )
+            if results[1]:
+                log.warning(
+                    "drain budget of %.1f s spent; %d runner(s) abandoned", budget, len(results[1])
+                )
+        for fence in self._fences.values():
+            fence.revoke()  # an abandoned runner writes nothing after the leases are dropped
+        self._fences.clear()
+        try:
+            await self._io(self._store.leave, self.fleet.member_id)
+        except MetaStoreError as exc:
+            log.warning("could not leave the fleet (its leases expire by themselves): %s", exc)
+
+    # --- the fleet ---------------------------------------------------------------------------
+    async def _keep_reconciling(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.fleet.checkSeconds)
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("fleet round failed")
+
+    def _member_info(self) -> dict[str, Any]:
+        """What other members show of this one: its address, and a summary of each task it
+        runs (get and list on another daemon show it as the task's progress)."""
+        summary = {}
+        for task_id, runner in self._runners.items():
+            status = runner.status()
+            summary[task_id] = {
+                "rows": status.get("rows"),
+                "bytes": status.get("bytes"),
+                "lag_seconds": status.get("lag_seconds"),
+                "as_of": round(time.time(), 3),
+            }
+        return {"address": self._settings.address, "tasks": summary}
+
+    def _read_fleet(self) -> tuple[list[TaskRecord], dict[str, Lease], list[Any]]:
+        return self._store.list_tasks(), self._store.leases(), self._store.members()
+
+    async def reconcile(self) -> None:
+        """One round: renew this member's leases, then run exactly the tasks it holds (see
+        server/fleet.py). The store is read outside the lock; a round that raced a state
+        change made here is skipped (the next one sees it)."""
+        fleet = self.fleet
+        sent = time.monotonic()
+        changes = self._changes
+        try:
+            await self._io(
+                self._store.heartbeat, fleet.member_id, self._member_info(), fleet.lease_seconds
+            )
+            fleet.renewed(sent)
+            tasks, leases, members = await self._io(self._read_fleet)
+        except MetaStoreError as exc:
+            await self._store_lost(exc)
+            return
+        if self._store_trouble:
+            log.info("metastore answers again; fleet member %s renews", fleet.member_id)
+            self._store_trouble = ""
+        async with self._lock:
+            if changes != self._changes:
+                return
+            self._owners = {task_id: lease.owner for task_id, lease in leases.items()}
+            self._remote = {
+                task_id: {**summary, "owner": m.member_id}
+                for m in members
+                for task_id, summary in (m.info.get("tasks") or {}).items()
+            }
+            by_id = {task.task_id: task for task in tasks}
+            for task in tasks:
+                self._remember(task)
+            for task_id in set(self._states) - set(by_id):
+                self._states.pop(task_id, None)
+            for task_id, runner in list(self._runners.items()):
+                if runner.finished:  # fenced off, or the task deleted: started again if held
+                    self._runners.pop(task_id)
+                    self._fences.pop(task_id, None)
+            plan = plan_round(
+                fleet.member_id,
+                {task.task_id: task.state for task in tasks},
+                leases,
+                len(members),
+                {task_id: fence.lease for task_id, fence in self._fences.items() if fence.lease},
+            )
+            for task_id in plan.stop:
+                lost = leases.get(task_id) != self._fences[task_id].lease
+                await self._stop_local(task_id, revoke=lost)
+            for lease in plan.release:
+                await self._io(self._store.release_lease, lease)
+            for lease in plan.start:
+                await self._start_runner(by_id[lease.task_id], lease=lease)
+            for task_id in plan.take:
+                taken = await self._io(
+                    self._store.acquire_lease, task_id, fleet.member_id, fleet.lease_seconds
+                )
+                if taken is not None:
+                    with log_context(task_id=task_id):
+                        log.info("task taken by fleet member %s", fleet.member_id)
+                    self._owners[task_id] = fleet.member_id
+                    await self._start_runner(by_id[task_id], lease=taken)
+
+    async def _store_lost(self, exc: MetaStoreError) -> None:
+        """The store did not answer the round. Runners go on while the leases are surely
+        live (their writes wait and retry); past that their fences are closed, and they stop."""
+        remaining = self.fleet.clock.remaining()
+        if not self._store_trouble:
+            log.warning(
+                "metastore unavailable for the fleet round (%s); %d runner(s) stop writing in "
+                "%.1f s unless it answers",
+                exc,
+                len(self._runners),
+                max(0.0, remaining),
+            )
+        self._store_trouble = str(exc)
+        if remaining > 0 or not self._runners:
+            return
+        async with self._lock:
+            log.warning(
+                "leases not renewed for %.1f s: stopping %d runner(s); the tasks resume from "
+                "their saved positions once the store answers",
+                self.fleet.safe_seconds,
+                len(self._runners),
+            )
+            for task_id in list(self._runners):
+                await self._stop_local(task_id, revoke=True)
+
+    async def _stop_local(self, task_id: str, *, revoke: bool) -> None:
+        """Stop this daemon's runner of a task; ``revoke``: its lease is lost, so it may not
+        write even what it is finishing."""
+        runner = self._runners.pop(task_id, None)
+        fence = self._fences.pop(task_id, None)
+        if revoke and fence is not None:
+            fence.revoke()
+        if runner is not None:
+            with log_context(task_id=task_id):
+                log.info(
+                    "runner stops on fleet member %s%s",
+                    self.fleet.member_id,
+                    " (lease lost)" if revoke else "",
+                )
+            await self._stop_runner(task_id, runner)
+
+    async def _release(self, task_id: str) -> None:
+        """Give up the lease of a task this daemon no longer runs (its runner stopped)."""
+        fence = self._fences.pop(task_id, None)
+        if fence is not None and fence.lease is not None:
+            try:
+                await self._io(self._store.release_lease, fence.lease)
+            except MetaStoreError as exc:
+                log.warning("lease of task %s not released (it expires): %s", task_id, exc)
+
+    async def owners(self) -> dict[str, str]:
+        """The member holding each task's lease, as the store says now (as of the last round
+        when it does not answer)."""
+        try:
+            leases = await self._io(self._store.leases)
+        except MetaStoreError:
+            return dict(self._owners)
+        return {task_id: lease.owner for task_id, lease in leases.items()}
 
     def state_counts(self) -> dict[TaskState, int]:
         return dict(Counter(self._states.values()))
@@ -119,22 +301,29 @@ class TaskSupervisor:
     def task_states(self) -> dict[str, TaskState]:
         return dict(self._states)
 
-    def progress(self, task_id: str) -> dict[str, Any] | None:
+    def progress(self, task_id: str, *, fleet: bool = True) -> dict[str, Any] | None:
         """The runner's status while it runs, with the task's last verify under ``verify``
-        (shown whatever the task's state)."""
+        (shown whatever the task's state). ``fleet``: a task another member runs shows the
+        summary that member published with its last heartbeat."""
         runner = self._runners.get(task_id)
-        status = None if runner is None else runner.status()
+        status: dict[str, Any] | None
+        if runner is not None:
+            status = runner.status()
+        else:
+            status = self._remote.get(task_id) if fleet else None
         verify = self._verify.view(task_id)
         if verify is None:
             return status
         return {**(status or {}), "verify": verify}
 
-    def all_progress(self) -> dict[str, dict[str, Any]]:
-        task_ids = {*self._runners, *self._verify.task_ids()}
+    def all_progress(self, *, fleet: bool = False) -> dict[str, dict[str, Any]]:
+        """The progress of the tasks this daemon runs or verifies (its metrics and samples);
+        ``fleet``: also the summaries other members publish of theirs (get and list)."""
+        task_ids = {*self._runners, *self._verify.task_ids(), *(self._remote if fleet else ())}
         return {
             task_id: progress
             for task_id in task_ids
-            if (progress := self.progress(task_id)) is not None
+            if (progress := self.progress(task_id, fleet=fleet)) is not None
         }
 
     # --- requests ----------------------------------------------------------------------------
@@ -176,6 +365,7 @@ class TaskSupervisor:
                     except UnavailableError:
                         await self._io(self._store.delete_task, task_id)
                         self._states.pop(task_id, None)
+                        self._fences.pop(task_id, None)
                         raise
         return stored
 
@@ -213,7 +403,11 @@ class TaskSupervisor:
         return await self._io(self._store.get_positions, task_id)
 
     async def pause(self, task_id: str) -> TaskRecord:
+        """Pause a task wherever it runs: here, its runner stops first; on another member, the
+        state is stored and the call waits (``OWNER_STOP_WAIT`` at most) for that member's next
+        round to stop its runner and give up the lease."""
         async with self._lock:
+            self._changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.PAUSED:
                 raise ConflictError(f"task {task_id} is already Paused")
@@ -221,34 +415,78 @@ class TaskSupervisor:
             if runner is not None:
                 await self._stop_runner(task_id, runner)
                 task = await self.get(task_id)  # a runner may record a warning until it stops
-            return await self._set_state(task, TaskState.PAUSED, PAUSED_BY_USER)
+            paused = await self._set_state(task, TaskState.PAUSED, PAUSED_BY_USER)
+            await self._release(task_id)
+        if runner is None:
+            await self._wait_owner_stops(task_id)
+        return paused
+
+    async def _wait_owner_stops(self, task_id: str) -> None:
+        """Until no member holds the task's lease (its runner stopped), ``OWNER_STOP_WAIT`` at
+        most: a member that died holds it until it expires, and runs nothing meanwhile."""
+        deadline = time.monotonic() + OWNER_STOP_WAIT
+        while True:
+            try:
+                holder = (await self._io(self._store.leases)).get(task_id)
+            except MetaStoreError:
+                return
+            if holder is None:
+                self._owners.pop(task_id, None)
+                return
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "task %s paused; fleet member %s has not stopped its runner yet",
+                    task_id,
+                    holder.owner,
+                )
+                return
+            await asyncio.sleep(0.1)
 
     async def resume(self, task_id: str) -> TaskRecord:
         async with self._lock:
+            self._changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
             return await self._launch(task)
 
     async def _launch(self, task: TaskRecord) -> TaskRecord:
-        """Fix where a task without positions starts (a 503, and no change, when the source
-        cannot be read), then set it Running and start its runner. A task whose secrets this
-        daemon cannot decrypt is refused (409) and stays as it is."""
+        """Take the task's lease, fix where a task without positions starts (a 503, and no
+        change, when the source cannot be read), then set it Running and start its runner
+        here. A task whose secrets this daemon cannot decrypt is refused (409) and stays as
+        it is. When another member still holds the lease (it has not yet stopped after a
+        pause), the task is set Running and that member runs it."""
         problem = await self._io(secrets_problem, self._store, task)
         if problem is not None:
             raise ConflictError(f"task {task.task_id} cannot start: {problem}")
-        runner = self._runner_factory(task, self._store, self._on_runner_failure)
+        fleet = self.fleet
+        lease = await self._io(
+            self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
+        )
+        if lease is None:
+            return await self._set_state(task, TaskState.RUNNING, "")
+        fence = self._fence(task.task_id, lease)
+        runner = self._runner_factory(
+            task, FencedStore(self._store, fence), self._on_runner_failure
+        )
         with log_context(task_id=task.task_id):
             try:
                 await runner.prepare()
             except (CdcError, MetaStoreError, OSError) as exc:
                 log.warning("start positions not fixed: %s", exc)
+                await self._release(task.task_id)
                 raise UnavailableError(
                     f"task {task.task_id}: the source could not be read to fix where the task "
                     f"starts, so it was not started: {type(exc).__name__}: {exc}"
                 ) from exc
         task = await self._set_state(task, TaskState.RUNNING, "")
-        return await self._start_runner(task, runner)
+        return await self._start_runner(task, runner, lease=lease)
+
+    def _fence(self, task_id: str, lease: Lease) -> Fence:
+        fence = Fence(f"the runner of task {task_id}", lease, self.fleet.clock)
+        self._fences[task_id] = fence
+        self._owners[task_id] = lease.owner
+        return fence
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:
         """Ask for a backfill of a task's collections: a Running task stops its workers (their
@@ -257,6 +495,12 @@ class TaskSupervisor:
         way. Returns the task and the backfill's job id."""
         async with self._lock:
             task = await self.get(request.task_id)
+            owner = self._owners.get(task.task_id)
+            if task.task_id not in self._runners and owner not in (None, self.fleet.member_id):
+                raise ConflictError(
+                    f"task {task.task_id} runs on fleet member {owner}: ask that daemon for "
+                    "the backfill (or pause the task, ask here, and resume it)"
+                )
             names = validate_backfill(
                 request.collections, selection_of(dict(task.spec)), self._settings, "collections"
             )
@@ -275,8 +519,9 @@ class TaskSupervisor:
             if runner is not None:
                 await self._stop_runner(task.task_id, runner)
                 task = await self.get(task.task_id)
-                if task.state is TaskState.RUNNING:
-                    task = await self._start_runner(task)
+                fence = self._fences.get(task.task_id)
+                if task.state is TaskState.RUNNING and fence and fence.lease:
+                    task = await self._start_runner(task, lease=fence.lease)
             return task, job.job_id
 
     def verify_job(self, task_id: str) -> VerifyJob | None:
@@ -314,12 +559,17 @@ class TaskSupervisor:
 
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
         async with self._lock:
+            self._changes += 1
             await self._io(self._verify.forget, task_id)
             runner = self._runners.pop(task_id, None)
             if runner is not None:
                 await self._stop_runner(task_id, runner)
+            # its lease goes with it: a runner on another member is refused its next write
+            # (the task is gone) and stopped at that member's next round
             removed = await self._io(self._store.delete_task, task_id)
             self._states.pop(task_id, None)
+            self._fences.pop(task_id, None)
+            self._owners.pop(task_id, None)
         if not removed and not ignore_not_found:
             raise NotFoundError(f"task {task_id} not found")
         if removed:
@@ -331,7 +581,11 @@ class TaskSupervisor:
         self._states[task.task_id] = task.state
         self._redactor.add(*_secrets_of(dict(task.spec)))
 
-    async def _set_state(self, task: TaskRecord, state: TaskState, reason: str) -> TaskRecord:
+    async def _set_state(
+        self, task: TaskRecord, state: TaskState, reason: str, lease: Lease | None = None
+    ) -> TaskRecord:
+        """Store a state change; ``lease``: only while this daemon holds the task (a runner's
+        failure), a 409 once another member does."""
         try:
             updated = await self._io(
                 self._store.update_task,
@@ -339,11 +593,14 @@ class TaskSupervisor:
                 state=state,
                 reason=reason,
                 expected_revision=task.revision,
+                lease=lease,
             )
         except TaskNotFoundError as exc:
             raise NotFoundError(f"task {task.task_id} not found") from exc
         except ConcurrentUpdateError as exc:
             raise ConflictError(str(exc)) from exc
+        except FencedError as exc:
+            raise ConflictError(f"task {task.task_id} runs on another fleet member") from exc
         self._remember(updated)
         with log_context(task_id=task.task_id):
             log.info(
@@ -351,24 +608,42 @@ class TaskSupervisor:
             )
         return updated
 
-    async def _start_runner(self, task: TaskRecord, runner: TaskRunner | None = None) -> TaskRecord:
-        """Start the runner of a task stored as Running; a runner that cannot start, or a
-        task whose secrets cannot be decrypted, fails it with the reason."""
+    async def _start_runner(
+        self, task: TaskRecord, runner: TaskRunner | None = None, *, lease: Lease
+    ) -> TaskRecord:
+        """Start the runner of a task stored as Running, under ``lease``; a runner that cannot
+        start, or a task whose secrets cannot be decrypted, fails it with the reason."""
+        fence = self._fences.get(task.task_id)
+        if fence is None or fence.lease != lease or fence.revoked:
+            fence = self._fence(task.task_id, lease)
         with log_context(task_id=task.task_id):
             problem = await self._io(secrets_problem, self._store, task)
             if problem is not None:
                 log.error("task not started: %s", problem)
                 # not a transient reason (retry.transientReasons): a retry cannot bring the key
-                return await self._set_state(task, TaskState.FAILED, f"not started: {problem}")
-        runner = runner or self._runner_factory(task, self._store, self._on_runner_failure)
+                return await self._fail(task, f"not started: {problem}")
+        if runner is None:
+            store = FencedStore(self._store, fence)
+            runner = self._runner_factory(task, store, self._on_runner_failure)
         with log_context(task_id=task.task_id):
             try:
                 await runner.start()
             except Exception as exc:
                 log.exception("task runner did not start")
-                return await self._set_state(task, TaskState.FAILED, f"cannot start: {exc}")
+                return await self._fail(task, f"cannot start: {exc}")
         self._runners[task.task_id] = runner
         return task
+
+    async def _fail(self, task: TaskRecord, reason: str) -> TaskRecord:
+        """Set a task this daemon holds Failed and give its lease up."""
+        fence = self._fences.get(task.task_id)
+        try:
+            failed = await self._set_state(
+                task, TaskState.FAILED, reason, None if fence is None else fence.lease
+            )
+        finally:
+            await self._release(task.task_id)
+        return failed
 
     async def _stop_runner(self, task_id: str, runner: TaskRunner) -> None:
         with log_context(task_id=task_id):
@@ -379,12 +654,17 @@ class TaskSupervisor:
 
     async def _on_runner_failure(self, task_id: str, reason: str) -> None:
         async with self._lock:
+            self._changes += 1
             runner = self._runners.pop(task_id, None)
             if runner is None:
                 return  # already paused, deleted or drained
             task = await self._io(self._store.get_task, task_id)
             if task is not None:
-                await self._set_state(task, TaskState.FAILED, reason)
+                try:
+                    await self._fail(task, reason)
+                except (ConflictError, NotFoundError) as exc:
+                    with log_context(task_id=task_id):
+                        log.warning("runner failure not recorded (%s): %s", exc, reason)
         await self._stop_runner(task_id, runner)
 
 
@@ -399,9 +679,12 @@ def _target_text(spec: dict[str, Any]) -> str:
     return f"{host}:{port}"
 
 
-def task_view(task: TaskRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+def task_view(
+    task: TaskRecord, progress: dict[str, Any] | None = None, owner: str | None = None
+) -> dict[str, Any]:
     """A task as get and list show it (the Go tool's fields first; never a secret).
-    ``progress`` is the runner's status while it runs (rows, bytes, lag, channels)."""
+    ``progress`` is the runner's status while it runs (rows, bytes, lag, channels); ``owner``
+    the fleet member running it (None when no daemon holds it)."""
     view = public_view(dict(task.spec))
     return {
         "task_id": task.task_id,
@@ -410,5 +693,6 @@ def task_view(task: TaskRecord, progress: dict[str, Any] | None = None) -> dict[
         "reason": task.reason,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
+        "owner": owner,
         "progress": progress,
     }

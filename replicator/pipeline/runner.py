@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from metastore import MetaStore, MetaStoreError, Position, TaskNotFoundError, TaskRecord
+from metastore import (
+    FencedError,
+    MetaStore,
+    MetaStoreError,
+    Position,
+    TaskNotFoundError,
+    TaskRecord,
+)
 from metastore.fenced import Fence, FencedStore
 from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
@@ -113,9 +120,13 @@ class ReplicationRunner:
         context: RunnerContext,
     ) -> None:
         self.task = task
-        # every write of the runner goes through its fence: revoked when the runner is let go
-        self.fence = Fence(f"the runner of task {task.task_id}")
-        self.store: MetaStore = FencedStore(store, self.fence)
+        # every write of the runner (store and target) goes through its fence: closed when the
+        # runner is let go or its lease may be lost. The supervisor passes a fenced store
+        # carrying the task's lease; any other store gets a fence of its own.
+        if not isinstance(store, FencedStore):
+            store = FencedStore(store, Fence(f"the runner of task {task.task_id}"))
+        self.fence = store.fence
+        self.store: MetaStore = store
         self.on_failure = on_failure
         self.context = context
         self.selection = TaskSelection.from_spec(task.spec)
@@ -216,6 +227,11 @@ class ReplicationRunner:
                     STOP_WAIT,
                 )
 
+    @property
+    def finished(self) -> bool:
+        """The runner's thread has ended (stopped, failed, fenced or the task deleted)."""
+        return self._thread is not None and not self._thread.is_alive()
+
     def status(self) -> dict[str, Any]:
         """Progress for get/list and /metrics: totals and every channel that has seen data or
         time ticks (a task reads every DML channel of the source; idle ones are left out)."""
@@ -258,6 +274,10 @@ class ReplicationRunner:
                 self._run()
             except TaskNotFoundError:
                 log.info("task deleted; runner stops")
+            except FencedError as exc:
+                # not the task's failure: this daemon may no longer run it (the supervisor
+                # sees the runner finished and starts it again if the daemon still holds it)
+                log.warning("runner stops: %s", exc)
             except (CdcError, MetaStoreError) as exc:
                 log.error("task failed: %s", exc)
                 self._report(str(exc))
@@ -320,6 +340,7 @@ class ReplicationRunner:
     def _connect(self) -> _Connection:
         read = self._read_source()
         target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
+        target.fence = self.fence
         return _Connection(read, target)
 
     def _task_context(self, connection: _Connection) -> TaskContext:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
+from metastore.fenced import Fence
 from replicator.errors import Rejection, SinkError, TargetRejectedError, TargetUnavailableError
 from replicator.sinks.milvus_status import (
     GRPC_RETRIABLE,
@@ -102,6 +103,8 @@ class MilvusTarget:
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
+        # set by a task's runner: no call once it is closed, and none outlasting its lease
+        self.fence: Fence | None = None
         self._metadata: list[tuple[str, str]] = []
         if connect.get("token"):
             self._metadata.append(
@@ -116,10 +119,16 @@ class MilvusTarget:
 
     # --- plumbing ----------------------------------------------------------------------------
     def _call(self, method: str, request: Any, what: str) -> Any:
-        """One call; a failure is classified here, once (see :mod:`milvus_status`)."""
+        """One call; a failure is classified here, once (see :mod:`milvus_status`). A fenced
+        target (a task's runner) makes no call once its fence is closed, and bounds each by
+        the time the fence has left."""
+        timeout = self._timeout
+        if self.fence is not None:
+            self.fence.check()
+            timeout = min(timeout, self.fence.remaining())
         try:
             response = getattr(self._stub, method)(
-                request, timeout=self._timeout, metadata=self._metadata
+                request, timeout=timeout, metadata=self._metadata
             )
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
