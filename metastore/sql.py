@@ -458,15 +458,26 @@ class SqlMetaStore:
                         root_path=self.root_path, member_id=member_id, **values
                     )
                 )
-            conn.execute(
-                update(leases_table)
-                .where(
+            # read without locks, then extend each lease by its key: an UPDATE filtered on
+            # owner would lock every lease row it scans (InnoDB), and wait on, or hold up, the
+            # other members' position writes that lock their own lease rows
+            held = conn.execute(
+                select(leases_table.c.task_id, leases_table.c.token).where(
                     leases_table.c.root_path == self.root_path,
                     leases_table.c.owner == member_id,
                     leases_table.c.expires_at > now,
                 )
-                .values(expires_at=now + ttl)
-            )
+            ).all()
+            for row in held:
+                conn.execute(
+                    update(leases_table)
+                    .where(
+                        self._lease_key(row.task_id),
+                        leases_table.c.token == row.token,
+                        leases_table.c.expires_at > now,
+                    )
+                    .values(expires_at=now + ttl)
+                )
 
     def leave(self, member_id: str) -> None:
         with self._tx() as conn:
@@ -563,11 +574,18 @@ def _make_engine(url: str, connect_timeout: float) -> Engine:
             cursor.close()
 
         return engine
+    # read and write timeouts: a server that stops answering (a partition) fails the call
+    # instead of hanging it, so a fleet member notices it cannot renew its leases
+    timeout = max(1, int(connect_timeout))
     return create_engine(
         url,
         pool_pre_ping=True,
         pool_recycle=3600,
-        connect_args={"connect_timeout": max(1, int(connect_timeout))},
+        connect_args={
+            "connect_timeout": timeout,
+            "read_timeout": 2 * timeout,
+            "write_timeout": 2 * timeout,
+        },
     )
 
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,8 +34,10 @@ from server.settings import FleetSettings
 SAFE_FRACTION = 2 / 3
 
 
-def default_member_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+def default_member_id(port: int) -> str:
+    """The host's name and the API's port: stable across restarts (a daemon restarted at once
+    finds its leases still its own), and apart for two daemons of one host (two ports)."""
+    return f"{socket.gethostname()}:{port}"
 
 
 @dataclass
@@ -45,11 +45,12 @@ class Membership:
     """This daemon in the fleet: its id and how long its leases are surely live."""
 
     settings: FleetSettings
+    port: int
     member_id: str = ""
     clock: LeaseClock = field(default_factory=LeaseClock)
 
     def __post_init__(self) -> None:
-        self.member_id = self.member_id or self.settings.memberId or default_member_id()
+        self.member_id = self.member_id or self.settings.memberId or default_member_id(self.port)
 
     @property
     def lease_seconds(self) -> float:

@@ -362,7 +362,8 @@ class FleetSettings(_Section):
     leaseSeconds: float = Field(default=10.0, ge=2)
     # how often a daemon renews its leases and looks for tasks to take, hand over or stop
     checkSeconds: float = Field(default=1.0, gt=0)
-    # this daemon's name in the fleet (the `owner` get and list show); default host-pid-random
+    # this daemon's name in the fleet (the `owner` get and list show); default host:port. Two
+    # daemons must never share one: each would take the other's leases for its own
     memberId: str = Field(default="", max_length=128)
 
     @model_validator(mode="after")

@@ -96,9 +96,11 @@ class TaskSupervisor:
         self._lock = asyncio.Lock()
         self._changes = 0  # state changes made here: a round read before one is stale
         self._verify = VerifyManager(store, settings)
-        self.fleet = Membership(settings.fleet)
-        self._rounds: asyncio.Task[None] | None = None
-        self._store_trouble = ""
+        self.fleet = Membership(settings.fleet, settings.host_port[1])
+        self._rounds: list[asyncio.Task[None]] = []  # the heartbeat and the rounds
+        self._stopping: set[asyncio.Task[None]] = set()  # runners stopped by the lease clock
+        self._store_trouble = ""  # why the last round could not reach the store
+        self._stopped_said = False  # the lease clock ran out and the log said so
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -111,8 +113,12 @@ class TaskSupervisor:
         await self._io(self._verify.load, [t.task_id for t in tasks])
         for task in tasks:
             self._remember(task)
+        await self.renew()
         await self.reconcile()
-        self._rounds = asyncio.create_task(self._keep_reconciling())
+        self._rounds = [
+            asyncio.create_task(self._keep_renewing()),
+            asyncio.create_task(self._keep_reconciling()),
+        ]
         log.info(
             "supervisor started with %d task(s); fleet member %s runs %d",
             len(tasks),
@@ -124,10 +130,10 @@ class TaskSupervisor:
         """Stop every runner (each saves its positions) and leave the fleet, so that other
         daemons take the tasks at once; states stay as stored, so a restart resumes them.
         Runners still busy after ``budget`` seconds are abandoned."""
-        if self._rounds is not None:
-            self._rounds.cancel()
+        for loop in self._rounds:
+            loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._rounds
+                await loop
         async with self._lock:
             runners = list(self._runners.items())
             self._runners.clear()
@@ -150,6 +156,32 @@ class TaskSupervisor:
             log.warning("could not leave the fleet (its leases expire by themselves): %s", exc)
 
     # --- the fleet ---------------------------------------------------------------------------
+    async def _keep_renewing(self) -> None:
+        """A heartbeat every ``fleet.checkSeconds``, apart from the rounds (whose work, such as
+        stopping a runner, must not delay it). A heartbeat stuck on a store that does not
+        answer is watched: when the lease clock runs out meanwhile, that is said at once (the
+        runners' fences refuse every write from then on, by the same clock)."""
+        every = self._settings.fleet.checkSeconds
+        due = time.monotonic()
+        while True:
+            # at a steady cadence whatever a heartbeat took: after a slow one, the next at once
+            due = max(due + every, time.monotonic())
+            await asyncio.sleep(due - time.monotonic())
+            beat = asyncio.ensure_future(self.renew())
+            try:
+                while not beat.done():
+                    remaining = self.fleet.clock.remaining()
+                    if remaining > 0:
+                        await asyncio.wait({beat}, timeout=remaining)
+                        continue
+                    self._writes_stopped()
+                    await asyncio.wait({beat})
+            except asyncio.CancelledError:
+                beat.cancel()  # the drain: no heartbeat after it
+                raise
+            if not beat.cancelled() and beat.exception() is not None:
+                log.error("fleet heartbeat failed", exc_info=beat.exception())
+
     async def _keep_reconciling(self) -> None:
         while True:
             await asyncio.sleep(self._settings.fleet.checkSeconds)
@@ -157,6 +189,26 @@ class TaskSupervisor:
                 await self.reconcile()
             except Exception:
                 log.exception("fleet round failed")
+
+    def _writes_stopped(self) -> None:
+        """The lease clock ran out: every runner's fence refuses writes already; stop the
+        runners too (a backfill's driver process with them), without waiting for the lock,
+        which a round stuck on the store may hold. Held tasks start again once the store
+        answers and the leases are still this member's."""
+        if self._stopped_said:
+            return
+        self._stopped_said = True
+        log.warning(
+            "fleet member %s: leases not renewed for %.1f s; its %d runner(s) write nothing "
+            "from now on, before any other member may take their tasks",
+            self.fleet.member_id,
+            self.fleet.safe_seconds,
+            len(self._runners),
+        )
+        for task_id in list(self._runners):
+            stopping = asyncio.create_task(self._stop_local(task_id, revoke=True))
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
 
     def _member_info(self) -> dict[str, Any]:
         """What other members show of this one: its address, and a summary of each task it
@@ -175,25 +227,35 @@ class TaskSupervisor:
     def _read_fleet(self) -> tuple[list[TaskRecord], dict[str, Lease], list[Any]]:
         return self._store.list_tasks(), self._store.leases(), self._store.members()
 
-    async def reconcile(self) -> None:
-        """One round: renew this member's leases, then run exactly the tasks it holds (see
-        server/fleet.py). The store is read outside the lock; a round that raced a state
-        change made here is skipped (the next one sees it)."""
+    async def renew(self) -> None:
+        """Renew this member's registration and leases; the lease clock moves on from the
+        moment the heartbeat was sent."""
         fleet = self.fleet
         sent = time.monotonic()
-        changes = self._changes
         try:
             await self._io(
                 self._store.heartbeat, fleet.member_id, self._member_info(), fleet.lease_seconds
             )
-            fleet.renewed(sent)
+        except MetaStoreError as exc:
+            await self._store_lost(exc)
+            return
+        fleet.renewed(sent)
+        if self._store_trouble or self._stopped_said:
+            log.info("metastore answers again; fleet member %s renews", fleet.member_id)
+            self._store_trouble = ""
+            self._stopped_said = False
+
+    async def reconcile(self) -> None:
+        """One round: run exactly the tasks this member holds, take its share of the free
+        ones, hand over the rest (see server/fleet.py). The store is read outside the lock; a
+        round that raced a state change made here is skipped (the next one sees it)."""
+        fleet = self.fleet
+        changes = self._changes
+        try:
             tasks, leases, members = await self._io(self._read_fleet)
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
-        if self._store_trouble:
-            log.info("metastore answers again; fleet member %s renews", fleet.member_id)
-            self._store_trouble = ""
         async with self._lock:
             if changes != self._changes:
                 return
@@ -220,7 +282,8 @@ class TaskSupervisor:
                 {task_id: fence.lease for task_id, fence in self._fences.items() if fence.lease},
             )
             for task_id in plan.stop:
-                lost = leases.get(task_id) != self._fences[task_id].lease
+                fence = self._fences.get(task_id)
+                lost = fence is not None and leases.get(task_id) != fence.lease
                 await self._stop_local(task_id, revoke=lost)
             for lease in plan.release:
                 await self._io(self._store.release_lease, lease)
@@ -456,6 +519,7 @@ class TaskSupervisor:
         here. A task whose secrets this daemon cannot decrypt is refused (409) and stays as
         it is. When another member still holds the lease (it has not yet stopped after a
         pause), the task is set Running and that member runs it."""
+        self._changes += 1
         problem = await self._io(secrets_problem, self._store, task)
         if problem is not None:
             raise ConflictError(f"task {task.task_id} cannot start: {problem}")
@@ -515,6 +579,7 @@ class TaskSupervisor:
             await self._io(state.save_job, job)
             with log_context(task_id=task.task_id):
                 log.info("backfill %s of %s asked", job.job_id, job.requested)
+            self._changes += 1
             runner = self._runners.pop(task.task_id, None)
             if runner is not None:
                 await self._stop_runner(task.task_id, runner)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -50,7 +51,13 @@ class DriverLauncher:
     max_attempts: int
 
     def command(self, task_id: str) -> list[str]:
-        return [self.python, "-m", "replicator.backfill", "--task", task_id, "--settings-stdin"]
+        """The driver's command line. Run under util-linux's ``setpriv --pdeathsig KILL`` when
+        the host has it: a daemon killed outright (``kill -9``) takes its driver with it, so a
+        driver never goes on copying for a daemon whose tasks another daemon of the fleet has
+        taken (not a ``preexec_fn``: that forks a process with gRPC threads)."""
+        argv = [self.python, "-m", "replicator.backfill", "--task", task_id, "--settings-stdin"]
+        setpriv = shutil.which("setpriv")
+        return argv if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", *argv]
 
 
 class BackfillPhase:

@@ -89,6 +89,16 @@ class RunnerContext:
     backfill_blocker: str = ""
 
 
+def _fenced(exc: BaseException) -> FencedError | None:
+    """The ``FencedError`` behind an error (a worker wraps what stops it), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, FencedError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def history_lost(channels: list[str]) -> str:
     return (
         f"the WAL no longer holds the creation of the selected collections on "
@@ -274,11 +284,13 @@ class ReplicationRunner:
                 self._run()
             except TaskNotFoundError:
                 log.info("task deleted; runner stops")
-            except FencedError as exc:
-                # not the task's failure: this daemon may no longer run it (the supervisor
-                # sees the runner finished and starts it again if the daemon still holds it)
-                log.warning("runner stops: %s", exc)
             except (CdcError, MetaStoreError) as exc:
+                fenced = _fenced(exc)
+                if fenced is not None:
+                    # not the task's failure: this daemon may no longer run it (the supervisor
+                    # sees the runner finished and starts it again if the daemon still holds it)
+                    log.warning("runner stops: %s", fenced)
+                    return
                 log.error("task failed: %s", exc)
                 self._report(str(exc))
             except Exception as exc:

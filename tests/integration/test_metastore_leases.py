@@ -134,7 +134,7 @@ def test_leaving_drops_the_leases_at_once(pair):
 
 
 def test_members_are_listed_until_they_stop_renewing(pair):
-    a, b = pair
+    a, _ = pair
     assert [(m.member_id, dict(m.info)) for m in a.members()] == [
         ("a", {"address": "127.0.0.1:1"}),
         ("b", {"address": "127.0.0.1:2"}),
