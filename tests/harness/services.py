@@ -58,6 +58,7 @@ class EtcdService:
     port: int
     pid: int
     log_path: Path
+    peer_port: int = 0  # with ``port``: where etcd_server(ports=...) starts it again
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,6 +310,7 @@ def etcd_server(
             port=client_port,
             pid=process.pid,
             log_path=log_path,
+            peer_port=peer_port,
         )
 
 
