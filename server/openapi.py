@@ -145,6 +145,11 @@ def _schemas() -> dict[str, Any]:
             "db_collections": {"type": "object"},
             "rpc_channel_info": {"type": "object"},
             "name_mapping": {"type": "array", "items": {"type": "object"}},
+            "owner": {
+                "type": ["string", "null"],
+                "description": "The daemon (fleet member id) running the task; null when none "
+                "holds it (not Running, or between daemons)",
+            },
             "progress": _ref("Progress"),
             "rows_per_second": {
                 **_NULLABLE_NUMBER,
@@ -387,7 +392,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "taskHistory",
                 "summary": "The task's lag and rows/s over the last hour, sampled by the daemon "
-                "(what the dashboard's charts draw)",
+                "(what the dashboard's charts draw), and its last state and owner changes",
                 "responses": {
                     "200": _json(
                         {
@@ -414,9 +419,23 @@ def _paths() -> dict[str, Any]:
                                         },
                                     },
                                 },
+                                "states": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "at": {"type": "number"},
+                                            "kind": {"type": "string", "enum": ["state", "owner"]},
+                                            "from": {"type": ["string", "null"]},
+                                            "to": {"type": "string"},
+                                            "reason": {"type": "string"},
+                                            "by": {"type": "string"},
+                                        },
+                                    },
+                                },
                             },
                         },
-                        "Samples, oldest first",
+                        "Samples and changes, oldest first",
                     ),
                     **_TASK_ERRORS,
                 },

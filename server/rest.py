@@ -10,7 +10,9 @@
     GET    /v1/tasks/{task_id}/positions 200 {"task_id": ..., "positions": [...]}
     GET    /v1/tasks/{task_id}/history   200 {"task_id", "interval_seconds", "window_seconds",
                                          "samples": [{"at", "lag_seconds", "rows_per_second",
-                                         "channels": {channel: lag}}, ...]} (the last hour)
+                                         "channels": {channel: lag}}, ...] (the last hour),
+                                         "states": [{"at", "kind", "from", "to", "reason",
+                                         "by"}, ...] (the last 50 state and owner changes)}
     POST   /v1/tasks/{task_id}/backfill  202 {"task": task, "job_id": ...}
                                          (body: {"collections": ["*"]}, optional; 409 while
                                          a backfill of the task is under way)
@@ -32,6 +34,7 @@ last verify job (null when it has none).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
@@ -42,6 +45,7 @@ import orjson
 from aiohttp import web
 
 from metastore import TaskRecord
+from server import state_history
 from server.api_common import failure_answer, positions_view, read_json
 from server.api_models import (
     BackfillRequest,
@@ -50,7 +54,7 @@ from server.api_models import (
     VerifyRequest,
     parse_model,
 )
-from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, SUPERVISOR
+from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
 from server.auth import Principal, audit, challenge
 from server.errors import BadRequestError, UnavailableError
 from server.jobs import HISTORY_SECONDS, JOBS
@@ -200,6 +204,7 @@ async def task_history(request: web.Request) -> web.Response:
             "interval_seconds": jobs.sampler.interval if jobs is not None else None,
             "window_seconds": HISTORY_SECONDS,
             "samples": jobs.sampler.history(task_id) if jobs is not None else [],
+            "states": await asyncio.to_thread(state_history.read, request.app[STORE], task_id),
         }
     )
 

@@ -49,6 +49,7 @@ from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
 from replicator.errors import CdcError
 from replicator.pipeline.selection import selection_of, selections_overlap
+from server import state_history
 from server.api_models import (
     BackfillRequest,
     CreateRequest,
@@ -259,6 +260,7 @@ class TaskSupervisor:
         async with self._lock:
             if changes != self._changes:
                 return
+            previous = self._owners  # who held each task, as of the last round
             self._owners = {task_id: lease.owner for task_id, lease in leases.items()}
             self._remote = {
                 task_id: {**summary, "owner": m.member_id}
@@ -296,6 +298,17 @@ class TaskSupervisor:
                 if taken is not None:
                     with log_context(task_id=task_id):
                         log.info("task taken by fleet member %s", fleet.member_id)
+                    await self._io(
+                        state_history.record,
+                        self._store,
+                        task_id,
+                        kind="owner",
+                        to=fleet.member_id,
+                        reason="no daemon held the task (new, resumed, or its daemon stopped "
+                        "renewing or handed it over)",
+                        by=fleet.member_id,
+                        **{"from": previous.get(task_id)},
+                    )
                     self._owners[task_id] = fleet.member_id
                     await self._start_runner(by_id[task_id], lease=taken)
 
@@ -416,6 +429,16 @@ class TaskSupervisor:
             except TaskExistsError as exc:
                 raise ConflictError(f"task_id: task {task_id} already exists") from exc
             self._remember(stored)
+            await self._io(
+                state_history.record,
+                self._store,
+                task_id,
+                kind="state",
+                to=stored.state.value,
+                reason=stored.reason,
+                by=self.fleet.member_id,
+                **{"from": None},
+            )
             with log_context(task_id=task_id):
                 log.info("task created")
                 if spec.get("backfill"):
@@ -671,6 +694,16 @@ class TaskSupervisor:
             log.info(
                 "task %s -> %s%s", task.state.value, state.value, f": {reason}" if reason else ""
             )
+        await self._io(
+            state_history.record,
+            self._store,
+            task.task_id,
+            kind="state",
+            to=state.value,
+            reason=reason,
+            by=self.fleet.member_id,
+            **{"from": task.state.value},
+        )
         return updated
 
     async def _start_runner(

@@ -156,6 +156,7 @@ function renderDetail(task, positions) {
   const facts = [
     ["Target", targetOf(task)],
     ["Reason", task.reason || dash],
+    ["Runs on", task.owner || dash],
     ["Created", when(task.created_at)],
     ["Updated", when(task.updated_at)],
     ["Replicate channel", (task.rpc_channel_info || {}).name || dash],
@@ -252,6 +253,24 @@ function renderHistory(history) {
     : "";
 }
 
+// The task's last state and owner changes, newest first.
+function renderStates(history) {
+  const states = ((history && history.states) || []).slice().reverse();
+  $("detail-states").querySelector("tbody").replaceChildren(
+    ...states.map((s) =>
+      el(
+        "tr",
+        { "data-kind": s.kind },
+        el("td", {}, when(s.at)),
+        el("td", {}, s.kind === "owner" ? `runs on ${s.to}` : `${s.from || "created"} -> ${s.to}`),
+        el("td", {}, s.reason || dash),
+        el("td", {}, el("code", {}, s.by || dash)),
+      ),
+    ),
+  );
+  $("no-states").hidden = states.length > 0;
+}
+
 function progressBar(label, done, total) {
   const fraction = total ? Math.min(1, done / total) : 0;
   return el(
@@ -289,6 +308,7 @@ async function refreshDetail() {
   }
   renderDetail(task, positions);
   renderHistory(history);
+  renderStates(history);
   renderProgressBars(task);
 }
 

@@ -75,7 +75,17 @@ async def test_dashboard_shows_and_drives_real_tasks(daemon_factory, milvus_lite
         assert detail["hidden"] is False and detail["state"] == "Running"
         assert f"{lite.host}:{lite.port}" in detail["facts"]
         assert detail["collections"] == ["default.orders"]
-        assert detail["tables"] == 2
+        assert detail["tables"] == 3
+        # the state history, newest first: the pause and resume clicked above, with the reason
+        changes = await page.wait_for(
+            "document.querySelectorAll('#detail-states tbody tr').length >= 4 &&"
+            " [...document.querySelectorAll('#detail-states tbody tr')]"
+            ".map(tr => [...tr.children].slice(1, 3).map(td => td.textContent))"
+        )
+        assert changes[:2] == [
+            ["Paused -> Running", "—"],
+            ["Running -> Paused", "manually paused through the http interface"],
+        ]
 
         # delete asks for a second click, then the row goes
         await page.click(row("dash-b", 'button[data-action="delete"]'))

@@ -56,6 +56,18 @@ def test_task_resource_lifecycle(daemon, milvus_lite_service):
     status, _, body = daemon.request("POST", "/v1/tasks/rest-1/resume")
     assert status == 200 and body["task"]["state"] == "Running"
     assert_problem(daemon.request("POST", "/v1/tasks/rest-1/resume"), 409, "already Running")
+    # every state change, with its reason and the daemon that made it
+    status, _, body = daemon.request("GET", "/v1/tasks/rest-1/history")
+    assert status == 200
+    changes = [(s["kind"], s["from"], s["to"], s["reason"]) for s in body["states"]]
+    assert changes == [
+        ("state", None, "Initial", "starting"),
+        ("state", "Initial", "Running", ""),
+        ("state", "Running", "Paused", "manually paused through the http interface"),
+        ("state", "Paused", "Running", ""),
+    ]
+    assert len({s["by"] for s in body["states"]}) == 1 and body["states"][0]["by"]
+    assert daemon.request("GET", "/v1/tasks/rest-1")[2]["task"]["owner"] == body["states"][0]["by"]
 
     status, headers, body = daemon.request("DELETE", "/v1/tasks/rest-1")
     assert (status, body) == (204, None)
