@@ -249,7 +249,10 @@ def create_app(
         supervisor = TaskSupervisor(app[STORE], settings, factory, target_checker, redactor)
         app[SUPERVISOR] = supervisor
         app[METRICS] = DaemonMetrics(
-            supervisor.state_counts, supervisor.all_progress, supervisor.task_states
+            supervisor.state_counts,
+            supervisor.all_progress,
+            supervisor.task_states,
+            supervisor.fleet_view,
         )
         await supervisor.start()
         yield

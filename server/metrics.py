@@ -143,15 +143,44 @@ def _verify_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metri
     yield from (divergent, finished)
 
 
+class _FleetCollector(Collector):
+    """This daemon in its fleet (server/supervisor.py ``fleet_view``), read at every scrape."""
+
+    def __init__(self, view: Callable[[], Mapping[str, Any]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterable[Metric]:
+        view = self._view()
+        members = GaugeMetricFamily(
+            "cdc_fleet_members", "Daemons registered in the fleet (this one included)"
+        )
+        members.add_metric([], len(view["members"]))
+        tasks = GaugeMetricFamily(
+            "cdc_fleet_tasks", "Running tasks each fleet member holds", labels=["member"]
+        )
+        for member in view["members"]:
+            tasks.add_metric([member["member_id"]], member["tasks"])
+        left = GaugeMetricFamily(
+            "cdc_fleet_lease_seconds_left",
+            "Seconds this daemon may still write without renewing its leases (0: it writes "
+            "nothing until the metastore answers)",
+        )
+        left.add_metric([], view["lease_seconds_left"])
+        yield from (members, tasks, left)
+
+
 class DaemonMetrics:
     def __init__(
         self,
         task_counts: Callable[[], Mapping[TaskState, int]],
         progress: Progress,
         task_states: Callable[[], Mapping[str, TaskState]] | None = None,
+        fleet: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_TaskCollector(task_counts, progress, task_states or dict))
+        if fleet is not None:
+            self.registry.register(_FleetCollector(fleet))
         # the Go milvus-cdc's metric names beside ours (server/metrics_go.py)
         self.go = GoCompatMetrics(self.registry)
         self.requests = Counter(

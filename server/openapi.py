@@ -284,6 +284,40 @@ def _schemas() -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     task_op = {"parameters": [_TASK_ID_PARAM]}
     return {
+        "/v1/fleet": {
+            "get": {
+                "operationId": "fleet",
+                "summary": "This daemon and the others sharing its metastore, with the number of "
+                "Running tasks each runs (as of the last ownership round)",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["member_id", "members"],
+                            "properties": {
+                                "member_id": {"type": "string"},
+                                "lease_seconds": {"type": "number"},
+                                "renewed": {"type": "boolean"},
+                                "lease_seconds_left": {"type": "number"},
+                                "members": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "member_id": {"type": "string"},
+                                            "address": {"type": ["string", "null"]},
+                                            "tasks": {"type": "integer"},
+                                            "self": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                        "The fleet",
+                    ),
+                },
+            },
+        },
         "/v1/tasks": {
             "get": {
                 "operationId": "listTasks",

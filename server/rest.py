@@ -13,6 +13,9 @@
                                          "channels": {channel: lag}}, ...] (the last hour),
                                          "states": [{"at", "kind", "from", "to", "reason",
                                          "by"}, ...] (the last 50 state and owner changes)}
+    GET    /v1/fleet                     200 {"member_id", "lease_seconds", "renewed",
+                                         "lease_seconds_left", "members": [{"member_id",
+                                         "address", "tasks", "self"}, ...]}
     POST   /v1/tasks/{task_id}/backfill  202 {"task": task, "job_id": ...}
                                          (body: {"collections": ["*"]}, optional; 409 while
                                          a backfill of the task is under way)
@@ -209,6 +212,11 @@ async def task_history(request: web.Request) -> web.Response:
     )
 
 
+@resource("list")
+async def fleet(request: web.Request) -> web.Response:
+    return json_response(request.app[SUPERVISOR].fleet_view())
+
+
 async def _job_body(request: web.Request, example: str) -> dict[str, Any]:
     """The body of a job request (none: every collection the task selects) with the path's
     task id."""
@@ -249,6 +257,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks/{task_id}/history", task_history),
     ("POST", "/tasks/{task_id}/backfill", backfill_task),
     ("POST", "/tasks/{task_id}/verify", verify_task),
+    ("GET", "/fleet", fleet),
 ]
 
 

@@ -34,6 +34,7 @@ from metastore import (
     ConcurrentUpdateError,
     FencedError,
     Lease,
+    Member,
     MetaStore,
     MetaStoreError,
     Position,
@@ -93,6 +94,7 @@ class TaskSupervisor:
         self._fences: dict[str, Fence] = {}  # the fence (and lease) of each runner
         self._states: dict[str, TaskState] = {}
         self._owners: dict[str, str] = {}  # task -> the member holding its lease
+        self._members: list[Member] = []  # the fleet, as of the last round
         self._remote: dict[str, dict[str, Any]] = {}  # progress other members publish
         self._lock = asyncio.Lock()
         self._changes = 0  # state changes made here: a round read before one is stale
@@ -260,6 +262,7 @@ class TaskSupervisor:
         async with self._lock:
             if changes != self._changes:
                 return
+            self._members = members
             previous = self._owners  # who held each task, as of the last round
             self._owners = {task_id: lease.owner for task_id, lease in leases.items()}
             self._remote = {
@@ -361,6 +364,27 @@ class TaskSupervisor:
                 await self._io(self._store.release_lease, fence.lease)
             except MetaStoreError as exc:
                 log.warning("lease of task %s not released (it expires): %s", task_id, exc)
+
+    def fleet_view(self) -> dict[str, Any]:
+        """This daemon and the fleet as of the last round: who is in it and how many tasks
+        each runs (``GET /v1/fleet``, the dashboard's header, ``cdc_fleet_*`` metrics)."""
+        me = self.fleet.member_id
+        runs = Counter(self._owners.values())
+        return {
+            "member_id": me,
+            "lease_seconds": self.fleet.lease_seconds,
+            "renewed": self.fleet.clock.remaining() > 0,
+            "lease_seconds_left": round(max(0.0, self.fleet.clock.remaining()), 3),
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "address": m.info.get("address"),
+                    "tasks": runs.get(m.member_id, 0),
+                    "self": m.member_id == me,
+                }
+                for m in self._members
+            ],
+        }
 
     async def owners(self) -> dict[str, str]:
         """The member holding each task's lease, as the store says now (as of the last round

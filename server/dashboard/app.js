@@ -312,6 +312,17 @@ async function refreshDetail() {
   renderProgressBars(task);
 }
 
+// Which daemon this page talks to, and how many share its metastore.
+async function refreshFleet() {
+  try {
+    const fleet = await api("GET", "/v1/fleet");
+    const others = fleet.members.filter((m) => !m.self).map((m) => `${m.member_id} (${m.tasks})`);
+    $("fleet").textContent = `daemon ${fleet.member_id}` + (others.length ? ` · with ${others.join(", ")}` : "");
+  } catch (error) {
+    $("fleet").textContent = "";
+  }
+}
+
 async function refreshStatus() {
   const pill = $("daemon-status");
   try {
@@ -338,6 +349,7 @@ async function refresh() {
     showMessage(`Cannot list tasks: ${error.message}`);
   }
   await refreshStatus();
+  await refreshFleet();
   state.refreshes += 1;
   document.body.setAttribute("data-refreshes", String(state.refreshes));
 }

@@ -234,6 +234,12 @@ def test_tasks_spread_fail_over_and_pause_anywhere(
         )
 
     wait_until(same_everywhere, 30, f"the same list from every daemon; logs: {logs}")
+    for name, daemon in daemons.items():  # each knows the fleet, and its metrics say so
+        status, _, fleet = daemon.request("GET", "/v1/fleet")
+        assert status == 200 and fleet["member_id"] == name
+        assert sorted(m["member_id"] for m in fleet["members"]) == ["a", "b", "c"]
+        assert sum(m["tasks"] for m in fleet["members"]) == 3
+        assert "cdc_fleet_members 3.0" in daemon.get("/metrics")[1].decode()
     print(
         f"fleet ({shared_store.kind}): {KILLS} kills, takeover seconds "
         f"min {min(takeovers):.2f} max {max(takeovers):.2f} "

@@ -67,7 +67,14 @@ def test_task_resource_lifecycle(daemon, milvus_lite_service):
         ("state", "Paused", "Running", ""),
     ]
     assert len({s["by"] for s in body["states"]}) == 1 and body["states"][0]["by"]
-    assert daemon.request("GET", "/v1/tasks/rest-1")[2]["task"]["owner"] == body["states"][0]["by"]
+    owner = daemon.request("GET", "/v1/tasks/rest-1")[2]["task"]["owner"]
+    assert owner == body["states"][0]["by"]
+    # a daemon alone is a fleet of one, running the task
+    status, _, fleet = daemon.request("GET", "/v1/fleet")
+    assert status == 200 and fleet["member_id"] == owner and fleet["renewed"] is True
+    assert fleet["members"] == [
+        {"member_id": owner, "address": f"127.0.0.1:{daemon.port}", "tasks": 1, "self": True}
+    ]
 
     status, headers, body = daemon.request("DELETE", "/v1/tasks/rest-1")
     assert (status, body) == (204, None)
