@@ -243,6 +243,8 @@ class TaskSupervisor:
             await self._store_lost(exc)
             return
         fleet.renewed(sent)
+        if fleet.clock.remaining() <= 0:
+            return  # answered, but too late to count: the next heartbeat will
         if self._store_trouble or self._stopped_said:
             log.info("metastore answers again; fleet member %s renews", fleet.member_id)
             self._store_trouble = ""
