@@ -160,6 +160,7 @@ def print_tasks(tasks: list[dict[str, Any]], out: TextIO) -> None:
             [
                 task["task_id"],
                 task["state"],
+                task.get("owner"),
                 progress.get("lag_seconds"),
                 task.get("rows_per_second"),
                 progress.get("rows"),
@@ -168,7 +169,17 @@ def print_tasks(tasks: list[dict[str, Any]], out: TextIO) -> None:
                 _short(task.get("reason") or ""),
             ]
         )
-    headers = ["TASK", "STATE", "LAG_S", "ROWS/S", "ROWS", "TARGET", "COLLECTIONS", "REASON"]
+    headers = [
+        "TASK",
+        "STATE",
+        "OWNER",
+        "LAG_S",
+        "ROWS/S",
+        "ROWS",
+        "TARGET",
+        "COLLECTIONS",
+        "REASON",
+    ]
     table(headers, rows, out)
 
 
@@ -178,6 +189,7 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
         ("task", task["task_id"]),
         ("state", task["state"]),
         ("reason", task.get("reason") or DASH),
+        ("runs on", task.get("owner") or DASH),
         ("target", target_text(task)),
         ("collections", collections_text(task)),
         ("replicate channel", (task.get("rpc_channel_info") or {}).get("name") or DASH),
@@ -306,6 +318,7 @@ def add_task_parser(commands: Any) -> None:
     action("pause", "pause a task")
     action("resume", "resume a task")
     action("delete", "delete a task")
+    action("fleet", "the daemons sharing the metastore and the tasks each runs", with_id=False)
 
     def job_action(name: str, help_text: str, follow: str) -> argparse.ArgumentParser:
         parser = action(name, help_text)
@@ -426,6 +439,21 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
             print(json.dumps(answer, indent=2), file=out)
         else:
             print_tasks(answer["tasks"], out)
+        return 0
+    if command == "fleet":
+        fleet = client.call("GET", "/v1/fleet")
+        if args.json:
+            print(json.dumps(fleet, indent=2), file=out)
+        else:
+            members = fleet["members"]
+            table(
+                ["DAEMON", "ADDRESS", "TASKS", ""],
+                [
+                    [m["member_id"], m["address"], m["tasks"], "(this one)" if m["self"] else ""]
+                    for m in members
+                ],
+                out,
+            )
         return 0
     if command == "get":
         task = client.task(args.task_id)

@@ -47,8 +47,8 @@ def daemon(daemon_factory):
 def test_task_commands(daemon, milvus_lite_service):
     url = daemon.cli_args
     empty = ok("task", "list", *url)
-    assert empty.split() == ["TASK", "STATE", "LAG_S", "ROWS/S", "ROWS", "TARGET", "COLLECTIONS",
-                             "REASON"]  # fmt: skip
+    assert empty.split() == ["TASK", "STATE", "OWNER", "LAG_S", "ROWS/S", "ROWS", "TARGET",
+                             "COLLECTIONS", "REASON"]  # fmt: skip
 
     created = ok(
         "task", "create", *url,
@@ -83,6 +83,11 @@ def test_task_commands(daemon, milvus_lite_service):
     assert again.stderr.strip() == "milvus-cdc: 409 Conflict: task cli-1 is already Paused"
     resumed = json.loads(ok("task", "resume", "cli-1", *url, "--json"))
     assert resumed["task"]["state"] == "Running"
+    # the daemon alone is the fleet, and runs the task
+    fleet = ok("task", "fleet", *url).splitlines()
+    assert fleet[0].split() == ["DAEMON", "ADDRESS", "TASKS"]
+    assert fleet[1].split()[1:] == [f"127.0.0.1:{daemon.port}", "1", "(this", "one)"]
+    assert ok("task", "list", *url).splitlines()[1].split()[2] == fleet[1].split()[0]
     detail = json.loads(ok("task", "get", "cli-1", *url, "--json"))
     assert detail["task"]["state"] == "Running" and isinstance(detail["positions"], list)
 
