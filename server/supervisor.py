@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from metastore import (
@@ -61,7 +61,7 @@ from server.api_models import (
     validate_create,
     validate_verify,
 )
-from server.errors import ConflictError, NotFoundError, UnavailableError
+from server.errors import ApiError, ConflictError, NotFoundError, UnavailableError
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
@@ -293,29 +293,44 @@ class TaskSupervisor:
                 lost = fence is not None and leases.get(task_id) != fence.lease
                 await self._stop_local(task_id, revoke=lost)
             for lease in plan.release:
-                await self._io(self._store.release_lease, lease)
+                await self._act(lease.task_id, self._io(self._store.release_lease, lease))
             for lease in plan.start:
-                await self._start_runner(by_id[lease.task_id], lease=lease)
+                task = by_id[lease.task_id]
+                await self._act(task.task_id, self._start_runner(task, lease=lease))
             for task_id in plan.take:
-                taken = await self._io(
-                    self._store.acquire_lease, task_id, fleet.member_id, fleet.lease_seconds
-                )
-                if taken is not None:
-                    with log_context(task_id=task_id):
-                        log.info("task taken by fleet member %s", fleet.member_id)
-                    await self._io(
-                        state_history.record,
-                        self._store,
-                        task_id,
-                        kind="owner",
-                        to=fleet.member_id,
-                        reason="no daemon held the task (new, resumed, or its daemon stopped "
-                        "renewing or handed it over)",
-                        by=fleet.member_id,
-                        **{"from": previous.get(task_id)},
-                    )
-                    self._owners[task_id] = fleet.member_id
-                    await self._start_runner(by_id[task_id], lease=taken)
+                await self._act(task_id, self._take(by_id[task_id], previous.get(task_id)))
+
+    async def _act(self, task_id: str, action: Awaitable[Any]) -> None:
+        """One action of a round; a task deleted or changed meanwhile, or a store that stops
+        answering, ends that action only (the next round looks again)."""
+        try:
+            await action
+        except (MetaStoreError, ApiError) as exc:
+            with log_context(task_id=task_id):
+                log.warning("fleet round: %s", exc)
+
+    async def _take(self, task: TaskRecord, previous_owner: str | None) -> None:
+        fleet = self.fleet
+        taken = await self._io(
+            self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
+        )
+        if taken is None:
+            return  # another member was quicker
+        with log_context(task_id=task.task_id):
+            log.info("task taken by fleet member %s", fleet.member_id)
+        await self._io(
+            state_history.record,
+            self._store,
+            task.task_id,
+            kind="owner",
+            to=fleet.member_id,
+            reason="no daemon held the task (new, resumed, or its daemon stopped renewing or "
+            "handed it over)",
+            by=fleet.member_id,
+            **{"from": previous_owner},
+        )
+        self._owners[task.task_id] = fleet.member_id
+        await self._start_runner(task, lease=taken)
 
     async def _store_lost(self, exc: MetaStoreError) -> None:
         """The store did not answer the round. Runners go on while the leases are surely
