@@ -291,6 +291,12 @@ class SourceCatalog:
         return records
 
     def _collections(self, only: int | None) -> dict[int, CollectionMeta]:
+        # The collection keys first, their fields, partitions and databases after (the reads
+        # are not one snapshot): a collection key is written in state Created only once its
+        # fields are (2.3-2.5: created in state Creating, then its fields, then Created; 2.6:
+        # the key last), so a Created collection read here always finds its fields. Read the
+        # other way round, a collection created between the two reads showed with none.
+        records = self._collection_records(only)
         databases = self.databases()
         fields = self._children("fields", only, schema_pb2.FieldSchema.FromString)
         structs = self._children(
@@ -303,7 +309,7 @@ class SourceCatalog:
             part_id, name, owner = decode_partition(value)
             partitions.setdefault(owner, {})[part_id] = name
         result = {}
-        for key_db_id, collection_id, info in self._collection_records(only):
+        for key_db_id, collection_id, info in records:
             schema = info.get("schema") or schema_pb2.CollectionSchema()
             schema.fields.extend(sorted(fields.get(collection_id, []), key=lambda f: f.fieldID))
             schema.struct_array_fields.extend(
