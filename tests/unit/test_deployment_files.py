@@ -294,6 +294,9 @@ def test_compose_stack_has_the_services_and_they_hold_together(compose):
     daemon = services["milvus-cdc"]
     build = COMPOSE.parent / daemon["build"]["context"]
     assert (build / daemon["build"]["dockerfile"]).is_file()
+    # the image that can backfill: the Dockerfile's last (default) stage
+    dockerfile = dockerfile_instructions((build / daemon["build"]["dockerfile"]).read_text())
+    assert stages(dockerfile)[-1][0].endswith(f" AS {daemon['build']['target']}")
     grace = daemon["stop_grace_period"]
     assert grace.endswith("s") and int(grace[:-1]) > DRAIN_BOUND
     for state in ("milvus-source", "milvus-target"):
@@ -322,6 +325,9 @@ def test_compose_daemon_environment_is_a_valid_configuration(compose):
     assert milvus["ETCD_ROOTPATH"] == source.root_path
     assert milvus["COMMON_CHANNAMEPREFIX_CLUSTER"] == source.root_path
     assert services["milvus-target"]["environment"]["ETCD_ROOTPATH"] != source.root_path
+    # a backfill reads the source Milvus's gRPC port
+    assert source.milvus.uri == "http://milvus-source:19530"
+    assert "19530:19530" in services["milvus-source"]["ports"]
     port = str(settings.host_port[1])
     assert f"{port}:{port}" in services["milvus-cdc"]["ports"]
     with pytest.raises(AssertionError, match="MYSQL_ROOT_PASSWORD"):
