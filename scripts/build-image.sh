@@ -15,6 +15,11 @@
 #   TARGETS="full slim"        (what to build)     MIRROR=http://deb.debian.org/debian
 #   WORKDIR=/tmp/milvus-cdc-image (debootstrap's root)
 #   CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt (given to pip as the build secret pip-ca; "" none)
+#   CHECK=1: then run the images with podman (milvus-cdc --help, java -version, import pyspark,
+#     serve until /readyz answers, the image's health check, SIGTERM exits 0; the slim image has
+#     neither Java nor pyspark). PODMAN="podman --runtime runc" and PODMAN_RUN_ARGS="--ulimit
+#     nofile=20000:20000 --ulimit nproc=32768:32768" were needed on our machines (crun refuses
+#     cgroup v1 hybrid mode; podman's default rlimits are above what the host allows).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -84,8 +89,42 @@ for target in $TARGETS; do
         full) name="$TAG:local" ;;
         *) name="$TAG:$target" ;;
     esac
-    # chroot isolation on the host's network: no daemon, nested namespaces or CNI needed
-    buildah bud --isolation chroot --network host --layers "${secret[@]}" \
+    # chroot isolation on the host's network: no daemon, nested namespaces or CNI needed;
+    # Docker's image format, as the OCI one has no HEALTHCHECK
+    buildah bud --format docker --isolation chroot --network host --layers "${secret[@]}" \
         --build-arg "PYTHON_IMAGE=$python_image" --target "$target" -t "$name" -f Dockerfile .
     echo "built $name from $python_image: $(buildah images --format '{{.Size}}' "$name")"
 done
+
+[ "${CHECK:-0}" = 1 ] || exit 0
+need podman podman
+PODMAN="${PODMAN:-podman}"
+read -r -a run_args <<< "${PODMAN_RUN_ARGS:-}"
+run() { $PODMAN run --rm --no-healthcheck "${run_args[@]}" "$@"; }
+full="$TAG:local"
+set -x
+run "$full" --help
+run --entrypoint java "$full" -version
+run --entrypoint sh "$full" -c 'echo "JAVA_HOME=$JAVA_HOME"; "$JAVA_HOME/bin/java" -version 2>&1 | head -1'
+run --entrypoint python3 "$full" -c "import pyspark; print('pyspark', pyspark.__version__)"
+run --entrypoint python3 "$full" -c "
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master('local[2]').config('spark.ui.enabled', 'false').getOrCreate()
+print('spark job sum', spark.sparkContext.parallelize(range(1000), 4).sum())
+spark.stop()"
+name="milvus-cdc-check-$$"
+$PODMAN run -d --name "$name" "${run_args[@]}" "$full"
+trap '$PODMAN rm -f -v "$name" >/dev/null 2>&1 || true' EXIT
+for _ in $(seq 1 60); do
+    $PODMAN exec "$name" python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8444/readyz', timeout=2)" \
+        2>/dev/null && break
+    sleep 1
+done
+$PODMAN exec "$name" python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8444/readyz').read().decode())"
+$PODMAN healthcheck run "$name"
+$PODMAN stop -t 45 "$name"
+[ "$($PODMAN inspect "$name" --format '{{.State.ExitCode}}')" = 0 ]
+if [[ " $TARGETS " == *" slim "* ]]; then
+    run --entrypoint sh "$TAG:slim" -c 'milvus-cdc --help >/dev/null && ! command -v java && ! python3 -c "import pyspark" 2>/dev/null'
+fi
+echo "checks passed"
