@@ -10,8 +10,16 @@ Starts, on free loopback ports under ``--data-dir`` (default ``./demo-data``):
 
 Then it creates a collection on the source, a task over HTTP, writes inserts, upserts and
 deletes, prints the task's progress until the target holds the same rows as the source
-(compared by primary key), prints what to try next, and serves until Ctrl-C or SIGTERM; then it
-stops every process it started, by PID. Each run starts from empty data.
+(compared by primary key, counted on the target), prints what to try next, and serves until
+Ctrl-C or SIGTERM; then it stops every process it started, by PID. Each run starts from empty
+data.
+
+The backfill, when this machine can run its Spark job (Java: ``java`` on PATH or JAVA_HOME; the
+``pyspark`` package): a second collection gets rows before any task exists, and a second task
+is created with a backfill of it, so its channels start at the WAL's end and those rows reach
+the target only through the backfill, whose progress (ranges, rows) is printed beside the rows
+the target holds; 20 rows written after it are then streamed. Without Java or pyspark the
+demo says the backfill is skipped and why.
 
 How the source is wired (the daemon needs its etcd and its RocksMQ directory):
 
@@ -37,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import importlib.util
 import json
 import os
 import random
@@ -71,6 +80,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".milvus-cdc-demo"
 ROOT_PATH = "by-dev"  # the source's etcd.rootPath and channel prefix (Milvus's defaults)
 COLLECTION = "demo_items"
+HISTORY = "demo_history"  # rows written before its task: copied by a backfill
+HISTORY_ROWS = 3000
+HISTORY_RANGE_ROWS = 1000  # backfill.rangeRows: three key ranges, three Spark tasks
 DIM = 8
 MATCH_LINE = "DEMO: target matches source"
 GRACEFUL_STOP_TIMEOUT_S = 5  # the source's common.gracefulStopTimeout
@@ -392,9 +404,11 @@ def start_target(base_dir: Path, timeout: float) -> tuple[Child, str]:
     return child, uri
 
 
-def start_daemon(base_dir: Path, port: int, source: Source, timeout: float) -> Child:
+def start_daemon(
+    base_dir: Path, port: int, source: Source, timeout: float, *, backfill: bool
+) -> Child:
     base_dir.mkdir(parents=True, exist_ok=True)
-    config = {
+    config: dict[str, Any] = {
         "address": f"{LOOPBACK}:{port}",
         "logFormat": "json",
         "drainTimeoutSeconds": 10,
@@ -410,6 +424,15 @@ def start_daemon(base_dir: Path, port: int, source: Source, timeout: float) -> C
             "rocksmq": {"path": str(source.rocksmq_path)},
         },
     }
+    if backfill:
+        # a backfill reads the source through its gRPC address, in a Spark job of its own
+        config["sourceConfig"]["milvus"] = {"uri": source.uri}
+        config["backfill"] = {
+            "sparkMaster": "local[2]",
+            "rangeRows": HISTORY_RANGE_ROWS,
+            "batchRows": 500,
+            "sparkConf": {"spark.ui.enabled": "false"},
+        }
     config_path = base_dir / "cdc.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
@@ -438,6 +461,24 @@ def start_daemon(base_dir: Path, port: int, source: Source, timeout: float) -> C
 # The workload
 
 
+def backfill_blocker() -> str:
+    """Why this machine cannot run the demo's backfill (a Spark job: Java and pyspark); ""
+    when it can."""
+    java_home = os.environ.get("JAVA_HOME")
+    has_java = shutil.which("java") is not None or bool(
+        java_home and (Path(java_home) / "bin" / "java").is_file()
+    )
+    missing = []
+    if not has_java:
+        missing.append(
+            "no Java runtime (no `java` on PATH, JAVA_HOME unset): "
+            "apt-get install openjdk-17-jre-headless"
+        )
+    if importlib.util.find_spec("pyspark") is None:
+        missing.append("no Python package pyspark: python3 -m pip install -e '.[backfill]'")
+    return "; ".join(missing)
+
+
 def make_rows(start: int, count: int, tag: str) -> list[dict[str, Any]]:
     rnd = random.Random(start)  # noqa: S311  (sample vectors)
     return [
@@ -446,11 +487,11 @@ def make_rows(start: int, count: int, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def rows_by_key(client: Any) -> dict[int, tuple[str, tuple[float, ...]]]:
-    """Every row of the demo collection by primary key (the demo stays under one query)."""
-    client.load_collection(COLLECTION)
+def rows_by_key(client: Any, collection: str) -> dict[int, tuple[str, tuple[float, ...]]]:
+    """Every row of a demo collection by primary key (each stays under one query)."""
+    client.load_collection(collection)
     found = client.query(
-        COLLECTION,
+        collection,
         filter="id >= 0",
         output_fields=["id", "title", "vec"],
         limit=16384,
@@ -461,19 +502,28 @@ def rows_by_key(client: Any) -> dict[int, tuple[str, tuple[float, ...]]]:
     }
 
 
-def write_source(client: Any) -> None:
+def create_collection(client: Any, collection: str) -> None:
     from pymilvus import DataType, MilvusClient
 
-    if client.has_collection(COLLECTION):
-        client.drop_collection(COLLECTION)
+    if client.has_collection(collection):
+        client.drop_collection(collection)
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
     schema.add_field("title", DataType.VARCHAR, max_length=64)
     index = client.prepare_index_params()
     index.add_index("vec", index_type="FLAT", metric_type="L2")
-    client.create_collection(COLLECTION, schema=schema, index_params=index)
-    say(f"source: created collection {COLLECTION!r} (id int64 pk, vec {DIM}-dim, title varchar)")
+    client.create_collection(collection, schema=schema, index_params=index)
+    say(f"source: created collection {collection!r} (id int64 pk, vec {DIM}-dim, title varchar)")
+
+
+def write_history(client: Any) -> None:
+    """Rows written before any task exists: only a backfill brings them to the target."""
+    create_collection(client, HISTORY)
+    for start in range(0, HISTORY_ROWS, 1000):
+        client.insert(HISTORY, make_rows(start, min(1000, HISTORY_ROWS - start), "history"))
+    client.flush(HISTORY)
+    say(f"source: inserted {HISTORY_ROWS} rows into {HISTORY!r} (ids 0-{HISTORY_ROWS - 1})")
 
 
 def write_changes(client: Any) -> None:
@@ -487,35 +537,72 @@ def write_changes(client: Any) -> None:
     say("source: inserted 20 more rows (ids 1000-1019)")
 
 
-def follow(port: int, task_id: str, source: Any, target: Any, timeout: float) -> int:
-    """Print progress until the target's rows equal the source's; returns the row count."""
-    expected = rows_by_key(source)
+@dataclass
+class Watched:
+    """A collection the demo follows and the task that replicates it."""
+
+    collection: str
+    task_id: str
+    backfill: bool = False  # the task was created with a backfill of the collection
+
+
+def backfill_text(backfill: dict[str, Any] | None) -> str:
+    if not backfill:
+        return "backfill -"
+    rows, ranges = backfill.get("rows_done", 0), backfill.get("ranges_done", 0)
+    return (
+        f"backfill {backfill.get('state')} {ranges}/{backfill.get('ranges_total', 0)} ranges, "
+        f"{rows}/{backfill.get('rows_total', 0)} rows ({backfill.get('percent', 0)}%)"
+    )
+
+
+def follow(port: int, watched: list[Watched], source: Any, target: Any, timeout: float) -> int:
+    """Print progress until the target's rows equal the source's in every watched collection
+    (and each backfill is done); returns the number of rows compared."""
+    expected = {w.collection: rows_by_key(source, w.collection) for w in watched}
     deadline = time.monotonic() + timeout
-    last_line = ""
+    last_key, last_said = "", 0.0
     while True:
-        task = cdc(port, "get", {"task_id": task_id})["task"]
-        progress = task.get("progress") or {}
-        lag = progress.get("lag_seconds")
-        target_rows: dict[int, tuple[str, tuple[float, ...]]] = {}
-        with contextlib.suppress(Exception):
-            if target.has_collection(COLLECTION):
-                target_rows = rows_by_key(target)
-        same = sum(1 for k, v in target_rows.items() if expected.get(k) == v)
-        # what the target holds, counted on the target; the task's own counter is of row
-        # writes (inserts and deletes) applied since its runner started, not of rows
-        line = (
-            f"progress: target has {len(target_rows)} rows, {same} of the source's "
-            f"{len(expected)} equal; task {task['state']}, lag "
-            f"{'-' if lag is None else f'{lag:.2f} s'}, {progress.get('rows', 0)} row writes "
-            "applied since it started"
-        )
-        if line != last_line:
-            say(line)
-            last_line = line
-        if target_rows == expected:
-            return len(expected)
-        if task["state"] == "Failed":
-            raise DemoError(f"the task failed: {json.dumps(task)}")
+        parts, keys, done = [], [], True
+        for item in watched:
+            task = cdc(port, "get", {"task_id": item.task_id})["task"]
+            progress = task.get("progress") or {}
+            if task["state"] == "Failed":
+                raise DemoError(f"the task failed: {json.dumps(task)}")
+            want = expected[item.collection]
+            have: dict[int, tuple[str, tuple[float, ...]]] = {}
+            with contextlib.suppress(Exception):
+                if target.has_collection(item.collection):
+                    have = rows_by_key(target, item.collection)
+            same = sum(1 for k, v in have.items() if want.get(k) == v)
+            lag = progress.get("lag_seconds")
+            # what the target holds, counted on the target; the task's own counter is of row
+            # writes (inserts and deletes) applied since its runner started, not of rows
+            rows = (
+                f"{item.collection}: target has {len(have)} rows, {same} of the source's "
+                f"{len(want)} equal; task {task['state']}"
+            )
+            writes = f"{progress.get('rows', 0)} row writes applied since it started"
+            key = f"{rows}, {writes}"
+            text = f"{rows}, lag {'-' if lag is None else f'{lag:.2f} s'}, {writes}"
+            if item.backfill:
+                backfill = progress.get("backfill")
+                key += f"; {backfill_text(backfill)}"
+                text += f"; {backfill_text(backfill)}"
+                state = (backfill or {}).get("state")
+                if state == "failed":
+                    raise DemoError(f"the backfill failed: {json.dumps(backfill)}")
+                done = done and state == "done"
+            parts.append(text)
+            keys.append(key)
+            done = done and have == want
+        # a line when something other than the lag changed, else every 10 s
+        now = time.monotonic()
+        if "|".join(keys) != last_key or now - last_said >= 10:
+            say("progress: " + " | ".join(parts))
+            last_key, last_said = "|".join(keys), now
+        if done:
+            return sum(len(rows) for rows in expected.values())
         if time.monotonic() >= deadline:
             raise DemoError(f"the target did not match the source within {timeout:g} s")
         time.sleep(1)
@@ -537,13 +624,17 @@ def prepare_data_dir(data_dir: Path) -> None:
         shutil.rmtree(data_dir / name, ignore_errors=True)
 
 
-def summary(port: int, task_id: str, source: Source, target_uri: str, data_dir: Path) -> str:
+def summary(
+    port: int, watched: list[Watched], source: Source, target_uri: str, data_dir: Path
+) -> str:
     base = f"http://{LOOPBACK}:{port}"
+    task_id = watched[0].task_id
+    tasks = ", ".join(f"task {w.task_id} ({w.collection})" for w in watched)
     return f"""
 The demo is running (logs and data under {data_dir}):
   source  Milvus 2.3.5   {source.uri}   (embedded etcd {source.etcd_endpoint}, RocksMQ {source.rocksmq_path})
   target  Milvus Lite    {target_uri}
-  daemon  milvus-cdc     {base}   (SQLite metastore), task {task_id}
+  daemon  milvus-cdc     {base}   (SQLite metastore), {tasks}
 
 Try:
   curl -s {base}/cdc -d '{{"request_type": "list"}}'
@@ -556,6 +647,18 @@ Write to the source (pymilvus: MilvusClient(uri="{source.uri}")) and watch the t
 Press Ctrl-C to stop everything."""  # noqa: E501
 
 
+def create_task(port: int, target_uri: str, collection: str, *, backfill: bool) -> Watched:
+    request: dict[str, Any] = {
+        "milvus_connect_param": {"uri": target_uri, "connect_timeout": 10},
+        "collection_infos": [{"name": collection}],
+    }
+    if backfill:
+        request["backfill"] = {"collections": ["*"]}
+    task_id = str(cdc(port, "create", request)["task_id"])
+    say(f"daemon: created task {task_id} (POST /cdc create) replicating {collection!r}")
+    return Watched(collection, task_id, backfill)
+
+
 def run(args: argparse.Namespace, children: list[Child]) -> None:
     from pymilvus import MilvusClient
 
@@ -565,38 +668,52 @@ def run(args: argparse.Namespace, children: list[Child]) -> None:
     milvus_lite_command()
     prepare_data_dir(data_dir)
     started = time.monotonic()
+    blocker = backfill_blocker()
 
     source = start_source(data_dir / "source", args.startup_timeout)
     children.append(source.child)
     target_child, target_uri = start_target(data_dir / "target", args.startup_timeout)
     children.append(target_child)
-    daemon = start_daemon(data_dir / "daemon", args.port, source, args.startup_timeout)
+    daemon = start_daemon(
+        data_dir / "daemon", args.port, source, args.startup_timeout, backfill=not blocker
+    )
     children.append(daemon)
 
     source_client = MilvusClient(uri=source.uri, dedicated=True)
     target_client = MilvusClient(uri=target_uri, dedicated=True)
     try:
-        write_source(source_client)
-        created = cdc(
-            args.port,
-            "create",
-            {
-                "milvus_connect_param": {"uri": target_uri, "connect_timeout": 10},
-                "collection_infos": [{"name": COLLECTION}],
-            },
-        )
-        task_id = str(created["task_id"])
-        say(f"daemon: created task {task_id} (POST /cdc create) replicating {COLLECTION!r}")
+        create_collection(source_client, COLLECTION)
+        if blocker:
+            say(f"backfill: skipped, this machine cannot run its Spark job: {blocker}")
+        else:
+            write_history(source_client)
+        watched = [create_task(args.port, target_uri, COLLECTION, backfill=False)]
+        if not blocker:
+            watched.append(create_task(args.port, target_uri, HISTORY, backfill=True))
+            say(
+                f"backfill: asked at create; the task's channels start at the WAL's end, so the "
+                f"{HISTORY_ROWS} rows of {HISTORY!r} reach the target only through the backfill "
+                f"(a Spark job, local[2], {HISTORY_ROWS // HISTORY_RANGE_ROWS} key ranges; "
+                f"log under {data_dir / 'daemon'})"
+            )
         write_changes(source_client)
-        count = follow(args.port, task_id, source_client, target_client, args.match_timeout)
+        count = follow(args.port, watched, source_client, target_client, args.match_timeout)
+        if not blocker:
+            source_client.insert(HISTORY, make_rows(HISTORY_ROWS, 20, "after-backfill"))
+            say(
+                f"backfill: done; source: inserted 20 rows into {HISTORY!r} (ids "
+                f"{HISTORY_ROWS}-{HISTORY_ROWS + 19}), which the task now streams"
+            )
+            count = follow(args.port, watched, source_client, target_client, args.match_timeout)
     finally:
         source_client.close()
         target_client.close()
+    collections = " and ".join(repr(w.collection) for w in watched)
     say(
-        f"{MATCH_LINE}: {count} rows equal by primary key "
+        f"{MATCH_LINE}: {count} rows equal by primary key in {collections} "
         f"({time.monotonic() - started:.1f} s after start)"
     )
-    say(summary(args.port, task_id, source, target_uri, data_dir))
+    say(summary(args.port, watched, source, target_uri, data_dir))
     while True:
         for child in children:
             if child.process.poll() is not None:

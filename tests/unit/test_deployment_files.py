@@ -68,6 +68,10 @@ def exec_form(args: str) -> list[str]:
     return value
 
 
+def stage_named(built, name: str) -> list[tuple[str, str]]:
+    return next(body for header, body in built if header.endswith(f" AS {name}"))
+
+
 def test_dockerfile_is_multi_stage_non_root_exec_form_with_a_health_check():
     instructions = dockerfile_instructions((REPO / "Dockerfile").read_text())
     assert {k for k, _ in instructions} <= INSTRUCTIONS
@@ -75,28 +79,38 @@ def test_dockerfile_is_multi_stage_non_root_exec_form_with_a_health_check():
     base = args["PYTHON_IMAGE"]
     assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-bookworm)?", base), base
     built = stages(instructions)
-    assert [f for f, _ in built] == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
-    final = dict(built[-1][1])
-    body = built[-1][1]
+    # two build stages (without and with the backfill extra), the shared runtime, then the slim
+    # image and, last (the default target), the one with Spark and Java
+    assert [f for f, _ in built] == [
+        "${PYTHON_IMAGE} AS build",
+        "build AS build-backfill",
+        "${PYTHON_IMAGE} AS runtime",
+        "runtime AS slim",
+        "runtime AS full",
+    ]
+    runtime = stage_named(built, "runtime")
+    shared = dict(runtime)
+    for name in ("slim", "full"):
+        body = stage_named(built, name)
+        user = dict(body)["USER"].split(":")[0]
+        assert user not in ("root", "0") and int(user) >= 1000
+        # the image gets the built environment, not the sources or a compiler
+        assert not any(k == "RUN" and "pip install" in a for k, a in body)
+        assert body[-1][0] == "USER", "USER last: the image's own RUN steps run as root"
 
-    user = final["USER"].split(":")[0]
-    assert user not in ("root", "0") and int(user) >= 1000
-    assert exec_form(final["ENTRYPOINT"]) == ["milvus-cdc"]
-    assert exec_form(final["CMD"]) == ["serve"]
-    assert final["STOPSIGNAL"] == "SIGTERM"
-    options, _, command = final["HEALTHCHECK"].partition("CMD ")
+    assert exec_form(shared["ENTRYPOINT"]) == ["milvus-cdc"]
+    assert exec_form(shared["CMD"]) == ["serve"]
+    assert shared["STOPSIGNAL"] == "SIGTERM"
+    options, _, command = shared["HEALTHCHECK"].partition("CMD ")
     assert "--interval=" in options and "--timeout=" in options
     probe = exec_form(command)
-    assert probe[0] == "python" and f":{DEFAULTS.host_port[1]}/readyz" in probe[-1]
+    # python3: the interpreter's name in python:3.11-slim and in a plain Debian 12 base alike
+    assert probe[0] == "python3" and f":{DEFAULTS.host_port[1]}/readyz" in probe[-1]
     compile(probe[-1], "healthcheck", "exec")  # the probe is valid Python
-    assert final["EXPOSE"] == str(DEFAULTS.host_port[1])
-
-    # the runtime stage gets the built environment, not the sources or a compiler
-    copies = [a for k, a in body if k == "COPY"]
-    assert copies[0] == "--from=build /opt/milvus-cdc /opt/milvus-cdc"
-    assert not any(k == "RUN" and "pip install" in a for k, a in body)
-    config_copy = next(c for c in copies if c.startswith("configs/"))
-    assert f"CDC_CONFIG={config_copy.split()[1]}" in final["ENV"]
+    assert shared["EXPOSE"] == str(DEFAULTS.host_port[1])
+    assert not any(k == "RUN" and "pip install" in a for k, a in runtime)
+    config_copy = next(a for k, a in runtime if k == "COPY" and a.startswith("configs/"))
+    assert f"CDC_CONFIG={config_copy.split()[1]}" in shared["ENV"]
     # every file copied from the build context exists and is not excluded by .dockerignore
     ignored = (REPO / ".dockerignore").read_text().split()
     for keyword, argument in instructions:
@@ -108,6 +122,34 @@ def test_dockerfile_is_multi_stage_non_root_exec_form_with_a_health_check():
     assert "tests" in ignored and ".git" in ignored
     # the entry point is the package's console script
     assert 'milvus-cdc = "server.cli:entrypoint"' in (REPO / "pyproject.toml").read_text()
+
+
+def test_default_image_can_backfill_and_the_slim_one_has_no_spark():
+    """The default target (the last stage) installs the backfill extra and a headless Java 17
+    with JAVA_HOME set; `--target slim` has neither."""
+    instructions = dockerfile_instructions((REPO / "Dockerfile").read_text())
+    built = stages(instructions)
+    assert built[-1][0].endswith(" AS full")  # docker build without --target builds this one
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^backfill = \["pyspark[^"]*"\]', pyproject, re.M)
+
+    installs = " ".join(a for k, a in stage_named(built, "build") if k == "RUN")
+    assert "pip install" in installs and "backfill" not in installs and "pyspark" not in installs
+    installs = " ".join(a for k, a in stage_named(built, "build-backfill") if k == "RUN")
+    assert "'.[backfill]'" in installs
+
+    full = stage_named(built, "full")
+    assert ("COPY", "--from=build-backfill /opt/milvus-cdc /opt/milvus-cdc") in full
+    runs = " ".join(a for k, a in full if k == "RUN")
+    assert "apt-get install" in runs and "openjdk-17-jre-headless" in runs
+    java_home = dict(full)["ENV"]
+    assert java_home == "JAVA_HOME=/usr/lib/jvm/java-17", java_home
+    assert "/usr/lib/jvm/java-17" in runs  # the link JAVA_HOME names, whatever the architecture
+
+    slim = stage_named(built, "slim")
+    assert ("COPY", "--from=build /opt/milvus-cdc /opt/milvus-cdc") in slim
+    assert not any(k == "RUN" for k, _ in slim)
+    assert "JAVA_HOME" not in " ".join(a for k, a in stage_named(built, "runtime") if k == "ENV")
 
 
 def test_the_image_build_installs_the_dashboard_files(tmp_path):
@@ -252,6 +294,9 @@ def test_compose_stack_has_the_services_and_they_hold_together(compose):
     daemon = services["milvus-cdc"]
     build = COMPOSE.parent / daemon["build"]["context"]
     assert (build / daemon["build"]["dockerfile"]).is_file()
+    # the image that can backfill: the Dockerfile's last (default) stage
+    dockerfile = dockerfile_instructions((build / daemon["build"]["dockerfile"]).read_text())
+    assert stages(dockerfile)[-1][0].endswith(f" AS {daemon['build']['target']}")
     grace = daemon["stop_grace_period"]
     assert grace.endswith("s") and int(grace[:-1]) > DRAIN_BOUND
     for state in ("milvus-source", "milvus-target"):
@@ -280,6 +325,9 @@ def test_compose_daemon_environment_is_a_valid_configuration(compose):
     assert milvus["ETCD_ROOTPATH"] == source.root_path
     assert milvus["COMMON_CHANNAMEPREFIX_CLUSTER"] == source.root_path
     assert services["milvus-target"]["environment"]["ETCD_ROOTPATH"] != source.root_path
+    # a backfill reads the source Milvus's gRPC port
+    assert source.milvus.uri == "http://milvus-source:19530"
+    assert "19530:19530" in services["milvus-source"]["ports"]
     port = str(settings.host_port[1])
     assert f"{port}:{port}" in services["milvus-cdc"]["ports"]
     with pytest.raises(AssertionError, match="MYSQL_ROOT_PASSWORD"):
