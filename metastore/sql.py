@@ -18,6 +18,7 @@ honest there too.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -161,9 +162,21 @@ def mysql_url_from_source(source: str) -> str:
 class SqlMetaStore:
     """One class for SQLite and MySQL; the dialect differences are the engine's business."""
 
-    def __init__(self, url: str, root_path: str, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        root_path: str,
+        *,
+        connect_timeout: float = 5.0,
+        session_timeout: float | None = None,
+    ) -> None:
+        """``session_timeout`` (MySQL): the server closes a connection of this store that says
+        nothing for that long, rolling its transaction back. A daemon cut off from the server
+        in the middle of a transaction (a position save holds its task row's lock) would
+        otherwise keep that lock for the server's ``wait_timeout`` (8 hours by default), and no
+        other daemon could take the task (the fleet passes ``fleet.leaseSeconds``)."""
         self.root_path = root_path
-        self._engine = _make_engine(url, connect_timeout)
+        self._engine = _make_engine(url, connect_timeout, session_timeout)
         self._is_mysql = self._engine.dialect.name == "mysql"
         try:
             _metadata.create_all(self._engine)
@@ -560,7 +573,7 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
-def _make_engine(url: str, connect_timeout: float) -> Engine:
+def _make_engine(url: str, connect_timeout: float, session_timeout: float | None) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=False
@@ -577,7 +590,7 @@ def _make_engine(url: str, connect_timeout: float) -> Engine:
     # read and write timeouts: a server that stops answering (a partition) fails the call
     # instead of hanging it, so a fleet member notices it cannot renew its leases
     timeout = max(1, int(connect_timeout))
-    return create_engine(
+    engine = create_engine(
         url,
         pool_pre_ping=True,
         pool_recycle=3600,
@@ -587,6 +600,19 @@ def _make_engine(url: str, connect_timeout: float) -> Engine:
             "write_timeout": 2 * timeout,
         },
     )
+    if session_timeout is not None:
+        seconds = max(2, math.ceil(session_timeout))
+
+        @event.listens_for(engine, "connect")
+        def _session_timeouts(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute(
+                f"SET SESSION wait_timeout = {seconds}, net_read_timeout = {seconds}, "
+                f"net_write_timeout = {seconds}"
+            )
+            cursor.close()
+
+    return engine
 
 
 def _brief(exc: BaseException) -> str:

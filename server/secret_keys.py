@@ -107,7 +107,7 @@ def key_source(settings: SecretsSettings, *, create: bool) -> KeySource:
 def open_task_store(settings: CdcSettings, *, create_key: bool = False) -> SealedMetaStore:
     """The configured metastore with the task secrets sealed by the configured keys."""
     keys = key_source(settings.secrets, create=create_key)
-    store: MetaStore = open_metastore(settings.metaStoreConfig)
+    store: MetaStore = open_metastore(settings.metaStoreConfig, settings.fleet.leaseSeconds)
     return SealedMetaStore(store, keys)
 
 

@@ -9,17 +9,17 @@ from metastore.etcd_connect import EtcdTls, connect_etcd
 from server.settings import EtcdSettings, MetaStoreSettings
 
 
-def _open_sqlite(config: MetaStoreSettings) -> MetaStore:
+def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore, sqlite_url
 
     return SqlMetaStore(sqlite_url(config.sqlitePath), config.rootPath)
 
 
-def _open_mysql(config: MetaStoreSettings) -> MetaStore:
+def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore, mysql_url_from_source
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
-    return SqlMetaStore(url, config.rootPath)
+    return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
 
 
 def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore[no-untyped-def]
@@ -35,21 +35,23 @@ def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore
     )
 
 
-def _open_etcd(config: MetaStoreSettings) -> MetaStore:
+def _open_etcd(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
     from metastore.etcd import EtcdMetaStore
 
     return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
 
 
-OPENERS: dict[str, Callable[[MetaStoreSettings], MetaStore]] = {
+OPENERS: dict[str, Callable[[MetaStoreSettings, float | None], MetaStore]] = {
     "sqlite": _open_sqlite,
     "mysql": _open_mysql,
     "etcd": _open_etcd,
 }
 
 
-def open_metastore(config: MetaStoreSettings) -> MetaStore:
-    return OPENERS[config.storeType](config)
+def open_metastore(config: MetaStoreSettings, lease_seconds: float | None = None) -> MetaStore:
+    """``lease_seconds``: the daemon's ``fleet.leaseSeconds`` (a MySQL store then bounds how
+    long a connection cut off mid-transaction keeps its locks; see ``SqlMetaStore``)."""
+    return OPENERS[config.storeType](config, lease_seconds)
 
 
 def describe_metastore(config: MetaStoreSettings) -> str:

@@ -63,7 +63,7 @@ class CuttableProxy:
                     if not data:
                         return
                     peers[sock].sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # closed under us (close(), or the peer went)
             return
         finally:
             client.close()

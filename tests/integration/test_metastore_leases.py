@@ -3,6 +3,7 @@ every backend on a real server. Two daemons are two stores opened on the same ro
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ from metastore import (
     FencedError,
     Lease,
     MetaStore,
+    MetaStoreUnavailableError,
     TaskNotFoundError,
     TaskState,
 )
@@ -170,3 +172,59 @@ def test_leases_need_a_stored_task_and_go_with_it(pair):
     assert second is not None and second.token > first.token
     with pytest.raises(FencedError):
         a.put_state("t1", "k", b"v", lease=first)
+
+
+def test_a_mysql_daemon_cut_off_inside_a_transaction_does_not_keep_its_task_locked(
+    mariadb_service, root_path
+):
+    """Daemon a saves a position (its transaction holds the task row's lock) and is cut off
+    from the server right then, the connection held open as in a partition. Its session
+    timeout makes the server roll that transaction back, so b takes the task once a's lease
+    expired; without it the lock would stay for the server's wait_timeout (8 hours)."""
+    import threading
+
+    from harness.cuttable_proxy import CuttableProxy
+    from sqlalchemy import text
+
+    from metastore.sql import SqlMetaStore, mysql_url_from_source
+
+    service = mariadb_service
+    direct = mysql_url_from_source(service.go_dsn)
+    with CuttableProxy(service.host, service.port) as proxy:
+        via_proxy = direct.replace(f":{service.port}/", f":{proxy.port}/")
+        a = SqlMetaStore(via_proxy, root_path, session_timeout=TTL)
+        b = SqlMetaStore(direct, root_path, session_timeout=TTL)
+        try:
+            a.create_task(make_task("t1"))
+            a.heartbeat("a", {}, TTL)
+            assert a.acquire_lease("t1", "a", TTL) is not None
+            locked = threading.Event()
+
+            def hold_the_lock() -> None:
+                with contextlib.suppress(Exception), a._engine.begin() as conn:
+                    conn.execute(
+                        text("SELECT revision FROM cdc_tasks WHERE task_id = 't1' FOR UPDATE")
+                    )
+                    locked.set()
+                    proxy.cut()  # the commit never reaches the server
+                    conn.execute(text("SELECT 1"))
+
+            holder = threading.Thread(target=hold_the_lock, daemon=True)
+            holder.start()
+            assert locked.wait(10)
+
+            def b_takes() -> Lease | None:
+                b.heartbeat("b", {}, TTL)
+                try:
+                    return b.acquire_lease("t1", "b", TTL)
+                except MetaStoreUnavailableError:  # waited on the lock past its read timeout
+                    return None
+
+            started = time.monotonic()
+            taken = wait_until(b_takes, 40)
+            assert isinstance(taken, Lease), "b could not take the task: a's lock was kept"
+            print(f"b took the task {time.monotonic() - started:.1f} s after the cut")
+        finally:
+            proxy.heal()
+            a.close()
+            b.close()
