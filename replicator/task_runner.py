@@ -25,7 +25,8 @@ class TaskRunner(Protocol):
 
     @property
     def finished(self) -> bool:
-        """Started, and its work has ended (stopped, failed, or fenced off)."""
+        """Started, and its work has ended without a failure it reported (fenced off, or the
+        task deleted): the supervisor may start the task again if it still holds it."""
 
     def status(self) -> dict[str, Any]:
         """Progress: rows, bytes, lag_seconds and per-channel details (JSON-able)."""

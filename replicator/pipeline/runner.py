@@ -155,6 +155,7 @@ class ReplicationRunner:
         self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
         self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
+        self._failure_reported = False  # the runner ended on a failure (see ``finished``)
         # set with _stop when an import is ready to copy: the workers stop, the runner goes on
         self._restart = threading.Event()
         self._thread: threading.Thread | None = None
@@ -239,8 +240,10 @@ class ReplicationRunner:
 
     @property
     def finished(self) -> bool:
-        """The runner's thread has ended (stopped, failed, fenced or the task deleted)."""
-        return self._thread is not None and not self._thread.is_alive()
+        """The runner's thread has ended without reporting a failure (fenced off, or the task
+        deleted): a failure is the supervisor's to record, through ``on_failure``."""
+        ended = self._thread is not None and not self._thread.is_alive()
+        return ended and not self._failure_reported
 
     def status(self) -> dict[str, Any]:
         """Progress for get/list and /metrics: totals and every channel that has seen data or
@@ -298,6 +301,7 @@ class ReplicationRunner:
                 self._report(f"internal error: {type(exc).__name__}: {exc}")
 
     def _report(self, reason: str) -> None:
+        self._failure_reported = True
         if self._loop is not None and not self._stop_requested:
             asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
 
