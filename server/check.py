@@ -77,9 +77,16 @@ def check_metastore(settings: CdcSettings) -> tuple[str, str]:
     try:
         store.ping()
         count = len(store.list_tasks())
+        daemons = [m.member_id for m in store.members()]
     finally:
         store.close()
-    return "", f"{count} task(s)"
+    if config.storeType == "sqlite":
+        fleet = "one daemon per database file"
+    else:
+        fleet = f"{len(daemons)} daemon(s) running on it" + (
+            f": {', '.join(daemons)}" if daemons else ""
+        )
+    return "", f"{count} task(s); {fleet}"
 
 
 def check_source_etcd(settings: CdcSettings, timeout: float) -> tuple[str, str]:

@@ -188,7 +188,8 @@ def test_check_a_stored_tasks_target_and_a_rocksmq_source(daemon, milvus_lite_se
     path.write_text(yaml.safe_dump(config))
     done = cli("check", "--config", str(path), "--task", "chk-1", "--task", "nope", "--json")
     results = {r["check"]: r for r in json.loads(done.stdout)}
-    assert results["metastore"]["ok"] and results["metastore"]["detail"] == "1 task(s)"
+    assert results["metastore"]["ok"]
+    assert results["metastore"]["detail"] == "1 task(s); one daemon per database file"
     assert results["source queue"]["ok"] and "RocksDB directory present" in done.stdout
     assert results["target of task chk-1"]["ok"]
     assert results["target of task chk-1"]["version"].startswith("milvus ")
