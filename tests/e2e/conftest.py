@@ -59,3 +59,25 @@ def stream(kafka_mock):
     source.tick_all()  # the topics exist before the task reads their ends
     yield source
     writer.close()
+
+
+@pytest.fixture
+def steady_writers(milvus_source):
+    """Starts SteadyWriters (tests/e2e/test_crash.py) on source collections; every one is
+    stopped at the end of the test, failed or not (a writer left running slows every later
+    test of the session)."""
+    from test_crash import SteadyWriter
+
+    started: list[SteadyWriter] = []
+
+    def start(collection: str) -> SteadyWriter:
+        writer = SteadyWriter(milvus_source.uri, collection)
+        writer.start()
+        started.append(writer)
+        return writer
+
+    yield start
+    for writer in started:
+        writer.stop.set()
+    for writer in started:
+        writer.join(timeout=60)

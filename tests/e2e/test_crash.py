@@ -72,7 +72,7 @@ class SteadyWriter(threading.Thread):
 
 
 def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
-    daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service
+    daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service, steady_writers
 ):
     name = f"crash_{uuid.uuid4().hex[:8]}"
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
@@ -85,8 +85,7 @@ def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
         ).start()
         task_id = create_task(daemon, milvus_lite_service.uri, name)
 
-        writer = SteadyWriter(milvus_source.uri, name)
-        writer.start()
+        writer = steady_writers(name)
         rnd = random.Random(2024)
         for _ in range(KILLS):
             time.sleep(rnd.uniform(0.3, 2.5))

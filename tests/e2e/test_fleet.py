@@ -26,7 +26,7 @@ from harness.cuttable_proxy import CuttableProxy
 from harness.daemon import Daemon
 from harness.services import wait_until
 from pymilvus import MilvusClient
-from test_crash import SteadyWriter, count
+from test_crash import count
 from test_replication import create_source_collection, create_task, rows, source_config
 
 from metastore import FencedError, MetaStore
@@ -150,7 +150,7 @@ def assert_target_equals_source(
 
 def test_tasks_spread_fail_over_and_pause_anywhere(
     daemon_factory, shared_store, milvus_source, etcd_service, kafka_mock, milvus_lite_service,
-    clients,
+    clients, steady_writers,
 ):  # fmt: skip
     source, target = clients
     store = shared_store.config()
@@ -173,9 +173,7 @@ def test_tasks_spread_fail_over_and_pause_anywhere(
         f"three tasks spread over three daemons; logs: {logs}",
     )
 
-    writers = [SteadyWriter(milvus_source.uri, name) for name in names]
-    for writer in writers:
-        writer.start()
+    writers = [steady_writers(name) for name in names]
     rnd = random.Random(11)
     takeovers: list[float] = []
     for _ in range(KILLS):
@@ -250,7 +248,7 @@ def test_tasks_spread_fail_over_and_pause_anywhere(
 
 def test_a_daemon_cut_from_its_store_stops_writing_before_its_lease_ends(
     daemon_factory, shared_store, milvus_source, etcd_service, kafka_mock, milvus_lite_service,
-    clients,
+    clients, steady_writers,
 ):  # fmt: skip
     source, target = clients
     name = f"cut_{uuid.uuid4().hex[:6]}"
@@ -269,8 +267,7 @@ def test_a_daemon_cut_from_its_store_stops_writing_before_its_lease_ends(
             daemon_factory, "b", shared_store.config(), milvus_source, etcd_service, kafka_mock
         ).start()
         logs = f"{a.log_path}, {b.log_path}"
-        writer = SteadyWriter(milvus_source.uri, name)
-        writer.start()
+        writer = steady_writers(name)
         time.sleep(3)
         assert owners(b)[task_id] == "a"
         store = shared_store.open()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harness.services import etcd_server, wait_until
 from pymilvus import MilvusClient
-from test_crash import SteadyWriter, count
+from test_crash import count
 from test_replication import create_source_collection, create_task, rows, source_config
 
 pytestmark = pytest.mark.e2e
@@ -81,8 +81,9 @@ def outage(request, tmp_path) -> Iterator[Outage]:
 
 
 def test_a_metastore_outage_under_load_loses_nothing(
-    daemon_factory, outage, milvus_source, etcd_service, kafka_mock, milvus_lite_service
-):
+    daemon_factory, outage, milvus_source, etcd_service, kafka_mock, milvus_lite_service,
+    steady_writers,
+):  # fmt: skip
     name = f"outage_{uuid.uuid4().hex[:6]}"
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
@@ -94,8 +95,7 @@ def test_a_metastore_outage_under_load_loses_nothing(
             fleet={"leaseSeconds": 6, "checkSeconds": 1},
         ).start()
         task_id = create_task(daemon, milvus_lite_service.uri, name)
-        writer = SteadyWriter(milvus_source.uri, name)
-        writer.start()
+        writer = steady_writers(name)
         wait_until(lambda: target.has_collection(name) and count(target, name) > 0, 60, "rows")
         before = daemon.call("position", {"task_id": task_id}).data["positions"]
 
