@@ -31,6 +31,8 @@ const number = (v, digits = 0) =>
 const when = (unix) => (unix ? new Date(unix * 1000).toISOString().replace("T", " ").slice(0, 19) : dash);
 
 class AuthError extends Error {}
+// A request that went out before the token was changed: its answer says nothing now.
+class Superseded extends Error {}
 
 function authHeaders() {
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -44,13 +46,15 @@ function showLogin(visible) {
 }
 
 async function api(method, path) {
+  const sent = sessionStorage.getItem(TOKEN_KEY);
   const headers = { Accept: "application/json", ...authHeaders() };
   const response = await fetch(path, { method, headers });
   if (response.status === 401) {
-    const hadToken = Boolean(sessionStorage.getItem(TOKEN_KEY));
-    sessionStorage.removeItem(TOKEN_KEY);
+    // a token entered (or a sign-out) while the request was on its way: its answer is moot
+    if (sessionStorage.getItem(TOKEN_KEY) !== sent) throw new Superseded("token changed");
+    if (sent) sessionStorage.removeItem(TOKEN_KEY);
     showLogin(true);
-    throw new AuthError(hadToken ? "the token was refused; enter another" : "enter an API token");
+    throw new AuthError(sent ? "the token was refused; enter another" : "enter an API token");
   }
   if (response.status === 204) return null;
   const body = await response.json().catch(() => ({}));
@@ -346,7 +350,7 @@ async function refresh() {
     if (!$("login").hidden) showLogin(false);
     if ($("message").textContent.startsWith("Cannot list tasks")) showMessage("");
   } catch (error) {
-    showMessage(`Cannot list tasks: ${error.message}`);
+    if (!(error instanceof Superseded)) showMessage(`Cannot list tasks: ${error.message}`);
   }
   await refreshStatus();
   await refreshFleet();
@@ -374,7 +378,7 @@ async function act(taskId, action, button) {
     else await api("POST", `${path}/${action}`);
     showMessage("");
   } catch (error) {
-    showMessage(`${action} ${taskId}: ${error.message}`);
+    if (!(error instanceof Superseded)) showMessage(`${action} ${taskId}: ${error.message}`);
   }
   await refresh();
 }
