@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
-from replicator.backfill.pages import MAX_BATCH, read_pages
-from replicator.backfill.proof import prove_range
+from replicator.backfill.pages import MAX_BATCH, read_pages, window_filter
+from replicator.backfill.proof import Run, prove_range
 from replicator.backfill.ranges import Key, literal
 
 
@@ -66,14 +66,17 @@ def pages_by_key(
     partition: str | None,
     batch: int,
     guarantee_ts: int = 0,
+    checked: bool = True,
 ) -> Iterator[list[dict[str, Any]]]:
     """``pages.read_pages`` on a pymilvus client (reads as ``MilvusRangeQuery``). pymilvus's
     query iterator pages the same way but puts a varchar key into its expression unescaped (a
     key holding a quote breaks it), and
     sends the hints that make 2.3.5 skip keys; here the cursor is a literal escaped by
-    ``ranges.literal`` and every page is checked against a count."""
+    ``ranges.literal`` and, unless ``checked`` is False, every page is checked against a
+    count."""
     query = MilvusRangeQuery(client, collection, fields, partition, guarantee_ts)
-    yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
+    everything = f"{pk} >= {_lowest(client, collection, pk)}"
+    yield from read_pages(query, pk, expr, batch, everything, checked)
 
 
 # Seconds added to a job's start (the daemon's clock) to make the timestamp its reads must see:
@@ -126,21 +129,25 @@ class MilvusRangeQuery:
             )
         )
 
-    def count(self, filter: str) -> int:
+    def count(self, filter: str, seen: bool = False) -> int:
+        """How many rows match ``filter``: with eventual consistency (see ``pages``), or, when
+        ``seen``, reading as ``rows`` does."""
+        consistency = self.consistency if seen else {"consistency_level": "Eventually"}
         result = self.client.query(
             self.collection,
             filter=filter,
             output_fields=["count(*)"],
             partition_names=self.partitions,
-            consistency_level="Eventually",
             timeout=120,
+            **consistency,
         )
         return int(result[0]["count(*)"])
 
 
 class SourceRange:
-    """One range of one partition on the source, for ``proof.prove_range``: its keys read
-    again in pages of ``MAX_BATCH`` (another size than the copy's), its rows by key."""
+    """One range of one partition on the source, for ``proof.prove_range``: the count of its
+    rows outside the written keys, its keys read again in pages of ``MAX_BATCH`` (another size
+    than the copy's), its rows by key."""
 
     def __init__(
         self,
@@ -172,6 +179,33 @@ class SourceRange:
         return rows_by_key(
             self.client, self.collection, self.pk, keys, self.partition, self.guarantee_ts
         )
+
+    def count_unwritten(self, after: Key | None, upto: Key | None, runs: list[Run]) -> int:
+        pk = self.pk
+        parts = [f"({self.expr})"] if self.expr else []
+        if runs:
+            parts.append(f"not ({excluding(pk, runs)})")
+        everything = f"{pk} >= {_lowest(self.client, self.collection, pk)}"
+        where = window_filter(pk, " and ".join(parts), after, upto, everything)
+        # read as the pages are (not Eventually, as the page checks' counts): the proof's count
+        # must see every key written before the job started
+        query = MilvusRangeQuery(
+            self.client, self.collection, [], self.partition, self.guarantee_ts
+        )
+        return query.count(where, seen=True)
+
+
+def excluding(pk: str, runs: list[Run]) -> str:
+    """A Milvus expression matching the keys of ``runs`` (one ``in [...]`` for the single keys,
+    an interval for each longer run)."""
+    singles = [literal(first) for first, last in runs if first == last]
+    terms = [f"{pk} in [{', '.join(singles)}]"] if singles else []
+    terms += [
+        f"({pk} >= {literal(first)} and {pk} <= {literal(last)})"
+        for first, last in runs
+        if first != last
+    ]
+    return " or ".join(terms)
 
 
 # keys per ``pk in [...]`` query of ``rows_by_key``
@@ -293,7 +327,10 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
 
             written: set[Key] = set()
             batch, seen = int(work["batch_rows"]), int(work.get("guarantee_ts") or 0)
-            pages = pages_by_key(source, name, pk, work["filter"], ["*"], partition, batch, seen)
+            # pages not checked against counts: the proof counts what they did not write
+            pages = pages_by_key(
+                source, name, pk, work["filter"], ["*"], partition, batch, seen, checked=False
+            )
             for page in read_ahead(pages):
                 write(page)
                 written.update(row[pk] for row in page)

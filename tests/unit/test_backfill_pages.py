@@ -176,3 +176,17 @@ def test_read_ahead_keeps_order_hands_errors_over_and_stops_when_left() -> None:
     assert next(reader) == [{"pk": 0}]
     reader.close()  # the consumer leaves: the producer stops with at most a page or two ahead
     assert len(produced) <= 3
+
+
+def test_unchecked_pages_ask_no_count_and_end_on_a_short_page() -> None:
+    """The copy's read (its proof counts what it missed): no count, no empty page at the end."""
+    keys = list(range(1050))
+    server = SegmentedServer(keys, 1, (1.0,))
+    read = list(read_pages(server, "pk", "", 100, "ALL", checked=False))
+    assert [r["pk"] for p in read for r in p] == keys
+    assert server.count_calls == 0 and server.row_calls == 11
+    # a server whose pages skip keys: the unchecked read misses some (the proof's counts see it)
+    many = list(range(3000))
+    skipping = SegmentedServer(many, 5, (2.8, 0.4))
+    unchecked = [r for p in read_pages(skipping, "pk", "", 100, "ALL", checked=False) for r in p]
+    assert len(unchecked) < len(many)
