@@ -15,9 +15,9 @@ key twice (rows inserted twice under one key, before a compaction) makes the che
 windows again, which costs queries, not rows.
 
 A reader whose completeness is proved otherwise (the backfill's copy: ``proof`` counts, after
-the copy, the rows of the range that it did not write) can leave the checks out
-(``checked=False``): every page is then read after the highest key of the page before, and the
-read ends on an empty page or a page shorter than asked, without a count.
+the copy, the rows of the range that it did not write) reads with ``read_unchecked``: every page
+after the highest key of the page before, ending on an empty page or a page shorter than asked,
+without a count, in whatever form the query answers (the copy's pages are protobuf columns).
 
 Counts are asked with eventual consistency: a Strong query on Milvus 2.3.5 waits for the next
 time tick (0.21 s measured, against 0.005 s), and a count served after a Strong page by the same
@@ -27,8 +27,8 @@ replica sees at least what the page saw. Pages and windows are read with Strong 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from replicator.backfill.ranges import Key, literal
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 16384
 
 Row = dict[str, Any]
+P = TypeVar("P")
 
 
 class RangeQuery(Protocol):
@@ -61,13 +62,12 @@ class PageReadError(RuntimeError):
 
 
 def read_pages(
-    query: RangeQuery, pk: str, expr: str, batch: int, everything: str, checked: bool = True
+    query: RangeQuery, pk: str, expr: str, batch: int, everything: str
 ) -> Iterator[list[Row]]:
     """The rows matching ``expr`` (``everything`` when empty) page by page, each page sorted by
     key, holding every key between the page before and its own highest key. A page shorter
     than ``batch`` ends the read only when nothing is counted after it; otherwise the read
-    ends on an empty page. ``checked=False``: no counts; the pages hold what the server
-    returned, and the read ends on the first page shorter than ``batch``."""
+    ends on an empty page."""
     batch = max(1, min(batch, MAX_BATCH))
     last: Key | None = None
     while True:
@@ -79,12 +79,6 @@ def read_pages(
         if last is not None and not page[0][pk] > last:
             raise PageReadError(f"query after {pk} > {literal(last)} returned a key not above it")
         high = page[-1][pk]
-        if not checked:
-            yield page
-            if len(page) < batch:
-                return
-            last = high
-            continue
         whole = query.count(window_filter(pk, expr, last, high, everything)) == len(page)
         if not whole:
             page, high = _window(query, pk, expr, last, page, everything)
@@ -97,6 +91,33 @@ def read_pages(
             and not query.count(window_filter(pk, expr, last, None, everything))
         ):
             return
+
+
+def read_unchecked(
+    rows: Callable[[str, int], P],
+    keys: Callable[[P], Sequence[Key]],
+    pk: str,
+    expr: str,
+    batch: int,
+    everything: str,
+) -> Iterator[P]:
+    """The pages ``rows(filter, limit)`` answers for ``expr`` (``everything`` when empty), each
+    asked after the highest of the ``keys`` of the page before, as they come (not sorted, not
+    checked: what they miss is for the caller to find). The read ends on an empty page or on a
+    page with fewer keys than ``batch``."""
+    batch = max(1, min(batch, MAX_BATCH))
+    last: Key | None = None
+    while True:
+        page = rows(window_filter(pk, expr, last, None, everything), batch)
+        found = keys(page)
+        if not found:
+            return
+        if last is not None and not min(found) > last:  # type: ignore[operator]
+            raise PageReadError(f"query after {pk} > {literal(last)} returned a key not above it")
+        yield page
+        if len(found) < batch:
+            return
+        last = max(found)
 
 
 def _window(
