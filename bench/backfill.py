@@ -44,7 +44,7 @@ from metastore.sql import SqlMetaStore, sqlite_url  # noqa: E402
 from replicator.backfill.job import EXIT_OK, JobOptions, plan_collection, run_job  # noqa: E402
 from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef  # noqa: E402
-from replicator.backfill.transfer import CLOCK_MARGIN  # noqa: E402
+from replicator.backfill.transfer import CLOCK_MARGIN, guarantee_after  # noqa: E402
 
 
 def create_collection(client: MilvusClient, name: str, dim: int) -> None:
@@ -183,8 +183,13 @@ def main() -> None:
         session.sparkContext.parallelize([1, 2], 2).map(lambda x: x).collect()
         first_task_s = time.perf_counter() - started
         started = time.perf_counter()
+        # read as the job's planning reads: at a timestamp the source has passed (a Strong read
+        # waits for a time tick per page)
         planned = plan_collection(
-            source, CollectionRef("default", "bench", "default", "x"), args.rows // 8
+            source,
+            CollectionRef("default", "bench", "default", "x"),
+            args.rows // 8,
+            guarantee_after(time.time() - CLOCK_MARGIN),
         )
         plan_s = time.perf_counter() - started
         assert sum(r.rows for r in planned.ranges) == args.rows

@@ -14,6 +14,11 @@ an empty page, or on a short whole page after which nothing is counted. A server
 key twice (rows inserted twice under one key, before a compaction) makes the check read its
 windows again, which costs queries, not rows.
 
+A reader whose completeness is proved otherwise (the backfill's copy: ``proof`` counts, after
+the copy, the rows of the range that it did not write) reads with ``read_unchecked``: every page
+after the highest key of the page before, ending on an empty page or a page shorter than asked,
+without a count, in whatever form the query answers (the copy's pages are protobuf columns).
+
 Counts are asked with eventual consistency: a Strong query on Milvus 2.3.5 waits for the next
 time tick (0.21 s measured, against 0.005 s), and a count served after a Strong page by the same
 replica sees at least what the page saw. Pages and windows are read with Strong consistency.
@@ -22,8 +27,8 @@ replica sees at least what the page saw. Pages and windows are read with Strong 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from replicator.backfill.ranges import Key, literal
 
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 16384
 
 Row = dict[str, Any]
+P = TypeVar("P")
 
 
 class RangeQuery(Protocol):
@@ -65,13 +71,15 @@ def read_pages(
     batch = max(1, min(batch, MAX_BATCH))
     last: Key | None = None
     while True:
-        page = sorted(query.rows(_where(pk, expr, last, None, everything), batch), key=_key(pk))
+        page = sorted(
+            query.rows(window_filter(pk, expr, last, None, everything), batch), key=_key(pk)
+        )
         if not page:
             return
         if last is not None and not page[0][pk] > last:
             raise PageReadError(f"query after {pk} > {literal(last)} returned a key not above it")
         high = page[-1][pk]
-        whole = query.count(_where(pk, expr, last, high, everything)) == len(page)
+        whole = query.count(window_filter(pk, expr, last, high, everything)) == len(page)
         if not whole:
             page, high = _window(query, pk, expr, last, page, everything)
         if page:
@@ -80,9 +88,36 @@ def read_pages(
         if (
             whole
             and len(page) < batch
-            and not query.count(_where(pk, expr, last, None, everything))
+            and not query.count(window_filter(pk, expr, last, None, everything))
         ):
             return
+
+
+def read_unchecked(
+    rows: Callable[[str, int], P],
+    keys: Callable[[P], Sequence[Key]],
+    pk: str,
+    expr: str,
+    batch: int,
+    everything: str,
+) -> Iterator[P]:
+    """The pages ``rows(filter, limit)`` answers for ``expr`` (``everything`` when empty), each
+    asked after the highest of the ``keys`` of the page before, as they come (not sorted, not
+    checked: what they miss is for the caller to find). The read ends on an empty page or on a
+    page with fewer keys than ``batch``."""
+    batch = max(1, min(batch, MAX_BATCH))
+    last: Key | None = None
+    while True:
+        page = rows(window_filter(pk, expr, last, None, everything), batch)
+        found = keys(page)
+        if not found:
+            return
+        if last is not None and not min(found) > last:  # type: ignore[operator]
+            raise PageReadError(f"query after {pk} > {literal(last)} returned a key not above it")
+        yield page
+        if len(found) < batch:
+            return
+        last = max(found)
 
 
 def _window(
@@ -94,7 +129,7 @@ def _window(
     keys = [row[pk] for row in page]
     while True:
         high = keys[-1]
-        where = _where(pk, expr, last, high, everything)
+        where = window_filter(pk, expr, last, high, everything)
         count = query.count(where)
         if count <= MAX_BATCH:
             # a margin over the count, for rows written in between
@@ -111,7 +146,9 @@ def _window(
         keys = keys[: len(keys) // 2]
 
 
-def _where(pk: str, expr: str, after: Key | None, upto: Key | None, everything: str) -> str:
+def window_filter(pk: str, expr: str, after: Key | None, upto: Key | None, everything: str) -> str:
+    """``expr`` (a Milvus expression) for the keys in ``(after, upto]`` (None: no bound), or
+    ``everything`` when there is nothing to say."""
     parts = []
     if after is not None:
         parts.append(f"{pk} > {literal(after)}")

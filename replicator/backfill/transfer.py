@@ -14,13 +14,14 @@ import json
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
-from replicator.backfill.pages import MAX_BATCH, read_pages
-from replicator.backfill.proof import prove_range
+from replicator.backfill.columns import ColumnPage, page_keys, query_columns, upsert_columns
+from replicator.backfill.pages import MAX_BATCH, read_pages, read_unchecked, window_filter
+from replicator.backfill.proof import Run, prove_range
 from replicator.backfill.ranges import Key, literal
 
 
@@ -73,7 +74,7 @@ def pages_by_key(
     sends the hints that make 2.3.5 skip keys; here the cursor is a literal escaped by
     ``ranges.literal`` and every page is checked against a count."""
     query = MilvusRangeQuery(client, collection, fields, partition, guarantee_ts)
-    yield from read_pages(query, pk, expr, batch, f"{pk} >= {_lowest(client, collection, pk)}")
+    yield from read_pages(query, pk, expr, batch, _everything(client, collection, pk))
 
 
 # Seconds added to a job's start (the daemon's clock) to make the timestamp its reads must see:
@@ -126,21 +127,25 @@ class MilvusRangeQuery:
             )
         )
 
-    def count(self, filter: str) -> int:
+    def count(self, filter: str, seen: bool = False) -> int:
+        """How many rows match ``filter``: with eventual consistency (see ``pages``), or, when
+        ``seen``, reading as ``rows`` does."""
+        consistency = self.consistency if seen else {"consistency_level": "Eventually"}
         result = self.client.query(
             self.collection,
             filter=filter,
             output_fields=["count(*)"],
             partition_names=self.partitions,
-            consistency_level="Eventually",
             timeout=120,
+            **consistency,
         )
         return int(result[0]["count(*)"])
 
 
 class SourceRange:
-    """One range of one partition on the source, for ``proof.prove_range``: its keys read
-    again in pages of ``MAX_BATCH`` (another size than the copy's), its rows by key."""
+    """One range of one partition on the source, for ``proof.prove_range``: the count of its
+    rows outside the written keys, its keys read again in pages of ``MAX_BATCH`` (another size
+    than the copy's), its rows by key."""
 
     def __init__(
         self,
@@ -173,6 +178,33 @@ class SourceRange:
             self.client, self.collection, self.pk, keys, self.partition, self.guarantee_ts
         )
 
+    def count_unwritten(self, after: Key | None, upto: Key | None, runs: list[Run]) -> int:
+        pk = self.pk
+        parts = [f"({self.expr})"] if self.expr else []
+        if runs:
+            parts.append(f"not ({excluding(pk, runs)})")
+        everything = _everything(self.client, self.collection, pk)
+        where = window_filter(pk, " and ".join(parts), after, upto, everything)
+        # read as the pages are (not Eventually, as the page checks' counts): the proof's count
+        # must see every key written before the job started
+        query = MilvusRangeQuery(
+            self.client, self.collection, [], self.partition, self.guarantee_ts
+        )
+        return query.count(where, seen=True)
+
+
+def excluding(pk: str, runs: list[Run]) -> str:
+    """A Milvus expression matching the keys of ``runs`` (one ``in [...]`` for the single keys,
+    an interval for each longer run)."""
+    singles = [literal(first) for first, last in runs if first == last]
+    terms = [f"{pk} in [{', '.join(singles)}]"] if singles else []
+    terms += [
+        f"({pk} >= {literal(first)} and {pk} <= {literal(last)})"
+        for first, last in runs
+        if first != last
+    ]
+    return " or ".join(terms)
+
 
 # keys per ``pk in [...]`` query of ``rows_by_key``
 KEYS_PER_QUERY = 500
@@ -198,6 +230,11 @@ def rows_by_key(
 
 
 _LOWEST: dict[tuple[int, str], str] = {}
+
+
+def _everything(client: MilvusClient, collection: str, pk: str) -> str:
+    """An expression matching every key."""
+    return f"{pk} >= {_lowest(client, collection, pk)}"
 
 
 def _lowest(client: MilvusClient, collection: str, pk: str) -> str:
@@ -233,9 +270,10 @@ def forget_clients() -> None:
 
 
 _DONE = object()
+T = TypeVar("T")
 
 
-def read_ahead(pages: Iterator[list[dict[str, Any]]]) -> Iterator[list[dict[str, Any]]]:
+def read_ahead(pages: Iterator[T]) -> Iterator[T]:
     """``pages`` with the next page read while the caller writes the current one: a page read
     is a Strong query, which waits for the source's next time tick (about 0.2 s on Milvus
     2.3.5); the wait then overlaps the target's upsert. At most one page is held ahead."""
@@ -281,6 +319,8 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
     source = cached_client(work["source"], work["db"])
     target = cached_client(work["target"], work["target_db"])
     pk, name, target_name = work["pk"], work["name"], work["target_name"]
+    db, target_db = work["db"], work["target_db"]
+    batch, seen = int(work["batch_rows"]), int(work.get("guarantee_ts") or 0)
     rows = added = 0
     try:
         for partition in work["partitions"] or [None]:
@@ -292,12 +332,17 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
                     target.upsert(target_name, page)
 
             written: set[Key] = set()
-            batch, seen = int(work["batch_rows"]), int(work.get("guarantee_ts") or 0)
-            pages = pages_by_key(source, name, pk, work["filter"], ["*"], partition, batch, seen)
+
+            def query(where: str, limit: int, partition: str | None = partition) -> ColumnPage:
+                return query_columns(source, db, name, pk, where, partition, limit, seen)
+
+            # pages as columns, not checked against counts: the proof counts what they missed
+            everything = _everything(source, name, pk)
+            pages = read_unchecked(query, page_keys, pk, work["filter"], batch, everything)
             for page in read_ahead(pages):
-                write(page)
-                written.update(row[pk] for row in page)
-                rows += len(page)
+                upsert_columns(target, target_db, target_name, partition, page)
+                written.update(page.keys)
+                rows += len(page.keys)
             side = SourceRange(source, name, pk, work["filter"], partition, seen)
             added += prove_range(side, pk, written, write)
     except BaseException:

@@ -1,0 +1,102 @@
+"""Pages copied as columns: the source's query answer (protobuf ``FieldData``, column by column)
+sent on as the target's upsert, never turned into Python rows.
+
+pymilvus turns a query answer into one dict per row, and an upsert's rows back into columns,
+field by field and row by row: measured with cProfile on 100,000 rows read and upserted by
+pymilvus, 8.6 of 9.5 s went to that packing. A copy needs of a page only its keys (the cursor,
+the proof); the columns go to the target as they came, as ``DESIGN.md`` asks of the stream's
+inserts. The requests are Milvus's public gRPC API (``QueryRequest``, ``UpsertRequest``, the
+generated types pymilvus ships), sent through the pymilvus client's channel, so its address, TLS
+and credentials apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pymilvus import MilvusClient
+from pymilvus.exceptions import MilvusException
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from replicator.backfill.ranges import Key
+
+TIMEOUT = 120.0
+# status code of a query on a collection without rows (pymilvus answers it with no rows)
+EMPTY_COLLECTION = 26
+
+
+@dataclass(frozen=True)
+class ColumnPage:
+    keys: list[Key]  # in the order of the rows, not sorted
+    fields: list[Any]  # schema_pb2.FieldData, one per field
+
+
+def query_columns(
+    client: MilvusClient,
+    db: str,
+    collection: str,
+    pk: str,
+    expr: str,
+    partition: str | None,
+    limit: int,
+    guarantee_ts: int,
+) -> ColumnPage:
+    """Every field of the rows matching ``expr`` (at most about ``limit``), read as
+    ``transfer.MilvusRangeQuery`` reads: seeing every write up to ``guarantee_ts`` (0:
+    Strong)."""
+    request = milvus_pb2.QueryRequest(
+        db_name=db,
+        collection_name=collection,
+        expr=expr,
+        output_fields=["*"],
+        partition_names=[partition] if partition else [],
+        guarantee_timestamp=guarantee_ts,
+        consistency_level=common_pb2.Customized if guarantee_ts else common_pb2.Strong,
+        use_default_consistency=False,
+        query_params=[common_pb2.KeyValuePair(key="limit", value=str(limit))],
+    )
+    response = _stub(client).Query(request, timeout=TIMEOUT)
+    if EMPTY_COLLECTION in (response.status.code, response.status.error_code):
+        return ColumnPage([], [])
+    _check(response.status, f"query of {collection}")
+    fields = list(response.fields_data)
+    column = next((field for field in fields if field.field_name == pk), None)
+    if column is None:
+        if not fields:
+            return ColumnPage([], [])
+        raise MilvusException(message=f"a query of {collection} answered without its key {pk}")
+    scalars = column.scalars
+    data = scalars.long_data.data if scalars.HasField("long_data") else scalars.string_data.data
+    return ColumnPage(list(data), fields)
+
+
+def upsert_columns(
+    client: MilvusClient, db: str, collection: str, partition: str | None, page: ColumnPage
+) -> None:
+    """Upsert ``page``'s rows, as the source answered them, into ``collection``."""
+    request = milvus_pb2.UpsertRequest(
+        db_name=db,
+        collection_name=collection,
+        partition_name=partition or "",
+        num_rows=len(page.keys),
+    )
+    request.fields_data.extend(page.fields)
+    for field in request.fields_data:
+        field.field_id = 0  # the target's field ids are its own: fields go by name
+    response = _stub(client).Upsert(request, timeout=TIMEOUT)
+    _check(response.status, f"upsert into {collection}")
+
+
+def page_keys(page: ColumnPage) -> list[Key]:
+    return page.keys
+
+
+def _stub(client: MilvusClient) -> Any:
+    return client._get_connection()._stub
+
+
+def _check(status: Any, what: str) -> None:
+    code = status.code or status.error_code
+    if code:
+        raise MilvusException(code=code, message=f"{what}: {status.reason}")
