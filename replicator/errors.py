@@ -8,6 +8,7 @@ CdcError                          retriable = False unless said otherwise
 │   └── SourceConfigError         a WAL cannot be opened with the settings given (ValueError)
 ├── SinkError
 │   ├── TargetUnavailableError    the target cannot be reached or timed out (retriable)
+│   ├── SinkSessionLostError      a target transaction failed: the runner connects again
 │   └── TargetRejectedError       the target refused the request; ``rejection`` says why
 └── TaskFailedError               needs an operator: the task stops with the message as reason
     └── UnfollowableSwitchError   the source moved its WAL where this daemon cannot read
@@ -67,6 +68,14 @@ class SinkError(CdcError):
 
 
 class TargetUnavailableError(SinkError):
+    retriable = True
+
+
+class SinkSessionLostError(SinkError):
+    """A transaction of a transactional target (Kafka) failed and its outcome is the target's
+    to tell: the task's workers stop and the runner connects again, starting from what the
+    target committed (retried with backoff, never a channel's own rewind)."""
+
     retriable = True
 
 

@@ -55,7 +55,8 @@ class MilvusConnectParam(_Strict):
 class KafkaSasl(_Strict):
     username: str = ""
     password: SecretStr = SecretStr("")
-    mechanisms: str = ""
+    mechanisms: str = ""  # the Go tool's spelling
+    mechanism: str = ""
     security_protocol: str = ""
 
 
@@ -64,6 +65,11 @@ class KafkaConnectParam(_Strict):
     topic: str = ""
     enable_sasl: bool = False
     sasl: KafkaSasl | None = None
+    # ours: DDL events to a topic of their own (needed when ``topic`` has placeholders)
+    ddl_topic: str = ""
+    # ours: where the task's committed positions live (compacted; shared by tasks)
+    positions_topic: str = ""
+    connect_timeout: int = Field(default=0, ge=0, le=MAX_CONNECT_TIMEOUT)
 
 
 class CollectionInfo(_Strict):
@@ -168,10 +174,16 @@ def parse_model(model: type[M], data: Any, where: str = "request_data") -> M:
 
 def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]:
     """Check a create request and return the task spec to store (JSON-able, secrets included)."""
-    if req.kafka_connect_param is not None and req.kafka_connect_param.address:
+    kafka = req.kafka_connect_param
+    if kafka is not None and not kafka.address and not kafka.topic:
+        kafka = None  # the Go tool's clients send it empty beside milvus_connect_param
+    if kafka is not None and req.milvus_connect_param is not None:
         raise BadRequestError(
-            "kafka_connect_param: a Kafka target is not supported; give milvus_connect_param"
+            "give one target: milvus_connect_param (a Milvus) or kafka_connect_param (a Kafka "
+            "topic), not both"
         )
+    if kafka is not None:
+        _no_kafka_option(req)
     if req.positions:
         raise BadRequestError("positions: start positions per channel are not supported")
     buffer = req.buffer_config or BufferConfig()
@@ -184,7 +196,11 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         raise BadRequestError(
             "task_id: must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
         )
-    connect = _validate_connect(req.milvus_connect_param)
+    target = (
+        {"kafka_connect_param": _validate_kafka(kafka)}
+        if kafka is not None
+        else {"milvus_connect_param": _validate_connect(req.milvus_connect_param)}
+    )
     selection = _validate_selection(req, settings.maxNameLength)
     mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
     channel = req.rpc_channel_info or ChannelInfo()
@@ -194,7 +210,7 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
     if channel.position:
         raise BadRequestError("rpc_channel_info.position: start positions are not supported")
     spec: dict[str, Any] = {
-        "milvus_connect_param": connect,
+        **target,
         "rpc_channel_info": {"name": channel_name},
         "extra_info": (req.extra_info or ExtraInfo()).model_dump(),
         "buffer_config": (req.buffer_config or BufferConfig()).model_dump(),
@@ -286,6 +302,90 @@ def _selected_names(
 
 def _collection_list(infos: list[CollectionInfo]) -> list[dict[str, Any]]:
     return [{"name": i.name, "use_start_position": i.use_start_position} for i in infos]
+
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_BROKER = re.compile(r"[A-Za-z0-9._-]+:[0-9]{1,5}")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _no_kafka_option(req: CreateRequest) -> None:
+    """What a Kafka target cannot do, refused by name."""
+    if req.backfill is not None:
+        raise BadRequestError(
+            "backfill: a Kafka target takes no backfill (events start where the task starts)"
+        )
+    if req.verify is not None:
+        raise BadRequestError("verify: a Kafka target cannot be verified against the source")
+    if req.extra_info is not None and req.extra_info.enable_user_role:
+        raise BadRequestError(
+            "extra_info.enable_user_role: users and roles are not sent to a Kafka target"
+        )
+
+
+def _validate_kafka(param: KafkaConnectParam) -> dict[str, Any]:
+    where = "kafka_connect_param"
+    brokers = [b.strip() for b in param.address.split(",")]
+    if not param.address or not all(_BROKER.fullmatch(b) for b in brokers):
+        raise BadRequestError(
+            f"{where}.address: {param.address!r} is not a list of brokers like host:9092[,...]"
+        )
+    templated = "{" in param.topic
+    for name, topic in (
+        ("topic", param.topic),
+        ("ddl_topic", param.ddl_topic),
+        ("positions_topic", param.positions_topic),
+    ):
+        if not topic and name != "topic":
+            continue
+        concrete = topic.replace("{db}", "db").replace("{collection}", "collection")
+        if not _TOPIC.fullmatch(concrete) or (name != "topic" and concrete != topic):
+            placeholders = " ({db} and {collection} may be used)" if name == "topic" else ""
+            raise BadRequestError(
+                f"{where}.{name}: {topic!r} is not a Kafka topic name: 1-249 letters, digits, "
+                f"'.', '_' or '-'{placeholders}"
+            )
+    if templated and not param.ddl_topic:
+        raise BadRequestError(
+            f"{where}.ddl_topic: required when topic has placeholders (database events belong "
+            "to no collection)"
+        )
+    connect: dict[str, Any] = {
+        "address": ",".join(brokers),
+        "topic": param.topic,
+        "enable_sasl": param.enable_sasl,
+        "connect_timeout": param.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+    }
+    if param.ddl_topic:
+        connect["ddl_topic"] = param.ddl_topic
+    if param.positions_topic:
+        connect["positions_topic"] = param.positions_topic
+    if param.enable_sasl:
+        sasl = param.sasl or KafkaSasl()
+        password = sasl.password.get_secret_value()
+        if not sasl.username or not password:
+            raise BadRequestError(f"{where}.sasl: enable_sasl needs a username and a password")
+        if sasl.mechanism and sasl.mechanisms and sasl.mechanism != sasl.mechanisms:
+            raise BadRequestError(f"{where}.sasl: mechanism and mechanisms disagree")
+        mechanism = (sasl.mechanism or sasl.mechanisms or "PLAIN").upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise BadRequestError(
+                f"{where}.sasl.mechanism: {mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}"
+            )
+        protocol = (sasl.security_protocol or "SASL_PLAINTEXT").upper()
+        if protocol not in SASL_PROTOCOLS:
+            raise BadRequestError(
+                f"{where}.sasl.security_protocol: {protocol!r} is not one of "
+                f"{', '.join(SASL_PROTOCOLS)}"
+            )
+        connect["sasl"] = {
+            "username": sasl.username,
+            "password": password,
+            "mechanism": mechanism,
+            "security_protocol": protocol,
+        }
+    return connect
 
 
 def _validate_connect(param: MilvusConnectParam | None) -> dict[str, Any]:
@@ -425,8 +525,33 @@ def target_identity(connect: dict[str, Any]) -> tuple[str, int]:
 def public_view(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec as responses show it: no password, no token."""
     view = dict(spec)
+    if spec.get("kafka_connect_param"):
+        kafka = dict(spec["kafka_connect_param"])
+        if kafka.get("sasl"):
+            kafka["sasl"] = {k: v for k, v in kafka["sasl"].items() if k != "password"}
+        view["kafka_connect_param"] = kafka
+        return view
     connect = dict(spec["milvus_connect_param"])
     connect.pop("password", None)
     connect.pop("token", None)
     view["milvus_connect_param"] = connect
     return view
+
+
+def target_key(spec: dict[str, Any]) -> tuple[str, ...]:
+    """What a task writes to, comparable between tasks: a Milvus (host, port) or a Kafka
+    cluster's first broker and the topic."""
+    kafka = spec.get("kafka_connect_param")
+    if kafka:
+        return "kafka", kafka["address"].split(",")[0].lower(), kafka["topic"]
+    host, port = target_identity(spec["milvus_connect_param"])
+    return "milvus", host, str(port)
+
+
+def target_label(spec: dict[str, Any]) -> str:
+    """The target as logs and views name it: ``host:port`` or ``kafka://brokers/topic``."""
+    kafka = spec.get("kafka_connect_param")
+    if kafka:
+        return f"kafka://{kafka['address']}/{kafka['topic']}"
+    host, port = target_identity(spec["milvus_connect_param"])
+    return f"{host}:{port}"

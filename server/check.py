@@ -156,6 +156,25 @@ def check_target(connect: dict[str, Any]) -> tuple[str, str]:
         raise CheckFailedError(exc.message.removeprefix("milvus_connect_param: ")) from None
 
 
+def check_kafka_target(param: dict[str, Any], timeout: float) -> tuple[str, str]:
+    """A Kafka target's brokers answer; whether its topics exist yet (a broker that creates
+    topics on first use makes them with the first event)."""
+    from replicator.errors import TargetUnavailableError
+    from replicator.sinks.kafka import DEFAULT_POSITIONS_TOPIC, probe
+
+    try:
+        topics = set(probe(param, timeout))
+    except TargetUnavailableError as exc:
+        raise CheckFailedError(str(exc)) from None
+    wanted = [param["topic"], param.get("positions_topic") or DEFAULT_POSITIONS_TOPIC]
+    if param.get("ddl_topic"):
+        wanted.append(param["ddl_topic"])
+    named = [t for t in wanted if "{" not in t]
+    missing = [t for t in named if t not in topics]
+    detail = f"topics missing (made on first use if the broker allows): {', '.join(missing)}"
+    return "kafka", detail if missing else "topics present"
+
+
 # --- running them --------------------------------------------------------------------------------
 def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
     connect: dict[str, Any] = {"uri": args.target, "connect_timeout": max(1, int(args.timeout))}
@@ -179,6 +198,10 @@ def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str,
                 found.append((f"target of task {task_id}", "no such task in the metastore"))
             elif problem is not None:
                 found.append((f"target of task {task_id}", problem))
+            elif task.spec.get("kafka_connect_param"):
+                found.append(
+                    (f"target of task {task_id}", {"kafka": dict(task.spec["kafka_connect_param"])})
+                )
             else:
                 found.append((f"target of task {task_id}", dict(task.spec["milvus_connect_param"])))
         return found
@@ -211,6 +234,12 @@ def run_checks(args: argparse.Namespace, settings: CdcSettings) -> list[CheckRes
     for name, connect in targets:
         if isinstance(connect, str):
             planned.append((name, "", connect))
+            continue
+        if "kafka" in connect:
+            kafka = connect["kafka"]
+            secrets.append(str((kafka.get("sasl") or {}).get("password") or ""))
+            where = f"kafka://{kafka['address']}/{kafka['topic']}"
+            planned.append((name, where, functools.partial(check_kafka_target, kafka, timeout)))
             continue
         connect = {**connect, "connect_timeout": min(connect["connect_timeout"], timeout)}
         secrets += [connect.get("password") or "", connect.get("token") or ""]

@@ -12,6 +12,7 @@ import sys
 
 from metastore import MetaStoreError
 from server.check import add_check_parser, run_check_command
+from server.cli_events import add_events_parser, run_events_command
 from server.cli_secrets import add_secrets_parser, run_secrets_command
 from server.cli_tasks import CliError, add_task_parser, run_task_command
 from server.logs import configure_logging
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_task_parser(commands)
     add_check_parser(commands)
     add_secrets_parser(commands)
+    add_events_parser(commands)
     return parser
 
 
@@ -60,11 +62,12 @@ def main(argv: list[str] | None = None, default_command: str | None = None) -> i
     if args.command == "config":
         print(json.dumps(redacted(settings), indent=2))
         return 0
-    if args.command in ("task", "check", "secrets"):
+    if args.command in ("task", "check", "secrets", "events"):
         run = {
             "task": run_task_command,
             "check": run_check_command,
             "secrets": run_secrets_command,
+            "events": run_events_command,
         }[args.command]
         try:
             return run(args, settings, sys.stdout)

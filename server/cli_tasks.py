@@ -134,6 +134,9 @@ def _time(unix: float | None) -> str:
 
 
 def target_text(task: dict[str, Any]) -> str:
+    kafka = task.get("kafka_connect_param")
+    if kafka:
+        return f"kafka://{kafka.get('address')}/{kafka.get('topic')}"
     connect = task.get("milvus_connect_param") or {}
     return str(connect.get("uri") or f"{connect.get('host')}:{connect.get('port')}")
 
@@ -353,6 +356,13 @@ def add_task_parser(commands: Any) -> None:
         metavar="[DB.]NAME",
         help="a collection to replicate ('*' for all; repeatable; default: all)",
     )
+    create.add_argument(
+        "--kafka-target",
+        metavar="BROKERS/TOPIC",
+        help="a Kafka topic instead of a Milvus: host:9092[,host2:9092]/topic (see README, "
+        "'Kafka targets'); SASL with --username and --password-env",
+    )
+    create.add_argument("--ddl-topic", help="with --kafka-target: DDL events on their own topic")
     create.add_argument("--task-id", help="the task's id (default: generated)")
     create.add_argument("--username", help="target user (with --password-env)")
     create.add_argument("--password-env", metavar="VAR", help="environment variable with it")
@@ -390,6 +400,29 @@ def secret_from_env(variable: str) -> str:
     return value
 
 
+def by_database(args: argparse.Namespace) -> dict[str, list[dict[str, str]]]:
+    by_db: dict[str, list[dict[str, str]]] = {}
+    for name in args.collection or ["*"]:
+        db, _, collection = name.rpartition(".")
+        by_db.setdefault(db or "default", []).append({"name": collection})
+    return by_db
+
+
+def kafka_param(args: argparse.Namespace) -> dict[str, Any]:
+    brokers, slash, topic = args.kafka_target.partition("/")
+    if not slash or not brokers or not topic:
+        raise CliError("--kafka-target: give BROKERS/TOPIC, e.g. localhost:9092/milvus-events")
+    param: dict[str, Any] = {"address": brokers, "topic": topic}
+    if args.ddl_topic:
+        param["ddl_topic"] = args.ddl_topic
+    if args.connect_timeout:
+        param["connect_timeout"] = args.connect_timeout
+    if args.username:
+        password = secret_from_env(args.password_env) if args.password_env else ""
+        param.update(enable_sasl=True, sasl={"username": args.username, "password": password})
+    return param
+
+
 def create_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.body:
         text = sys.stdin.read() if args.body == "-" else Path(args.body).read_text()
@@ -399,6 +432,8 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(f"--body: not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise CliError("--body: must hold a JSON object (the create request)")
+    elif args.kafka_target:
+        body = {"kafka_connect_param": kafka_param(args), "db_collections": by_database(args)}
     elif args.target:
         connect: dict[str, Any] = {"uri": args.target}
         if args.username:
@@ -409,13 +444,9 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
             connect["token"] = secret_from_env(args.token_env)
         if args.connect_timeout:
             connect["connect_timeout"] = args.connect_timeout
-        by_db: dict[str, list[dict[str, str]]] = {}
-        for name in args.collection or ["*"]:
-            db, _, collection = name.rpartition(".")
-            by_db.setdefault(db or "default", []).append({"name": collection})
-        body = {"milvus_connect_param": connect, "db_collections": by_db}
+        body = {"milvus_connect_param": connect, "db_collections": by_database(args)}
     else:
-        raise CliError("give --target (and --collection), or --body FILE")
+        raise CliError("give --target or --kafka-target (and --collection), or --body FILE")
     if args.task_id:
         body["task_id"] = args.task_id
     if args.no_start:

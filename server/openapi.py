@@ -139,7 +139,12 @@ def _schemas() -> dict[str, Any]:
             "updated_at": {"type": "number", "description": "Unix time"},
             "milvus_connect_param": {
                 "type": "object",
-                "description": "The target; password and token are never shown",
+                "description": "The target Milvus; password and token are never shown",
+            },
+            "kafka_connect_param": {
+                "type": "object",
+                "description": "Or the target Kafka topic (README, 'Kafka targets'); the SASL "
+                "password is never shown",
             },
             "collection_infos": {"type": "array", "items": {"type": "object"}},
             "db_collections": {"type": "object"},

@@ -50,21 +50,30 @@ from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
 from replicator.errors import CdcError
 from replicator.pipeline.selection import selection_of, selections_overlap
+from replicator.sinks.targets import is_kafka
 from server import state_history
 from server.api_models import (
     BackfillRequest,
     CreateRequest,
     VerifyRequest,
     public_view,
-    target_identity,
+    target_key,
+    target_label,
     validate_backfill,
     validate_create,
     validate_verify,
 )
-from server.errors import ApiError, ConflictError, NotFoundError, UnavailableError
+from server.errors import (
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    UnavailableError,
+)
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
 from server.settings import CdcSettings
+from server.target_check import check_kafka_reachable
 from server.verify import VerifyManager
 
 log = logging.getLogger(__name__)
@@ -450,7 +459,10 @@ class TaskSupervisor:
         existing = await self._io(self._store.list_tasks)
         self._check_admission(task_id, spec, existing)
         self._redactor.add(*_secrets_of(spec))
-        version = await self._io(self._target_checker, spec["milvus_connect_param"])
+        if is_kafka(spec):
+            version = await self._io(check_kafka_reachable, spec["kafka_connect_param"])
+        else:
+            version = await self._io(self._target_checker, spec["milvus_connect_param"])
         log.info("target %s answered, version %s", _target_text(spec), version)
         now = time.time()
         auto_start = not spec["disable_auto_start"]
@@ -505,15 +517,15 @@ class TaskSupervisor:
             raise ConflictError(
                 f"the daemon already has {len(existing)} tasks, the limit set by maxTaskNum"
             )
-        target = target_identity(spec["milvus_connect_param"])
+        target = target_key(spec)
         selection = selection_of(spec)
         for other in existing:
-            if target_identity(other.spec["milvus_connect_param"]) != target:
+            if target_key(dict(other.spec)) != target:
                 continue
             if selections_overlap(selection, selection_of(dict(other.spec))):
                 raise ConflictError(
                     f"task {other.task_id} already replicates an overlapping set of collections "
-                    f"to the target {target[0]}:{target[1]}"
+                    f"to the target {target_label(spec)}"
                 )
 
     async def get(self, task_id: str) -> TaskRecord:
@@ -608,7 +620,12 @@ class TaskSupervisor:
                     f"starts, so it was not started: {type(exc).__name__}: {exc}"
                 ) from exc
         task = await self._set_state(task, TaskState.RUNNING, "")
-        return await self._start_runner(task, runner, lease=lease)
+        started = await self._start_runner(task, runner, lease=lease)
+        # a round that read the leases while this one was being taken is stale too (its
+        # count was read after the one above): without this it stopped the new runner as
+        # "lease lost" (seen right after a create)
+        self._changes += 1
+        return started
 
     def _fence(self, task_id: str, lease: Lease) -> Fence:
         fence = Fence(f"the runner of task {task_id}", lease, self.fleet.clock)
@@ -629,6 +646,8 @@ class TaskSupervisor:
                     f"task {task.task_id} runs on fleet member {owner}: ask that daemon for "
                     "the backfill (or pause the task, ask here, and resume it)"
                 )
+            if is_kafka(task.spec):
+                raise BadRequestError(f"task {task.task_id}: a Kafka target takes no backfill")
             names = validate_backfill(
                 request.collections, selection_of(dict(task.spec)), self._settings, "collections"
             )
@@ -665,6 +684,10 @@ class TaskSupervisor:
         another verify of the task runs. Returns the task and the job id."""
         async with self._lock:
             task = await self.get(request.task_id)
+            if is_kafka(task.spec):
+                raise BadRequestError(
+                    f"task {task.task_id}: a Kafka target cannot be verified against the source"
+                )
             names = validate_verify(
                 request.collections, selection_of(dict(task.spec)), self._settings
             )
@@ -808,14 +831,14 @@ class TaskSupervisor:
 
 
 def _secrets_of(spec: dict[str, Any]) -> list[str]:
-    connect = spec.get("milvus_connect_param", {})
-    found = [connect.get("password"), connect.get("token")]
+    connect = spec.get("milvus_connect_param") or {}
+    sasl = (spec.get("kafka_connect_param") or {}).get("sasl") or {}
+    found = [connect.get("password"), connect.get("token"), sasl.get("password")]
     return [s for s in found if isinstance(s, str)]  # a secret that did not open is a mapping
 
 
 def _target_text(spec: dict[str, Any]) -> str:
-    host, port = target_identity(spec["milvus_connect_param"])
-    return f"{host}:{port}"
+    return target_label(spec)
 
 
 def task_view(

@@ -75,3 +75,16 @@ def _scrub(text: str, connect: dict[str, Any]) -> str:
         if secret:
             text = text.replace(secret, "******")
     return text[:500]
+
+
+def check_kafka_reachable(param: dict[str, Any]) -> str:
+    """The Kafka brokers of a ``kafka_connect_param`` answer (blocking: run it in a thread).
+    Returns "kafka"; raises ``TargetUnreachableError`` naming the brokers and the cause."""
+    from replicator.errors import TargetUnavailableError
+    from replicator.sinks.kafka import probe  # confluent_kafka, kept off the start-up path
+
+    try:
+        probe(param, float(param.get("connect_timeout") or 10))
+    except TargetUnavailableError as exc:
+        raise TargetUnreachableError(f"kafka_connect_param: {exc}") from None
+    return "kafka"

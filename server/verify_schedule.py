@@ -15,6 +15,7 @@ from typing import Any
 
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
+from replicator.sinks.targets import is_kafka
 from server.api_models import VerifyRequest
 from server.errors import ApiError
 from server.logs import log_context
@@ -57,6 +58,8 @@ async def run_scheduled(
     """Start the verifies that are due; the ids of their tasks."""
     started = []
     for task in await supervisor.list():
+        if is_kafka(task.spec):
+            continue  # nothing to compare a topic with
         schedule = schedule_of(task.spec, defaults)
         if not due(task, supervisor.verify_job(task.task_id), schedule, now):
             continue

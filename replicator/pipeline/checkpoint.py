@@ -18,6 +18,11 @@ never doubled. Deletes and DDL are idempotent anyway. Every failure branch then 
 - a WAL switch: the bound counted offsets of the old queue; it is reset with the position
   that names the new queue.
 
+A target that writes in transactions (a Kafka target, ``durable``) needs no replay rule: the
+batch's events and the position ``P`` are committed together before step 3, so a crash leaves
+either both or neither; a rewind then starts after the newer of the metastore's position and
+the target's (see :mod:`replicator.sinks.kafka`).
+
 Tests: ``tests/unit/test_checkpoint.py``, one per branch.
 """
 
@@ -40,6 +45,16 @@ class BatchWriter(Protocol):
         """Write to the target; return once it acknowledged every request."""
 
 
+class DurableLog(Protocol):
+    """A target's own record of a channel: events and position committed as one."""
+
+    def commit(self, position: Position | None) -> None:
+        """Commit the events written since the last commit, with ``position`` if given."""
+
+    def committed(self) -> Position | None:
+        """The channel's last position the target committed."""
+
+
 class ChannelCheckpoint:
     def __init__(
         self,
@@ -51,8 +66,10 @@ class ChannelCheckpoint:
         saved: Position | None,
         writer: BatchWriter | None,
         offset_of: Callable[[bytes], int],
+        durable: DurableLog | None = None,
     ) -> None:
         self._store = store
+        self.durable = durable
         self._state = state
         self._task_id = task_id
         self.pchannel = pchannel
@@ -77,6 +94,10 @@ class ChannelCheckpoint:
         """After a failure: reading starts again after the saved position, and what the bound
         covers (possibly written by the failed attempt) is replayed as upserts."""
         self.replay_until = max(self.replay_until, self.bound)
+        if self.durable is not None:
+            committed = self.durable.committed()
+            if committed is not None and newer(committed, self.saved, self._offset_of):
+                return committed  # the metastore's save after the target's commit failed
         return self.saved
 
     def commit(self, batch: Sequence[Pending], at: bytes | None, ts: int) -> None:
@@ -103,6 +124,8 @@ class ChannelCheckpoint:
             self._save(Position(self.backend, self.pchannel, at, ts))
 
     def _save(self, position: Position) -> None:
+        if self.durable is not None:
+            self.durable.commit(position)
         self._store.save_position(self._task_id, position, self.saved)
         log.debug("saved position %s ts %d", position.msg_id.hex(), position.ts)
         self.saved = position
@@ -117,3 +140,18 @@ class ChannelCheckpoint:
         self.bound = self.replay_until = -1
         self.backend = backend
         return position
+
+
+def newer(position: Position, than: Position | None, offset_of: Callable[[bytes], int]) -> bool:
+    """Is ``position`` after ``than`` on the same channel? By tick, then (same queue) offset."""
+    if than is None:
+        return True
+    if position.ts != than.ts or position.backend != than.backend:
+        return position.ts > than.ts
+    if position.msg_id == than.msg_id:
+        return False
+    if not than.msg_id:
+        return bool(position.msg_id)
+    if not position.msg_id:
+        return False
+    return offset_of(position.msg_id) > offset_of(than.msg_id)

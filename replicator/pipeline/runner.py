@@ -40,7 +40,7 @@ from replicator.pipeline.bootstrap import (
     replicate_start,
     source_at,
 )
-from replicator.pipeline.checkpoint import ChannelCheckpoint
+from replicator.pipeline.checkpoint import ChannelCheckpoint, newer
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
@@ -52,7 +52,9 @@ from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
 from replicator.pipeline.worker import MAX_BACKOFF, ChannelWorker
+from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.targets import MILVUS_PARAM, is_kafka, open_target
 from replicator.sources.base import WalSource
 from replicator.task_runner import FailureCallback
 
@@ -72,7 +74,7 @@ class RunnerContext:
     catalog: Callable[[], dict[int, CollectionMeta]]
     channels: list[str]
     default_partition: str = "_default"
-    target_factory: Callable[[dict[str, Any]], MilvusTarget] = MilvusTarget
+    target_factory: Callable[[TaskRecord], MilvusTarget] = open_target
     # the source's aliases (etcd only in 2.3-2.5); None: aliases are not mirrored
     aliases: Callable[[], list[AliasMeta]] | None = None
     # one collection (cheaper than the whole catalog); None: taken from the whole catalog
@@ -142,7 +144,10 @@ class ReplicationRunner:
         self.selection = TaskSelection.from_spec(task.spec)
         self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
         # the Go tool's ignore_partition: every row goes to the target's default partition
-        self.single_partition = bool(task.spec["milvus_connect_param"].get("ignore_partition"))
+        milvus = task.spec.get(MILVUS_PARAM) or {}
+        self.single_partition = bool(milvus.get("ignore_partition"))
+        # a Kafka target takes no backfill: there is no copy to make there (see README)
+        self.kafka = is_kafka(task.spec)
         self._channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
         self.statuses = {
             ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in self._channels
@@ -150,7 +155,9 @@ class ReplicationRunner:
         self.state = RunnerState(self.store, task.task_id)
         self.warnings = TaskWarnings(self.store, self.state, task.task_id)
         blocker = context.backfill_blocker
-        if context.backfill is None:
+        if self.kafka:
+            blocker = "a Kafka target takes no backfill"
+        elif context.backfill is None:
             blocker = blocker or "this daemon launches no backfill jobs"
         self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
         self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
@@ -355,9 +362,30 @@ class ReplicationRunner:
 
     def _connect(self) -> _Connection:
         read = self._read_source()
-        target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
+        target = self.context.target_factory(self.task)
         target.fence = self.fence
+        if isinstance(target, KafkaTarget):
+            try:
+                self._adopt(read, target.committed_positions)
+            except BaseException:
+                target.close()
+                raise
         return _Connection(read, target)
+
+    def _adopt(self, read: _SourceRead, committed: dict[str, Position]) -> None:
+        """A target that commits positions with its events (Kafka) is ahead of the metastore
+        after a crash between the two: its positions win (their events are written)."""
+        for pchannel, position in committed.items():
+            saved = read.saved.get(pchannel)
+            if newer(position, saved, read.source.offset_of):
+                self.store.save_position(self.task.task_id, position, saved)
+                read.saved[pchannel] = position
+                read.watermarks.pop(pchannel, None)
+                log.info(
+                    "channel %s: starting after the position the Kafka target committed (%s)",
+                    pchannel,
+                    position.msg_id.hex(),
+                )
 
     def _task_context(self, connection: _Connection) -> TaskContext:
         read = connection.read
@@ -481,7 +509,7 @@ class ReplicationRunner:
             )
         if self.context.aliases is not None:
             # its own target connection: gRPC calls of the workers are not held up by it
-            alias_target = self.context.target_factory(dict(self.task.spec["milvus_connect_param"]))
+            alias_target = task.target.sibling()
             mirror = AliasMirror(self.context.aliases, task.registry, alias_target, self._stop)
             threads.append(
                 threading.Thread(target=self._mirror, args=(mirror,), name="aliases", daemon=True)
@@ -526,7 +554,7 @@ class ReplicationRunner:
     def _backfill_job(self, source: WalSource) -> BackfillJob | None:
         """The task's backfill job (its progress is shown from now on); None without one or
         when the daemon cannot backfill."""
-        if self.context.backfill is None:
+        if self.context.backfill is None or self.kafka:
             return None
         open_wal = self.context.open_wal
         self._backfill = BackfillStage(

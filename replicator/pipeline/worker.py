@@ -23,6 +23,7 @@ from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced, StreamCreateCollection
 from replicator.errors import (
     CdcError,
+    SinkSessionLostError,
     TaskFailedError,
     WalTruncatedError,
     is_retriable,
@@ -39,9 +40,9 @@ from replicator.events import (
     TimeTick,
 )
 from replicator.meta.catalog import DEFAULT_DB
-from replicator.pipeline.apply import BatchApplier
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
+from replicator.pipeline.event_writer import channel_writer
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
 from replicator.pipeline.status import ChannelState, ChannelStatus
 from replicator.pipeline.wal_switch import SwitchFollower
@@ -77,7 +78,7 @@ def read_with_retries(
             if not consume(reader):
                 return
             start = checkpoint.saved
-        except (TaskFailedError, TaskNotFoundError, PositionConflictError):
+        except (TaskFailedError, TaskNotFoundError, PositionConflictError, SinkSessionLostError):
             raise
         except WalTruncatedError as exc:
             raise TaskFailedError(f"channel {pchannel}: {exc}") from exc
@@ -127,7 +128,7 @@ class ChannelWorker:
         self.source = source
         self.pchannel = pchannel
         self.status = status
-        self.applier = BatchApplier(context.target, context.registry.resolve)
+        self.applier, durable = channel_writer(context.target, context.registry.resolve, pchannel)
         self.checkpoint = ChannelCheckpoint(
             context.store,
             context.state,
@@ -137,6 +138,7 @@ class ChannelWorker:
             saved,
             self.applier,
             lambda msg_id: self.source.offset_of(msg_id),
+            durable,
         )
         self.switches = SwitchFollower(pchannel, context.state, context.barriers, context.open_wal)
         self.sequenced = SequencerStats()  # across the sequencers of restarts and switches
@@ -233,7 +235,7 @@ class ChannelWorker:
             if isinstance(item.event, (Insert, Delete)):
                 read.ready.append(item)
                 continue
-            self._write(read.ready, None)
+            self._write(read.ready, *self._durable_point(released[i:]))
             read.ready, read.changed = [], True
             event = item.event
             if isinstance(event, (MqSwitchAnnounced, AlterWAL)):
@@ -253,10 +255,30 @@ class ChannelWorker:
         read.applied_to = seq.applied_to()
         return False
 
-    def _write(self, batch: list[Pending], at: bytes | None) -> None:
+    def _durable_point(self, rest: list[Pending]) -> tuple[bytes | None, int]:
+        """Where the position may move before the first of ``rest`` (a DDL, then what was
+        released after it) is applied: None, the position moves with the next read, unless
+        the target commits its events with the position (Kafka). Its events are then
+        committed now, with the position before the oldest record not applied yet (``rest``
+        and what still waits) and the tick below ``rest``, so the DDL's events follow them."""
+        tick = self.sequencer.tick
+        if self.checkpoint.durable is None:
+            return None, tick
+        candidates = list(rest)
+        oldest = self.sequencer.resume_point()
+        if oldest is not None:
+            candidates.append(oldest)
+        first = min(candidates, key=lambda p: p.resume_offset)
+        saved = self.checkpoint.saved
+        if not first.before:
+            return None, tick
+        below = min(p.event.ts for p in rest) - 1
+        return first.before, max(below, saved.ts if saved is not None else 0)
+
+    def _write(self, batch: list[Pending], at: bytes | None, ts: int | None = None) -> None:
         stats = self.applier.stats
         before = stats.rows_inserted + stats.rows_deleted
-        self.checkpoint.commit(batch, at, self.sequencer.tick)
+        self.checkpoint.commit(batch, at, self.sequencer.tick if ts is None else ts)
         self.status.rows += stats.rows_inserted + stats.rows_deleted - before
         self.status.bytes = stats.bytes
         self.status.collection_rows = dict(stats.collection_rows)

@@ -85,6 +85,7 @@ class MilvusTarget:
     def __init__(self, connect: dict[str, Any], timeout: float = 60.0) -> None:
         address, secure = target_address(connect)
         self.address = address
+        self._connect = connect
         self._timeout = timeout
         options = [
             ("grpc.max_send_message_length", _MAX_MESSAGE),
@@ -116,6 +117,10 @@ class MilvusTarget:
 
     def close(self) -> None:
         self._channel.close()
+
+    def sibling(self) -> MilvusTarget:
+        """A connection of its own to the same target (for another thread of the task)."""
+        return MilvusTarget(self._connect, self._timeout)
 
     # --- plumbing ----------------------------------------------------------------------------
     def _call(self, method: str, request: Any, what: str) -> Any:

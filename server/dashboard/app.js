@@ -141,6 +141,8 @@ function collectionsOf(task) {
 }
 
 function targetOf(task) {
+  const kafka = task.kafka_connect_param;
+  if (kafka) return `kafka://${kafka.address}/${kafka.topic}`;
   const target = task.milvus_connect_param || {};
   return target.uri || `${target.host}:${target.port}`;
 }

@@ -111,7 +111,7 @@ def test_go_client_body_with_empty_structs_and_nulls_is_accepted():
             "default.z is not selected by the task",
         ),
         ({"rpc_channel_info": {"name": "bad/name"}}, "rpc_channel_info.name"),
-        ({"kafka_connect_param": {"address": "k:9092"}}, "a Kafka target is not supported"),
+        ({"kafka_connect_param": {"address": "k:9092"}}, "give one target"),
         ({"task_id": "has space"}, "task_id: must be"),
         ({"disable_auto_start": "yes"}, "disable_auto_start: Input should be a valid boolean"),
     ],
@@ -199,3 +199,65 @@ def test_mysql_source_url_errors_do_not_echo_the_password():
     assert "topsecret" not in str(error.value)
     with pytest.raises(ValueError, match="unsupported scheme 'postgres'"):
         mysql_url_from_source("postgres://u:p@db/x")
+
+
+KAFKA = {"address": "k1:9092,k2:9092", "topic": "milvus-events"}
+
+
+def validate_kafka(**param):
+    return validate(milvus_connect_param=None, kafka_connect_param={**KAFKA, **param})
+
+
+def test_a_kafka_target_is_stored_in_place_of_a_milvus_and_shown_without_its_password():
+    spec = validate_kafka(
+        enable_sasl=True,
+        sasl={"username": "cdc", "password": "s3cret", "mechanisms": "scram-sha-256"},
+    )
+    assert "milvus_connect_param" not in spec
+    assert spec["kafka_connect_param"] == {
+        "address": "k1:9092,k2:9092",
+        "topic": "milvus-events",
+        "enable_sasl": True,
+        "connect_timeout": 10,
+        "sasl": {
+            "username": "cdc",
+            "password": "s3cret",  # stored (sealed at rest): needed to reconnect
+            "mechanism": "SCRAM-SHA-256",
+            "security_protocol": "SASL_PLAINTEXT",
+        },
+    }
+    shown = public_view(spec)["kafka_connect_param"]
+    assert "s3cret" not in str(shown) and shown["sasl"]["username"] == "cdc"
+
+
+def test_a_go_client_body_with_an_empty_kafka_param_beside_a_milvus_is_a_milvus_task():
+    spec = validate(kafka_connect_param={"address": "", "topic": "", "enable_sasl": False})
+    assert "kafka_connect_param" not in spec and spec["milvus_connect_param"]["port"] == 19530
+
+
+@pytest.mark.parametrize(
+    ("param", "extra", "message"),
+    [
+        ({"address": "no-port"}, {}, "kafka_connect_param.address"),
+        ({"topic": "bad topic"}, {}, "kafka_connect_param.topic"),
+        ({"topic": "cdc.{db}.{collection}"}, {}, "kafka_connect_param.ddl_topic: required"),
+        ({"topic": "t", "ddl_topic": "d.{db}"}, {}, "kafka_connect_param.ddl_topic"),
+        ({"enable_sasl": True, "sasl": {"username": "u"}}, {}, "needs a username and a password"),
+        (
+            {"enable_sasl": True, "sasl": {"username": "u", "password": "p", "mechanism": "X"}},
+            {},
+            "sasl.mechanism",
+        ),
+        ({}, {"backfill": {"collections": ["*"]}}, "backfill: a Kafka target takes no backfill"),
+        ({}, {"extra_info": {"enable_user_role": True}}, "extra_info.enable_user_role"),
+    ],
+)
+def test_invalid_kafka_targets_name_the_problem(param, extra, message):
+    with pytest.raises(BadRequestError) as error:
+        validate(milvus_connect_param=None, kafka_connect_param={**KAFKA, **param}, **extra)
+    assert message in error.value.message
+
+
+def test_a_kafka_topic_may_name_the_database_and_collection():
+    spec = validate_kafka(topic="cdc.{db}.{collection}", ddl_topic="cdc.ddl")
+    assert spec["kafka_connect_param"]["ddl_topic"] == "cdc.ddl"

@@ -1,0 +1,451 @@
+"""A Kafka target: the task's changes as JSON events on a topic, exactly once.
+
+Exactly once, for consumers reading with ``isolation.level=read_committed``:
+
+- **Rows.** Each channel collects its row events in a :class:`ChannelLog`. When the channel
+  saves its position, the events and the position go in ONE Kafka transaction: the events to
+  the event topic, the position to the daemon's own positions topic (as Kafka Connect's
+  exactly-once sources keep their offsets). The metastore's position is saved after.
+- **DDL.** A change of the target's metadata (create or drop a collection, a partition, an
+  index, an alias, a database) is committed at once, its events and the whole
+  :class:`~replicator.sinks.target_model.TargetModel` in one transaction. Before a channel
+  applies a DDL, it commits its rows with the position just before the DDL's record (see
+  ``ChannelWorker``), so a collection's rows and its DDL reach the topic in source order.
+  Read again after a crash, a DDL is answered "already exists" or "not found" by the model,
+  as a Milvus would, and is not announced twice.
+- **Restarts.** A task starts from the positions its positions topic holds, read with
+  ``read_committed``: a transaction a crash left open is aborted by the broker (our
+  ``init_transactions`` with the task's ``transactional.id`` aborts it and fences the old
+  producer), a read_committed consumer never sees its events, and its records are read from
+  the source again. A metastore position ahead of the topic's (a channel that moved with no
+  event to write) is kept: nothing between them was written.
+
+Any failure of a transaction stops the task's workers with :class:`SinkSessionLostError`; the
+runner connects again and starts over from what Kafka committed. The channel workers of a task
+share one target (one producer); transactions are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka import admin as kafka_admin
+from confluent_kafka.admin import AdminClient
+from pymilvus.grpc_gen import schema_pb2
+
+from metastore import Position
+from replicator.errors import SinkError, SinkSessionLostError, TargetUnavailableError
+from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
+from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.target_model import Change, TargetModel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POSITIONS_TOPIC = "milvus-cdc-positions"
+MODEL_KEY = "$model"
+READ_STATE_TIMEOUT = 30.0
+_READS = ("Has", "Show", "Describe", "List", "GetLoadState")
+
+
+def client_config(params: dict[str, Any]) -> dict[str, Any]:
+    """librdkafka settings for the brokers of a ``kafka_connect_param``."""
+    config: dict[str, Any] = {"bootstrap.servers": params["address"]}
+    if params.get("enable_sasl"):
+        sasl = params.get("sasl") or {}
+        config.update(
+            {
+                "security.protocol": sasl.get("security_protocol") or "SASL_PLAINTEXT",
+                "sasl.mechanism": sasl.get("mechanism") or "PLAIN",
+                "sasl.username": sasl.get("username", ""),
+                "sasl.password": sasl.get("password", ""),
+            }
+        )
+    return config
+
+
+def probe(params: dict[str, Any], timeout: float) -> list[str]:
+    """The brokers answer: their topic names (raises ``TargetUnavailableError`` otherwise)."""
+    admin = AdminClient({**client_config(params), "socket.timeout.ms": int(timeout * 1000)})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise TargetUnavailableError(
+            f"kafka {params['address']}: brokers do not answer: {exc.args[0].str()}"
+        ) from None
+    return sorted(metadata.topics)
+
+
+def topic_for(template: str, db: str, collection: str) -> str:
+    return template.replace("{db}", db).replace("{collection}", collection)
+
+
+class ChannelLog:
+    """The row events one channel wrote since its last commit, kept as (topic, key, value) and
+    serialized at the commit, when the commit's id and position are known."""
+
+    def __init__(self, target: KafkaTarget, pchannel: str) -> None:
+        self._target = target
+        self.pchannel = pchannel
+        self.events: list[tuple[str, bytes, dict[str, Any]]] = []
+
+    def add(self, topic: str, key: bytes, value: dict[str, Any]) -> int:
+        self.events.append((topic, key, value))
+        return len(self.events) - 1
+
+    def replace(self, index: int, value: dict[str, Any]) -> None:
+        """An insert found to pair with a delete already logged (an upsert): one event."""
+        topic, key, _ = self.events[index]
+        self.events[index] = (topic, key, value)
+
+    def commit(self, position: Position | None) -> None:
+        """The events and ``position`` in one transaction (the metastore's save follows)."""
+        self._target.commit(self.pchannel, self.events, position)
+        self.events = []
+
+    def committed(self) -> Position | None:
+        """The channel's last position Kafka committed (this connection's or before it)."""
+        return self._target.committed_positions.get(self.pchannel)
+
+
+class KafkaTarget(MilvusTarget):
+    """A ``kafka_connect_param`` target. Its metadata calls are answered by the model (see
+    :mod:`target_model`); its writes are events (see :mod:`kafka_events`)."""
+
+    def __init__(
+        self,
+        params: dict[str, Any],
+        task_id: str,
+        incarnation: str,
+        timeout: float = 60.0,
+        state_timeout: float = READ_STATE_TIMEOUT,
+    ) -> None:
+        # no gRPC channel: nothing of MilvusTarget's connection is used
+        self.address = params["address"]
+        self._timeout = timeout
+        self.fence = None
+        self._metadata = []
+        self.params = params
+        self.topic = str(params["topic"])
+        self.ddl_topic = str(params.get("ddl_topic") or "")
+        self.positions_topic = str(params.get("positions_topic") or DEFAULT_POSITIONS_TOPIC)
+        self.task_id = task_id
+        self._prefix = f"{task_id}@{incarnation}/"
+        self._lock = threading.RLock()
+        self._closed = False
+        config = client_config(params)
+        self._producer = Producer(
+            {
+                **config,
+                "transactional.id": f"milvus-cdc.{task_id}",
+                "transaction.timeout.ms": 60_000,
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",  # what Java clients use for the same key
+                "message.max.bytes": 16 * 1024 * 1024,
+            }
+        )
+        try:
+            # aborts what a crashed predecessor left open and fences it (a real broker)
+            self._producer.init_transactions(timeout)
+        except KafkaException as exc:
+            raise TargetUnavailableError(
+                f"kafka {self.address}: cannot start transactions: {exc.args[0].str()}"
+            ) from None
+        self._ensure_positions_topic(config)
+        positions, model = self._read_state(config, state_timeout)
+        self.committed_positions: dict[str, Position] = positions
+        self.model = TargetModel.from_json(model) if model else TargetModel()
+
+    # --- what Kafka committed -------------------------------------------------------------------
+    def _ensure_positions_topic(self, config: dict[str, Any]) -> None:
+        """A compacted topic of one partition, made when missing; where the broker does not let
+        us (or has no controller), its auto-creation is relied on, with a warning."""
+        admin = AdminClient(config)
+        try:
+            if self.positions_topic in admin.list_topics(timeout=10).topics:
+                return
+            topic = kafka_admin.NewTopic(  # type: ignore[attr-defined]
+                self.positions_topic, 1, -1, config={"cleanup.policy": "compact"}
+            )
+            admin.create_topics([topic], request_timeout=5, operation_timeout=5)[
+                self.positions_topic
+            ].result(timeout=6)
+            log.info("positions topic %s created (compacted)", self.positions_topic)
+        except Exception as exc:  # noqa: BLE001 - the topic may still be auto-created
+            log.warning(
+                "positions topic %s not created (%s): relying on the broker creating it; "
+                "make it compacted (cleanup.policy=compact)",
+                self.positions_topic,
+                exc,
+            )
+
+    def _read_state(
+        self, config: dict[str, Any], timeout: float
+    ) -> tuple[dict[str, Position], dict[str, Any] | None]:
+        """The task's committed positions and model: the last value of each of its keys in the
+        positions topic, read with read_committed up to the end it had when we began."""
+        consumer = Consumer(
+            {
+                **config,
+                "group.id": f"milvus-cdc-state-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+        positions: dict[str, Position] = {}
+        model: dict[str, Any] | None = None
+        try:
+            metadata = consumer.list_topics(self.positions_topic, timeout=10)
+            topic = metadata.topics.get(self.positions_topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                return positions, None
+            ends: dict[int, int] = {}
+            for partition in topic.partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.positions_topic, partition), timeout=10
+                )
+                if high > low:
+                    ends[partition] = high
+            consumer.assign(
+                [TopicPartition(self.positions_topic, p, OFFSET_BEGINNING) for p in ends]
+            )
+            deadline = time.monotonic() + timeout
+            while ends:
+                if time.monotonic() > deadline:
+                    raise TargetUnavailableError(
+                        f"kafka {self.address}: the positions topic {self.positions_topic} "
+                        f"was not read to its end within {timeout:.0f} s (a transaction of "
+                        f"another producer open?)"
+                    )
+                for message in consumer.consume(500, 0.5):
+                    error = message.error()
+                    partition = message.partition()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise TargetUnavailableError(f"kafka {self.address}: {error.str()}")
+                    else:
+                        key = (message.key() or b"").decode()
+                        if key.startswith(self._prefix):
+                            name = key[len(self._prefix) :]
+                            value = json.loads(message.value() or b"null")
+                            if name == MODEL_KEY:
+                                model = value["state"]
+                            elif value is not None:
+                                positions[name] = Position(
+                                    value["backend"],
+                                    value["channel"],
+                                    bytes.fromhex(value["msg_id"]),
+                                    int(value["ts"]),
+                                )
+                    if partition in ends:
+                        (at,) = consumer.position([TopicPartition(self.positions_topic, partition)])
+                        if at.offset >= ends[partition]:
+                            del ends[partition]
+        except KafkaException as exc:
+            raise TargetUnavailableError(f"kafka {self.address}: {exc.args[0].str()}") from None
+        finally:
+            consumer.close()
+        return positions, model
+
+    # --- the Milvus calls, answered by the model -----------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._producer.flush(5)
+            except Exception:
+                log.debug("kafka producer flush on close failed", exc_info=True)
+
+    def sibling(self) -> MilvusTarget:
+        """The same target for another thread of the task (one model, one producer)."""
+        return _Sibling(self)
+
+    def channel_log(self, pchannel: str) -> ChannelLog:
+        return ChannelLog(self, pchannel)
+
+    def _call(self, method: str, request: Any, what: str) -> Any:
+        """A call answered by the model; a change is committed at once, its DDL events and the
+        model in one transaction (so the change is announced exactly once: read again after a
+        restart, it is answered "already exists" or "not found", as a Milvus would)."""
+        if self.fence is not None:
+            self.fence.check()
+        with self._lock:
+            if method.startswith(_READS):
+                return self.model.handle(method, request)[0]
+            changed = self.model.copy()
+            response, changes = changed.handle(method, request)
+            if not changes and changed.state == self.model.state:
+                return response  # nothing changed (a flush, the same index again)
+            events = [self._ddl_event(change) for change in changes]
+            self.commit("", events, None, model=changed)
+            self.model = changed
+            return response
+
+    def _ddl_event(self, change: Change) -> tuple[str, bytes, dict[str, Any]]:
+        topic = self.ddl_topic or topic_for(self.topic, change.db, change.collection)
+        what = change.op.split("_", 1)[1] if "_" in change.op else change.op
+        name = str(
+            change.detail.get("partition")
+            or change.detail.get("index")
+            or change.detail.get("alias")
+            or ""
+        )
+        value = {
+            "op": change.op,
+            "db": change.db,
+            "collection": change.collection or None,
+            **change.detail,
+            "ts": ts_view(None),
+        }
+        return topic, ddl_key(change.db, change.collection, f"{what}:{name}"), value
+
+    def insert(
+        self,
+        db: str,
+        collection: str,
+        partition: str,
+        fields_data: Sequence[schema_pb2.FieldData],
+        num_rows: int,
+        *,
+        upsert: bool = False,
+    ) -> None:
+        raise SinkError("a Kafka target is written by its channel writer, not by insert()")
+
+    def delete(self, db: str, collection: str, partition: str, pk_name: str, keys: Any) -> None:
+        raise SinkError("a Kafka target is written by its channel writer, not by delete()")
+
+    def row_topic(self, db: str, collection: str) -> str:
+        return topic_for(self.topic, db, collection)
+
+    # --- commits --------------------------------------------------------------------------------
+    def commit(
+        self,
+        pchannel: str,
+        events: Sequence[tuple[str, bytes, dict[str, Any]]],
+        position: Position | None,
+        *,
+        model: TargetModel | None = None,
+    ) -> None:
+        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's)."""
+        if not events and position is None and model is None:
+            return
+        if self.fence is not None:
+            self.fence.check()
+        commit_id = uuid.uuid4().hex
+        with self._lock:
+            if self._closed:
+                raise SinkSessionLostError(f"kafka {self.address}: the target is closed")
+            try:
+                self._producer.begin_transaction()
+                for topic, key, value in events:
+                    value["source"] = {
+                        "channel": pchannel or None,
+                        "position": position.msg_id.hex() if position is not None else None,
+                        "commit": commit_id,
+                    }
+                    self._produce(topic, key, dumps(value))
+                if model is not None:
+                    record: dict[str, Any] = {"commit": commit_id, "state": model.state}
+                    self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(record))
+                if position is not None:
+                    record = {
+                        "task_id": self.task_id,
+                        "channel": position.pchannel,
+                        "backend": position.backend,
+                        "msg_id": position.msg_id.hex(),
+                        "ts": position.ts,
+                        "commit": commit_id,
+                        "events": len(events),
+                    }
+                    self._produce(self.positions_topic, self._key(pchannel), dumps(record))
+                remaining = self._timeout
+                if self.fence is not None:
+                    self.fence.check()
+                    remaining = min(remaining, self.fence.remaining())
+                self._producer.commit_transaction(remaining)
+            except KafkaException as exc:
+                self._abort()
+                raise SinkSessionLostError(
+                    f"kafka {self.address}: a transaction of channel {pchannel or '(ddl)'} "
+                    f"failed: {exc.args[0].str()}"
+                ) from None
+            except BaseException:
+                self._abort()
+                raise
+            if position is not None:
+                self.committed_positions[pchannel] = position
+
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self._producer.poll(0.1)
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(10)
+        except Exception:
+            log.debug("abort_transaction failed", exc_info=True)
+        # whatever this target committed is read again by the next connection
+        self._closed = True
+
+    def _key(self, name: str) -> bytes:
+        return f"{self._prefix}{name}".encode()
+
+
+class _Sibling(KafkaTarget):
+    """Another thread's handle on a KafkaTarget: its calls go to the owner; closing it
+    closes nothing."""
+
+    def __init__(self, owner: KafkaTarget) -> None:
+        self.__dict__.update(owner.__dict__)
+        self._owner = owner
+
+    def _call(self, method: str, request: Any, what: str) -> Any:
+        return self._owner._call(method, request, what)
+
+    def commit(
+        self,
+        pchannel: str,
+        events: Sequence[tuple[str, bytes, dict[str, Any]]],
+        position: Position | None,
+        *,
+        model: TargetModel | None = None,
+    ) -> None:
+        self._owner.commit(pchannel, events, position, model=model)
+
+    def close(self) -> None:
+        pass
+
+
+def _copy(request: Any) -> Any:
+    copied = type(request)()
+    copied.CopyFrom(request)
+    return copied
+
+
+__all__ = [
+    "ChannelLog",
+    "KafkaTarget",
+    "SinkSessionLostError",
+    "client_config",
+    "probe",
+]

@@ -1,0 +1,177 @@
+"""The Kafka target's events: one JSON record per row change, one per DDL change.
+
+A row event (key: the JSON array ``[db, collection, pk]``, so a compacted topic keeps each
+row's last state)::
+
+    {"op": "insert" | "upsert" | "delete", "db": ..., "collection": ..., "partition": ...,
+     "pk": 42, "row": {every field} | null,
+     "ts": {"hybrid": 4464..., "time": "2026-11-23T15:44:56.123Z"},
+     "source": {"channel": "by-dev-rootcoord-dml_0", "position": 1234, "commit": "..."}}
+
+A DDL event (key ``[db, collection, "$ddl", what]``)::
+
+    {"op": "create_collection" | "drop_collection" | "create_partition" | ..., "db": ...,
+     "collection": ..., <what the change says: schema, partition, index, alias, properties>,
+     "ts": {"hybrid": null, "time": ...}, "source": {"channel": ..., "commit": ...}}
+
+Field values in ``row`` (see README, "Kafka targets"): integers, floats, booleans and strings as
+JSON; JSON fields as the JSON they hold; a dynamic field's keys as keys of the row; arrays as
+lists; float vectors as lists of floats (the float32 values, widened exactly); int8 vectors as
+lists of integers; binary, float16 and bfloat16 vectors as base64 of the bytes as Milvus stores
+them (little-endian); sparse vectors as ``{"indices": [...], "values": [...]}``; a null value
+(nullable field) as null. A field of a type this table does not name stops the task with a
+reason, never a silently missing value.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pymilvus.grpc_gen import schema_pb2
+
+from replicator.errors import TargetRejectedError
+
+DataType = schema_pb2.DataType
+_LOGICAL_BITS = 18  # a hybrid timestamp is (physical ms << 18) | logical
+
+
+def ts_view(hybrid: int | None) -> dict[str, Any]:
+    """The source's hybrid timestamp and its wall-clock time (UTC, milliseconds)."""
+    if not hybrid:
+        return {"hybrid": None, "time": _iso(datetime.now(UTC))}
+    moment = datetime.fromtimestamp((hybrid >> _LOGICAL_BITS) / 1000, UTC)
+    return {"hybrid": hybrid, "time": _iso(moment)}
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def row_key(db: str, collection: str, pk: int | str) -> bytes:
+    return json.dumps([db, collection, pk], ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def ddl_key(db: str, collection: str, what: str) -> bytes:
+    return json.dumps([db, collection, "$ddl", what], ensure_ascii=False).encode()
+
+
+def dumps(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# --- columns to values ------------------------------------------------------------------------
+def _scalars(name: str) -> Callable[[schema_pb2.FieldData], Sequence[Any]]:
+    return lambda column: getattr(column.scalars, name).data
+
+
+def _json_values(column: schema_pb2.FieldData) -> list[Any]:
+    return [json.loads(raw) if raw else None for raw in column.scalars.json_data.data]
+
+
+def _array_values(column: schema_pb2.FieldData) -> list[Any]:
+    values = []
+    for cell in column.scalars.array_data.data:
+        kind = cell.WhichOneof("data")
+        values.append(list(getattr(cell, kind).data) if kind else [])
+    return values
+
+
+def _fixed_width(
+    width_of: Callable[[int], int], encode: Callable[[bytes], Any]
+) -> Callable[[schema_pb2.FieldData], list[Any]]:
+    def values(column: schema_pb2.FieldData) -> list[Any]:
+        vectors = column.vectors
+        raw = getattr(vectors, vectors.WhichOneof("data") or "binary_vector")
+        width = width_of(vectors.dim)
+        if width <= 0:
+            return []
+        return [encode(raw[i : i + width]) for i in range(0, len(raw), width)]
+
+    return values
+
+
+def _float_vectors(column: schema_pb2.FieldData) -> list[list[float]]:
+    dim = column.vectors.dim
+    data = column.vectors.float_vector.data
+    return [list(data[i : i + dim]) for i in range(0, len(data), dim)] if dim else []
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _sparse_values(column: schema_pb2.FieldData) -> list[dict[str, list[Any]]]:
+    rows = []
+    for raw in column.vectors.sparse_float_vector.contents:
+        pairs = [struct.unpack_from("<If", raw, i) for i in range(0, len(raw), 8)]
+        rows.append({"indices": [p[0] for p in pairs], "values": [p[1] for p in pairs]})
+    return rows
+
+
+def _int8_vectors(column: schema_pb2.FieldData) -> list[list[int]]:
+    dim = column.vectors.dim
+    raw = column.vectors.int8_vector
+    return [list(struct.unpack(f"<{dim}b", raw[i : i + dim])) for i in range(0, len(raw), dim)]
+
+
+_READERS: dict[int, Callable[[schema_pb2.FieldData], Sequence[Any]]] = {
+    DataType.Bool: _scalars("bool_data"),
+    DataType.Int8: _scalars("int_data"),
+    DataType.Int16: _scalars("int_data"),
+    DataType.Int32: _scalars("int_data"),
+    DataType.Int64: _scalars("long_data"),
+    DataType.Float: _scalars("float_data"),
+    DataType.Double: _scalars("double_data"),
+    DataType.String: _scalars("string_data"),
+    DataType.VarChar: _scalars("string_data"),
+    DataType.JSON: _json_values,
+    DataType.Array: _array_values,
+    DataType.FloatVector: _float_vectors,
+    DataType.BinaryVector: _fixed_width(lambda dim: dim // 8, _b64),
+    DataType.Float16Vector: _fixed_width(lambda dim: dim * 2, _b64),
+    DataType.BFloat16Vector: _fixed_width(lambda dim: dim * 2, _b64),
+    DataType.SparseFloatVector: _sparse_values,
+    DataType.Int8Vector: _int8_vectors,
+}
+
+
+def column_values(column: schema_pb2.FieldData, num_rows: int) -> list[Any]:
+    """One column's values, a row each; a nullable column's missing values as None."""
+    reader = _READERS.get(column.type)
+    if reader is None:
+        raise TargetRejectedError(
+            f"field {column.field_name}: type {DataType.Name(column.type)} cannot be written to "
+            f"a Kafka target yet"
+        )
+    values = list(reader(column))
+    valid = column.valid_data
+    if valid:
+        if len(values) == len(valid):  # every row has a slot; invalid ones hold a default
+            return [v if ok else None for v, ok in zip(values, valid, strict=True)]
+        present = iter(values)  # only the valid rows are there
+        return [next(present) if ok else None for ok in valid]
+    if len(values) != num_rows:
+        raise TargetRejectedError(
+            f"field {column.field_name}: {len(values)} values for {num_rows} rows"
+        )
+    return values
+
+
+def rows_of(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> list[dict[str, Any]]:
+    """The rows of an insert's columns, fields by name; a dynamic field's keys merged in."""
+    rows: list[dict[str, Any]] = [{} for _ in range(num_rows)]
+    for column in fields_data:
+        values = column_values(column, num_rows)
+        if column.is_dynamic:
+            for row, extra in zip(rows, values, strict=True):
+                if isinstance(extra, dict):
+                    row.update(extra)
+            continue
+        for row, value in zip(rows, values, strict=True):
+            row[column.field_name] = value
+    return rows

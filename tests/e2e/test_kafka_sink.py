@@ -1,0 +1,333 @@
+"""A Kafka target end to end: a real Milvus 2.3.5 source replicated into a topic of the test
+Kafka while a writer inserts, upserts and deletes (in two partitions), the daemon killed with
+SIGKILL again and again; a consumer rebuilds every row from the events and equals the source
+row by row, and every write of the source is one event, none missing, none repeated.
+
+The consumer here is written from the event format in the README, not from the daemon's code.
+
+The Kafka mock (librdkafka's) has transactions but no read isolation: its consumers see the
+records of open and aborted transactions too, which a real broker hides from a read_committed
+consumer. So the consumer keeps only events whose transaction wrote its position (or model)
+record to the positions topic, the last record of every transaction: what a read_committed
+consumer of a real broker sees, except a transaction killed between that record and its
+commit, which the mock shows and the daemon (reading the mock too) then treats as committed.
+The raw count of the other events (cut off by a kill) is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from harness.services import ServiceStartError, wait_until
+from pymilvus import DataType, MilvusClient
+from test_backfill import Writer
+from test_replication import DIM, comparable, rows, source_config
+
+pytestmark = pytest.mark.e2e
+
+KILLS = int(os.environ.get("CDC_KAFKA_KILLS", "3" if os.environ.get("CI") else "10"))
+POSITIONS_TOPIC = "milvus-cdc-positions"
+
+
+class TrackedWrites:
+    """Inserts, upserts and deletes in two partitions (a round each time the backfill tests'
+    ``Writer`` calls), counting every write per key."""
+
+    def __init__(self, collection: str) -> None:
+        self.collection = collection
+        self.ops: Counter[int] = Counter()  # key -> writes of it (insert, upsert or delete)
+        self.partition_of: dict[int, str] = {}
+        self.next_id = 0
+
+    def __call__(self, client: MilvusClient, rnd: random.Random, n: int) -> None:
+        partition = ("_default", "p1")[n % 2]
+        ids = list(range(self.next_id, self.next_id + 20))
+        self.next_id += 20
+        client.insert(self.collection, make_rows(ids, f"i{n}"), partition_name=partition)
+        self.partition_of.update(dict.fromkeys(ids, partition))
+        self.ops.update(ids)
+        alive = list(self.partition_of)
+        if n % 2 == 1 and len(alive) > 40:
+            touched = rnd.sample(alive, 10)
+            for part in ("_default", "p1"):
+                mine = [k for k in touched if self.partition_of[k] == part]
+                if mine:
+                    client.upsert(self.collection, make_rows(mine, f"u{n}"), partition_name=part)
+                    self.ops.update(mine)
+        if n % 3 == 2 and len(alive) > 40:
+            gone = rnd.sample(alive, 5)
+            client.delete(self.collection, ids=gone)
+            for key in gone:
+                del self.partition_of[key]
+            self.ops.update(gone)
+
+
+def make_rows(ids: list[int], tag: str) -> list[dict]:
+    rnd = random.Random(ids[0] if ids else 0)
+    return [
+        {"id": i, "vec": [rnd.random() for _ in range(DIM)], "title": f"{tag}-{i}", "score": i / 4}
+        for i in ids
+    ]
+
+
+def create_collection(client: MilvusClient, name: str) -> None:
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("title", DataType.VARCHAR, max_length=64)
+    schema.add_field("score", DataType.DOUBLE)
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    client.create_collection(name, schema=schema, index_params=index, num_shards=2)
+    client.create_partition(name, "p1")
+
+
+def read_topic(bootstrap: str, topic: str) -> list[tuple[int, int, dict[str, Any]]]:
+    """Every record of a topic: (partition, offset, JSON value), in each partition's order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or not metadata.partitions:
+            return []
+        consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+        open_partitions = set(metadata.partitions)
+        records = []
+        deadline = time.monotonic() + 60
+        while open_partitions and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is not None:
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        open_partitions.discard(message.partition())
+                    continue
+                key = message.key()
+                value = json.loads(message.value())
+                records.append((message.partition(), message.offset(), value, key))
+        return [(p, o, {**v, "_key": k}) for p, o, v, k in sorted(records, key=lambda r: r[:2])]
+    finally:
+        consumer.close()
+
+
+def committed_ids(bootstrap: str, task_id: str) -> set[str]:
+    return {
+        value["commit"]
+        for _, _, value in read_topic(bootstrap, POSITIONS_TOPIC)
+        if value.get("commit") and value["_key"].decode().startswith(f"{task_id}@")
+    }
+
+
+class Rebuilt:
+    """The rows a consumer of the topic holds after applying its events in order."""
+
+    def __init__(self, bootstrap: str, topic: str, task_id: str) -> None:
+        commits = committed_ids(bootstrap, task_id)
+        records = read_topic(bootstrap, topic)
+        self.events = [v for _, _, v in records if v["source"]["commit"] in commits]
+        self.uncommitted = len(records) - len(self.events)
+        self.rows: dict[Any, dict] = {}
+        self.ddl: list[dict] = []
+        for event in self.events:  # per key in offset order: its partition's order
+            if "row" not in event:
+                self.ddl.append(event)
+            elif event["op"] == "delete":
+                self.rows.pop(event["pk"], None)
+            else:
+                self.rows[event["pk"]] = {k: comparable(v) for k, v in event["row"].items()}
+
+    def row_events(self) -> list[dict]:
+        return [e for e in self.events if "row" in e]
+
+
+def test_kafka_target_rebuilds_the_source_exactly_through_kills(
+    daemon_factory, milvus_source, etcd_service, kafka_mock
+):
+    name = f"kafka_{uuid.uuid4().hex[:8]}"
+    topic = f"events_{name}"
+    source = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    try:
+        create_collection(source, name)
+        source.insert(name, make_rows(list(range(-100, 0)), "before"))  # before the task
+        daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+        created = daemon.call(
+            "create",
+            {
+                "kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic},
+                "collection_infos": [{"name": name}],
+            },
+        )
+        assert created.code == 200, created.body
+        task_id = created.data["task_id"]
+        writes = TrackedWrites(name)
+        writer = Writer(milvus_source.uri, writes)
+        writer.start()
+        rnd = random.Random(99)
+        for _ in range(KILLS):
+            time.sleep(rnd.uniform(0.5, 3.0))
+            daemon.kill()
+            daemon.start()
+        time.sleep(1)
+        writer.finish()
+        expected = rows(source, name, "id")
+
+        def rebuilt_equal() -> Rebuilt | None:
+            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+            return rebuilt if rebuilt.rows == expected else None
+
+        try:
+            rebuilt = wait_until(rebuilt_equal, 120, "the topic rebuilding the source")
+        except ServiceStartError:
+            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+            missing = sorted(set(expected) - set(rebuilt.rows))
+            extra = sorted(set(rebuilt.rows) - set(expected))
+            changed = [k for k in expected if k in rebuilt.rows and rebuilt.rows[k] != expected[k]]
+            pytest.fail(
+                f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
+                f"extra {extra[:10]}, {len(changed)} changed {changed[:5]}; log {daemon.log_path}"
+            )
+        row_events = rebuilt.row_events()
+        pairs = Counter((e["pk"], e["ts"]["hybrid"]) for e in row_events)
+        repeated = {pair: n for pair, n in pairs.items() if n > 1}
+        assert not repeated, f"events repeated: {list(repeated.items())[:10]}"
+        # every write of the writer is one event (keys >= 0; the rows written before the task
+        # are there too: a new task reads the collection's history from its creation)
+        per_key = Counter(e["pk"] for e in row_events if e["pk"] >= 0)
+        differ = [(k, per_key[k], n) for k, n in (per_key | writes.ops).items() if per_key[k] != n]
+        differ += [(k, n, writes.ops[k]) for k, n in per_key.items() if writes.ops[k] != n]
+        assert not differ, f"(key, events, writes) that differ: {sorted(set(differ))[:10]}"
+        assert sum(1 for e in row_events if e["op"] == "upsert") > 0
+        assert {e["partition"] for e in row_events if e["op"] != "delete"} == {"_default", "p1"}
+        ddl = Counter((e["op"], e.get("partition")) for e in rebuilt.ddl)
+        assert ddl[("create_collection", None)] == 1, rebuilt.ddl
+        assert ddl[("create_partition", "p1")] == 1, rebuilt.ddl
+        schema = next(e for e in rebuilt.ddl if e["op"] == "create_collection")["schema"]
+        assert [f["name"] for f in schema["fields"]] == ["id", "vec", "title", "score"]
+
+        # the README's example consumer, as a user would paste it, rebuilds the same rows
+        readme = (Path(__file__).parents[2] / "README.md").read_text()
+        example = readme.split("Rebuilding a collection from the topic")[1]
+        code = example.split("```python\n")[1].split("```")[0]
+        code = code.replace('"kafka1:9092"', repr(kafka_mock.bootstrap))
+        code = code.replace('"milvus-events"', repr(topic)).replace('"orders"', repr(name))
+        code = code.replace("poll(10)", "poll(3)")
+        scope: dict[str, Any] = {}
+        exec(compile(code, "README.md", "exec"), scope)
+        assert {k: {f: comparable(v) for f, v in r.items()} for k, r in scope["rows"].items()} == (
+            expected
+        )
+
+        source.drop_collection(name)
+        wait_until(
+            lambda: any(
+                e["op"] == "drop_collection"
+                for e in Rebuilt(kafka_mock.bootstrap, topic, task_id).ddl
+            ),
+            60,
+            "the drop as an event",
+        )
+        task = daemon.call("get", {"task_id": task_id}).data["task"]
+        assert task["state"] == "Running", task
+        assert "password" not in json.dumps(task["kafka_connect_param"])
+        print(
+            f"kafka sink: {KILLS} kills, {writer.rounds} write rounds, {len(expected)} rows, "
+            f"{len(row_events)} row events, {rebuilt.uncommitted} records of cut transactions"
+        )
+    finally:
+        source.close()
+
+
+def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
+    daemon_factory, etcd_service, kafka_mock, stream
+):
+    """The 2.6 test writer's stream (see test_streaming_source.py): transactions committed and
+    rolled back, an upsert, a partition made by a broadcast to three vchannels, a kill -9 in
+    the middle; the topic rebuilds exactly what the stream holds, each DDL once."""
+    from harness.streaming_writer import VECTOR_DIM
+
+    w = stream.writer
+    coll = 52001
+    name = f"books_{uuid.uuid4().hex[:6]}"
+    topic = f"events_{name}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    created = daemon.call(
+        "create",
+        {
+            "kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic},
+            "collection_infos": [{"name": name}],
+        },
+    )
+    assert created.code == 200, created.body
+    task_id = created.data["task_id"]
+    wait_until(
+        lambda: (
+            len(daemon.call("position", {"task_id": task_id}).data.get("positions") or [])
+            >= stream.channels
+        ),
+        30,
+        "the task has a position on every channel",
+    )
+    v0, v1, v2 = stream.vchannels(coll, 3)
+    w.create_collection(coll, name, [v0, v1, v2, f"{stream.pchannel(0)}_vcchan"], partition_ids=[1])
+    stream.tick_all()
+    expected = {pk: f"row-{pk}" for pk in range(300)}
+    w.insert(v0, coll, range(100))
+    w.insert(v1, coll, range(100, 200))
+    w.insert(v2, coll, range(200, 300))
+    stream.tick_all()
+    txn = w.begin_txn(v1)
+    w.insert(v1, coll, range(300, 310), txn=txn)
+    w.delete(v1, coll, range(100, 105), txn=txn)
+    w.time_tick(stream.pchannel(1))
+    w.end_txn(txn)
+    expected.update({pk: f"row-{pk}" for pk in range(300, 310)})
+    for pk in range(100, 105):
+        del expected[pk]
+    rolled = w.begin_txn(v2)
+    w.insert(v2, coll, range(400, 410), txn=rolled)
+    w.end_txn(rolled, commit=False)
+    stream.tick_all()
+    wait_until(
+        lambda: len(Rebuilt(kafka_mock.bootstrap, topic, task_id).rows) == len(expected),
+        60,
+        "the first rows as events",
+    )
+    daemon.kill()
+    w.upsert(v0, coll, range(10), tag="up")
+    expected.update({pk: f"up-{pk}" for pk in range(10)})
+    w.partition_ddl("CreatePartition", coll, name, 2, "recent", [v0, v1, v2])
+    stream.tick_all()
+    w.insert(v1, coll, range(500, 520), partition_id=2, partition_name="recent")
+    expected.update({pk: f"row-{pk}" for pk in range(500, 520)})
+    stream.tick_all()
+    daemon.start()
+
+    def rebuilt_equal() -> Rebuilt | None:
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        got = {pk: row["tag"] for pk, row in rebuilt.rows.items()}
+        return rebuilt if got == expected else None
+
+    rebuilt = wait_until(rebuilt_equal, 90, "the stream rebuilt from the topic")
+    assert rebuilt.rows[510]["vector"] == [510.0] * VECTOR_DIM
+    events = rebuilt.row_events()
+    pairs = Counter((e["pk"], e["ts"]["hybrid"], e["op"]) for e in events)
+    assert max(pairs.values()) == 1, [p for p, n in pairs.items() if n > 1][:10]
+    assert sorted(e["pk"] for e in events if e["op"] == "upsert") == list(range(10))
+    assert not any(400 <= e["pk"] < 410 for e in events)  # rolled back: never an event
+    assert {e["partition"] for e in events if 500 <= e["pk"] < 520} == {"recent"}
+    ddl = Counter((e["op"], e.get("partition")) for e in rebuilt.ddl)
+    assert ddl == {("create_collection", None): 1, ("create_partition", "recent"): 1}, ddl

@@ -1,0 +1,138 @@
+"""The Kafka target against a Kafka broker (the mock): what one connection commits, the next one
+reads back (positions, and the model that makes each DDL announced once), what was never
+committed is not there, and a fenced or closed target writes nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pymilvus.grpc_gen import schema_pb2
+
+from metastore import Position
+from metastore.fenced import Fence, FencedError
+from replicator.errors import SinkSessionLostError
+from replicator.sinks.kafka import KafkaTarget
+
+pytestmark = pytest.mark.integration
+
+
+def schema() -> schema_pb2.CollectionSchema:
+    s = schema_pb2.CollectionSchema()
+    s.fields.add(fieldID=100, name="id", data_type=schema_pb2.DataType.Int64, is_primary_key=True)
+    return s
+
+
+def events(bootstrap: str, topic: str) -> list[dict]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        if metadata.error is not None:
+            return []
+        consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+        waiting, found = set(metadata.partitions), []
+        while waiting:
+            for message in consumer.consume(100, 1.0):
+                if message.error() is not None:
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        waiting.discard(message.partition())
+                    continue
+                found.append(json.loads(message.value()))
+        return found
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def params(kafka_mock) -> dict:
+    suffix = uuid.uuid4().hex[:8]
+    return {
+        "address": kafka_mock.bootstrap,
+        "topic": f"events-{suffix}",
+        "positions_topic": f"positions-{suffix}",
+    }
+
+
+def test_positions_and_ddl_survive_a_new_connection_and_nothing_uncommitted_does(params):
+    first = KafkaTarget(params, "task-a", "1.0")
+    try:
+        assert first.committed_positions == {}
+        assert first.create_collection("default", "c", schema(), 2) is True
+        first.create_partition("default", "c", "p1")
+        log = first.channel_log("dml_0")
+        log.add(first.row_topic("default", "c"), b"k1", {"op": "insert", "pk": 1})
+        at = Position("kafka", "dml_0", (41).to_bytes(8, "little"), 1000)
+        log.commit(at)
+        log.add(
+            first.row_topic("default", "c"), b"k2", {"op": "insert", "pk": 2}
+        )  # never committed
+    finally:
+        first.close()
+
+    again = KafkaTarget(params, "task-a", "1.0")  # the restart
+    try:
+        assert again.committed_positions == {"dml_0": at}
+        assert again.create_collection("default", "c", schema(), 2) is False  # known: no event
+        again.create_partition("default", "c", "p1")  # known: no event
+        assert again.partitions("default", "c") == ["_default", "p1"]
+    finally:
+        again.close()
+    written = events(params["address"], params["topic"])
+    assert [e["op"] for e in written] == ["create_collection", "create_partition", "insert"]
+    inserted = written[2]
+    assert inserted["pk"] == 1
+    assert inserted["source"]["channel"] == "dml_0"
+    assert inserted["source"]["position"] == at.msg_id.hex()
+
+    other = KafkaTarget(params, "task-a", "2.0")  # the same id, created again: a new task
+    try:
+        assert other.committed_positions == {}
+        assert other.has_collection("default", "c") is False
+    finally:
+        other.close()
+
+
+def test_a_fenced_target_writes_nothing_and_a_closed_one_asks_for_a_new_connection(params):
+    target = KafkaTarget(params, "task-b", "1.0")
+    fence = Fence("test")
+    target.fence = fence
+    log = target.channel_log("dml_0")
+    log.add(target.row_topic("default", "c"), b"k", {"op": "delete", "pk": 1})
+    fence.revoke()
+    with pytest.raises(FencedError):
+        log.commit(Position("kafka", "dml_0", (1).to_bytes(8, "little"), 5))
+    target.fence = None
+    target.close()
+    with pytest.raises(SinkSessionLostError):
+        target.commit("dml_0", [], Position("kafka", "dml_0", (2).to_bytes(8, "little"), 6))
+    assert events(params["address"], params["topic"]) == []
+    fresh = KafkaTarget(params, "task-b", "1.0")
+    try:
+        assert fresh.committed_positions == {}
+    finally:
+        fresh.close()
+
+
+def test_topics_per_collection_and_ddl_on_its_own_topic(params):
+    params = {
+        **params,
+        "topic": params["topic"] + ".{db}.{collection}",
+        "ddl_topic": f"{params['topic']}-ddl",
+    }
+    target = KafkaTarget(params, "task-c", "1.0")
+    try:
+        target.create_collection("default", "c", schema(), 1)
+        assert target.row_topic("default", "c").endswith(".default.c")
+    finally:
+        target.close()
+    (created,) = events(params["address"], params["ddl_topic"])
+    assert created["op"] == "create_collection" and created["collection"] == "c"
