@@ -159,7 +159,9 @@ def test_tasks_spread_fail_over_and_pause_anywhere(
         for name in ("a", "b", "c")
     }
     for daemon in daemons.values():
-        daemon.start()
+        daemon.launch()
+    for daemon in daemons.values():
+        daemon.wait_ready()
     names = [f"fleet_{i}_{uuid.uuid4().hex[:6]}" for i in range(3)]
     for name in names:
         create_source_collection(source, name, dynamic=False)

@@ -69,6 +69,10 @@ class Daemon:
         return self.workdir / "cdc.yaml"
 
     def start(self, timeout: float = 30) -> Daemon:
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> Daemon:
+        """Start the process without waiting for it: several daemons start side by side."""
         assert self.process is None or self.process.poll() is not None, "already running"
         config = {**self.config, "address": f"{self.host}:{self.port}", "logFormat": "json"}
         self.config_path.write_text(yaml.safe_dump(config))
@@ -88,6 +92,10 @@ class Daemon:
                 start_new_session=True,
             )
         self.starts += 1
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> Daemon:
+        assert self.process is not None, "not launched"
         wait_until(
             lambda: self.get("/readyz")[0] == 200,
             timeout,

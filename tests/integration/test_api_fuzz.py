@@ -8,6 +8,7 @@ it was (tasks, states, revisions, specs, positions).
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from harness.services import free_port
@@ -18,7 +19,7 @@ from metastore.sql import SqlMetaStore, sqlite_url
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = 10_000
+EXAMPLES = int(os.environ.get("CDC_FUZZ_EXAMPLES", "10000"))
 REQUEST_TYPES = ["create", "delete", "pause", "resume", "get", "list", "position"]
 EXPECTED_CODES = {200, 400, 404, 405, 409, 413}
 
