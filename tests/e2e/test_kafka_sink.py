@@ -224,7 +224,6 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
         code = example.split("```python\n")[1].split("```")[0]
         code = code.replace('"kafka1:9092"', repr(kafka_mock.bootstrap))
         code = code.replace('"milvus-events"', repr(topic)).replace('"orders"', repr(name))
-        code = code.replace("poll(10)", "poll(3)")
         scope: dict[str, Any] = {}
         exec(compile(code, "README.md", "exec"), scope)
         assert {k: {f: comparable(v) for f, v in r.items()} for k, r in scope["rows"].items()} == (
