@@ -213,7 +213,12 @@ class ChannelWorker:
                 seq.add(Pending(record.offset, event, before))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                 # DML older than the DDL goes first; a drop's barrier needs it applied
-                self._write(read.ready + seq.take_older(event.ts), read.commit_at)
+                older = read.ready + seq.take_older(event.ts)
+                if self.checkpoint.durable is not None:  # committed before the DDL's events
+                    ddl = Pending(record.offset, event, before)
+                    self._write(older, *self._durable_point([ddl]))
+                else:
+                    self._write(older, read.commit_at)
                 read.ready, read.commit_at = [], None
                 self.context.collections.apply_record(event, self.pchannel)
             elif isinstance(event, Skipped):
