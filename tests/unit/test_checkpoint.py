@@ -299,3 +299,72 @@ def test_the_saved_offset_of_a_pulsar_position_is_read_by_the_source(store: Flak
     )
     assert checkpoint.saved_offset() == parts.offset
     assert offset_of(parts.serialize().ljust(8, b"\0")[:8]) != parts.offset
+
+
+class TransactionalTable(Table):
+    """A target that commits a channel's writes with its position, in one transaction (the
+    Kafka target's contract, ``DurableLog``): writes wait in the open transaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[tuple[list[Insert | Delete], bool]] = []
+        self.positions: list[Position] = []
+
+    def apply(self, events: Sequence[Insert | Delete], *, replay: bool = False) -> None:
+        self.open.append((list(events), replay))
+
+    def commit(self, position: Position | None) -> None:
+        for events, _replay in self.open:
+            Table.apply(self, events, replay=False)  # a transaction never half-commits
+        self.open.clear()
+        if position is not None:
+            self.positions.append(position)
+
+    def committed(self) -> Position | None:
+        return self.positions[-1] if self.positions else None
+
+
+def durable_checkpoint(store: FlakyStore, table: TransactionalTable) -> ChannelCheckpoint:
+    saved = store.get_positions(TASK).get(CHANNEL)
+    return ChannelCheckpoint(
+        store,  # type: ignore[arg-type]
+        RunnerState(store, TASK),  # type: ignore[arg-type]
+        TASK,
+        CHANNEL,
+        "kafka",
+        saved,
+        table,
+        offset_of,
+        table,
+    )
+
+
+def test_a_transactional_target_commits_events_with_the_position_before_the_store(
+    store: FlakyStore,
+) -> None:
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    checkpoint.commit(read_after(checkpoint, 4), None, 1004)  # no position: nothing committed
+    assert table.copies == Counter() and saved_offset(store) == -1
+    checkpoint.commit([], msg_id(4), 1004)
+    assert sorted(table.copies) == [0, 1, 2, 3, 4]
+    assert offset_of(table.positions[-1].msg_id) == 4 == saved_offset(store)
+
+
+def test_a_store_save_failing_after_the_target_committed_rewinds_to_the_target_position(
+    store: FlakyStore,
+) -> None:
+    """The events and position are in the target; the metastore did not take the position:
+    reading again from the store's would write them twice (a transaction has no upsert)."""
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    commit(checkpoint, read_after(checkpoint, 4))
+    store.fail["save_position"] = MetaStoreUnavailableError("store down")
+    with pytest.raises(MetaStoreUnavailableError):
+        commit(checkpoint, [record(o) for o in range(5, 10)])
+    assert saved_offset(store) == 4
+    resume = checkpoint.rewind()
+    assert resume is not None and offset_of(resume.msg_id) == 9  # the target's, newer
+    commit(checkpoint, [record(o) for o in range(10, 12)])  # the next records, not 5..9 again
+    assert table.doubled() == [] and sorted(table.copies) == list(range(12))
+    assert saved_offset(store) == 11
