@@ -212,3 +212,33 @@ def test_config_show_is_merged_and_redacted(tmp_path):
     assert shown["sourceConfig"]["etcd"]["password"] == "******"
     assert shown["scheduler"]["retry"]["initialBackoffSeconds"] == 10
     assert SECRET not in json.dumps(shown)
+
+
+def test_a_kafka_target_from_the_cli_listed_and_checked(daemon, kafka_mock, tmp_path):
+    url = daemon.cli_args
+    created = ok(
+        "task", "create", *url,
+        "--kafka-target", f"{kafka_mock.bootstrap}/cli-events",
+        "--collection", "orders",
+        "--task-id", "kafka-1",
+        "--no-start",
+    )  # fmt: skip
+    assert "kafka-1" in created
+    listed = ok("task", "list", *url)
+    assert f"kafka://{kafka_mock.bootstrap}/cli-events" in listed
+    task = json.loads(ok("task", "get", "kafka-1", *url, "--json"))["task"]
+    assert task["kafka_connect_param"]["topic"] == "cli-events"
+    assert "milvus_connect_param" not in task
+    refused = cli("task", "backfill", "kafka-1", *url)
+    assert refused.returncode == 1 and "a Kafka target takes no backfill" in refused.stderr
+    unreachable = cli(
+        "task", "create", *url, "--kafka-target", f"127.0.0.1:{free_port()}/t", "--no-start",
+        "--connect-timeout", "2",
+    )  # fmt: skip
+    assert unreachable.returncode == 1 and "brokers do not answer" in unreachable.stderr
+    path = tmp_path / "check.yaml"
+    path.write_text(yaml.safe_dump(daemon.config))
+    done = cli("check", "--config", str(path), "--task", "kafka-1", "--json", "--timeout", "5")
+    result = {r["check"]: r for r in json.loads(done.stdout)}["target of task kafka-1"]
+    assert result["ok"] and result["version"] == "kafka", result
+    assert result["target"] == f"kafka://{kafka_mock.bootstrap}/cli-events"
