@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TargetRejectedError
@@ -53,20 +54,25 @@ def _iso(moment: datetime) -> str:
 
 
 def row_key(db: str, collection: str, pk: int | str) -> bytes:
-    return json.dumps([db, collection, pk], ensure_ascii=False, separators=(",", ":")).encode()
+    return dumps([db, collection, pk])
 
 
 def ddl_key(db: str, collection: str, what: str) -> bytes:
-    return json.dumps([db, collection, "$ddl", what], ensure_ascii=False).encode()
+    return dumps([db, collection, "$ddl", what])
 
 
-def dumps(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON (orjson; the standard library for what it refuses: an integer
+    beyond 64 bits inside a JSON field)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 # --- columns to values ------------------------------------------------------------------------
 def _scalars(name: str) -> Callable[[schema_pb2.FieldData], Sequence[Any]]:
-    return lambda column: getattr(column.scalars, name).data
+    return lambda column: list(getattr(column.scalars, name).data)
 
 
 def _json_values(column: schema_pb2.FieldData) -> list[Any]:
@@ -97,8 +103,8 @@ def _fixed_width(
 
 def _float_vectors(column: schema_pb2.FieldData) -> list[list[float]]:
     dim = column.vectors.dim
-    data = column.vectors.float_vector.data
-    return [list(data[i : i + dim]) for i in range(0, len(data), dim)] if dim else []
+    data = list(column.vectors.float_vector.data)  # slicing the protobuf container is slow
+    return [data[i : i + dim] for i in range(0, len(data), dim)] if dim else []
 
 
 def _b64(raw: bytes) -> str:
