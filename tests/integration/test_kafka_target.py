@@ -137,3 +137,42 @@ def test_topics_per_collection_and_ddl_on_its_own_topic(params):
         target.close()
     (created,) = events(params["address"], params["ddl_topic"])
     assert created["op"] == "create_collection" and created["collection"] == "c"
+
+
+def test_events_tail_prints_a_topics_events_readably(params):
+    import subprocess
+    import sys
+
+    from harness.daemon import REPO_ROOT
+
+    target = KafkaTarget(params, "task-d", "1.0")
+    try:
+        target.create_collection("default", "c", schema(), 1)
+        log = target.channel_log("dml_0")
+        row = {"id": 7, "vec": [0.5] * 10, "title": "x"}
+        when = {"hybrid": 1, "time": "2026-11-23T00:00:00.000Z"}
+        value = {"op": "insert", "db": "default", "collection": "c", "partition": "_default",
+                 "pk": 7, "row": row, "ts": when}  # fmt: skip
+        log.add(target.row_topic("default", "c"), b'["default","c",7]', value)
+        log.commit(Position("kafka", "dml_0", (3).to_bytes(8, "little"), 9))
+    finally:
+        target.close()
+
+    def tail(*extra: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "server", "events", "tail", "--brokers", params["address"],
+             "--topic", params["topic"], *extra],
+            capture_output=True, text=True, timeout=60, check=True,
+            env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        return done.stdout.splitlines()
+
+    lines = tail()
+    assert len(lines) == 2, lines
+    created = next(line for line in lines if "create_collection" in line)
+    assert "default.c" in created and 'fields="id:Int64*"' in created
+    inserted = next(line for line in lines if " insert " in line)
+    assert "default.c[_default]  pk=7" in inserted
+    assert '"vec": [0.5, 0.5, 0.5, "...(10)"]' in inserted  # long lists shortened
+    raw = [json.loads(line) for line in tail("--json")]
+    assert sorted(e["op"] for e in raw) == ["create_collection", "insert"]
