@@ -70,6 +70,8 @@ class KafkaConnectParam(_Strict):
     # ours: where the task's committed positions live (compacted; shared by tasks)
     positions_topic: str = ""
     connect_timeout: int = Field(default=0, ge=0, le=MAX_CONNECT_TIMEOUT)
+    # ours: the largest event sent; a larger one stops the task with a reason
+    max_event_bytes: int = Field(default=0, ge=0)
 
 
 class CollectionInfo(_Strict):
@@ -361,6 +363,8 @@ def _validate_kafka(param: KafkaConnectParam) -> dict[str, Any]:
         connect["ddl_topic"] = param.ddl_topic
     if param.positions_topic:
         connect["positions_topic"] = param.positions_topic
+    if param.max_event_bytes:
+        connect["max_event_bytes"] = param.max_event_bytes
     if param.enable_sasl:
         sasl = param.sasl or KafkaSasl()
         password = sasl.password.get_secret_value()

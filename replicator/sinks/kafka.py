@@ -48,7 +48,12 @@ from confluent_kafka.admin import AdminClient
 from pymilvus.grpc_gen import schema_pb2
 
 from metastore import Position
-from replicator.errors import SinkError, SinkSessionLostError, TargetUnavailableError
+from replicator.errors import (
+    SinkError,
+    SinkSessionLostError,
+    TargetRejectedError,
+    TargetUnavailableError,
+)
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_model import Change, TargetModel
@@ -56,6 +61,8 @@ from replicator.sinks.target_model import Change, TargetModel
 log = logging.getLogger(__name__)
 
 DEFAULT_POSITIONS_TOPIC = "milvus-cdc-positions"
+# a Kafka broker's default largest record (message.max.bytes, 1 MiB plus its batch overhead)
+MAX_EVENT_BYTES = 1_000_000
 MODEL_KEY = "$model"
 READ_STATE_TIMEOUT = 30.0
 _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
@@ -157,6 +164,8 @@ class KafkaTarget(MilvusTarget):
                 "message.max.bytes": 16 * 1024 * 1024,
             }
         )
+        self.max_event_bytes = int(params.get("max_event_bytes") or MAX_EVENT_BYTES)
+        self._refused: KafkaError | None = None  # a record the broker refused for good
         try:
             # aborts what a crashed predecessor left open and fences it (a real broker)
             self._producer.init_transactions(timeout)
@@ -368,7 +377,15 @@ class KafkaTarget(MilvusTarget):
                         "position": position.msg_id.hex() if position is not None else None,
                         "commit": commit_id,
                     }
-                    self._produce(topic, key, dumps(value))
+                    data = dumps(value)
+                    if len(data) > self.max_event_bytes:
+                        raise TargetRejectedError(
+                            f"kafka: the event of {value.get('db')}.{value.get('collection')} "
+                            f"pk {value.get('pk')!r} is {len(data):,} bytes, more than "
+                            f"max_event_bytes ({self.max_event_bytes:,}): raise it (and the "
+                            "topic's max.message.bytes) to send it"
+                        )
+                    self._produce(topic, key, data)
                 if model is not None:
                     record: dict[str, Any] = {"commit": commit_id, "state": model.state}
                     self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(record))
@@ -390,6 +407,12 @@ class KafkaTarget(MilvusTarget):
                 self._producer.commit_transaction(remaining)
             except KafkaException as exc:
                 self._abort()
+                refused, self._refused = self._refused, None
+                if refused is not None:  # not a matter of trying again: the task stops
+                    raise TargetRejectedError(
+                        f"kafka {self.address}: the broker refused a record of channel "
+                        f"{pchannel or '(ddl)'}: {refused.str()}"
+                    ) from None
                 raise SinkSessionLostError(
                     f"kafka {self.address}: a transaction of channel {pchannel or '(ddl)'} "
                     f"failed: {exc.args[0].str()}"
@@ -400,10 +423,16 @@ class KafkaTarget(MilvusTarget):
             if position is not None:
                 self.committed_positions[pchannel] = position
 
+    def _delivered(self, error: KafkaError | None, _message: Any) -> None:
+        """A record's delivery report: a refusal that retrying cannot change is kept, and the
+        commit that fails with it stops the task with it."""
+        if error is not None and not error.retriable() and self._refused is None:
+            self._refused = error
+
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key)
+                self._producer.produce(topic, value, key, on_delivery=self._delivered)
                 return
             except BufferError:  # the local queue is full: let it drain
                 self._producer.poll(0.1)

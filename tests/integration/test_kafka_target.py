@@ -13,7 +13,7 @@ from pymilvus.grpc_gen import schema_pb2
 
 from metastore import Position
 from metastore.fenced import Fence, FencedError
-from replicator.errors import SinkSessionLostError
+from replicator.errors import SinkSessionLostError, TargetRejectedError
 from replicator.sinks.kafka import KafkaTarget
 
 pytestmark = pytest.mark.integration
@@ -176,3 +176,22 @@ def test_events_tail_prints_a_topics_events_readably(params):
     assert '"vec": [0.5, 0.5, 0.5, "...(10)"]' in inserted  # long lists shortened
     raw = [json.loads(line) for line in tail("--json")]
     assert sorted(e["op"] for e in raw) == ["create_collection", "insert"]
+
+
+def test_an_event_too_large_stops_with_a_reason_and_commits_nothing(params):
+    target = KafkaTarget({**params, "max_event_bytes": 200}, "task-e", "1.0")
+    try:
+        log = target.channel_log("dml_0")
+        value = {
+            "op": "insert",
+            "db": "default",
+            "collection": "c",
+            "pk": 9,
+            "row": {"x": "y" * 300},
+        }
+        log.add(target.row_topic("default", "c"), b"k", value)
+        with pytest.raises(TargetRejectedError, match=r"pk 9 is \d+ bytes, more than max_event"):
+            log.commit(Position("kafka", "dml_0", (1).to_bytes(8, "little"), 5))
+    finally:
+        target.close()
+    assert events(params["address"], params["topic"]) == []
