@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 DEFAULT_POSITIONS_TOPIC = "milvus-cdc-positions"
 # a Kafka broker's default largest record (message.max.bytes, 1 MiB plus its batch overhead)
 MAX_EVENT_BYTES = 1_000_000
+# the model is written again with a commit this long after it was last written, so a positions
+# topic that is not compacted (its records expire) still holds it at the next start
+MODEL_REFRESH_SECONDS = 6 * 3600.0
 MODEL_KEY = "$model"
 READ_STATE_TIMEOUT = 30.0
 _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
@@ -177,6 +180,7 @@ class KafkaTarget(MilvusTarget):
         positions, model = self._read_state(config, state_timeout)
         self.committed_positions: dict[str, Position] = positions
         self.model = TargetModel.from_json(model) if model else TargetModel()
+        self._model_written = time.monotonic() if model else float("-inf")
 
     # --- what Kafka committed -------------------------------------------------------------------
     def _ensure_positions_topic(self, config: dict[str, Any]) -> None:
@@ -367,6 +371,8 @@ class KafkaTarget(MilvusTarget):
             self.fence.check()
         commit_id = uuid.uuid4().hex
         with self._lock:
+            if model is None and time.monotonic() - self._model_written > MODEL_REFRESH_SECONDS:
+                model = self.model  # every change is committed at once: this is the committed one
             if self._closed:
                 raise SinkSessionLostError(f"kafka {self.address}: the target is closed")
             try:
@@ -420,6 +426,8 @@ class KafkaTarget(MilvusTarget):
             except BaseException:
                 self._abort()
                 raise
+            if model is not None:
+                self._model_written = time.monotonic()
             if position is not None:
                 self.committed_positions[pchannel] = position
 
