@@ -26,12 +26,22 @@ def api_state(daemon, task_id):
     return daemon.request("GET", f"/v1/tasks/{task_id}")[2]["task"]["state"]
 
 
-async def test_dashboard_shows_and_drives_real_tasks(daemon_factory, milvus_lite_service, tmp_path):
+async def test_dashboard_shows_and_drives_real_tasks(
+    daemon_factory, milvus_lite_service, kafka_mock, tmp_path
+):
     daemon = daemon_factory().start()
     lite = milvus_lite_service
+    kafka = {"address": kafka_mock.bootstrap, "topic": "dash-events"}
+    to_kafka = {
+        "kafka_connect_param": kafka,
+        "collection_infos": [{"name": "audit"}],
+        "task_id": "dash-k",
+        "disable_auto_start": True,
+    }
     for body in (
         create_body(lite, collections=("orders",), task_id="dash-a"),
         create_body(lite, collections=("users",), task_id="dash-b", disable_auto_start=True),
+        to_kafka,
     ):
         assert daemon.request("POST", "/v1/tasks", body)[0] == 201
 
@@ -39,7 +49,7 @@ async def test_dashboard_shows_and_drives_real_tasks(daemon_factory, milvus_lite
         page = await browser.new_page(WIDTH, HEIGHT)
         await page.open_dashboard(daemon.url, daemon.token)
         assert await page.evaluate("document.title") == "milvus-cdc"
-        await page.wait_for("document.querySelectorAll('#tasks tr.task').length === 2")
+        await page.wait_for("document.querySelectorAll('#tasks tr.task').length === 3")
         assert await page.evaluate(state_of("dash-a")) == "Running"
         assert await page.evaluate(state_of("dash-b")) == "Initial"
         await page.wait_for("document.getElementById('daemon-status').dataset.status === 'ok'")
@@ -112,6 +122,12 @@ async def test_dashboard_shows_and_drives_real_tasks(daemon_factory, milvus_lite
             " && document.getElementById('message').textContent"
         )
         assert "already Paused" in message
+
+        # a Kafka task's detail names its topic
+        await page.click(row("dash-k", "code"))
+        await page.wait_for("document.getElementById('detail-id').textContent === 'dash-k'")
+        facts = await page.evaluate("document.getElementById('detail-facts').innerText")
+        assert f"kafka://{kafka_mock.bootstrap}/dash-events" in facts
 
         shot = await page.screenshot(tmp_path / "dashboard.png")
         assert browser.exceptions == []
