@@ -27,7 +27,7 @@ from replicator.backfill.job import plan_collection
 from replicator.backfill.ranges import KeyRange
 from replicator.backfill.state import CollectionRef
 from replicator.backfill.transfer import connect
-from replicator.compare.gate import applied_ts
+from replicator.compare.gate import applied_ts, now_ts
 from replicator.compare.reader import ensure_loaded, schema_of
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
@@ -176,7 +176,8 @@ class VerifyRun:
         channels = self.context.channels_of(ref.db, ref.name)
         if channels is None:
             log.warning("%s: its channels are not known; waiting for every channel", ref.label)
-        plan = plan_collection(source, ref, self.context.options.range_rows)
+        # keys read as of now (not Strong: each page would wait for the next time tick)
+        plan = plan_collection(source, ref, self.context.options.range_rows, now_ts())
         ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
         result = replace(result, ranges_total=len(ranges))
         self._save(self.job.with_collection(result))
