@@ -125,7 +125,11 @@ class CollectionVerifier:
             )
             return source, target.result()
 
-    def verify(self, key_range: KeyRange) -> RangeOutcome:
+    def verify(
+        self,
+        key_range: KeyRange,
+        digests: tuple[Digest | None, Digest | None] | None = None,
+    ) -> RangeOutcome:
         """Compare a range: first its count and digest on both sides (:mod:`range_digest`),
         which settles a range that is the same on both. Otherwise it is read again as
         ``{key: row hash}``: keys that differ on that read are the suspects, read again (by key)
