@@ -12,13 +12,16 @@ a 32-character title).
   ``verify.parallelism``);
 - verify as rows: the verify as it was before the column digests (planning with Strong pages,
   each range read on both sides as pymilvus rows, ``{key: row hash}``), for the
-  ``--as-rows ranges:parallelism`` runs.
+  ``--as-rows ranges:parallelism`` runs;
+- verify on Spark: the digests of every range as one Spark job (``--spark`` numbers of ranges,
+  on ``--spark-master``), as a collection of at least ``verify.sparkMinRows`` rows is verified.
 
 The baseline runs before and after the verify runs; its mean is the reference. Both sides are
 equal, so no range is read twice: this measures the common case.
 
     python bench/verify.py [--rows 1000000] [--dim 8] [--batch 5000] [--ranges 4,16]
-        [--parallelism 1,2,4] [--as-rows 16:2] [--out bench/results/verify.md]
+        [--parallelism 1,2,4] [--as-rows 16:2] [--spark 8] [--spark-master local[2]]
+        [--out bench/results/verify.md]
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import CollectionRef  # noqa: E402
 from replicator.compare.gate import now_ts  # noqa: E402
 from replicator.compare.reader import range_digest, schema_of  # noqa: E402
+from replicator.compare.spark_launch import SparkDigests  # noqa: E402
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions  # noqa: E402
 
 NAME = "bench"
@@ -163,6 +167,32 @@ def _pairs(spec: str) -> list[tuple[str, str]]:
     return [tuple(item.split(":", 1)) for item in spec.split(",") if item]  # type: ignore[misc]
 
 
+def spark_verify(
+    source_uri: str, target_uri: str, rows: int, ranges: int, batch: int, master: str
+) -> tuple[float, float, int, int]:
+    """The verify with its digests on Spark (as a collection of at least verify.sparkMinRows):
+    plan, then one Spark job over the ranges (the session's start-up included); the ranges
+    whose digests differ would then be compared by the daemon (here none do)."""
+    source = MilvusClient(uri=source_uri, dedicated=True)
+    ref = CollectionRef("default", NAME, "default", NAME)
+    started = time.perf_counter()
+    plan = plan_collection(source, ref, range_rows_for(rows, ranges), now_ts())
+    planning = time.perf_counter() - started
+    runner = SparkDigests(1, master, {"spark.ui.enabled": "false"}, tempfile.gettempdir())
+    sides = ({"uri": source_uri}, {"uri": target_uri})
+    found = runner.run(
+        "bench", plan, schema_of(source, NAME), sides, batch, now_ts(), threading.Event()
+    )
+    spent = time.perf_counter() - started
+    source.close()
+    assert found is not None
+    assert len(found) == len(plan.ranges), found
+    differing = [i for i, (a, b) in found.items() if a is None or a != b]
+    assert not differing, f"ranges {differing} differ"
+    compared = sum(a.count for a, _ in found.values() if a is not None)
+    return spent, planning, compared, len(plan.ranges)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -170,6 +200,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--ranges", default="4,16")
     parser.add_argument("--parallelism", default="1,2,4")
+    # numbers of ranges digested on Spark (--spark-master), e.g. "8,32"; "" for none
+    parser.add_argument("--spark", default="")
+    parser.add_argument("--spark-master", default="local[2]")
     # ranges:parallelism runs of the verify as it was before the column digests
     parser.add_argument("--as-rows", default="16:2")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "verify.md"))
@@ -197,6 +230,14 @@ def main() -> None:
                     for ranges in map(int, args.ranges.split(","))
                     for parallelism in map(int, args.parallelism.split(","))
                 ]
+                for ranges in [int(r) for r in args.spark.split(",") if r]:
+                    spent, planning, compared, made = spark_verify(
+                        src.uri, dst.uri, args.rows, ranges, args.batch, args.spark_master
+                    )
+                    assert compared == args.rows, compared
+                    label = f"verify on Spark {args.spark_master}, {made} ranges"
+                    results.append((label, spent, planning, compared))
+                    print(f"{label}: {compared / spent:,.0f} rows/s", flush=True)
                 for ranges, parallelism, as_rows in runs:
                     spent, planning, compared, made = verify(
                         src.uri, dst.uri, args.rows, ranges, parallelism, args.batch, as_rows
@@ -236,6 +277,8 @@ def main() -> None:
             'ranges); "as rows" is the verify before the column digests (ranges read as '
             'pymilvus rows, planning with Strong pages), "columns" the verify now (ranges '
             "digested from the query answers' columns, planning at a timestamp). "
+            "The Spark rows include the Spark session's start-up (a driver process, its JVM "
+            "and Python workers) and planning. "
             f"Loading both sides took {load_s:.1f} s; the whole benchmark "
             f"{time.perf_counter() - began:.0f} s.",
             "",

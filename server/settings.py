@@ -347,8 +347,8 @@ class VerifySettings(_Section):
     parallelism: int = Field(default=2, ge=1, le=64)
     # collections of at least this many rows have their range digests computed as a Spark job
     # (backfill.sparkMaster, backfill.sparkConf), smaller ones in the daemon; 0: never Spark.
-    # A Spark session costs tens of seconds to start (about 40 s on local[2] here), what the
-    # daemon takes to digest about two million rows
+    # A Spark session takes 5-60 s to start (local[2] on a shared 2-core machine): what the
+    # daemon needs to digest a few million rows
     sparkMinRows: int = Field(default=10_000_000, ge=0)
     # scheduled verification of every Running task, in hours (0: none unless a task's create
     # asks with verify.intervalHours); each run covers a random sampleFraction of the ranges
