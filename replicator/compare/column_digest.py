@@ -38,9 +38,10 @@ from replicator.compare.digest import (
     encode_value,
 )
 
-# one row's encoded parts of a field ("" when the row has no such field)
+# a column's encoded parts, one per row: the bytes ``digest.encode_row`` writes for the field
 Parts = list[bytes]
 EMPTY_JSON = (b"", b"{}")
+_VECTORS = {"FLOAT_VECTOR", "SPARSE_FLOAT_VECTOR", *BYTE_VECTOR_KINDS}
 
 
 def _header(name: str, tag: bytes) -> bytes:
@@ -123,7 +124,7 @@ def _values(kind: str, field: Any) -> list[Any]:
         return [json.loads(raw) for raw in scalars.json_data.data]
     if kind == "ARRAY":
         return _array_cells(field)
-    raise UnsupportedValueError(f"a column of {kind} with nulls")
+    raise UnsupportedValueError(f"a column of {kind} value by value")
 
 
 def _per_row(name: str, kind: str, values: Sequence[Any], valid: Sequence[bool]) -> Parts:
@@ -168,9 +169,6 @@ def column_parts(name: str, kind: str, field: Any, rows: int) -> Parts:
         contents = field.vectors.sparse_float_vector.contents
         return _variable(name, b"p", [_sparse(c) for c in contents])
     raise UnsupportedValueError(f"a column of {kind}")
-
-
-_VECTORS = {"FLOAT_VECTOR", "SPARSE_FLOAT_VECTOR", *BYTE_VECTOR_KINDS}
 
 
 def _rows_of(field: Any) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from replicator.backfill.ranges import KeyRange
@@ -49,10 +50,20 @@ def digest_work(work: dict[str, Any]) -> dict[str, Any]:
     try:
         source = cached_client(work["source"], work["db"])
         target = cached_client(work["target"], work["target_db"])
-        found = digest_range(source, work["db"], work["name"], schema, key_range, batch, seen)
-        theirs = digest_range(
-            target, work["target_db"], work["target_name"], schema, key_range, batch, seen
-        )
+        # the two servers answer at once, as in the daemon (CollectionVerifier.digests)
+        with ThreadPoolExecutor(1, thread_name_prefix="verify-target") as side:
+            other = side.submit(
+                digest_range,
+                target,
+                work["target_db"],
+                work["target_name"],
+                schema,
+                key_range,
+                batch,
+                seen,
+            )
+            found = digest_range(source, work["db"], work["name"], schema, key_range, batch, seen)
+            theirs = other.result()
     except BaseException:
         forget_clients()
         raise
