@@ -7,14 +7,21 @@ a 32-character title).
 - baseline: one process iterates both collections with pymilvus's ``query_iterator`` (batches
   of B, key order) and compares them row by row as it goes (a merge on the key: nothing held);
 - verify: the verify's own code (replicator/compare: plan the key ranges from the source's keys,
-  then per range read both sides as key hashes and compare the digests), for several numbers of
-  ranges and of ranges compared at once (threads, ``verify.parallelism``).
+  then per range digest both sides from the query answers' columns and compare the digests),
+  for several numbers of ranges and of ranges compared at once (threads,
+  ``verify.parallelism``);
+- verify as rows: the verify as it was before the column digests (planning with Strong pages,
+  each range read on both sides as pymilvus rows, ``{key: row hash}``), for the
+  ``--as-rows ranges:parallelism`` runs;
+- verify on Spark: the digests of every range as one Spark job (``--spark`` numbers of ranges,
+  on ``--spark-master``), as a collection of at least ``verify.sparkMinRows`` rows is verified.
 
 The baseline runs before and after the verify runs; its mean is the reference. Both sides are
 equal, so no range is read twice: this measures the common case.
 
     python bench/verify.py [--rows 1000000] [--dim 8] [--batch 5000] [--ranges 4,16]
-        [--parallelism 1,2,4] [--out bench/results/verify.md]
+        [--parallelism 1,2,4] [--as-rows 16:2] [--spark 8] [--spark-master local[2]]
+        [--out bench/results/verify.md]
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ from pymilvus import MilvusClient  # noqa: E402
 from replicator.backfill.job import plan_collection  # noqa: E402
 from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import CollectionRef  # noqa: E402
-from replicator.compare.reader import schema_of  # noqa: E402
-from replicator.compare.verify import CollectionVerifier, VerifyOptions  # noqa: E402
+from replicator.compare.gate import now_ts  # noqa: E402
+from replicator.compare.reader import range_digest, schema_of  # noqa: E402
+from replicator.compare.spark_launch import SparkDigests  # noqa: E402
+from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions  # noqa: E402
 
 NAME = "bench"
 
@@ -102,16 +111,35 @@ def baseline(source_uri: str, target_uri: str, batch: int) -> tuple[float, int]:
     return spent, compared
 
 
+def _as_rows(verifier: CollectionVerifier, key_range: Any) -> RangeOutcome:
+    """The verify as it was before the column digests: both sides read as pymilvus rows,
+    ``{key: row hash}``, their digests compared (both sides are equal here, so the digests
+    agree and nothing is read again)."""
+    read = verifier._read(key_range)
+    assert range_digest(read.source) == range_digest(read.target), key_range
+    return RangeOutcome(key_range, len(read.source))
+
+
 def verify(
-    source_uri: str, target_uri: str, rows: int, ranges: int, parallelism: int, batch: int
-) -> tuple[float, int, int]:
-    """The verify's code over the whole collection: (seconds, rows compared, ranges)."""
+    source_uri: str,
+    target_uri: str,
+    rows: int,
+    ranges: int,
+    parallelism: int,
+    batch: int,
+    as_rows: bool = False,
+) -> tuple[float, float, int, int]:
+    """The verify's code over the whole collection: (seconds, of which planning, rows compared,
+    ranges). ``as_rows``: the verify before the column digests (planning with Strong pages,
+    ranges read as pymilvus rows)."""
     source = MilvusClient(uri=source_uri, dedicated=True)
     target = MilvusClient(uri=target_uri, dedicated=True)
     options = VerifyOptions(range_rows_for(rows, ranges), batch, 4, 60.0, parallelism)
     ref = CollectionRef("default", NAME, "default", NAME)
     started = time.perf_counter()
-    plan = plan_collection(source, ref, options.range_rows)
+    # planned as the job plans (replicator/compare/job.py)
+    plan = plan_collection(source, ref, options.range_rows, 0 if as_rows else now_ts())
+    planning = time.perf_counter() - started
     verifier = CollectionVerifier(
         source, target, plan, schema_of(source, NAME), options, lambda: 1 << 62, threading.Event()
     )
@@ -120,7 +148,7 @@ def verify(
 
     def one(key_range: Any) -> None:
         nonlocal compared, divergent
-        outcome = verifier.verify(key_range)
+        outcome = _as_rows(verifier, key_range) if as_rows else verifier.verify(key_range)
         with lock:
             compared += outcome.rows_compared
             divergent += len(outcome.divergence.keys)
@@ -131,7 +159,38 @@ def verify(
     source.close()
     target.close()
     assert divergent == 0, f"the verify found {divergent} differing rows"
-    return spent, compared, len(plan.ranges)
+    return spent, planning, compared, len(plan.ranges)
+
+
+def _pairs(spec: str) -> list[tuple[str, str]]:
+    """ "16:2,4:1" as [("16", "2"), ("4", "1")] ("" as none)."""
+    return [tuple(item.split(":", 1)) for item in spec.split(",") if item]  # type: ignore[misc]
+
+
+def spark_verify(
+    source_uri: str, target_uri: str, rows: int, ranges: int, batch: int, master: str
+) -> tuple[float, float, int, int]:
+    """The verify with its digests on Spark (as a collection of at least verify.sparkMinRows):
+    plan, then one Spark job over the ranges (the session's start-up included); the ranges
+    whose digests differ would then be compared by the daemon (here none do)."""
+    source = MilvusClient(uri=source_uri, dedicated=True)
+    ref = CollectionRef("default", NAME, "default", NAME)
+    started = time.perf_counter()
+    plan = plan_collection(source, ref, range_rows_for(rows, ranges), now_ts())
+    planning = time.perf_counter() - started
+    runner = SparkDigests(1, master, {"spark.ui.enabled": "false"}, tempfile.gettempdir())
+    sides = ({"uri": source_uri}, {"uri": target_uri})
+    found = runner.run(
+        "bench", plan, schema_of(source, NAME), sides, batch, now_ts(), threading.Event()
+    )
+    spent = time.perf_counter() - started
+    source.close()
+    assert found is not None
+    assert len(found) == len(plan.ranges), found
+    differing = [i for i, (a, b) in found.items() if a is None or a != b]
+    assert not differing, f"ranges {differing} differ"
+    compared = sum(a.count for a, _ in found.values() if a is not None)
+    return spent, planning, compared, len(plan.ranges)
 
 
 def main() -> None:
@@ -141,6 +200,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--ranges", default="4,16")
     parser.add_argument("--parallelism", default="1,2,4")
+    # numbers of ranges digested on Spark (--spark-master), e.g. "8,32"; "" for none
+    parser.add_argument("--spark", default="")
+    parser.add_argument("--spark-master", default="local[2]")
+    # ranges:parallelism runs of the verify as it was before the column digests
+    parser.add_argument("--as-rows", default="16:2")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "verify.md"))
     args = parser.parse_args()
     began = time.perf_counter()
@@ -160,24 +224,39 @@ def main() -> None:
         base = []
         for tag in ("before", "after"):
             if tag == "after":
-                for ranges in map(int, args.ranges.split(",")):
-                    for parallelism in map(int, args.parallelism.split(",")):
-                        spent, compared, made = verify(
-                            src.uri, dst.uri, args.rows, ranges, parallelism, args.batch
-                        )
-                        assert compared == args.rows, compared
-                        label = f"verify, {made} ranges, {parallelism} at once"
-                        results.append((label, spent, compared))
-                        print(f"{label}: {compared / spent:,.0f} rows/s", flush=True)
+                runs = [(int(r), int(p), True) for r, p in _pairs(args.as_rows)]
+                runs += [
+                    (ranges, parallelism, False)
+                    for ranges in map(int, args.ranges.split(","))
+                    for parallelism in map(int, args.parallelism.split(","))
+                ]
+                for ranges in [int(r) for r in args.spark.split(",") if r]:
+                    spent, planning, compared, made = spark_verify(
+                        src.uri, dst.uri, args.rows, ranges, args.batch, args.spark_master
+                    )
+                    assert compared == args.rows, compared
+                    label = f"verify on Spark {args.spark_master}, {made} ranges"
+                    results.append((label, spent, planning, compared))
+                    print(f"{label}: {compared / spent:,.0f} rows/s", flush=True)
+                for ranges, parallelism, as_rows in runs:
+                    spent, planning, compared, made = verify(
+                        src.uri, dst.uri, args.rows, ranges, parallelism, args.batch, as_rows
+                    )
+                    assert compared == args.rows, compared
+                    how = "rows (before)" if as_rows else "columns"
+                    label = f"verify as {how}, {made} ranges, {parallelism} at once"
+                    results.append((label, spent, planning, compared))
+                    print(f"{label}: {compared / spent:,.0f} rows/s", flush=True)
             spent, compared = baseline(src.uri, dst.uri, args.batch)
             assert compared == args.rows, compared
             base.append(spent)
-            results.append((f"pymilvus, one process ({tag})", spent, compared))
+            results.append((f"pymilvus, one process ({tag})", spent, 0.0, compared))
             print(f"baseline {tag}: {compared / spent:,.0f} rows/s", flush=True)
     base_rate = args.rows / (sum(base) / len(base))
     rows = [
-        f"| {label} | {spent:.1f} | {compared / spent:,.0f} | {compared / spent / base_rate:.2f} |"
-        for label, spent, compared in results
+        f"| {label} | {spent:.1f} | {f'{planning:.1f}' if planning else '-'} "
+        f"| {compared / spent:,.0f} | {compared / spent / base_rate:.2f} |"
+        for label, spent, planning, compared in results
     ]
     text = "\n".join(
         [
@@ -189,12 +268,18 @@ def main() -> None:
             f"(RocksMQ) on the same machine, each holding the same {args.rows:,} rows of int64 "
             f"key + {args.dim}-float vector + 32-character title; pages of {args.batch}.",
             "",
-            "| comparer | seconds | rows compared/s | ratio to the baseline (mean of 2) |",
-            "|---|---|---|---|",
+            "| comparer | seconds | of which planning | rows compared/s "
+            "| ratio to the baseline (mean of 2) |",
+            "|---|---|---|---|---|",
             *rows,
             "",
             "The verify rows include planning (reading every source key once to cut the "
-            f"ranges). Loading both sides took {load_s:.1f} s; the whole benchmark "
+            'ranges); "as rows" is the verify before the column digests (ranges read as '
+            'pymilvus rows, planning with Strong pages), "columns" the verify now (ranges '
+            "digested from the query answers' columns, planning at a timestamp). "
+            "The Spark rows include the Spark session's start-up (a driver process, its JVM "
+            "and Python workers) and planning. "
+            f"Loading both sides took {load_s:.1f} s; the whole benchmark "
             f"{time.perf_counter() - began:.0f} s.",
             "",
         ]

@@ -345,6 +345,11 @@ class VerifySettings(_Section):
     settleSeconds: float = Field(default=60.0, gt=0)
     # ranges of a collection compared at once (threads of the daemon)
     parallelism: int = Field(default=2, ge=1, le=64)
+    # collections of at least this many rows have their range digests computed as a Spark job
+    # (backfill.sparkMaster, backfill.sparkConf), smaller ones in the daemon; 0: never Spark.
+    # A Spark session takes 5-60 s to start (local[2] on a shared 2-core machine): what the
+    # daemon needs to digest a few million rows
+    sparkMinRows: int = Field(default=10_000_000, ge=0)
     # scheduled verification of every Running task, in hours (0: none unless a task's create
     # asks with verify.intervalHours); each run covers a random sampleFraction of the ranges
     intervalHours: float = Field(default=0.0, ge=0)

@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from metastore import MetaStore, TaskRecord
+from replicator.backfill.__main__ import spark_master
 from replicator.compare.job import VerifyContext, VerifyRun
+from replicator.compare.spark_launch import SparkDigests
 from replicator.compare.state import VerifyJob, VerifyState
 from replicator.compare.verify import VerifyOptions
 from replicator.meta.catalog import SourceCatalog
@@ -90,6 +92,7 @@ class VerifyManager:
                 verify.parallelism,
             ),
             self._channels_of,
+            self._spark(),
         )
         stop = threading.Event()
 
@@ -101,6 +104,22 @@ class VerifyManager:
         with self._lock:
             self._threads[task.task_id] = (thread, stop)
         thread.start()
+
+    def _spark(self) -> SparkDigests | None:
+        """How large collections are digested on Spark (the backfill's master and
+        properties)."""
+        minimum = self._settings.verify.sparkMinRows
+        if not minimum:
+            return None
+        backfill = self._settings.backfill
+        master, extra = spark_master(backfill.sparkMaster, backfill.taskMaxFailures)
+        conf = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            **extra,
+            **backfill.sparkConf,
+        }
+        return SparkDigests(minimum, master, conf, backfill.logDir)
 
     def _channels_of(self, db: str, name: str) -> frozenset[str] | None:
         """The pchannels of a source collection, from the source's etcd catalog; None when the

@@ -12,6 +12,7 @@ and credentials apply.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +42,16 @@ def query_columns(
     partition: str | None,
     limit: int,
     guarantee_ts: int,
+    output_fields: Sequence[str] = ("*",),
 ) -> ColumnPage:
-    """Every field of the rows matching ``expr`` (at most about ``limit``), read as
-    ``transfer.MilvusRangeQuery`` reads: seeing every write up to ``guarantee_ts`` (0:
-    Strong)."""
+    """The ``output_fields`` (every field by default) of the rows matching ``expr`` (at most about
+    ``limit``), read as ``transfer.MilvusRangeQuery`` reads: seeing every write up to
+    ``guarantee_ts`` (0: Strong)."""
     request = milvus_pb2.QueryRequest(
         db_name=db,
         collection_name=collection,
         expr=expr,
-        output_fields=["*"],
+        output_fields=list(output_fields),
         partition_names=[partition] if partition else [],
         guarantee_timestamp=guarantee_ts,
         consistency_level=common_pb2.Customized if guarantee_ts else common_pb2.Strong,

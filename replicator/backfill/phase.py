@@ -200,16 +200,16 @@ class BackfillPhase:
                 except subprocess.TimeoutExpired:
                     pass
                 if self.stop.is_set():
-                    _terminate(process)
+                    terminate_group(process)
                     return None
                 self.refresh()
         finally:
-            _kill_group(process.pid)  # what the driver left behind (a JVM, Python workers)
+            kill_group(process.pid)  # what the driver left behind (a JVM, Python workers)
             self.driver_pid = None
             self.refresh()
 
 
-def _terminate(process: subprocess.Popen[bytes]) -> None:
+def terminate_group(process: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -217,10 +217,10 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
     try:
         process.wait(timeout=STOP_GRACE)
     except subprocess.TimeoutExpired:
-        _kill_group(process.pid)
+        kill_group(process.pid)
         process.wait()
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)

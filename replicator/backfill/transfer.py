@@ -74,7 +74,7 @@ def pages_by_key(
     sends the hints that make 2.3.5 skip keys; here the cursor is a literal escaped by
     ``ranges.literal`` and every page is checked against a count."""
     query = MilvusRangeQuery(client, collection, fields, partition, guarantee_ts)
-    yield from read_pages(query, pk, expr, batch, _everything(client, collection, pk))
+    yield from read_pages(query, pk, expr, batch, every_key_filter(client, collection, pk))
 
 
 # Seconds added to a job's start (the daemon's clock) to make the timestamp its reads must see:
@@ -183,7 +183,7 @@ class SourceRange:
         parts = [f"({self.expr})"] if self.expr else []
         if runs:
             parts.append(f"not ({excluding(pk, runs)})")
-        everything = _everything(self.client, self.collection, pk)
+        everything = every_key_filter(self.client, self.collection, pk)
         where = window_filter(pk, " and ".join(parts), after, upto, everything)
         # read as the pages are (not Eventually, as the page checks' counts): the proof's count
         # must see every key written before the job started
@@ -232,7 +232,7 @@ def rows_by_key(
 _LOWEST: dict[tuple[int, str], str] = {}
 
 
-def _everything(client: MilvusClient, collection: str, pk: str) -> str:
+def every_key_filter(client: MilvusClient, collection: str, pk: str) -> str:
     """An expression matching every key."""
     return f"{pk} >= {_lowest(client, collection, pk)}"
 
@@ -337,7 +337,7 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
                 return query_columns(source, db, name, pk, where, partition, limit, seen)
 
             # pages as columns, not checked against counts: the proof counts what they missed
-            everything = _everything(source, name, pk)
+            everything = every_key_filter(source, name, pk)
             pages = read_unchecked(query, page_keys, pk, work["filter"], batch, everything)
             for page in read_ahead(pages):
                 upsert_columns(target, target_db, target_name, partition, page)

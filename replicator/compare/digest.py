@@ -36,13 +36,13 @@ HASH_BYTES = 16
 # field name -> kind: a pymilvus DataType name ("INT64", "FLOAT_VECTOR", ...)
 FieldKinds = Mapping[str, str]
 
-_INTS = {"INT8", "INT16", "INT32", "INT64"}
-_FLOATS = {"FLOAT", "DOUBLE"}
-_TEXT = {"VARCHAR", "STRING", "TEXT"}
-_BYTE_VECTORS = {"BINARY_VECTOR", "FLOAT16_VECTOR", "BFLOAT16_VECTOR", "INT8_VECTOR"}
+INT_KINDS = {"INT8", "INT16", "INT32", "INT64"}
+FLOAT_KINDS = {"FLOAT", "DOUBLE"}
+TEXT_KINDS = {"VARCHAR", "STRING", "TEXT"}
+BYTE_VECTOR_KINDS = {"BINARY_VECTOR", "FLOAT16_VECTOR", "BFLOAT16_VECTOR", "INT8_VECTOR"}
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
-_LEN = struct.Struct("<I")
+LENGTH = struct.Struct("<I")
 
 
 class UnsupportedValueError(TypeError):
@@ -78,17 +78,17 @@ def encode_value(kind: str, value: Any) -> tuple[bytes, bytes]:
         return b"n", b""
     if kind == "BOOL":
         return b"b", b"\x01" if value else b"\x00"
-    if kind in _INTS:
+    if kind in INT_KINDS:
         return b"i", _I64.pack(int(value))
-    if kind in _FLOATS:
+    if kind in FLOAT_KINDS:
         return b"d", _F64.pack(float(value))
-    if kind in _TEXT:
+    if kind in TEXT_KINDS:
         if not isinstance(value, str):
             raise UnsupportedValueError(f"a varchar as {type(value).__name__}")
         return b"s", value.encode()
     if kind == "FLOAT_VECTOR":
         return b"v", np.asarray(value, dtype="<f4").tobytes()
-    if kind in _BYTE_VECTORS:
+    if kind in BYTE_VECTOR_KINDS:
         return b"x", _vector_bytes(value)
     if kind == "SPARSE_FLOAT_VECTOR":
         return b"p", _sparse_bytes(value)
@@ -101,7 +101,7 @@ def encode_row(row: Mapping[str, Any], kinds: FieldKinds) -> bytes:
     for name in sorted(row):
         tag, data = encode_value(kinds.get(name, "JSON"), row[name])
         encoded_name = name.encode()
-        parts += [_LEN.pack(len(encoded_name)), encoded_name, tag, _LEN.pack(len(data)), data]
+        parts += [LENGTH.pack(len(encoded_name)), encoded_name, tag, LENGTH.pack(len(data)), data]
     return b"".join(parts)
 
 

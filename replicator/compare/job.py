@@ -25,10 +25,11 @@ from pymilvus import MilvusClient
 from metastore import MetaStore, TaskState
 from replicator.backfill.job import plan_collection
 from replicator.backfill.ranges import KeyRange
-from replicator.backfill.state import CollectionRef
+from replicator.backfill.state import CollectionPlan, CollectionRef
 from replicator.backfill.transfer import connect
-from replicator.compare.gate import applied_ts
+from replicator.compare.gate import applied_ts, now_ts
 from replicator.compare.reader import ensure_loaded, schema_of
+from replicator.compare.spark_launch import RangeDigests, SparkDigests
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
 from replicator.log_context import log_context
@@ -50,6 +51,8 @@ class VerifyContext:
     options: VerifyOptions
     # the pchannels a source collection (db, name) is on; None: not known
     channels_of: Callable[[str, str], frozenset[str] | None] = lambda db, name: None
+    # large collections' digests on Spark; None: every collection in the daemon
+    spark: SparkDigests | None = None
 
 
 def resolve_collections(
@@ -176,8 +179,10 @@ class VerifyRun:
         channels = self.context.channels_of(ref.db, ref.name)
         if channels is None:
             log.warning("%s: its channels are not known; waiting for every channel", ref.label)
-        plan = plan_collection(source, ref, self.context.options.range_rows)
+        # keys read as of now (not Strong: each page would wait for the next time tick)
+        plan = plan_collection(source, ref, self.context.options.range_rows, now_ts())
         ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
+        plan = replace(plan, ranges=ranges)
         result = replace(result, ranges_total=len(ranges))
         self._save(self.job.with_collection(result))
         verifier = CollectionVerifier(
@@ -190,13 +195,16 @@ class VerifyRun:
             self.stop,
             repair=self.job.repair,
         )
+        firsts = self._spark_digests(plan, verifier)
+        if self.stop.is_set():
+            return
         lock = threading.Lock()
 
         def one(key_range: KeyRange) -> None:
             nonlocal result
             if self.stop.is_set():
                 return
-            outcome = verifier.verify(key_range)
+            outcome = verifier.verify(key_range, firsts.get(key_range.index))
             with lock:
                 result = _account(result, outcome)
                 self._save(self.job.with_collection(result))
@@ -212,6 +220,37 @@ class VerifyRun:
                 for future in futures:
                     future.cancel()
                 raise
+
+    def _spark_digests(self, plan: CollectionPlan, verifier: CollectionVerifier) -> RangeDigests:
+        """Every range's digests computed on Spark when the collection is large enough (the
+        ranges to compare only: a sampled verify's), else nothing (each range is digested in
+        the daemon)."""
+        spark = self.context.spark
+        if spark is None or not spark.wanted(plan):
+            return {}
+        target_params = dict(self.context.spec["milvus_connect_param"])
+        started = time.monotonic()
+        found = spark.run(
+            self.context.task_id,
+            plan,
+            verifier.schema,
+            (self.context.source, target_params),
+            self.context.options.batch_rows,
+            now_ts(),
+            self.stop,
+        )
+        if found is None:
+            return {}
+        differing = sum(
+            1 for source, target in found.values() if source is None or source != target
+        )
+        note = (
+            f"{plan.collection.label}: {len(found)} ranges digested on Spark ({spark.master}) in "
+            f"{time.monotonic() - started:.0f} s; {differing} compared again in the daemon"
+        )
+        log.info("%s", note)
+        self._save(self.job.with_(notes=[*self.job.notes, note]))
+        return found
 
 
 def sample_ranges(ranges: list[KeyRange], fraction: float, rnd: random.Random) -> list[KeyRange]:

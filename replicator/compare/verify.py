@@ -1,13 +1,14 @@
 """Verify one collection range by range, and repair it when asked.
 
-Per key range (the backfill's planner cuts them from the source's keys), both sides are read as
-``{key: row hash}`` and their digests (count and hash sum) compared. A range whose digests
-agree is done: every row was the same on both sides at the moment of the read. Otherwise the
-keys that differ are suspects: they are read again (by key, on both sides) once the task has
-applied everything written before the read before (:mod:`gate`), up to ``tries`` times, and
-only *settled* differences (the same rows on both reads, :mod:`classify`) are reported. Keys
-still changing after every read are given up on: the range is listed as unsettled (it may be
-lag) and they are never counted as divergence.
+Per key range (the backfill's planner cuts them from the source's keys), both sides' counts and
+digests (hash sums) are computed from the query answers' columns (:mod:`range_digest`, no Python
+rows made). A range whose digests agree is done: every row was the same on both sides at the
+moment of the read. Otherwise (or when a side's read was not sure) both sides are read again as
+``{key: row hash}``, and the keys that differ on that read are suspects: they are read again
+(by key, on both sides) once the task has applied everything written before the read before
+(:mod:`gate`), up to ``tries`` times, and only *settled* differences (the same rows on both
+reads, :mod:`classify`) are reported. Keys still changing after every read are given up on:
+the range is listed as unsettled (it may be lag) and they are never counted as divergence.
 
 Repair (hand-over). Only settled keys are repaired, and each source row is read right before it
 is written: missing and different rows are upserted (into their source partition), extra rows
@@ -33,8 +34,9 @@ from replicator.backfill.ranges import Key, KeyRange, literal
 from replicator.backfill.state import CollectionPlan
 from replicator.backfill.transfer import KEYS_PER_QUERY, rows_by_key
 from replicator.compare.classify import Divergence, RangeRead, settled
-from replicator.compare.digest import row_hash
+from replicator.compare.digest import Digest, row_hash
 from replicator.compare.gate import AppliedTs, now_ts, wait_applied
+from replicator.compare.range_digest import digest_range
 from replicator.compare.reader import Schema, range_digest, read_range
 
 log = logging.getLogger(__name__)
@@ -101,10 +103,41 @@ class CollectionVerifier:
             {r[pk]: row_hash(r, kinds) for r in rows_by_key(self.target, target_name, pk, keys)},
         )
 
-    def verify(self, key_range: KeyRange) -> RangeOutcome:
-        """Compare a range; keys that differ on the first read are the suspects, read again
-        (by key) once the task applied what was written before the read before. A key equal on
-        the first read is proven for the moment of that read and is not read again."""
+    def digests(self, key_range: KeyRange) -> tuple[Digest | None, Digest | None]:
+        """Both sides' count and digest of a range, read as columns at the same moment (the
+        target in a thread of its own); None for a side whose read was not sure."""
+        ref = self.plan.collection
+        batch, seen = self.options.batch_rows, self.clock()
+        with ThreadPoolExecutor(1, thread_name_prefix="verify-target") as side:
+            target = side.submit(
+                contextvars.copy_context().run,
+                digest_range,
+                self.target,
+                ref.target_db,
+                ref.target_name,
+                self.schema,
+                key_range,
+                batch,
+                seen,
+            )
+            source = digest_range(
+                self.source, ref.db, ref.name, self.schema, key_range, batch, seen
+            )
+            return source, target.result()
+
+    def verify(
+        self,
+        key_range: KeyRange,
+        digests: tuple[Digest | None, Digest | None] | None = None,
+    ) -> RangeOutcome:
+        """Compare a range: first its count and digest on both sides (:mod:`range_digest`),
+        which settles a range that is the same on both. Otherwise it is read again as
+        ``{key: row hash}``: keys that differ on that read are the suspects, read again (by key)
+        once the task applied what was written before the read before. A key equal on that
+        read is proven for the moment of that read and is not read again."""
+        source, target = self.digests(key_range)
+        if source is not None and source == target:
+            return RangeOutcome(key_range, source.count)
         moment = self.clock()
         previous = self._read(key_range)
         rows = max(len(previous.source), len(previous.target))

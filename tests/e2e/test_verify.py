@@ -309,3 +309,52 @@ def test_a_milvus_lite_target(
         wait_equal(source_client, target, name, "id", timeout=60)
     finally:
         target.close()
+
+
+@pytest.mark.timeout(900)  # three Spark sessions (each 5-40 s to start, more when loaded)
+def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_reported_exactly(
+    sides, daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
+):
+    """With verify.sparkMinRows under the collection's rows, its range digests are one Spark job
+    (local[2]); the ranges whose digests differ are compared by the daemon, which reports the
+    divergence exactly, as for a collection verified in the daemon."""
+    source, target = sides
+    name = f"vs_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source, name, dynamic=True)
+    config = verify_config(milvus_source, etcd_service, kafka_mock)
+    config["verify"]["sparkMinRows"] = 2000
+    config["backfill"] = {"sparkMaster": "local[2]", "taskMaxFailures": 2}
+    daemon = daemon_factory(**config).start()
+    task_id = create_task(daemon, milvus_source_rocksmq.uri, name)
+    for start in range(0, 3000, 1000):
+        rows = int_rows(range(start, start + 1000), "row", start)
+        # a dynamic key on every other row: the column digest merges them as pymilvus would
+        source.insert(name, [dict(r, color=f"c{r['id']}") if r["id"] % 2 else r for r in rows])
+    wait_equal(source, target, name, "id", timeout=120)
+
+    target.delete(name, ids=[5, 2999])
+    target.upsert(name, [dict(r, title="altered") for r in int_rows([1500], "row")])
+    target.insert(name, int_rows([100_000], "extra"))
+
+    verify = run_verify(daemon, task_id)
+    collection = only_collection(verify)
+    assert kinds(collection) == {
+        "missing": (2, [5, 2999]),
+        "extra": (1, [100_000]),
+        "different": (1, [1500]),
+    }, verify
+    assert verify["ranges_done"] == verify["ranges_total"] == 3000 // RANGE_ROWS, verify
+    assert verify["rows_compared"] >= 3000, verify
+    # ranges 0 (key 5), 3 (key 1500) and 5 (2999, and 100000: the last range is open) differ
+    spark_notes = [n for n in verify["notes"] if "digested on Spark" in n]
+    assert len(spark_notes) == 1, verify["notes"]
+    assert "6 ranges digested on Spark (local[2" in spark_notes[0], spark_notes
+    assert "3 compared again in the daemon" in spark_notes[0], spark_notes
+
+    # equal again (repaired in the daemon): every range's digests agree on Spark
+    clean = run_verify(daemon, task_id, repair=True)
+    assert clean["repaired"] == 4, clean
+    wait_equal(source, target, name, "id", timeout=60)
+    again = run_verify(daemon, task_id)
+    assert again["divergent_rows"] == 0 and again["rows_compared"] == 3000, again
+    assert any("0 compared again in the daemon" in n for n in again["notes"]), again["notes"]
