@@ -180,7 +180,7 @@ class VerifyRun:
         if channels is None:
             log.warning("%s: its channels are not known; waiting for every channel", ref.label)
         # keys read as of now (not Strong: each page would wait for the next time tick)
-        plan = plan_collection(source, ref, self.context.options.range_rows, now_ts())
+        plan = plan_collection(source, ref, self.context.options.range_rows, now_ts(), exact=False)
         ranges = sample_ranges(plan.ranges, self.job.sample, random.SystemRandom())
         plan = replace(plan, ranges=ranges)
         result = replace(result, ranges_total=len(ranges))
