@@ -159,6 +159,25 @@ def mysql_url_from_source(source: str) -> str:
     return f"mysql+pymysql://{auth}@{m['host']}{port}/{m['db']}{query}"
 
 
+# what a database answers when another daemon created the same table or index first
+_CREATED_MEANWHILE = ("already exists", "duplicate key name")
+
+
+def _create_schema(engine: Engine, attempts: int = 5) -> None:
+    """The tables and indexes, made where missing. Daemons of a fleet that start together on a
+    new database race here: ``create_all`` checks, then creates, and a table another daemon made
+    in between is refused ("already exists"); the check is then made again."""
+    for attempt in range(attempts):
+        try:
+            _metadata.create_all(engine)
+            return
+        except SQLAlchemyError as exc:
+            text = str(exc).lower()
+            if attempt + 1 == attempts or not any(m in text for m in _CREATED_MEANWHILE):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
 class SqlMetaStore:
     """One class for SQLite and MySQL; the dialect differences are the engine's business."""
 
@@ -179,7 +198,7 @@ class SqlMetaStore:
         self._engine = _make_engine(url, connect_timeout, session_timeout)
         self._is_mysql = self._engine.dialect.name == "mysql"
         try:
-            _metadata.create_all(self._engine)
+            _create_schema(self._engine)
         except SQLAlchemyError as exc:
             self._engine.dispose()
             raise MetaStoreUnavailableError(

@@ -255,3 +255,45 @@ def test_unreachable_servers_raise_retriable_errors(tmp_path):
         SqlMetaStore(f"mysql+pymysql://root:secret-pw@127.0.0.1:{closed}/x", "cdc")
     assert mysql_error.value.retriable
     assert "secret-pw" not in str(mysql_error.value)
+
+
+def test_daemons_starting_together_on_a_new_mysql_database_all_open_it(mariadb_service):
+    """A fleet started at once on an empty database: every daemon makes the tables it finds
+    missing; one that loses the race to another finds them made (seen in CI: "Table
+    'cdc_task_state' already exists" stopped a daemon of three started side by side)."""
+    import subprocess
+    import sys
+    import uuid
+
+    import pymysql
+    from harness.daemon import REPO_ROOT
+
+    service = mariadb_service
+    admin = pymysql.connect(
+        host=service.host, port=service.port, user=service.user, password=service.password
+    )
+    base = service.sqlalchemy_url.rsplit("/", 1)[0]
+    opener = (
+        "import sys, time; from metastore.sql import SqlMetaStore; "
+        "time.sleep(max(0, float(sys.argv[2]) - time.time())); "
+        "SqlMetaStore(sys.argv[1], 'cdc').close()"
+    )
+    try:
+        for _ in range(3):  # three new databases, eight daemons at once on each
+            database = f"race_{uuid.uuid4().hex[:8]}"
+            with admin.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE `{database}`")
+            at = str(time.time() + 2.0)  # all start at this moment, imports done
+            processes = [
+                subprocess.Popen(
+                    [sys.executable, "-c", opener, f"{base}/{database}", at],
+                    env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(8)
+            ]
+            errors = [p.communicate(timeout=60)[1] for p in processes]
+            assert [p.returncode for p in processes] == [0] * 8, errors
+    finally:
+        admin.close()
