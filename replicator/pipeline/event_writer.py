@@ -18,7 +18,7 @@ from replicator.events import Delete, Insert
 from replicator.pipeline.apply import DEFAULT_PARTITION, BatchApplier, TargetCollection, delete_keys
 from replicator.sinks.kafka import ChannelLog, KafkaTarget
 from replicator.sinks.kafka_events import row_key, rows_of, ts_view
-from replicator.sinks.milvus import MilvusTarget, pk_field
+from replicator.sinks.milvus import MilvusTarget
 
 
 def channel_writer(
@@ -47,8 +47,8 @@ class EventWriter(BatchApplier):
         self, collection: TargetCollection, events: list[Insert | Delete], replay: bool
     ) -> None:
         db, name = collection.db, collection.name
-        schema = self._kafka.model.schema(db, name)  # NOT_FOUND as a Milvus would answer
-        pk_name = pk_field(schema).name
+        self._kafka.model.require(db, name)  # NOT_FOUND as a Milvus would answer
+        pk_name = collection.pk_name
         topic = self._kafka.row_topic(db, name)
         deleted: dict[tuple[Any, int], int] = {}  # (pk, ts) of this batch's deletes -> event
         for event in events:

@@ -83,6 +83,10 @@ class TargetModel:
         schema.ParseFromString(base64.b64decode(self._collection(db, name)["schema"]))
         return schema
 
+    def require(self, db: str, name: str) -> None:
+        """Nothing when the collection exists; NOT_FOUND, as a Milvus would answer a write."""
+        self._collection(db, name)
+
     def has_partition(self, db: str, name: str, partition: str) -> bool:
         return partition in self._collection(db, name)["partitions"]
 
