@@ -147,8 +147,6 @@ class KafkaTarget(MilvusTarget):
         self.address = params["address"]
         self._timeout = timeout
         self.fence = None
-        self._metadata = []
-        self.params = params
         self.topic = str(params["topic"])
         self.ddl_topic = str(params.get("ddl_topic") or "")
         self.positions_topic = str(params.get("positions_topic") or DEFAULT_POSITIONS_TOPIC)
@@ -457,41 +455,21 @@ class KafkaTarget(MilvusTarget):
         return f"{self._prefix}{name}".encode()
 
 
-class _Sibling(KafkaTarget):
-    """Another thread's handle on a KafkaTarget: its calls go to the owner; closing it
-    closes nothing."""
+class _Sibling(MilvusTarget):
+    """Another thread's handle on a KafkaTarget (the alias mirror's): its calls are the owner's
+    (one model, one producer); closing it closes nothing, the owner's workers may still be
+    committing."""
 
-    def __init__(self, owner: KafkaTarget) -> None:
-        self.__dict__.update(owner.__dict__)
+    def __init__(self, owner: KafkaTarget) -> None:  # no gRPC channel: nothing of its own
         self._owner = owner
+        self.address = owner.address
+        self.fence = owner.fence
 
     def _call(self, method: str, request: Any, what: str) -> Any:
         return self._owner._call(method, request, what)
-
-    def commit(
-        self,
-        pchannel: str,
-        events: Sequence[tuple[str, bytes, dict[str, Any]]],
-        position: Position | None,
-        *,
-        model: TargetModel | None = None,
-    ) -> None:
-        self._owner.commit(pchannel, events, position, model=model)
 
     def close(self) -> None:
         pass
 
 
-def _copy(request: Any) -> Any:
-    copied = type(request)()
-    copied.CopyFrom(request)
-    return copied
-
-
-__all__ = [
-    "ChannelLog",
-    "KafkaTarget",
-    "SinkSessionLostError",
-    "client_config",
-    "probe",
-]
+__all__ = ["ChannelLog", "KafkaTarget", "client_config", "probe"]
