@@ -94,6 +94,7 @@ def source_imports(milvus_source, etcd_service) -> dict:
         client.close()
 
 
+@pytest.mark.timeout(900)  # three backfills on Spark; its own waits name what did not happen
 def test_bulk_inserts_before_during_and_around_the_task_are_copied(
     daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
 ):
