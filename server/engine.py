@@ -19,8 +19,9 @@ from replicator.backfill.phase import DriverLauncher
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
-from replicator.sources.base import SourceUnavailableError, WalSource
+from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
+from replicator.sources.shared import SharedSource
 from server.api_models import backfill_unavailable
 from server.settings import CdcSettings
 from server.stores import etcd_client_for
@@ -70,8 +71,17 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         },
     )
 
+    shared: list[SharedSource] = []  # the daemon's one shared source, opened on demand
+
     def source() -> WalSource:
-        return open_source(source_config.mq_type, {}, defaults)
+        if not source_config.sharedReaders:
+            return open_source(source_config.mq_type, {}, defaults)
+        with lock:
+            if not shared:
+                window = source_config.readChanLen * READ_BYTES
+                inner = open_source(source_config.mq_type, {}, defaults)
+                shared.append(SharedSource(inner, window, depth=source_config.readChanLen))
+            return shared[0]
 
     def open_wal(kind: str, config: Mapping[str, str]) -> WalSource:
         """A WAL the source switched to; settings the message lacks come from the daemon's

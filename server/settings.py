@@ -147,6 +147,10 @@ class SourceSettings(_Section):
     # how many read batches (each at most 1000 records and about 8 MB) a channel reads ahead of
     # the target's acknowledgements: per channel at most (readChanLen + 1) x 8 MB of records
     readChanLen: int = Field(default=2, gt=0, le=64)
+    # ours: the tasks of this daemon share one reader per source channel, which holds at most
+    # readChanLen x 8 MB (+ one read) of records; a task further behind reads on its own
+    # (README "Memory and many tasks"). false: every task reads every channel itself.
+    sharedReaders: bool = True
     # ours: the source's common.chanNamePrefix.cluster (null: the etcd root path) and
     # rootCoord.dmlChannelNum; the daemon reads <prefix>-rootcoord-dml_0 .. _<n-1>.
     channelPrefix: str | None = None

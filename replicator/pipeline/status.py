@@ -51,6 +51,9 @@ class ChannelStatus:
     # rows applied by (source collection id, name, "insert" | "delete"); bytes by message type
     collection_rows: dict[tuple[int, str, str], int] = field(default_factory=dict)
     bytes_by_type: dict[str, int] = field(default_factory=dict)
+    # where the channel's records come from: "shared" (the daemon's shared reader of the
+    # channel), "own" (a reader of the task's own), "" (not reading yet)
+    reader: str = ""
 
     def set_state(self, state: ChannelState, detail: str = "") -> None:
         self.state, self.detail = state, detail
@@ -81,6 +84,8 @@ class ChannelStatus:
             "applied_ts": self.applied_ts,
             "bytes_by_type": dict(self.bytes_by_type),
         }
+        if self.reader:
+            view["reader"] = self.reader
         if any(self.skipped.values()):
             view["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return view

@@ -47,7 +47,7 @@ from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerSt
 from replicator.pipeline.status import ChannelState, ChannelStatus
 from replicator.pipeline.wal_switch import SwitchFollower
 from replicator.sources.base import ChannelReader, WalSource
-from replicator.sources.prefetch import PrefetchingReader
+from replicator.sources.prefetch import reading_ahead
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +152,8 @@ class ChannelWorker:
             self.checkpoint,
             self.status,
             self.context,
-            lambda start: PrefetchingReader(
-                self.source.open_channel(self.pchannel, start),
-                READ_BATCH,
-                depth=self.context.read_ahead,
+            lambda start: reading_ahead(
+                self.source.open_channel(self.pchannel, start), READ_BATCH, self.context.read_ahead
             ),
             self._consume,
         )
@@ -173,6 +171,7 @@ class ChannelWorker:
             read = _Read()
             records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
             self.status.caught_up = not records and not seq.waiting()
+            self.status.reader = "shared" if getattr(reader, "shared", False) else "own"
             for record in records:
                 if self._dispatch(record, read):
                     return True

@@ -87,3 +87,11 @@ class PrefetchingReader:
     def close(self) -> None:
         self._halt()
         self._inner.close()
+
+
+def reading_ahead(reader: ChannelReader, max_records: int, depth: int) -> ChannelReader:
+    """``reader`` reading ahead: itself when it does already (a shared channel's
+    subscription, :mod:`replicator.sources.shared`), else in a :class:`PrefetchingReader`."""
+    if getattr(reader, "reads_ahead", False):
+        return reader
+    return PrefetchingReader(reader, max_records, depth=depth)

@@ -71,53 +71,76 @@ class SteadyWriter(threading.Thread):
             client.close()
 
 
+def shared_everywhere(daemon, task_id: str) -> bool:
+    """Every DML channel of the task reads the daemon's shared reader of that channel."""
+    task = daemon.call("get", {"task_id": task_id}).data["task"]
+    channels = [c for c in task["progress"]["channels"] if "-rootcoord-dml_" in c["channel"]]
+    return bool(channels) and all(c.get("reader") == "shared" for c in channels)
+
+
 def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
     daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service, steady_writers
 ):
-    name = f"crash_{uuid.uuid4().hex[:8]}"
+    """Two tasks, each with its own collection, read the source's channels through the
+    daemon's shared readers (each task at its own position after every restart)."""
+    names = [f"crash_{uuid.uuid4().hex[:8]}" for _ in range(2)]
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
     try:
-        create_source_collection(source, name, dynamic=False)
+        for name in names:
+            create_source_collection(source, name, dynamic=False)
 
         daemon = daemon_factory(
             **source_config(milvus_source, etcd_service, kafka_mock), logLevel="DEBUG"
         ).start()
-        task_id = create_task(daemon, milvus_lite_service.uri, name)
+        task_ids = [create_task(daemon, milvus_lite_service.uri, name) for name in names]
 
-        writer = steady_writers(name)
+        writers = [steady_writers(name) for name in names]
         rnd = random.Random(2024)
         for _ in range(KILLS):
             time.sleep(rnd.uniform(0.3, 2.5))
             daemon.kill()
             daemon.start()
-        writer.stop.set()
-        writer.join(timeout=60)
-        assert writer.error is None, writer.error
-        assert writer.batches >= KILLS
+        for writer in writers:
+            writer.stop.set()
+            writer.join(timeout=60)
+            assert writer.error is None, writer.error
+            assert writer.batches >= KILLS
 
-        expected = rows(source, name, "id")
+        for name in names:
+            expected = rows(source, name, "id")
 
-        def equal() -> bool:
-            return target.has_collection(name) and rows(target, name, "id") == expected
+            def equal() -> bool:
+                return target.has_collection(name) and rows(target, name, "id") == expected
 
-        try:
-            wait_until(equal, 120, f"target {name} equal to the source after {KILLS} kills")
-        except ServiceStartError:
-            actual = rows(target, name, "id") if target.has_collection(name) else {}
-            missing = sorted(set(expected) - set(actual))
-            extra = sorted(set(actual) - set(expected))
-            changed = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
-            pytest.fail(
-                f"after {KILLS} kills: {len(missing)} missing {missing[:10]}, {len(extra)} extra "
-                f"{extra[:10]}, {len(changed)} changed {changed[:10]}; e.g. "
-                f"{[(expected[k], actual[k]) for k in changed[:1]]}; daemon log: {daemon.log_path}"
-            )
-        assert count(target, name) == len(expected)  # no doubled row hides behind a dedup
-        task = daemon.call("get", {"task_id": task_id}).data["task"]
-        assert task["state"] == "Running"
+            try:
+                wait_until(equal, 120, f"target {name} equal to the source after {KILLS} kills")
+            except ServiceStartError:
+                actual = rows(target, name, "id") if target.has_collection(name) else {}
+                missing = sorted(set(expected) - set(actual))
+                extra = sorted(set(actual) - set(expected))
+                changed = sorted(
+                    k for k in set(expected) & set(actual) if expected[k] != actual[k]
+                )
+                pytest.fail(
+                    f"{name} after {KILLS} kills: {len(missing)} missing {missing[:10]}, "
+                    f"{len(extra)} extra {extra[:10]}, {len(changed)} changed {changed[:10]}; "
+                    f"e.g. {[(expected[k], actual[k]) for k in changed[:1]]}; "
+                    f"daemon log: {daemon.log_path}"
+                )
+            assert count(target, name) == len(expected)  # no doubled row hides behind a dedup
+        for task_id in task_ids:
+            task = daemon.call("get", {"task_id": task_id}).data["task"]
+            assert task["state"] == "Running"
+        # caught up, both tasks read every channel from its shared reader
+        wait_until(
+            lambda: all(shared_everywhere(daemon, task_id) for task_id in task_ids),
+            60,
+            "both tasks reading the shared readers",
+        )
         assert daemon.starts == KILLS + 1
-        print(f"crash test: {writer.batches} write batches, {len(expected)} rows, {KILLS} kills")
+        batches = sum(w.batches for w in writers)
+        print(f"crash test: 2 tasks, {batches} write batches, {KILLS} kills")
     finally:
         source.close()
         target.close()

@@ -1,0 +1,416 @@
+"""Shared channel readers: the tasks of one daemon that read one source share one reader per
+pchannel.
+
+:class:`SharedSource` wraps the daemon's source. Its ``open_channel`` gives a task a
+:class:`Subscription` to the pchannel's :class:`SharedChannel`, after the task's own position;
+everything else (watermarks, offsets) is the wrapped source's.
+
+A shared channel reads the pchannel once, in a thread of its own, into a buffer that holds
+*every* record after its ``base`` without a gap. It reads ahead of its fastest subscriber (the
+leader) by at most ``window`` bytes, and keeps older records, which slower subscribers may still
+need, while the buffer stays within the window. So a channel's memory is at most the window plus
+one read batch (about ``READ_BYTES``), whatever the number of tasks and the backlog.
+
+A slow task never stalls a fast one: when the buffer must drop a record that a subscriber has not
+read yet, that subscriber is *detached* and continues on a reader of its own, from its own
+cursor (with the usual read-ahead of ``depth`` batches). After each of its reads it asks to
+rejoin; it does when its cursor is inside the buffer again (the buffer holds the record after
+it), or when the shared channel has nobody attached and restarts at its cursor.
+
+What a subscriber returns is exactly the records after its cursor, in channel order, whichever
+reader they come from: it switches readers only between two records, at its cursor. Positions,
+barriers, commit order: nothing of the task changes, it only reads from somewhere else.
+
+Errors of the shared reader are not handed to anyone as they are: the subscribers attached at
+that moment are detached, and each opens its own reader, which meets the error (or not) at its own
+position, as an unshared task would, with the task's own retries and reasons.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from metastore import Position
+from replicator.events import RawRecord
+from replicator.sources.base import READ_BYTES, ChannelReader, WalSource
+from replicator.sources.prefetch import PrefetchingReader
+
+log = logging.getLogger(__name__)
+
+# what the shared reader asks of the wrapped reader per read
+READ_RECORDS = 1000
+READ_TIMEOUT = 0.2
+# what a record costs in the buffer beyond its payload (object, properties, lists)
+RECORD_OVERHEAD = 256
+# how long the reading thread sleeps when nobody needs more (it is woken as soon as one does)
+_IDLE_WAIT = 0.5
+_BEGINNING = -1  # the cursor of a reader that starts at the beginning of the channel
+
+
+def record_bytes(record: RawRecord) -> int:
+    return len(record.payload) + RECORD_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last record a reader has: its order on the channel and its message id (None and
+    ``_BEGINNING``: nothing yet, read from the beginning)."""
+
+    offset: int
+    msg_id: bytes | None
+
+    @classmethod
+    def of(cls, record: RawRecord) -> Cursor:
+        return cls(record.offset, record.msg_id)
+
+
+class _Channels(Protocol):
+    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader: ...
+
+    def offset_of(self, msg_id: bytes) -> int: ...
+
+
+@dataclass
+class SharedStats:
+    """What a shared channel did, for the bench and the tests."""
+
+    records_read: int = 0  # by the shared reader
+    bytes_read: int = 0
+    detached: int = 0  # subscribers moved to a reader of their own
+    rejoined: int = 0
+    restarts: int = 0  # the shared reader reopened (at a rejoining cursor, after an error)
+    errors: int = 0
+
+
+class SharedChannel:
+    """One pchannel read once for every subscriber; see the module doc."""
+
+    def __init__(
+        self, source: _Channels, backend: str, pchannel: str, window: int, depth: int
+    ) -> None:
+        self.pchannel = pchannel
+        self.window = window
+        self.stats = SharedStats()
+        self._source = source
+        self._backend = backend
+        self._depth = depth
+        self._cond = threading.Condition()
+        # the buffer: records[start:] in channel order, with their offsets and the running
+        # total of their bytes (cum[i]: bytes of every record buffered up to and with i)
+        self._records: list[RawRecord] = []
+        self._offsets: list[int] = []
+        self._cum: list[int] = []
+        self._start = 0
+        self._dropped_bytes = 0  # cum of the last record dropped
+        self._base = Cursor(_BEGINNING, None)  # every record after it is in the buffer
+        self._attached: set[Subscription] = set()
+        self._subscribers = 0
+        self._generation = 0  # bumped when the buffer restarts elsewhere: reopen the reader
+        self._thread: threading.Thread | None = None
+
+    # -- subscribers -----------------------------------------------------------------------
+    def subscribe(self, start: Position | None) -> Subscription:
+        with self._cond:
+            self._subscribers += 1
+        return Subscription(self, self.cursor_of(start))
+
+    def cursor_of(self, start: Position | None) -> Cursor:
+        if start is None or not start.msg_id:
+            return Cursor(_BEGINNING, None)
+        return Cursor(self._source.offset_of(start.msg_id), start.msg_id)
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        with self._cond:
+            self._attached.discard(subscription)
+            self._subscribers -= 1
+            if self._subscribers == 0:
+                # nobody reads this channel: the thread closes its reader and ends, the
+                # buffer's memory goes with it
+                self._thread = None
+                self._restart_at(Cursor(_BEGINNING, None))
+            self._cond.notify_all()
+
+    def open_private(self, cursor: Cursor) -> ChannelReader:
+        start = (
+            None
+            if cursor.msg_id is None
+            else Position(self._backend, self.pchannel, cursor.msg_id, 0)
+        )
+        return PrefetchingReader(
+            self._source.open_channel(self.pchannel, start), READ_RECORDS, depth=self._depth
+        )
+
+    def try_attach(self, subscription: Subscription) -> bool:
+        """Attach a subscriber reading on its own: when the buffer holds the record after its
+        cursor (or will: the cursor is the buffer's newest), or when nobody is attached (the
+        shared reader then restarts at this cursor)."""
+        cursor = subscription.cursor
+        with self._cond:
+            if not self._base.offset <= cursor.offset <= self._newest_offset():
+                if self._attached:
+                    return False
+                self._restart_at(cursor)
+                self.stats.restarts += 1
+            self._attached.add(subscription)
+            self._ensure_thread()
+            self._cond.notify_all()
+            return True
+
+    def take(self, subscription: Subscription, max_records: int, timeout: float) -> list[RawRecord]:
+        """Up to ``max_records`` buffered records after the subscriber's cursor, waiting up to
+        ``timeout`` for the first; [] and the subscriber detached when the buffer no longer
+        holds what it needs."""
+        with self._cond:
+            records = self._after(subscription, max_records)
+            if not records and subscription in self._attached:
+                self._cond.wait(timeout)
+                records = self._after(subscription, max_records)
+            if records:
+                subscription.cursor = Cursor.of(records[-1])
+                self._cond.notify_all()  # the reader may read ahead again
+            return records
+
+    def release(self, subscription: Subscription) -> None:
+        """Let a subscriber go from the buffer (it goes on reading on its own or elsewhere)."""
+        with self._cond:
+            self._attached.discard(subscription)
+            self._cond.notify_all()
+
+    def is_attached(self, subscription: Subscription) -> bool:
+        with self._cond:
+            return subscription in self._attached
+
+    def _after(self, subscription: Subscription, max_records: int) -> list[RawRecord]:
+        if subscription not in self._attached:
+            return []
+        first = bisect.bisect_right(self._offsets, subscription.cursor.offset, lo=self._start)
+        return self._records[first : first + max_records]
+
+    # -- the buffer ------------------------------------------------------------------------
+    def _buffered(self) -> int:
+        return len(self._records) - self._start
+
+    def _newest_offset(self) -> int:
+        return self._offsets[-1] if self._buffered() else self._base.offset
+
+    def _leader_offset(self) -> int:
+        return max(s.cursor.offset for s in self._attached)
+
+    def _unread_by_leader(self) -> int:
+        if not self._buffered():
+            return 0
+        first = bisect.bisect_right(self._offsets, self._leader_offset(), lo=self._start)
+        read = self._cum[first - 1] if first > 0 else self._dropped_bytes
+        return self._cum[-1] - read
+
+    def held_bytes(self) -> int:
+        with self._cond:
+            return self._cum[-1] - self._dropped_bytes if self._buffered() else 0
+
+    def _restart_at(self, cursor: Cursor) -> None:
+        self._records, self._offsets, self._cum = [], [], []
+        self._start, self._dropped_bytes = 0, 0
+        self._base = cursor
+        self._generation += 1
+
+    def _append(self, batch: list[RawRecord]) -> None:
+        total = self._cum[-1] if self._cum else self._dropped_bytes
+        for record in batch:
+            total += record_bytes(record)
+            self._records.append(record)
+            self._offsets.append(record.offset)
+            self._cum.append(total)
+        self.stats.records_read += len(batch)
+        self.stats.bytes_read += sum(len(r.payload) for r in batch)
+        self._evict()
+        self._cond.notify_all()
+
+    def _evict(self) -> None:
+        """Drop the oldest records while the buffer is over the window, never one the leader
+        has not read; detach the subscribers that needed a dropped record."""
+        leader = self._leader_offset() if self._attached else self._newest_offset()
+        end = len(self._records)
+        while (
+            self._start < end
+            and self._cum[-1] - self._dropped_bytes > self.window
+            and self._offsets[self._start] <= leader
+        ):
+            self._dropped_bytes = self._cum[self._start]
+            self._base = Cursor.of(self._records[self._start])
+            self._start += 1
+        for subscription in [s for s in self._attached if s.cursor.offset < self._base.offset]:
+            self._detach(subscription, "fell behind the shared reader's window")
+        if self._start > 1024 and self._start * 2 > end:
+            del self._records[: self._start], self._offsets[: self._start]
+            del self._cum[: self._start]
+            self._start = 0
+
+    def _detach(self, subscription: Subscription, why: str) -> None:
+        self._attached.discard(subscription)
+        self.stats.detached += 1
+        log.info(
+            "%s: a task's reader continues on its own after offset %d: %s",
+            self.pchannel,
+            subscription.cursor.offset,
+            why,
+        )
+
+    # -- the reading thread ----------------------------------------------------------------
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            thread = threading.Thread(
+                target=self._run, name=f"shared-read-{self.pchannel}", daemon=True
+            )
+            self._thread = thread
+            thread.start()
+
+    def _wants_read(self, generation: int) -> bool:
+        if not self._attached:
+            return False
+        return generation != self._generation or self._unread_by_leader() < self.window
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        reader: ChannelReader | None = None
+        generation, base = -1, self._base
+        try:
+            while True:
+                stale: ChannelReader | None = None
+                with self._cond:
+                    while self._thread is me and not self._wants_read(generation):
+                        self._cond.wait(_IDLE_WAIT)
+                    if self._thread is not me:
+                        return
+                    if generation != self._generation:
+                        stale, reader = reader, None
+                        generation, base = self._generation, self._base
+                if stale is not None:
+                    stale.close()
+                try:
+                    if reader is None:
+                        reader = self._open(base)
+                    batch = reader.read_batch(READ_RECORDS, READ_TIMEOUT)
+                except Exception as exc:  # noqa: BLE001 - each subscriber meets it on its own
+                    if reader is not None:
+                        reader.close()
+                        reader = None
+                    self._failed(exc)
+                    continue
+                with self._cond:
+                    if generation == self._generation and batch:
+                        self._append(batch)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _open(self, base: Cursor) -> ChannelReader:
+        start = (
+            None if base.msg_id is None else Position(self._backend, self.pchannel, base.msg_id, 0)
+        )
+        return self._source.open_channel(self.pchannel, start)
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._cond:
+            self.stats.errors += 1
+            for subscription in list(self._attached):
+                self._detach(subscription, f"the shared reader failed: {exc}")
+            self._restart_at(self._base)
+            self._cond.notify_all()
+        log.warning("%s: the shared reader failed, tasks read on their own: %s", self.pchannel, exc)
+
+
+class Subscription:
+    """A task's reader of a shared channel (a :class:`ChannelReader`): from the shared buffer
+    while attached, else from a reader of its own."""
+
+    reads_ahead = True  # it is buffered already: no prefetching wrapper around it
+
+    def __init__(self, channel: SharedChannel, cursor: Cursor) -> None:
+        self.pchannel = channel.pchannel
+        self.cursor = cursor
+        self._channel = channel
+        self._own: ChannelReader | None = None
+        self._closed = False
+        if not channel.try_attach(self):
+            self._own = channel.open_private(cursor)
+
+    @property
+    def shared(self) -> bool:
+        """Reading the shared buffer now (False once it was detached, even before its next
+        read opens a reader of its own)."""
+        return self._own is None and self._channel.is_attached(self)
+
+    def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
+        if self._own is None:
+            records = self._channel.take(self, max_records, timeout)
+            if records or self._channel.is_attached(self):
+                return records
+            self._own = self._channel.open_private(self.cursor)  # detached: read on its own
+        records = self._own.read_batch(max_records, timeout)
+        if records:
+            self.cursor = Cursor.of(records[-1])
+        if self._channel.try_attach(self):
+            own, self._own = self._own, None
+            own.close()
+            self._channel.stats.rejoined += 1
+        return records
+
+    def seek(self, position: Position | None) -> None:
+        self._channel.release(self)
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
+        self.cursor = self._channel.cursor_of(position)
+        if not self._channel.try_attach(self):
+            self._own = self._channel.open_private(self.cursor)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
+        self._channel._unsubscribe(self)
+
+
+class SharedSource:
+    """A source whose channel readers are shared by every task of the daemon (see the module
+    doc); the rest of the :class:`WalSource` contract is the wrapped source's."""
+
+    def __init__(self, source: WalSource, window: int = 2 * READ_BYTES, depth: int = 2) -> None:
+        self.inner = source
+        self.backend = source.backend
+        self.window = window
+        self.depth = depth
+        self._lock = threading.Lock()
+        self._channels: dict[str, SharedChannel] = {}
+
+    def channel(self, pchannel: str) -> SharedChannel:
+        with self._lock:
+            shared = self._channels.get(pchannel)
+            if shared is None:
+                shared = SharedChannel(self.inner, self.backend, pchannel, self.window, self.depth)
+                self._channels[pchannel] = shared
+            return shared
+
+    def channels(self) -> Iterator[SharedChannel]:
+        with self._lock:
+            yield from list(self._channels.values())
+
+    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
+        return self.channel(pchannel).subscribe(start)
+
+    def watermarks(self, pchannel: str) -> tuple[int, int]:
+        return self.inner.watermarks(pchannel)
+
+    def offset_of(self, msg_id: bytes) -> int:
+        return self.inner.offset_of(msg_id)
+
+    def position_before(self, offset: int) -> bytes | None:
+        return self.inner.position_before(offset)

@@ -1,0 +1,187 @@
+"""Shared channel readers against the Kafka mock: every subscriber reads exactly the records after
+its own position, in order, whether it reads from the shared buffer or on its own; the channel is
+read once for subscribers that keep up; a slow one falls behind without holding the others, reads
+on its own and rejoins; a failing shared reader leaves each subscriber to meet the error on its
+own; the buffer stays within its window and goes when the last subscriber leaves."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from metastore import Position
+from replicator.errors import SourceUnavailableError
+from replicator.events import RawRecord
+from replicator.sources.kafka import KafkaSource, encode_offset
+from replicator.sources.shared import RECORD_OVERHEAD, SharedSource
+
+pytestmark = pytest.mark.integration
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def values(first: int, count: int, size: int = 100) -> list[bytes]:
+    return [f"{i:08d}".encode().ljust(size, b".") for i in range(first, first + count)]
+
+
+def read_until(reader, count: int, timeout: float = 30, pause: float = 0.0) -> list[RawRecord]:
+    records: list[RawRecord] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < count and time.monotonic() < deadline:
+        records += reader.read_batch(min(50, count - len(records)), 0.2)
+        if pause:
+            time.sleep(pause)
+    return records
+
+
+def at(topic: str, offset: int) -> Position:
+    return Position("kafka", topic, encode_offset(offset), 0)
+
+
+@pytest.fixture
+def topic(kafka_mock) -> str:
+    name = f"shared-{uuid.uuid4().hex[:8]}"
+    produce(kafka_mock.bootstrap, name, values(0, 300))
+    return name
+
+
+def test_subscribers_read_exactly_after_their_own_positions_and_the_channel_once(
+    kafka_mock, topic
+):
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap))
+    first = shared.open_channel(topic, None)
+    second = shared.open_channel(topic, at(topic, 99))  # inside what the first one reads
+    try:
+        a = read_until(first, 300)
+        b = read_until(second, 200)
+        assert [r.payload for r in a] == values(0, 300)
+        assert [r.offset for r in b] == list(range(100, 300))
+        produce(kafka_mock.bootstrap, topic, values(300, 50))
+        assert [r.offset for r in read_until(first, 50)] == list(range(300, 350))
+        assert [r.offset for r in read_until(second, 50)] == list(range(300, 350))
+        channel = shared.channel(topic)
+        assert first.shared and second.shared
+        # one reader for both: every record read once
+        assert channel.stats.records_read == 350, channel.stats
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_slow_subscriber_reads_on_its_own_without_holding_the_fast_one_then_rejoins(
+    kafka_mock,
+):
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    produce(kafka_mock.bootstrap, topic, values(0, 2000, size=1000))
+    window = 40 * (1000 + RECORD_OVERHEAD)  # 40 records
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), window=window, depth=1)
+    fast = shared.open_channel(topic, None)
+    slow = shared.open_channel(topic, None)
+    channel = shared.channel(topic)
+    held: list[int] = []
+    slow_read: list[RawRecord] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            held.append(channel.held_bytes())
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        slow_read += read_until(slow, 20)
+        fast_read = read_until(fast, 2000)  # the slow one reads nothing meanwhile
+        assert [r.payload for r in fast_read] == values(0, 2000, size=1000)
+        assert not slow.shared, "the slow subscriber should be reading on its own"
+        slow_read += read_until(slow, 1980)
+        assert [r.offset for r in slow_read] == list(range(2000))
+        produce(kafka_mock.bootstrap, topic, values(2000, 10, size=1000))
+        assert [r.offset for r in read_until(fast, 10)] == list(range(2000, 2010))
+        assert [r.offset for r in read_until(slow, 10)] == list(range(2000, 2010))
+        assert slow.shared, "caught up, the slow subscriber should read the shared buffer again"
+    finally:
+        stop.set()
+        watcher.join()
+        fast.close()
+        slow.close()
+    assert channel.stats.detached >= 1 and channel.stats.rejoined >= 1, channel.stats
+    # the window, plus at most one read of the shared reader (50 records of 1 KB here)
+    assert max(held) <= window + 1000 * (1000 + RECORD_OVERHEAD), max(held)
+    assert channel.held_bytes() == 0  # the last subscriber gone, the buffer went with it
+
+
+def test_a_subscriber_ahead_of_the_shared_reader_reads_on_its_own_until_it_meets_it(
+    kafka_mock, topic
+):
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap))
+    behind = shared.open_channel(topic, None)
+    try:
+        assert len(read_until(behind, 10)) == 10
+        ahead = shared.open_channel(topic, at(topic, 289))
+        try:
+            assert [r.offset for r in read_until(ahead, 10)] == list(range(290, 300))
+            assert [r.offset for r in read_until(behind, 290)] == list(range(10, 300))
+            produce(kafka_mock.bootstrap, topic, values(300, 5))
+            assert [r.offset for r in read_until(ahead, 5)] == list(range(300, 305))
+            assert [r.offset for r in read_until(behind, 5)] == list(range(300, 305))
+            assert ahead.shared
+        finally:
+            ahead.close()
+    finally:
+        behind.close()
+
+
+class FailingOnce:
+    """The Kafka source whose readers opened by the shared channel fail on their third read."""
+
+    def __init__(self, inner: KafkaSource) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.failed = 0
+
+    def open_channel(self, pchannel: str, start: Position | None):
+        reader = self.inner.open_channel(pchannel, start)
+        if threading.current_thread().name.startswith("shared-read") and not self.failed:
+            outer, reads = self, [0]
+            read_batch = reader.read_batch
+
+            def failing(max_records: int, timeout: float) -> list[RawRecord]:
+                reads[0] += 1
+                if reads[0] == 3:
+                    outer.failed += 1
+                    raise SourceUnavailableError("kafka: broker went away (injected)")
+                return read_batch(max_records, timeout)
+
+            reader.read_batch = failing  # type: ignore[method-assign]
+        return reader
+
+    def offset_of(self, msg_id: bytes) -> int:
+        return self.inner.offset_of(msg_id)
+
+
+def test_a_failing_shared_reader_leaves_each_subscriber_to_read_on_its_own(kafka_mock, topic):
+    source = FailingOnce(KafkaSource(kafka_mock.bootstrap))
+    shared = SharedSource(source, window=20 * (100 + RECORD_OVERHEAD))  # type: ignore[arg-type]
+    first = shared.open_channel(topic, None)
+    second = shared.open_channel(topic, at(topic, 4))
+    try:
+        a = read_until(first, 300)
+        b = read_until(second, 295)
+    finally:
+        first.close()
+        second.close()
+    assert source.failed == 1
+    assert [r.offset for r in a] == list(range(300))
+    assert [r.offset for r in b] == list(range(5, 300))
+    assert shared.channel(topic).stats.errors == 1
