@@ -110,7 +110,7 @@ def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
         for name in names:
             expected = rows(source, name, "id")
 
-            def equal() -> bool:
+            def equal(name: str = name, expected: dict = expected) -> bool:
                 return target.has_collection(name) and rows(target, name, "id") == expected
 
             try:
@@ -119,9 +119,7 @@ def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(
                 actual = rows(target, name, "id") if target.has_collection(name) else {}
                 missing = sorted(set(expected) - set(actual))
                 extra = sorted(set(actual) - set(expected))
-                changed = sorted(
-                    k for k in set(expected) & set(actual) if expected[k] != actual[k]
-                )
+                changed = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
                 pytest.fail(
                     f"{name} after {KILLS} kills: {len(missing)} missing {missing[:10]}, "
                     f"{len(extra)} extra {extra[:10]}, {len(changed)} changed {changed[:10]}; "

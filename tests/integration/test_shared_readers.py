@@ -55,9 +55,7 @@ def topic(kafka_mock) -> str:
     return name
 
 
-def test_subscribers_read_exactly_after_their_own_positions_and_the_channel_once(
-    kafka_mock, topic
-):
+def test_subscribers_read_exactly_after_their_own_positions_and_the_channel_once(kafka_mock, topic):
     shared = SharedSource(KafkaSource(kafka_mock.bootstrap))
     first = shared.open_channel(topic, None)
     second = shared.open_channel(topic, at(topic, 99))  # inside what the first one reads
