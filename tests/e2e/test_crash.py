@@ -17,6 +17,7 @@ from test_replication import (
     create_task,
     make_rows,
     rows,
+    shared_everywhere,
     source_config,
 )
 
@@ -69,13 +70,6 @@ class SteadyWriter(threading.Thread):
             self.error = exc
         finally:
             client.close()
-
-
-def shared_everywhere(daemon, task_id: str) -> bool:
-    """Every DML channel of the task reads the daemon's shared reader of that channel."""
-    task = daemon.call("get", {"task_id": task_id}).data["task"]
-    channels = [c for c in task["progress"]["channels"] if "-rootcoord-dml_" in c["channel"]]
-    return bool(channels) and all(c.get("reader") == "shared" for c in channels)
 
 
 def test_kill_nine_ten_times_under_load_loses_and_doubles_nothing(

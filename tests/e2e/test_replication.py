@@ -156,6 +156,13 @@ def make_rows(start: int, count: int, tag: str) -> list[dict]:
     ]
 
 
+def shared_everywhere(daemon, task_id: str) -> bool:
+    """Every DML channel of the task reads the daemon's shared reader of that channel."""
+    task = daemon.call("get", {"task_id": task_id}).data["task"]
+    channels = [c for c in task["progress"]["channels"] if "-rootcoord-dml_" in c["channel"]]
+    return bool(channels) and all(c.get("reader") == "shared" for c in channels)
+
+
 def test_inserts_upserts_and_deletes_reach_the_target(
     daemon_factory,
     milvus_source,
@@ -165,16 +172,24 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     source_client,
     target_milvus,
 ):
-    name = f"e2e_{uuid.uuid4().hex[:8]}"
+    """With a second task on another collection, started earlier: the two read the source's
+    channels through the daemon's shared readers, each from its own start."""
+    name, other = (f"e2e_{uuid.uuid4().hex[:8]}" for _ in range(2))
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    create_source_collection(source_client, other)
+    other_task = create_task(daemon, target.uri, other)
+    source_client.insert(other, make_rows(0, 200, "other"))
+
     create_source_collection(source_client, name)
     source_client.insert(name, make_rows(0, 200, "before"))  # written before the task exists
-
-    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
     task_id = create_task(daemon, target.uri, name)
 
-    source_client.insert(name, make_rows(200, 300, "after"))
-    source_client.upsert(name, [dict(r, title="upserted") for r in make_rows(150, 100, "x")])
-    source_client.delete(name, ids=list(range(40)))
+    for collection in (name, other):
+        source_client.insert(collection, make_rows(200, 300, "after"))
+        source_client.upsert(
+            collection, [dict(r, title="upserted") for r in make_rows(150, 100, "x")]
+        )
+        source_client.delete(collection, ids=list(range(40)))
     source_client.insert(name, [dict(r, extra_field="dynamic") for r in make_rows(900, 5, "dyn")])
 
     expected = wait_equal(source_client, target_milvus, name, "id")
@@ -182,6 +197,13 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     assert expected[160]["title"] == "upserted"
     assert expected[905 - 1]["extra_field"] == "dynamic"
     assert 10 not in expected
+    assert len(wait_equal(source_client, target_milvus, other, "id")) == 500 - 40
+    assert daemon.call("get", {"task_id": other_task}).data["task"]["state"] == "Running"
+    wait_until(
+        lambda: shared_everywhere(daemon, task_id) and shared_everywhere(daemon, other_task),
+        60,
+        "both tasks reading the shared readers",
+    )
 
     task = daemon.call("get", {"task_id": task_id}).data["task"]
     assert task["state"] == "Running", task
@@ -193,7 +215,7 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     assert progress["lag_seconds"] < 30
     channel = next(c for c in progress["channels"] if c["rows"])
     assert channel["position"]["backend"] == "kafka"
-    listed = daemon.call("list").data["tasks"][0]
+    listed = next(t for t in daemon.call("list").data["tasks"] if t["task_id"] == task_id)
     assert listed["progress"]["rows"] >= progress["rows"]
     metrics = daemon.get("/metrics")[1].decode()
     label = f'channel="{channel["channel"]}",task_id="{task_id}"'

@@ -232,15 +232,21 @@ def test_a_restart_mid_stream_keeps_what_the_wal_taught(
 def test_a_drop_waits_for_the_inserts_a_slower_vchannel_holds_before_its_copy(
     daemon_factory, etcd_service, kafka_mock, target, target_milvus, stream
 ):
+    """A second task, on another collection, reads the same channels through the daemon's
+    shared readers: the first task's barrier holds its drop, not the other task."""
     w = stream.writer
-    coll = 53001
-    name = f"dropped_{uuid.uuid4().hex[:6]}"
+    coll, other_coll = 53001, 53002
+    name, other = f"dropped_{uuid.uuid4().hex[:6]}", f"kept_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    other_id = start_task(daemon, target.uri, stream, other)
     task_id = start_task(daemon, target.uri, stream, name)
     v0, v1 = stream.vchannels(coll, 2)
     p0, p1 = stream.pchannel(0), stream.pchannel(1)
+    o0, o1 = stream.vchannels(other_coll, 2)
+    w.create_collection(other_coll, other, [o0, o1])
     w.create_collection(coll, name, [v0, v1])
     stream.tick_all()
+    w.insert(o0, other_coll, range(50))
     w.insert(v0, coll, range(100))
     # v1's inserts come before its copy of the drop, but p1 gets no tick until later
     w.insert(v1, coll, range(100, 300))
@@ -268,6 +274,11 @@ def test_a_drop_waits_for_the_inserts_a_slower_vchannel_holds_before_its_copy(
     assert task["state"] == "Running", task
     # every insert was acknowledged by the target before the drop, none skipped
     assert task["progress"]["rows"] == 300, task["progress"]
+    w.insert(o1, other_coll, range(50, 80))
+    stream.tick_all()
+    wait_for_collection(target_milvus, other)
+    wait_rows(target_milvus, other, {pk: f"row-{pk}" for pk in range(80)})
+    assert task_view(daemon, other_id)["state"] == "Running"
 
 
 def test_2_6_ddl_indexes_load_aliases_properties_and_truncate(

@@ -148,12 +148,20 @@ def test_sigkill_while_one_channel_has_switched_and_another_has_not(
     tmp_path: Path,
     to: str,
 ):
-    """Into a real Milvus 2.3.5 (a doubled row shows there; Milvus Lite may overwrite it)."""
+    """Into a real Milvus 2.3.5 (a doubled row shows there; Milvus Lite may overwrite it).
+    Two tasks, each with its own collection, read the channels through the daemon's shared
+    readers until each one switches."""
     w = stream.writer
-    name = f"kill_{uuid.uuid4().hex[:6]}"
+    name, other_name = f"kill_{uuid.uuid4().hex[:6]}", f"kill_other_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     task_id, load = setup(stream, daemon, milvus_source_rocksmq.uri, name, 63001)
-    load.rounds(10)
+    other_id, other = setup(stream, daemon, milvus_source_rocksmq.uri, other_name, 63002)
+
+    def rounds(count: int) -> None:
+        load.rounds(count)
+        other.rounds(count)
+
+    rounds(10)
 
     p0, p1, p2 = (stream.pchannel(i) for i in range(3))
     sink: KafkaSink | RocksmqWriter
@@ -169,7 +177,7 @@ def test_sigkill_while_one_channel_has_switched_and_another_has_not(
         sh.BROADCAST_HEADER, copies[0].properties[sh.BROADCAST_HEADER]
     ).broadcast_id
     w.switch_to([p0, p2], sink)
-    load.rounds(10)
+    rounds(10)
 
     def p0_switched() -> bool:
         seen = backends(daemon, task_id)
@@ -182,16 +190,18 @@ def test_sigkill_while_one_channel_has_switched_and_another_has_not(
     # p1's copy arrives; everything goes on on B while the daemon is down
     w.alter_wal([p0, p1, p2], p0, to, config, only=[p1], broadcast_id=broadcast_id)
     w.switch_to([p1], sink)
-    load.rounds(10)
+    rounds(10)
     daemon.start()
-    load.rounds(5)
+    rounds(5)
 
     client = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
     try:
-        wait_for_collection(client, name)
-        wait_rows(client, name, load.expected)
+        for collection, written in ((name, load), (other_name, other)):
+            wait_for_collection(client, collection)
+            wait_rows(client, collection, written.expected)
     finally:
         client.close()
-    assert backends(daemon, task_id) == dict.fromkeys((p0, p1, p2), f"{to}#1")
-    assert task_view(daemon, task_id)["state"] == "Running"
+    for task in (task_id, other_id):
+        assert backends(daemon, task) == dict.fromkeys((p0, p1, p2), f"{to}#1")
+        assert task_view(daemon, task)["state"] == "Running"
     sink.close()

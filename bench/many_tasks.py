@@ -1,0 +1,285 @@
+"""Benchmark: many tasks on one source, with the daemon's shared channel readers and with a reader
+per task (``sourceConfig.sharedReaders: false``, the daemon before issue 17), in one run.
+
+A real Milvus 2.3.5 source on the librdkafka mock cluster (16 DML channels, metadata in etcd), a
+Milvus Lite target per measured configuration, the daemon on SQLite.
+
+- The source holds N collections; a writer inserts ``--rate`` rows/s (int64 pk + 128-dim float
+  vector, a batch every 0.1 s) into the first one for the whole run: one steady load.
+- For each mode (shared, own) and each task count N (``--tasks``): a fresh daemon and target;
+  N tasks, task i selecting collection i (task 0 replicates the load; the others read every
+  channel too, and find nothing of theirs there). Once every task is Running and task 0 applies
+  the load, the daemon is measured over ``--seconds``: its CPU-seconds, peak and median RSS
+  (sampled every 0.1 s), its threads; and the rows task 0 applied meanwhile (it must keep up).
+- Reading cost = daemon CPU-seconds over the window / those of one task in the same mode. The
+  1-task run of the shared mode is the baseline for every ratio in the table.
+
+    python bench/many_tasks.py [--tasks 1,10,50] [--modes shared,own] [--rate 2000]
+                               [--seconds 40] [--out FILE.md]
+
+Aims (issue 17): reading cost for 50 tasks at most 3x that of one task; RSS at most 500 MB for
+50 tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+from catch_up import RssSampler, cpu_seconds, memory_kb  # noqa: E402
+from harness import services  # noqa: E402
+from harness.daemon import Daemon  # noqa: E402
+from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
+from harness.milvus_source import milvus_source  # noqa: E402
+from replication_throughput import DIM, create_collection  # noqa: E402
+
+PERIOD = 0.1
+
+
+class SteadyLoad(threading.Thread):
+    """``rate`` rows/s into one collection, a batch every 0.1 s, until stopped."""
+
+    def __init__(self, uri: str, name: str, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.uri, self.name = uri, name
+        self.batch = max(1, int(rate * PERIOD))
+        self.rows = 0
+        self.late = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from pymilvus import MilvusClient
+
+        client = MilvusClient(uri=self.uri, dedicated=True)
+        rng = np.random.default_rng(5)
+        start, i = time.perf_counter(), 0
+        try:
+            while not self.stop.is_set():
+                due = start + i * PERIOD
+                if (wait := due - time.perf_counter()) > 0:
+                    self.stop.wait(wait)
+                else:
+                    self.late += 1
+                vectors = rng.random((self.batch, DIM), dtype=np.float32)
+                rows = [{"id": self.rows + j, "vec": vectors[j]} for j in range(self.batch)]
+                client.insert(self.name, rows)
+                self.rows += self.batch
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the run
+            self.error = exc
+        finally:
+            client.close()
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def task_rows(daemon: Daemon, task_id: str) -> int:
+    task = daemon.call("get", {"task_id": task_id}).data["task"]
+    if task["state"] != "Running":
+        raise AssertionError(f"task {task_id} {task['state']}: {task['reason']}")
+    return int((task.get("progress") or {}).get("rows") or 0)
+
+
+def readers(daemon: Daemon, task_ids: list[str]) -> dict[str, int]:
+    """How many DML channels of the tasks read a shared reader or one of their own."""
+    seen = {"shared": 0, "own": 0}
+    for task in daemon.call("list").data["tasks"]:
+        if str(task["task_id"]) not in task_ids:
+            continue
+        for channel in (task.get("progress") or {}).get("channels") or []:
+            if "-rootcoord-dml_" in channel["channel"] and channel.get("reader") in seen:
+                seen[channel["reader"]] += 1
+    return seen
+
+
+def measure(args, work: Path, etcd, kafka, source, names: list[str], mode: str, n: int) -> dict:
+    with contextlib.ExitStack() as stack:
+        lite = stack.enter_context(services.milvus_lite_server(work / "lite"))
+        daemon = Daemon(
+            workdir=work / "daemon",
+            config={
+                "metaStoreConfig": {"storeType": "sqlite", "sqlitePath": str(work / "meta.db")},
+                "drainTimeoutSeconds": 5,
+                "maxTaskNum": max(100, n),
+                "sourceConfig": {
+                    "etcd": {"address": [etcd.endpoint]},
+                    "etcdRootPath": source.etcd_root_path,
+                    "channelPrefix": source.chan_prefix,
+                    "mqType": "kafka",
+                    "kafka": {"address": kafka.bootstrap},
+                    "sharedReaders": mode == "shared",
+                },
+            },
+        )
+        (work / "daemon").mkdir(parents=True)
+        daemon.start()
+        stack.callback(daemon.stop)
+        assert daemon.process is not None
+        pid = daemon.process.pid
+        time.sleep(2)
+        idle_rss = memory_kb(pid)["VmRSS"] / 1024
+        sampler = RssSampler(pid)
+        sampler.start()
+        t0 = time.perf_counter()
+        task_ids = []
+        for name in names[:n]:
+            created = daemon.call(
+                "create",
+                {"milvus_connect_param": {"uri": lite.uri}, "collection_infos": [{"name": name}]},
+            )
+            assert created.code == 200, created.body
+            task_ids.append(str(created.data["task_id"]))
+        created_s = time.perf_counter() - t0
+        # task 0 applies the load: its rows grow (every task is Running, or task_rows raises)
+        first = task_rows(daemon, task_ids[0])
+        services.wait_until(
+            lambda: task_rows(daemon, task_ids[0]) > first + 10 * args.rate, 300, "task 0 applies"
+        )
+        for task_id in task_ids:
+            task_rows(daemon, task_id)
+        time.sleep(3)
+        rows_before = task_rows(daemon, task_ids[0])
+        sampler.samples.clear()
+        (cpu_before,) = cpu_seconds(pid)
+        started = time.perf_counter()
+        time.sleep(args.seconds)
+        (cpu_after,) = cpu_seconds(pid)
+        window = time.perf_counter() - started
+        rows_after = task_rows(daemon, task_ids[0])
+        sampler.stop.set()
+        sampler.join()
+        result = {
+            "mode": mode,
+            "tasks": n,
+            "create_s": created_s,
+            "cpu_s": cpu_after - cpu_before,
+            "window_s": window,
+            "applied_rows_s": (rows_after - rows_before) / window,
+            "idle_rss_mb": idle_rss,
+            "rss_peak_mb": max(sampler.samples) / 1024,
+            "rss_median_mb": statistics.median(sampler.samples) / 1024,
+            "threads": threads_of(pid),
+            "readers": readers(daemon, task_ids),
+        }
+        print(result, flush=True)
+        return result
+
+
+def run(args) -> tuple[list[dict], dict]:
+    from pymilvus import MilvusClient
+
+    counts = [int(x) for x in args.tasks.split(",")]
+    modes = args.modes.split(",")
+    info: dict = {}
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-many-") as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        started = time.perf_counter()
+        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
+        kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
+        source = stack.enter_context(
+            milvus_source(work / "source", etcd.endpoint, kafka.bootstrap, root_path="bench")
+        )
+        info["startup_s"] = time.perf_counter() - started
+        src = MilvusClient(uri=source.uri, dedicated=True)
+        stack.callback(src.close)
+        run_id = uuid.uuid4().hex[:6]
+        names = [f"mt_{run_id}_{i:02d}" for i in range(max(counts))]
+        t0 = time.perf_counter()
+        for name in names:
+            create_collection(src, name)
+        info["collections_s"] = time.perf_counter() - t0
+        load = SteadyLoad(source.uri, names[0], args.rate)
+        load.start()
+        stack.callback(load.join, 30)
+        stack.callback(load.stop.set)
+        for mode in modes:
+            for n in counts:
+                results.append(
+                    measure(args, work / f"{mode}-{n}", etcd, kafka, source, names, mode, n)
+                )
+                if load.error is not None:
+                    raise load.error
+        info["load_rows"], info["load_late"] = load.rows, load.late
+        info["total_s"] = time.perf_counter() - started
+    return results, info
+
+
+def report(args, results: list[dict], info: dict) -> str:
+    base = next(
+        r
+        for r in results
+        if r["mode"] == results[0]["mode"] and r["tasks"] == min(x["tasks"] for x in results)
+    )
+    lines = [
+        "# Many tasks on one source: shared channel readers",
+        "",
+        f"Command: `python bench/many_tasks.py --tasks {args.tasks} --modes {args.modes} "
+        f"--rate {args.rate} --seconds {args.seconds:g}`",
+        f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, Python "
+        f"{platform.python_version()}, {platform.machine()}, 2 cores; whole script "
+        f"{info['total_s']:.0f} s",
+        "",
+        f"Source: Milvus 2.3.5 standalone, WAL on the librdkafka mock cluster (16 DML channels), "
+        f"{args.rate:,} rows/s (int64 pk + {DIM}-dim float vector) inserted into one collection "
+        f"for the whole run ({info['load_rows']:,} rows, {info['load_late']} batches late). "
+        "Task i selects collection i; task 0's collection takes the load, the others' are empty "
+        "(every task still reads every channel). Target: a fresh Milvus Lite per row of the "
+        "table. Each row is measured over a window once task 0 applies the load.",
+        "",
+        "| readers | tasks | daemon CPU s | CPU ratio to the baseline | task 0 rows/s applied | "
+        "RSS median MB | RSS peak MB | idle RSS MB | threads | channels on shared / own |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = (r["cpu_s"] / r["window_s"]) / (base["cpu_s"] / base["window_s"])
+        lines.append(
+            f"| {r['mode']} | {r['tasks']} | {r['cpu_s']:.1f} in {r['window_s']:.0f} s | "
+            f"{ratio:.2f} | {r['applied_rows_s']:,.0f} | {r['rss_median_mb']:.0f} | "
+            f"{r['rss_peak_mb']:.0f} | {r['idle_rss_mb']:.0f} | {r['threads']} | "
+            f"{r['readers']['shared']} / {r['readers']['own']} |"
+        )
+    lines += [
+        "",
+        f"Baseline: the {base['mode']} run with {base['tasks']} task. Aims (issue 17): reading "
+        "cost (CPU) for 50 tasks at most 3x that of one task; RSS at most 500 MB for 50 tasks.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="1,10,50")
+    parser.add_argument("--modes", default="shared,own")
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=40)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    results, info = run(args)
+    text = report(args, results, info)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
