@@ -18,7 +18,12 @@ librdkafka mock's ~5 MB per partition), a Milvus Lite target, the daemon on SQLi
    with the source.
 CPU seconds of the source, the target and the daemon are noted for both timed phases.
 
-    python bench/catch_up.py [--rows 1000000] [--batch 5000] [--out FILE.md]
+    python bench/catch_up.py [--rows 1000000] [--batch 5000] [--target lite|milvus]
+                             [--shards 1] [--out FILE.md]
+
+``--target milvus``: the target is a second Milvus 2.3.5 standalone instead of Milvus Lite (the
+baseline then writes into it too), the collections with ``--shards`` shards on both sides. The
+daemon's CPU-seconds per GB of WAL are reported as well (issue 17: at most half of 31 s/GB).
 
 Aims (issue 3): replicated rows/s >= 0.9 of direct; peak RSS < 500 MB while catching up a
 1,000,000-row backlog.
@@ -160,7 +165,12 @@ def run(args, work: Path) -> dict:
         source = stack.enter_context(
             milvus_source_rocksmq(work / "source", etcd.endpoint, root_path="bench")
         )
-        lite = stack.enter_context(services.milvus_lite_server(work / "lite"))
+        if args.target == "lite":
+            lite = stack.enter_context(services.milvus_lite_server(work / "lite"))
+        else:  # a second Milvus 2.3.5 standalone (its WAL in RocksMQ), as the target
+            lite = stack.enter_context(
+                milvus_source_rocksmq(work / "target", etcd.endpoint, root_path="target")
+            )
         result["startup_s"] = time.perf_counter() - started
         src = MilvusClient(uri=source.uri, dedicated=True)
         stack.callback(src.close)
@@ -168,7 +178,7 @@ def run(args, work: Path) -> dict:
         stack.callback(dst.close)
 
         name = f"backlog_{uuid.uuid4().hex[:8]}"
-        create_collection(src, name)
+        create_collection(src, name, args.shards)
         result["source_write_s"] = write(src, name, args.rows, args.batch)
         result["wal_mb"] = (
             sum(f.stat().st_size for f in source.rocksmq_path.rglob("*") if f.is_file()) / MB
@@ -177,13 +187,15 @@ def run(args, work: Path) -> dict:
         result["settle_s"] = settle(source.pid)
 
         direct = f"direct_{uuid.uuid4().hex[:8]}"
-        create_collection(dst, direct)
+        create_collection(dst, direct, args.shards)
         before = cpu_seconds(source.pid, lite.pid)
         t0 = time.perf_counter()
         result["direct_write_s"] = write(dst, direct, args.rows, args.batch)
         result["direct_s"] = wait_count(dst, direct, args.rows, args.timeout) - t0
         result["direct_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid))
         dst.drop_collection(direct)
+        if args.target != "lite":
+            result["target_settle_s"] = settle(lite.pid)
 
         daemon = start_daemon(
             stack,
@@ -229,6 +241,13 @@ def fmt_cpu(values: list[float]) -> str:
 
 def report(args, r: dict, total_s: float) -> str:
     rows = args.rows
+    target = (
+        "Milvus Lite"
+        if args.target == "lite"
+        else f"Milvus 2.3.5 standalone (WAL in RocksMQ), collection of {args.shards} shards"
+    )
+    short = "Milvus Lite" if args.target == "lite" else "Milvus 2.3.5"
+    daemon_cpu = r["replicated_cpu"][2]
     direct_rps = rows / r["direct_s"]
     repl_rps = rows / r["replicated_s"]
     samples = sorted(r["rss_samples"])
@@ -236,7 +255,8 @@ def report(args, r: dict, total_s: float) -> str:
     lines = [
         "# Catching up a backlog",
         "",
-        f"Command: `python bench/catch_up.py --rows {rows} --batch {args.batch}`",
+        f"Command: `python bench/catch_up.py --rows {rows} --batch {args.batch} "
+        f"--target {args.target} --shards {args.shards}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s; services up in "
@@ -244,7 +264,7 @@ def report(args, r: dict, total_s: float) -> str:
         "",
         f"{rows:,} rows (int64 pk + {DIM}-dim float vector), written with MilvusClient.insert in "
         f"batches of {args.batch:,}. Source: Milvus 2.3.5 standalone, WAL in RocksMQ "
-        f"({r['wal_mb']:,.0f} MB on disk after the writes). Target: Milvus Lite. Daemon: SQLite "
+        f"({r['wal_mb']:,.0f} MB on disk after the writes). Target: {target}. Daemon: SQLite "
         "metastore. All on this one machine: the source, the target, the daemon and the writer "
         "share its cores.",
         "",
@@ -252,17 +272,18 @@ def report(args, r: dict, total_s: float) -> str:
         "",
         "| path | what is timed | s | rows/s | ratio to direct |",
         "|---|---|---|---|---|",
-        f"| direct: pymilvus -> Milvus Lite | first write until the target's count(*) reads all "
+        f"| direct: pymilvus -> {short} | first write until the target's count(*) reads all "
         f"| {r['direct_s']:.1f} | {direct_rps:,.0f} | 1.00 |",
-        f"| replicated: source WAL -> daemon -> Milvus Lite | task create until the target's "
+        f"| replicated: source WAL -> daemon -> {short} | task create until the target's "
         f"count(*) reads all (a backlog: every row already in the WAL) | {r['replicated_s']:.1f} "
         f"| {repl_rps:,.0f} | {repl_rps / direct_rps:.2f} |",
         f"| (for scale) pymilvus -> Milvus 2.3.5 source | writes returned | "
         f"{r['source_write_s']:.1f} | {rows / r['source_write_s']:,.0f} | "
         f"{rows / r['source_write_s'] / direct_rps:.2f} |",
         "",
-        "CPU seconds during each timed phase (source Milvus / Milvus Lite target / daemon): "
-        f"direct {fmt_cpu(r['direct_cpu'])}; replicated {fmt_cpu(r['replicated_cpu'])}. The "
+        f"CPU seconds during each timed phase (source Milvus / {short} target / daemon): "
+        f"direct {fmt_cpu(r['direct_cpu'])}; replicated {fmt_cpu(r['replicated_cpu'])}: the "
+        f"daemon spent {daemon_cpu / (r['wal_mb'] / 1024):.1f} CPU-seconds per GB of WAL. The "
         f"source was flushed and left to settle for {r['settle_s']:.0f} s after the backlog "
         "writes, before either timed phase.",
         "",
@@ -287,6 +308,8 @@ def report(args, r: dict, total_s: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--target", choices=["lite", "milvus"], default="lite")
+    parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up.md"))

@@ -29,7 +29,7 @@ from replicator.backfill.state import CollectionPlan, CollectionRef
 from replicator.backfill.transfer import connect
 from replicator.compare.gate import applied_ts, now_ts
 from replicator.compare.reader import ensure_loaded, schema_of
-from replicator.compare.spark_launch import RangeDigests, SparkDigests
+from replicator.compare.spark_launch import RangeDigests, SparkDigests, SparkVerifyError
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
 from replicator.log_context import log_context
@@ -230,15 +230,23 @@ class VerifyRun:
             return {}
         target_params = dict(self.context.spec["milvus_connect_param"])
         started = time.monotonic()
-        found = spark.run(
-            self.context.task_id,
-            plan,
-            verifier.schema,
-            (self.context.source, target_params),
-            self.context.options.batch_rows,
-            now_ts(),
-            self.stop,
-        )
+        try:
+            found = spark.run(
+                self.context.task_id,
+                plan,
+                verifier.schema,
+                (self.context.source, target_params),
+                self.context.options.batch_rows,
+                now_ts(),
+                self.stop,
+            )
+        except SparkVerifyError as exc:
+            # the daemon digests every range itself: slower, the same answer
+            note = f"{plan.collection.label}: Spark ({spark.master}) failed, every range is "
+            note += f"digested in the daemon instead: {exc}"
+            log.warning("%s", note)
+            self._save(self.job.with_(notes=[*self.job.notes, note]))
+            return {}
         if found is None:
             return {}
         differing = sum(

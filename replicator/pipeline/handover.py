@@ -10,9 +10,11 @@ moved back before them.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metastore import MetaStore, Position
@@ -25,8 +27,11 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.status import TaskWarnings
 from replicator.pipeline.task_state import RunnerState
 from replicator.sources.base import WalSource
+from replicator.sources.shared import unshared
 
 log = logging.getLogger(__name__)
+
+HAND_OVER_READERS = 8  # channels read at once at the hand-over
 
 
 class BackfillStage:
@@ -89,14 +94,24 @@ class BackfillStage:
         return finished
 
     def _hand_over(self, starts: dict[str, Position]) -> None:
-        for pchannel, start in starts.items():
-            wal = self._source_at(pchannel, start)  # the WAL the channel is on now
-            if start is not None and start.msg_id:
-                earlier = group_start(wal, start)
-                if earlier != start:
-                    self._store.save_position(self._task_id, earlier, start)
-                    starts[pchannel] = earlier
-            _, latest = wal.watermarks(pchannel)
+        """Each channel's start, moved back where it splits a timestamp, and its in-flight
+        bound; the channels are read side by side (each read waits mostly on its queue)."""
+
+        def look(pchannel: str) -> tuple[Position | None, int]:
+            start = starts[pchannel]
+            wal = unshared(self._source_at(pchannel, start))  # the WAL the channel is on now
+            earlier = group_start(wal, start) if start is not None and start.msg_id else start
+            return earlier, wal.watermarks(pchannel)[1]
+
+        channels = list(starts)
+        with ThreadPoolExecutor(HAND_OVER_READERS, thread_name_prefix="hand-over") as pool:
+            # each in a copy of this thread's context: its log lines name the task
+            found = list(pool.map(lambda ch: contextvars.copy_context().run(look, ch), channels))
+        for pchannel, (earlier, latest) in zip(channels, found, strict=True):
+            start = starts[pchannel]
+            if earlier is not None and earlier != start:
+                self._store.save_position(self._task_id, earlier, start)
+                starts[pchannel] = earlier
             bound = max(latest, self._state.inflight_bound(pchannel))
             self._state.set_inflight_bound(pchannel, bound)
         log.info("backfill finished; streaming starts from the recorded positions")

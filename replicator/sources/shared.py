@@ -99,7 +99,11 @@ class SharedChannel:
         self._source = source
         self._backend = backend
         self._depth = depth
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # subscribers wait for records on ``_data``; the reading thread waits for room on
+        # ``_space`` (one lock: a take never wakes the other subscribers)
+        self._data = threading.Condition(self._lock)
+        self._space = threading.Condition(self._lock)
         # the buffer: records[start:] in channel order, with their offsets and the running
         # total of their bytes (cum[i]: bytes of every record buffered up to and with i)
         self._records: list[RawRecord] = []
@@ -115,7 +119,7 @@ class SharedChannel:
 
     # -- subscribers -----------------------------------------------------------------------
     def subscribe(self, start: Position | None) -> Subscription:
-        with self._cond:
+        with self._lock:
             self._subscribers += 1
         return Subscription(self, self.cursor_of(start))
 
@@ -125,7 +129,7 @@ class SharedChannel:
         return Cursor(self._source.offset_of(start.msg_id), start.msg_id)
 
     def _unsubscribe(self, subscription: Subscription) -> None:
-        with self._cond:
+        with self._lock:
             self._attached.discard(subscription)
             self._subscribers -= 1
             if self._subscribers == 0:
@@ -133,7 +137,8 @@ class SharedChannel:
                 # buffer's memory goes with it
                 self._thread = None
                 self._restart_at(Cursor(_BEGINNING, None))
-            self._cond.notify_all()
+            self._space.notify()
+            self._data.notify_all()
 
     def open_private(self, cursor: Cursor) -> ChannelReader:
         start = (
@@ -150,7 +155,7 @@ class SharedChannel:
         cursor (or will: the cursor is the buffer's newest), or when nobody is attached (the
         shared reader then restarts at this cursor)."""
         cursor = subscription.cursor
-        with self._cond:
+        with self._lock:
             if not self._base.offset <= cursor.offset <= self._newest_offset():
                 if self._attached:
                     return False
@@ -158,31 +163,31 @@ class SharedChannel:
                 self.stats.restarts += 1
             self._attached.add(subscription)
             self._ensure_thread()
-            self._cond.notify_all()
+            self._space.notify()
             return True
 
     def take(self, subscription: Subscription, max_records: int, timeout: float) -> list[RawRecord]:
         """Up to ``max_records`` buffered records after the subscriber's cursor, waiting up to
         ``timeout`` for the first; [] and the subscriber detached when the buffer no longer
         holds what it needs."""
-        with self._cond:
+        with self._lock:
             records = self._after(subscription, max_records)
             if not records and subscription in self._attached:
-                self._cond.wait(timeout)
+                self._data.wait(timeout)
                 records = self._after(subscription, max_records)
             if records:
                 subscription.cursor = Cursor.of(records[-1])
-                self._cond.notify_all()  # the reader may read ahead again
+                self._space.notify()  # the reader may read ahead again
             return records
 
     def release(self, subscription: Subscription) -> None:
         """Let a subscriber go from the buffer (it goes on reading on its own or elsewhere)."""
-        with self._cond:
+        with self._lock:
             self._attached.discard(subscription)
-            self._cond.notify_all()
+            self._space.notify()
 
     def is_attached(self, subscription: Subscription) -> bool:
-        with self._cond:
+        with self._lock:
             return subscription in self._attached
 
     def _after(self, subscription: Subscription, max_records: int) -> list[RawRecord]:
@@ -209,7 +214,7 @@ class SharedChannel:
         return self._cum[-1] - read
 
     def held_bytes(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._cum[-1] - self._dropped_bytes if self._buffered() else 0
 
     def _restart_at(self, cursor: Cursor) -> None:
@@ -228,7 +233,7 @@ class SharedChannel:
         self.stats.records_read += len(batch)
         self.stats.bytes_read += sum(len(r.payload) for r in batch)
         self._evict()
-        self._cond.notify_all()
+        self._data.notify_all()
 
     def _evict(self) -> None:
         """Drop the oldest records while the buffer is over the window, never one the leader
@@ -281,9 +286,9 @@ class SharedChannel:
         try:
             while True:
                 stale: ChannelReader | None = None
-                with self._cond:
+                with self._lock:
                     while self._thread is me and not self._wants_read(generation):
-                        self._cond.wait(_IDLE_WAIT)
+                        self._space.wait(_IDLE_WAIT)
                     if self._thread is not me:
                         return
                     if generation != self._generation:
@@ -301,7 +306,7 @@ class SharedChannel:
                         reader = None
                     self._failed(exc)
                     continue
-                with self._cond:
+                with self._lock:
                     if generation == self._generation and batch:
                         self._append(batch)
         finally:
@@ -315,12 +320,12 @@ class SharedChannel:
         return self._source.open_channel(self.pchannel, start)
 
     def _failed(self, exc: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             self.stats.errors += 1
             for subscription in list(self._attached):
                 self._detach(subscription, f"the shared reader failed: {exc}")
             self._restart_at(self._base)
-            self._cond.notify_all()
+            self._data.notify_all()
         log.warning("%s: the shared reader failed, tasks read on their own: %s", self.pchannel, exc)
 
 
@@ -414,3 +419,9 @@ class SharedSource:
 
     def position_before(self, offset: int) -> bytes | None:
         return self.inner.position_before(offset)
+
+
+def unshared(source: WalSource) -> WalSource:
+    """The source itself, not the daemon's shared readers of it: for a short read somewhere
+    else than where the tasks read (the backfill's hand-over looks just before a start)."""
+    return source.inner if isinstance(source, SharedSource) else source

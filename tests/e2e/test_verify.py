@@ -358,3 +358,18 @@ def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_repor
     again = run_verify(daemon, task_id)
     assert again["divergent_rows"] == 0 and again["rows_compared"] == 3000, again
     assert any("0 compared again in the daemon" in n for n in again["notes"]), again["notes"]
+
+    # a Spark that fails (a master it cannot use): the daemon digests every range itself
+    daemon.stop()
+    daemon.config["backfill"] = {"sparkMaster": "no-such-master://x", "taskMaxFailures": 1}
+    daemon.start()
+    target.delete(name, ids=[7])
+    fallback = run_verify(daemon, task_id)
+    assert kinds(only_collection(fallback)) == {
+        "missing": (1, [7]),
+        "extra": (0, []),
+        "different": (0, []),
+    }, fallback
+    assert fallback["ranges_done"] == fallback["ranges_total"], fallback
+    failed = [n for n in fallback["notes"] if "failed, every range is digested in the daemon" in n]
+    assert len(failed) == 1 and "no-such-master" in failed[0], fallback["notes"]
