@@ -196,20 +196,29 @@ class SqlMetaStore:
         other daemon could take the task (the fleet passes ``fleet.leaseSeconds``)."""
         self.root_path = root_path
         self._engine = _make_engine(url, connect_timeout, session_timeout)
+        # the fleet's calls (lease renewals above all) on connections of their own: a daemon
+        # whose tasks keep every pooled connection busy (hundreds of channels saving
+        # positions) must still renew its leases in time, or it stops all of them
+        self._fleet_engine = (
+            self._engine
+            if ":memory:" in url
+            else _make_engine(url, connect_timeout, session_timeout, pool_size=2)
+        )
         self._is_mysql = self._engine.dialect.name == "mysql"
         try:
             _create_schema(self._engine)
         except SQLAlchemyError as exc:
-            self._engine.dispose()
+            self.close()
             raise MetaStoreUnavailableError(
                 f"cannot open the SQL metastore: {_brief(exc)}"
             ) from exc
 
     # --- plumbing ----------------------------------------------------------------------------
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _tx(self, *, fleet: bool = False) -> Iterator[Connection]:
+        engine = self._fleet_engine if fleet else self._engine
         try:
-            with self._engine.begin() as conn:
+            with engine.begin() as conn:
                 yield conn
         except (OperationalError, SAInterfaceError) as exc:
             raise MetaStoreUnavailableError(f"SQL metastore unavailable: {_brief(exc)}") from exc
@@ -481,7 +490,7 @@ class SqlMetaStore:
         member = and_(
             members_table.c.root_path == self.root_path, members_table.c.member_id == member_id
         )
-        with self._tx() as conn:
+        with self._tx(fleet=True) as conn:
             now = self._now(conn)
             values = {"info": json.dumps(dict(info), sort_keys=True), "expires_at": now + ttl}
             if conn.execute(update(members_table).where(member).values(**values)).rowcount == 0:
@@ -512,7 +521,7 @@ class SqlMetaStore:
                 )
 
     def leave(self, member_id: str) -> None:
-        with self._tx() as conn:
+        with self._tx(fleet=True) as conn:
             for table, column in (
                 (leases_table, leases_table.c.owner),
                 (members_table, members_table.c.member_id),
@@ -522,7 +531,7 @@ class SqlMetaStore:
                 )
 
     def members(self) -> list[Member]:
-        with self._tx() as conn:
+        with self._tx(fleet=True) as conn:
             now = self._now(conn)
             rows = conn.execute(
                 select(members_table.c.member_id, members_table.c.info)
@@ -534,7 +543,7 @@ class SqlMetaStore:
 
     def acquire_lease(self, task_id: str, member_id: str, ttl: float) -> Lease | None:
         try:
-            with self._tx() as conn:
+            with self._tx(fleet=True) as conn:
                 if not self._lock_task(conn, task_id):
                     raise TaskNotFoundError(task_id)
                 now = self._now(conn)
@@ -561,7 +570,7 @@ class SqlMetaStore:
             return None
 
     def release_lease(self, lease: Lease) -> None:
-        with self._tx() as conn:
+        with self._tx(fleet=True) as conn:
             conn.execute(
                 delete(leases_table).where(
                     self._lease_key(lease.task_id), leases_table.c.token == lease.token
@@ -569,7 +578,7 @@ class SqlMetaStore:
             )
 
     def leases(self) -> dict[str, Lease]:
-        with self._tx() as conn:
+        with self._tx(fleet=True) as conn:
             now = self._now(conn)
             rows = conn.execute(
                 select(leases_table.c.task_id, leases_table.c.owner, leases_table.c.token)
@@ -585,6 +594,8 @@ class SqlMetaStore:
 
     def close(self) -> None:
         self._engine.dispose()
+        if self._fleet_engine is not self._engine:
+            self._fleet_engine.dispose()
 
 
 def sqlite_url(path: str) -> str:
@@ -592,10 +603,15 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
-def _make_engine(url: str, connect_timeout: float, session_timeout: float | None) -> Engine:
+def _make_engine(
+    url: str, connect_timeout: float, session_timeout: float | None, pool_size: int = 5
+) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=False
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_pre_ping=False,
+            pool_size=pool_size,
         )
 
         @event.listens_for(engine, "connect")
@@ -613,6 +629,7 @@ def _make_engine(url: str, connect_timeout: float, session_timeout: float | None
         url,
         pool_pre_ping=True,
         pool_recycle=3600,
+        pool_size=pool_size,
         connect_args={
             "connect_timeout": timeout,
             "read_timeout": 2 * timeout,

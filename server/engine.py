@@ -18,6 +18,7 @@ from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
+from replicator.meta.shared_read import SharedRead
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
@@ -45,17 +46,19 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         except (Etcd3Exception, grpc.RpcError, ValueError) as exc:
             raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
 
-    def catalog() -> dict[int, CollectionMeta]:
-        return read_catalog(SourceCatalog.collections)
-
-    def aliases() -> list[AliasMeta]:
-        return read_catalog(SourceCatalog.aliases)
+    # the tasks' whole-catalog reads, one at a time for all of them (a fresh answer each:
+    # replicator/meta/shared_read.py); fifty tasks starting together make one etcd read
+    catalog: Callable[[], dict[int, CollectionMeta]] = SharedRead(
+        lambda: read_catalog(SourceCatalog.collections)
+    )
+    aliases: Callable[[], list[AliasMeta]] = SharedRead(lambda: read_catalog(SourceCatalog.aliases))
 
     def collection(collection_id: int) -> CollectionMeta | None:
         return read_catalog(lambda catalog: catalog.collection(collection_id))
 
-    def imports() -> list[SourceImport]:
-        return read_catalog(SourceCatalog.imports)
+    imports: Callable[[], list[SourceImport]] = SharedRead(
+        lambda: read_catalog(SourceCatalog.imports)
+    )
 
     pulsar = source_config.pulsar
     defaults = WalDefaults(

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from metastore import (
@@ -113,6 +115,10 @@ class TaskSupervisor:
         self._stopping: set[asyncio.Task[None]] = set()  # runners stopped by the lease clock
         self._store_trouble = ""  # why the last round could not reach the store
         self._stopped_said = False  # the lease clock ran out and the log said so
+        # heartbeats in a thread of their own: queued behind other blocking calls in asyncio's
+        # default executor (a few threads; fifty runners starting use them all), a heartbeat
+        # could be late enough to stop every runner of the daemon
+        self._beats = ThreadPoolExecutor(1, thread_name_prefix="fleet-heartbeat")
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -166,6 +172,7 @@ class TaskSupervisor:
             await self._io(self._store.leave, self.fleet.member_id)
         except MetaStoreError as exc:
             log.warning("could not leave the fleet (its leases expire by themselves): %s", exc)
+        self._beats.shutdown(wait=False)
 
     # --- the fleet ---------------------------------------------------------------------------
     async def _keep_renewing(self) -> None:
@@ -244,10 +251,11 @@ class TaskSupervisor:
         moment the heartbeat was sent."""
         fleet = self.fleet
         sent = time.monotonic()
+        beat = functools.partial(
+            self._store.heartbeat, fleet.member_id, self._member_info(), fleet.lease_seconds
+        )
         try:
-            await self._io(
-                self._store.heartbeat, fleet.member_id, self._member_info(), fleet.lease_seconds
-            )
+            await asyncio.get_running_loop().run_in_executor(self._beats, beat)
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
