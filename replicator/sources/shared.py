@@ -348,7 +348,9 @@ class Subscription:
     def shared(self) -> bool:
         """Reading the shared buffer now (False once it was detached, even before its next
         read opens a reader of its own)."""
-        return self._own is None and self._channel.is_attached(self)
+        # read without the channel's lock (asked after every read by every task): a set's
+        # membership is read atomically, and a moment's staleness only delays the status
+        return self._own is None and self in self._channel._attached
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         if self._own is None:
