@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -141,14 +140,9 @@ class SharedChannel:
             self._data.notify_all()
 
     def open_private(self, cursor: Cursor) -> ChannelReader:
-        start = (
-            None
-            if cursor.msg_id is None
-            else Position(self._backend, self.pchannel, cursor.msg_id, 0)
-        )
-        return PrefetchingReader(
-            self._source.open_channel(self.pchannel, start), READ_RECORDS, depth=self._depth
-        )
+        """A reader of a subscriber's own, after its cursor, reading ahead as an unshared
+        task's would."""
+        return PrefetchingReader(self._open(cursor), READ_RECORDS, depth=self._depth)
 
     def try_attach(self, subscription: Subscription) -> bool:
         """Attach a subscriber reading on its own: when the buffer holds the record after its
@@ -313,9 +307,12 @@ class SharedChannel:
             if reader is not None:
                 reader.close()
 
-    def _open(self, base: Cursor) -> ChannelReader:
+    def _open(self, cursor: Cursor) -> ChannelReader:
+        """The wrapped source's reader of this channel, after ``cursor``."""
         start = (
-            None if base.msg_id is None else Position(self._backend, self.pchannel, base.msg_id, 0)
+            None
+            if cursor.msg_id is None
+            else Position(self._backend, self.pchannel, cursor.msg_id, 0)
         )
         return self._source.open_channel(self.pchannel, start)
 
@@ -405,10 +402,6 @@ class SharedSource:
                 shared = SharedChannel(self.inner, self.backend, pchannel, self.window, self.depth)
                 self._channels[pchannel] = shared
             return shared
-
-    def channels(self) -> Iterator[SharedChannel]:
-        with self._lock:
-            yield from list(self._channels.values())
 
     def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
         return self.channel(pchannel).subscribe(start)
