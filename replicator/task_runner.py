@@ -31,5 +31,9 @@ class TaskRunner(Protocol):
     def status(self) -> dict[str, Any]:
         """Progress: rows, bytes, lag_seconds and per-channel details (JSON-able)."""
 
+    def applied_ticks(self) -> dict[str, int]:
+        """The source time (hybrid ts) up to which each pchannel is on the target, as of now
+        (a saved position of an idle channel may be older)."""
+
 
 RunnerFactory = Callable[[TaskRecord, MetaStore, FailureCallback], TaskRunner]

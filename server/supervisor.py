@@ -109,7 +109,7 @@ class TaskSupervisor:
         self._remote: dict[str, dict[str, Any]] = {}  # progress other members publish
         self._lock = asyncio.Lock()
         self._changes = 0  # state changes made here: a round read before one is stale
-        self._verify = VerifyManager(store, settings)
+        self._verify = VerifyManager(store, settings, self._live_applied)
         self.fleet = Membership(settings.fleet, settings.host_port[1])
         self._rounds: list[asyncio.Task[None]] = []  # the heartbeat and the rounds
         self._stopping: set[asyncio.Task[None]] = set()  # runners stopped by the lease clock
@@ -428,6 +428,15 @@ class TaskSupervisor:
         except MetaStoreError:
             return dict(self._owners)
         return {task_id: lease.owner for task_id, lease in leases.items()}
+
+    def _live_applied(self, task_id: str) -> dict[str, int] | None:
+        """The source time each pchannel of a task running here has applied (its runner's
+        figures, fresher than the saved positions); None when it runs elsewhere or not at
+        all."""
+        runner = self._runners.get(task_id)
+        if runner is None:
+            return None
+        return runner.applied_ticks()
 
     def state_counts(self) -> dict[TaskState, int]:
         return dict(Counter(self._states.values()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from metastore import MetaStore, TaskRecord
@@ -30,9 +31,17 @@ STOP_WAIT = 30.0
 
 
 class VerifyManager:
-    def __init__(self, store: MetaStore, settings: CdcSettings) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        settings: CdcSettings,
+        live_applied: Callable[[str], Mapping[str, int] | None] = lambda task_id: None,
+    ) -> None:
+        """``live_applied``: a task's applied tick per pchannel while its runner is in this
+        daemon (fresher than the positions an idle channel saves now and then)."""
         self._store = store
         self._settings = settings
+        self._live_applied = live_applied
         self._views: dict[str, VerifyJob] = {}
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.Lock()
@@ -93,6 +102,7 @@ class VerifyManager:
             ),
             self._channels_of,
             self._spark(),
+            lambda: self._live_applied(task.task_id),
         )
         stop = threading.Event()
 

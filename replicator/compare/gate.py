@@ -1,7 +1,10 @@
 """When has the task applied everything written before a moment?
 
 The task's saved positions carry the source time tick (a hybrid timestamp: physical
-milliseconds << 18) up to which each DML channel is on the target. The task has applied
+milliseconds << 18) up to which each DML channel is on the target. A channel with nothing to
+apply saves its moving position only now and then (``IDLE_SAVE_SECONDS``), so when the task
+runs in this daemon its runner's in-memory figures (``live``) are read as well: per channel the
+later of the two counts. The task has applied
 everything of a collection written before ``ts`` once the saved tick of every pchannel the
 collection is on is at or past ``ts``. (Only those: a 2.3 source sends ticks only on channels
 that carry a collection, so another channel's tick may never move.)
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from metastore import MetaStore
 
@@ -21,6 +24,9 @@ LOGICAL_BITS = 18
 POLL_SECONDS = 0.5
 
 AppliedTs = Callable[[], int | None]
+# the source time each pchannel of a task has applied, as its runner in this daemon knows it;
+# None when the task does not run here
+LiveApplied = Callable[[], Mapping[str, int] | None]
 
 
 def now_ts() -> int:
@@ -28,19 +34,27 @@ def now_ts() -> int:
     return int(time.time() * 1000) << LOGICAL_BITS
 
 
-def applied_ts(store: MetaStore, task_id: str, channels: frozenset[str] | None) -> AppliedTs:
-    """The lowest saved tick over ``channels`` (the pchannels of the collection compared); a
-    channel without a saved tick counts as nothing applied. ``channels`` None (not known):
-    every channel of the task that has a tick, so the replicate channel (no ticks) and channels
-    that never carried anything are left out."""
+def applied_ts(
+    store: MetaStore,
+    task_id: str,
+    channels: frozenset[str] | None,
+    live: LiveApplied = lambda: None,
+) -> AppliedTs:
+    """The lowest applied tick over ``channels`` (the pchannels of the collection compared),
+    each the later of the saved one and the ``live`` one; a channel without either counts as
+    nothing applied. ``channels`` None (not known): every channel of the task that has a tick,
+    so the replicate channel (no ticks) and channels that never carried anything are left
+    out."""
 
     def lowest() -> int | None:
-        positions = store.get_positions(task_id)
+        ticks = {ch: p.ts for ch, p in store.get_positions(task_id).items()}
+        for ch, ts in (live() or {}).items():
+            ticks[ch] = max(ticks.get(ch, 0), ts)
         if channels is None:
-            ticks = [p.ts for p in positions.values() if p.ts > 0]
+            known = [ts for ts in ticks.values() if ts > 0]
         else:
-            ticks = [positions[ch].ts if ch in positions else 0 for ch in channels]
-        return min(ticks) if ticks else None
+            known = [ticks.get(ch, 0) for ch in channels]
+        return min(known) if known else None
 
     return lowest
 

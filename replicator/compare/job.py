@@ -27,7 +27,7 @@ from replicator.backfill.job import plan_collection
 from replicator.backfill.ranges import KeyRange
 from replicator.backfill.state import CollectionPlan, CollectionRef
 from replicator.backfill.transfer import connect
-from replicator.compare.gate import applied_ts, now_ts
+from replicator.compare.gate import LiveApplied, applied_ts, now_ts
 from replicator.compare.reader import ensure_loaded, schema_of
 from replicator.compare.spark_launch import RangeDigests, SparkDigests, SparkVerifyError
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
@@ -53,6 +53,8 @@ class VerifyContext:
     channels_of: Callable[[str, str], frozenset[str] | None] = lambda db, name: None
     # large collections' digests on Spark; None: every collection in the daemon
     spark: SparkDigests | None = None
+    # the task's applied tick per pchannel while it runs in this daemon (see gate.applied_ts)
+    live: LiveApplied = lambda: None
 
 
 def resolve_collections(
@@ -191,7 +193,7 @@ class VerifyRun:
             plan,
             schema_of(source, ref.name),
             self.context.options,
-            applied_ts(self.context.store, self.context.task_id, channels),
+            applied_ts(self.context.store, self.context.task_id, channels, self.context.live),
             self.stop,
             repair=self.job.repair,
         )

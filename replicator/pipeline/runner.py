@@ -252,6 +252,9 @@ class ReplicationRunner:
         ended = self._thread is not None and not self._thread.is_alive()
         return ended and not self._failure_reported
 
+    def applied_ticks(self) -> dict[str, int]:
+        return {ch: status.applied_ts for ch, status in list(self.statuses.items())}
+
     def status(self) -> dict[str, Any]:
         """Progress for get/list and /metrics: totals and every channel that has seen data or
         time ticks (a task reads every DML channel of the source; idle ones are left out)."""

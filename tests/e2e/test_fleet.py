@@ -197,6 +197,13 @@ def test_tasks_spread_fail_over_and_pause_anywhere(
         takeovers.append(time.monotonic() - killed_at)
         daemons[victim].start()
 
+    # the daemon started last takes a task back (for a moment that task has no owner): wait
+    # until the fleet is spread again, one task each
+    wait_until(
+        lambda: sorted(o or "" for o in owners(daemons["a"]).values()) == ["a", "b", "c"],
+        30,
+        f"three tasks spread again after the last restart; logs: {logs}",
+    )
     # a pause sent to a daemon that does not run the task stops the runner of the one that does
     paused_id, paused_name = next(iter(tasks.items()))
     owner = owners(daemons["a"])[paused_id]

@@ -156,3 +156,25 @@ def test_a_create_may_ask_for_a_schedule():
     with pytest.raises(BadRequestError) as caught:
         create(WITHOUT_SOURCE, verify={"intervalHours": 1})
     assert "sourceConfig.milvus.uri" in str(caught.value)
+
+
+def test_a_running_tasks_own_figures_count_where_its_saved_ticks_are_older(tmp_path):
+    """An idle channel saves its moving position only now and then: while the task runs in
+    this daemon, its runner's applied tick per channel ends the wait without that save."""
+    store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")
+    store.create_task(task())
+    moment = now_ts()
+    store.save_position("t1", Position("kafka", "dml_0", b"\x01", moment - 10), None)
+    store.save_position("t1", Position("kafka", "dml_1", b"\x01", moment + 5), None)
+    live: dict[str, int] = {}
+    both = applied_ts(store, "t1", frozenset({"dml_0", "dml_1"}), lambda: live)
+    assert both() == moment - 10
+    live.update({"dml_0": moment + 2, "dml_1": moment - 20})  # each channel: the later one
+    assert both() == moment + 2
+    assert wait_applied(both, moment, 1, threading.Event())
+    # a channel only the runner knows yet; channels unknown: every channel with a tick
+    live["dml_7"] = moment + 9
+    assert applied_ts(store, "t1", frozenset({"dml_7"}), lambda: live)() == moment + 9
+    assert applied_ts(store, "t1", None, lambda: live)() == moment + 2
+    # the task not running here: the saved ticks alone
+    assert applied_ts(store, "t1", frozenset({"dml_0"}), lambda: None)() == moment - 10
