@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -188,7 +189,17 @@ def measure(args, work: Path, etcd, kafka, source, names: list[str], mode: str, 
         sampler.samples.clear()
         (cpu_before,) = cpu_seconds(pid)
         started = time.perf_counter()
-        time.sleep(args.seconds)
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            out = args.profile / f"{mode}-{n}.txt"
+            subprocess.run(
+                ["py-spy", "record", "--nonblocking", "-p", str(pid), "-d", str(int(args.seconds)),
+                 "-r", "10",
+                 "-f", "raw", "-o", str(out)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        else:
+            time.sleep(args.seconds)
         (cpu_after,) = cpu_seconds(pid)
         window = time.perf_counter() - started
         rows_after = task_rows(daemon, task_ids[0])
@@ -219,7 +230,7 @@ def measure(args, work: Path, etcd, kafka, source, names: list[str], mode: str, 
 def run(args) -> tuple[list[dict], dict]:
     from pymilvus import MilvusClient
 
-    counts = [int(x) for x in args.tasks.split(",")]
+    counts = counts_of(args)
     modes = args.modes.split(",")
     info: dict = {}
     results: list[dict] = []
@@ -244,6 +255,11 @@ def run(args) -> tuple[list[dict], dict]:
         info["collections_s"] = time.perf_counter() - t0
         for mode in modes:
             for n in counts:
+                if mode == "own" and n > args.own_max:
+                    results.append(
+                        {"mode": mode, "tasks": n, "failed": f"not run (--own-max {args.own_max})"}
+                    )
+                    continue
                 try:
                     results.append(
                         measure(args, work / f"{mode}-{n}", etcd, kafka, source, names, mode, n)
@@ -267,7 +283,8 @@ def report(args, results: list[dict], info: dict) -> str:
         "# Many tasks on one source: shared channel readers",
         "",
         f"Command: `python bench/many_tasks.py --tasks {args.tasks} --modes {args.modes} "
-        f"--rate {args.rate} --seconds {args.seconds:g}`",
+        f"--rate {args.rate} --seconds {args.seconds:g}"
+        + (f" --own-max {args.own_max}`" if args.own_max < max(counts_of(args)) else "`"),
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, Python "
         f"{platform.python_version()}, {platform.machine()}, 2 cores; whole script "
         f"{info['total_s']:.0f} s",
@@ -304,6 +321,10 @@ def report(args, results: list[dict], info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def counts_of(args) -> list[int]:
+    return [int(x) for x in args.tasks.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="1,10,50")
@@ -311,6 +332,22 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--own-max",
+        type=int,
+        default=50,
+        help="measure own readers only up to this many tasks (50 of them exhaust the threads "
+        "of this machine; see bench/results/many_tasks.md)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a directory: py-spy samples the daemon during each measure (raw folded stacks, "
+        "--nonblocking); the sampler takes a core of its own and misses most samples of a "
+        "daemon with hundreds of threads: good for 1 or 10 tasks, and the CPU figures of "
+        "such a run are not to be compared",
+    )
     args = parser.parse_args()
     results, info = run(args)
     text = report(args, results, info)

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
+from replicator.codec.streaming import record_kind
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
@@ -83,7 +84,9 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
             if not shared:
                 window = source_config.readChanLen * READ_BYTES
                 inner = open_source(source_config.mq_type, {}, defaults)
-                shared.append(SharedSource(inner, window, depth=source_config.readChanLen))
+                shared.append(
+                    SharedSource(inner, window, depth=source_config.readChanLen, kind=record_kind)
+                )
             return shared[0]
 
     def open_wal(kind: str, config: Mapping[str, str]) -> WalSource:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen import msg_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
 
 from metastore import Position
 from replicator.codec.wire import WireError, find_bytes_field, find_varint_field, to_signed64
@@ -44,13 +44,16 @@ Wanted = Callable[[int], bool]
 
 
 def message_header(payload: bytes) -> tuple[int, int]:
-    """(msg_type, timestamp) from the MsgBase in field 1."""
+    """(msg_type, timestamp) from the MsgBase in field 1 (parsed by protobuf: it is small, and
+    every record of every task passes here)."""
     base = find_bytes_field(payload, 1)
     if base is None:
         raise WireError("no MsgBase")
-    msg_type = find_varint_field(base, 1) or 0
-    ts = find_varint_field(base, 3) or 0
-    return msg_type, ts
+    try:
+        header = common_pb2.MsgBase.FromString(base)
+    except DecodeError as exc:
+        raise WireError(f"malformed MsgBase: {exc}") from None
+    return header.msg_type, header.timestamp
 
 
 def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRecord:
@@ -59,10 +62,9 @@ def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRec
         msg_type, ts = message_header(record.payload)
         if msg_type == MSG_TIME_TICK:
             return TimeTick(ts=ts)
-        field = _COLLECTION_FIELD.get(msg_type)
-        if field is None:
+        if msg_type not in _COLLECTION_FIELD:
             return Skipped(ts=ts, reason=f"message type {msg_type}")
-        collection_id = to_signed64(find_varint_field(record.payload, field) or 0)
+        collection_id = collection_of(record.payload, msg_type)
         # DML bodies are parsed only for wanted collections; DDL is rare and always decoded
         # (a new collection's id is unknown until its CreateCollection has been read).
         if msg_type in (MSG_INSERT, MSG_DELETE) and not wanted(collection_id):
@@ -76,6 +78,11 @@ def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRec
     except (WireError, DecodeError, ValueError) as exc:
         position = Position(backend, record.pchannel, record.msg_id, 0)
         return FailedRecord(position, f"undecodable record: {exc}")
+
+
+def collection_of(payload: bytes, msg_type: int) -> int:
+    """The collection id of a message whose type names its collection's field."""
+    return to_signed64(find_varint_field(payload, _COLLECTION_FIELD[msg_type]) or 0)
 
 
 # --- what an event takes from a body: the bodies are the same msg.proto messages in the 2.3-2.5

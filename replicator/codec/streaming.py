@@ -69,6 +69,7 @@ from replicator.events import Event, FailedRecord, RawRecord, Skipped
 Wanted = Callable[[int], bool]
 
 SUPPORTED_VERSIONS = (1, 2)
+_TIME_TICK = sh.TYPE_NUMBERS["TimeTick"]
 
 # Written by the WAL for its own bookkeeping; nothing a replica applies.
 _INTERNAL_TYPES = {
@@ -98,6 +99,24 @@ def decode_any(record: RawRecord, backend: str, wanted: Wanted) -> Event | Faile
     if is_streaming(record.properties):
         return decode_streaming(record, backend, wanted)
     return msgstream.decode(record, backend, wanted)
+
+
+def record_kind(record: RawRecord) -> int | None:
+    """What a record is to a task with nothing waiting (a shared reader's ``Kind``): None for
+    a time tick; the collection's id for an Insert or Delete of the 2.3-2.5 format (its body is
+    not parsed); -1 for anything else, a 2.6 record's data too, and a record that cannot be
+    read (whoever reads it decodes it and meets the problem)."""
+    try:
+        if is_streaming(record.properties):
+            return None if _decimal(record.properties, sh.TYPE) == _TIME_TICK else -1
+        msg_type, _ = msgstream.message_header(record.payload)
+        if msg_type == msgstream.MSG_TIME_TICK:
+            return None
+        if msg_type in (msgstream.MSG_INSERT, msgstream.MSG_DELETE):
+            return msgstream.collection_of(record.payload, msg_type)
+    except WireError:
+        pass
+    return -1
 
 
 def decode_streaming(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRecord:

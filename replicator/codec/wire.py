@@ -58,17 +58,49 @@ def _walk(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
 
 def find_varint_field(buf: bytes, field_number: int) -> int | None:
     """The first value of varint field ``field_number``, or None if absent."""
-    for number, wire_type, value, _ in _walk(buf):
-        if number == field_number and wire_type == 0:
-            return value
-    return None
+    found = _find(buf, field_number, 0)
+    return None if found is None else found[0]
 
 
 def find_bytes_field(buf: bytes, field_number: int) -> bytes | None:
     """The first value of length-delimited field ``field_number``, or None if absent."""
-    for number, wire_type, length, start in _walk(buf):
-        if number == field_number and wire_type == 2:
-            return buf[start : start + length]
+    found = _find(buf, field_number, 2)
+    return None if found is None else buf[found[1] : found[1] + found[0]]
+
+
+def _find(buf: bytes, field_number: int, wanted_type: int) -> tuple[int, int] | None:
+    """(value, end) of the first varint ``field_number`` (``wanted_type`` 0), or (length,
+    start) of the first length-delimited one (2). :func:`_walk` in one loop, with the one-byte
+    varints (keys, lengths, small values) read in place: every record of every task is routed
+    through here."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
+        wire_type = key & 7
+        if wire_type == 0 or wire_type == 2:
+            if pos >= end:
+                raise WireError("truncated varint")
+            value = buf[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _varint(buf, pos)
+            if wire_type == 2 and pos + value > end:
+                raise WireError("truncated field")
+            if key >> 3 == field_number and wire_type == wanted_type:
+                return value, pos
+            if wire_type == 2:
+                pos += value
+        elif wire_type == 1 or wire_type == 5:
+            pos += 8 if wire_type == 1 else 4
+            if pos > end:
+                raise WireError("truncated field")
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
     return None
 
 

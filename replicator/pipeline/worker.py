@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metastore import MetaStoreError, Position, PositionConflictError, TaskNotFoundError
-from replicator.codec.streaming import decode_any
+from replicator.codec.streaming import decode_any, record_kind
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced, StreamCreateCollection
 from replicator.errors import (
     CdcError,
@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 READ_BATCH = 1000
 READ_TIMEOUT = 0.2
+# how long a channel with nothing waiting for a tick lets ticks (and other collections' data)
+# gather on a shared reader: its applied time moves once per wait; anything else it must see
+# ends the wait at once
+IDLE_READ_SECONDS = 1.0
 # a channel with nothing to apply saves its moving position this often: enough to keep it well
 # inside the queue's retention and a restart's re-read short, and few writes for a daemon with
 # many tasks (50 tasks x 16 channels: 27 saves a second)
@@ -101,7 +105,7 @@ def read_with_retries(
 
 
 def _after(saved: Position | None) -> str:
-    if saved is None:
+    if saved is None or not saved.msg_id:  # a channel empty when the task began
         return "from the beginning"
     return f"after position {saved.msg_id.hex()} (ts {saved.ts})"
 
@@ -170,16 +174,34 @@ class ChannelWorker:
         )
         self._last = None
         last_save = time.monotonic()
+        read_idle: Callable[[int, float, Callable[[int], bool]], list[RawRecord]] | None = getattr(
+            reader, "read_batch_idle", None
+        )
         while not self.context.stop.is_set():
             read = _Read()
-            records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
-            self.status.caught_up = not records and not seq.waiting()
+            idle = read_idle is not None and not seq.waiting()
+            if idle and read_idle is not None:  # nothing waits for a tick: ticks need not wake it
+                records = read_idle(READ_BATCH, IDLE_READ_SECONDS, self._wakes)
+            else:
+                records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
             self.status.reader = "shared" if getattr(reader, "shared", False) else "own"
-            for record in records:
+            # an idle read is mostly ticks: with nothing waiting, a tick followed by another
+            # releases nothing the next one does not, and is only read past
+            kinds = [record_kind(r) for r in records] if idle else []
+            for i, record in enumerate(records):
+                tick_then_tick = (
+                    bool(kinds) and i + 1 < len(kinds) and kinds[i] is kinds[i + 1] is None
+                )
+                if tick_then_tick and not seq.waiting():
+                    self._last = record
+                    continue
                 if self._dispatch(record, read):
                     return True
-            idle = time.monotonic() - last_save > IDLE_SAVE_SECONDS
-            if read.commit_at is not None and (read.ready or read.changed or idle):
+            # read to the end with nothing waiting (an idle read returns all it has)
+            drained = not records or (idle and len(records) < READ_BATCH)
+            self.status.caught_up = drained and not seq.waiting()
+            due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
+            if read.commit_at is not None and (read.ready or read.changed or due):
                 self._write(read.ready, read.commit_at)
                 last_save = time.monotonic()
             if read.applied_to:
@@ -303,6 +325,17 @@ class ChannelWorker:
         if not registry.known(collection_id):
             self.context.collections.learn(collection_id)
         return registry.wanted(collection_id)
+
+    def _wakes(self, collection_id: int) -> bool:
+        """Does a record of this collection's data wake this channel from an idle read?
+        Selected, announced, or not known yet (a collection nobody knows is looked up or stops
+        the task, at once). Asked by the shared reader's thread: it only looks."""
+        registry = self.context.registry
+        return (
+            registry.wanted(collection_id)
+            or collection_id in self._announced
+            or not registry.known(collection_id)
+        )
 
     def _skip(self, event: Skipped, record: RawRecord) -> None:
         """Count a record skipped on purpose; a record of a collection nobody knows, newer than

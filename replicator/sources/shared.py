@@ -21,6 +21,14 @@ What a subscriber returns is exactly the records after its cursor, in channel or
 reader they come from: it switches readers only between two records, at its cursor. Positions,
 barriers, commit order: nothing of the task changes, it only reads from somewhere else.
 
+A subscriber whose task has nothing waiting for a time tick reads *idly*
+(:meth:`Subscription.read_batch_idle`): time ticks, and the data of collections it says it
+does not want, do not wake it; another record does, or the end of its wait, and it then takes
+everything buffered since, in order. Neither changes anything on the target, so an idle task's
+thread runs about once a second per channel instead of once per record of any collection of
+the source. The channel tells records apart with ``kind`` (see :data:`Kind`), once per record
+for every subscriber.
+
 Errors of the shared reader are not handed to anyone as they are: the subscribers attached at
 that moment are detached, and each opens its own reader, which meets the error (or not) at its own
 position, as an unshared task would, with the task's own retries and reasons.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,6 +58,19 @@ RECORD_OVERHEAD = 256
 # how long the reading thread sleeps when nobody needs more (it is woken as soon as one does)
 _IDLE_WAIT = 0.5
 _BEGINNING = -1  # the cursor of a reader that starts at the beginning of the channel
+
+
+# What a record is to an idle subscriber: None for a time tick, a collection's id (>= 0) for a
+# record of that collection's data, a negative number for anything else (every idle
+# subscriber wakes for it)
+Kind = Callable[[RawRecord], int | None]
+# which collections' data wakes an idle subscriber
+Wakes = Callable[[int], bool]
+
+
+def every_record_wakes(record: RawRecord) -> int | None:
+    """The kind that knows nothing: every record wakes every idle subscriber."""
+    return -1
 
 
 def record_bytes(record: RawRecord) -> int:
@@ -90,7 +112,13 @@ class SharedChannel:
     """One pchannel read once for every subscriber; see the module doc."""
 
     def __init__(
-        self, source: _Channels, backend: str, pchannel: str, window: int, depth: int
+        self,
+        source: _Channels,
+        backend: str,
+        pchannel: str,
+        window: int,
+        depth: int,
+        kind: Kind = every_record_wakes,
     ) -> None:
         self.pchannel = pchannel
         self.window = window
@@ -98,9 +126,11 @@ class SharedChannel:
         self._source = source
         self._backend = backend
         self._depth = depth
+        self._kind = kind
         self._lock = threading.Lock()
-        # subscribers wait for records on ``_data``; the reading thread waits for room on
-        # ``_space`` (one lock: a take never wakes the other subscribers)
+        # subscribers wait for records on ``_data`` (idle ones on a condition of their own,
+        # woken only by a record they want); the reading thread waits for room on ``_space``
+        # (one lock: a take never wakes the other subscribers)
         self._data = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
         # the buffer: records[start:] in channel order, with their offsets and the running
@@ -120,7 +150,7 @@ class SharedChannel:
     def subscribe(self, start: Position | None) -> Subscription:
         with self._lock:
             self._subscribers += 1
-        return Subscription(self, self.cursor_of(start))
+        return Subscription(self, self.cursor_of(start), threading.Condition(self._lock))
 
     def cursor_of(self, start: Position | None) -> Cursor:
         if start is None or not start.msg_id:
@@ -137,7 +167,7 @@ class SharedChannel:
                 self._thread = None
                 self._restart_at(Cursor(_BEGINNING, None))
             self._space.notify()
-            self._data.notify_all()
+            self._wake_all()
 
     def open_private(self, cursor: Cursor) -> ChannelReader:
         """A reader of a subscriber's own, after its cursor, reading ahead as an unshared
@@ -156,22 +186,38 @@ class SharedChannel:
                 self._restart_at(cursor)
                 self.stats.restarts += 1
             self._attached.add(subscription)
+            subscription.wake_pending = True  # whatever is buffered after it: look at it
             self._ensure_thread()
             self._space.notify()
             return True
 
-    def take(self, subscription: Subscription, max_records: int, timeout: float) -> list[RawRecord]:
+    def take(
+        self,
+        subscription: Subscription,
+        max_records: int,
+        timeout: float,
+        wakes: Wakes | None = None,
+    ) -> list[RawRecord]:
         """Up to ``max_records`` buffered records after the subscriber's cursor, waiting up to
-        ``timeout`` for the first; [] and the subscriber detached when the buffer no longer
-        holds what it needs."""
+        ``timeout`` for the first; idle (``wakes`` given), for the first record it wants, and
+        then returning all before it too (or what there is when the wait ends); [] and the
+        subscriber detached when the buffer no longer holds what it needs."""
         with self._lock:
-            records = self._after(subscription, max_records)
-            if not records and subscription in self._attached:
-                self._data.wait(timeout)
+            subscription.wakes = wakes
+            if wakes is not None:
+                if subscription in self._attached and not subscription.wake_pending:
+                    subscription.woken.wait(timeout)
                 records = self._after(subscription, max_records)
+            else:
+                records = self._after(subscription, max_records)
+                if not records and subscription in self._attached:
+                    self._data.wait(timeout)
+                    records = self._after(subscription, max_records)
             if records:
                 subscription.cursor = Cursor.of(records[-1])
                 self._space.notify()  # the reader may read ahead again
+            if subscription.cursor.offset >= self._newest_offset():  # took all there is
+                subscription.wake_pending = False
             return records
 
     def release(self, subscription: Subscription) -> None:
@@ -217,7 +263,9 @@ class SharedChannel:
         self._base = cursor
         self._generation += 1
 
-    def _append(self, batch: list[RawRecord]) -> None:
+    def _append(self, batch: list[RawRecord], kinds: set[int]) -> None:
+        """Buffer ``batch``, and wake the idle subscribers that want a record of it (``kinds``:
+        what its records are, ticks left out)."""
         total = self._cum[-1] if self._cum else self._dropped_bytes
         for record in batch:
             total += record_bytes(record)
@@ -228,6 +276,15 @@ class SharedChannel:
         self.stats.bytes_read += sum(len(r.payload) for r in batch)
         self._evict()
         self._data.notify_all()
+        if kinds:
+            everyone = min(kinds) < 0
+            for subscription in self._attached:
+                if subscription.wake_pending:
+                    continue
+                wakes = subscription.wakes
+                if everyone or wakes is None or any(wakes(kind) for kind in kinds):
+                    subscription.wake_pending = True
+                    subscription.woken.notify()
 
     def _evict(self) -> None:
         """Drop the oldest records while the buffer is over the window, never one the leader
@@ -249,8 +306,14 @@ class SharedChannel:
             del self._cum[: self._start]
             self._start = 0
 
+    def _wake_all(self) -> None:
+        self._data.notify_all()
+        for subscription in self._attached:
+            subscription.woken.notify()
+
     def _detach(self, subscription: Subscription, why: str) -> None:
         self._attached.discard(subscription)
+        subscription.woken.notify()  # an idle subscriber waiting for records learns at once
         self.stats.detached += 1
         log.info(
             "%s: a task's reader continues on its own after offset %d: %s",
@@ -300,9 +363,11 @@ class SharedChannel:
                         reader = None
                     self._failed(exc)
                     continue
+                # told apart outside the lock: the subscribers take meanwhile
+                kinds = {k for r in batch if (k := self._kind(r)) is not None}
                 with self._lock:
                     if generation == self._generation and batch:
-                        self._append(batch)
+                        self._append(batch, kinds)
         finally:
             if reader is not None:
                 reader.close()
@@ -322,7 +387,7 @@ class SharedChannel:
             for subscription in list(self._attached):
                 self._detach(subscription, f"the shared reader failed: {exc}")
             self._restart_at(self._base)
-            self._data.notify_all()
+            self._wake_all()
         log.warning("%s: the shared reader failed, tasks read on their own: %s", self.pchannel, exc)
 
 
@@ -332,9 +397,14 @@ class Subscription:
 
     reads_ahead = True  # it is buffered already: no prefetching wrapper around it
 
-    def __init__(self, channel: SharedChannel, cursor: Cursor) -> None:
+    def __init__(self, channel: SharedChannel, cursor: Cursor, woken: threading.Condition) -> None:
         self.pchannel = channel.pchannel
         self.cursor = cursor
+        # idle reads (the channel's lock guards these): what wakes it, the condition it waits
+        # on, and whether a record it wants came since it last took everything
+        self.wakes: Wakes | None = None
+        self.woken = woken
+        self.wake_pending = True
         self._channel = channel
         self._own: ChannelReader | None = None
         self._closed = False
@@ -350,8 +420,17 @@ class Subscription:
         return self._own is None and self in self._channel._attached
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
+        return self._read(max_records, timeout, None)
+
+    def read_batch_idle(self, max_records: int, timeout: float, wakes: Wakes) -> list[RawRecord]:
+        """A read for a task with nothing waiting for a tick: up to ``timeout`` for a record
+        that is no time tick and, for data, of a collection ``wakes`` selects (see the module
+        doc). On a reader of its own, a plain read."""
+        return self._read(max_records, timeout, wakes)
+
+    def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:
-            records = self._channel.take(self, max_records, timeout)
+            records = self._channel.take(self, max_records, timeout, wakes)
             if records or self._channel.is_attached(self):
                 return records
             self._own = self._channel.open_private(self.cursor)  # detached: read on its own
@@ -387,11 +466,18 @@ class SharedSource:
     """A source whose channel readers are shared by every task of the daemon (see the module
     doc); the rest of the :class:`WalSource` contract is the wrapped source's."""
 
-    def __init__(self, source: WalSource, window: int = 2 * READ_BYTES, depth: int = 2) -> None:
+    def __init__(
+        self,
+        source: WalSource,
+        window: int = 2 * READ_BYTES,
+        depth: int = 2,
+        kind: Kind = every_record_wakes,
+    ) -> None:
         self.inner = source
         self.backend = source.backend
         self.window = window
         self.depth = depth
+        self.kind = kind
         self._lock = threading.Lock()
         self._channels: dict[str, SharedChannel] = {}
 
@@ -399,7 +485,9 @@ class SharedSource:
         with self._lock:
             shared = self._channels.get(pchannel)
             if shared is None:
-                shared = SharedChannel(self.inner, self.backend, pchannel, self.window, self.depth)
+                shared = SharedChannel(
+                    self.inner, self.backend, pchannel, self.window, self.depth, self.kind
+                )
                 self._channels[pchannel] = shared
             return shared
 

@@ -183,3 +183,66 @@ def test_a_failing_shared_reader_leaves_each_subscriber_to_read_on_its_own(kafka
     assert [r.offset for r in a] == list(range(300))
     assert [r.offset for r in b] == list(range(5, 300))
     assert shared.channel(topic).stats.errors == 1
+
+
+def test_an_idle_subscriber_sleeps_through_what_it_does_not_want(kafka_mock, topic):
+    """An idle read (the task has nothing waiting for a tick) is not woken by ticks nor by the
+    data of collections it does not want: they wait in the buffer and come, in order, with the
+    next record it wants, or when the wait ends."""
+
+    def kind(record: RawRecord) -> int | None:  # "tick", "c<id>" (data), anything else
+        payload = record.payload
+        if payload.startswith(b"tick"):
+            return None
+        return int(payload[1:].split(b".")[0]) if payload.startswith(b"c") else -1
+
+    def wants(collection_id: int) -> bool:
+        return collection_id == 7
+
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    reader = shared.open_channel(topic, at(topic, 299))  # at the end of what is written
+    channel = shared.channel(topic)
+    got: list[RawRecord] = []
+    # the first idle read looks at what is buffered after it (nothing): it then waits
+    assert reader.read_batch_idle(100, 0.1, wants) == []
+    idle = threading.Thread(target=lambda: got.extend(reader.read_batch_idle(100, 60, wants)))
+    try:
+        idle.start()
+        unwanted = [b"tick0", b"c3.", b"tick1", b"c4.", b"tick2"]
+        produce(kafka_mock.bootstrap, topic, unwanted)
+        deadline = time.monotonic() + 30
+        while channel.stats.records_read < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.stats.records_read == 5, channel.stats  # they are in the buffer
+        time.sleep(0.3)
+        assert idle.is_alive() and not got, "a record it does not want woke the idle subscriber"
+        produce(kafka_mock.bootstrap, topic, [b"c7."])
+        idle.join(30)
+        assert not idle.is_alive()
+        # everything buffered after its cursor at once: what it slept through, then what woke it
+        assert [r.payload for r in got] == [*unwanted, b"c7."]
+        assert [r.offset for r in got] == list(range(300, 306))
+        # anything else than ticks and data wakes it
+        woke: list[RawRecord] = []
+        other = threading.Thread(target=lambda: woke.extend(reader.read_batch_idle(100, 60, wants)))
+        other.start()
+        produce(kafka_mock.bootstrap, topic, [b"tick3", b"ddl"])
+        other.join(30)
+        assert not other.is_alive() and [r.payload for r in woke] == [b"tick3", b"ddl"]
+        # when the wait ends, what there is is returned
+        produce(kafka_mock.bootstrap, topic, [b"tick4", b"c5."])
+        assert [r.payload for r in read_idle_until(reader, 2, wants)] == [b"tick4", b"c5."]
+        # a plain read is woken by anything, as before
+        produce(kafka_mock.bootstrap, topic, [b"tick5"])
+        assert [r.payload for r in read_until(reader, 1)] == [b"tick5"]
+    finally:
+        idle.join(1)
+        reader.close()
+
+
+def read_idle_until(reader, count: int, wants, timeout: float = 30) -> list[RawRecord]:
+    records: list[RawRecord] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < count and time.monotonic() < deadline:
+        records += reader.read_batch_idle(count - len(records), 0.5, wants)
+    return records

@@ -142,3 +142,48 @@ def test_inserts_merge_column_by_column():
     assert list(columns[0].scalars.long_data.data) == [1, 2, 3]
     assert list(columns[1].vectors.float_vector.data) == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
     assert columns[1].vectors.dim == 2
+
+
+def test_single_field_lookups_agree_with_the_whole_message_walk():
+    """find_varint_field/find_bytes_field (one tight loop, used on every record) give what
+    walking every field gives, on real messages and on random bytes, errors included."""
+    import random
+
+    from replicator.codec.wire import WireError, find_bytes_field, iter_fields
+
+    def walked(buf: bytes, number: int, wire_type: int):
+        for n, t, value in iter_fields(buf):
+            if n == number and t == wire_type:
+                return value
+        return None
+
+    def outcome(lookup, *args):
+        try:
+            return lookup(*args)
+        except WireError:
+            return "error"
+
+    rnd = random.Random(5)
+    real = [
+        insert_request(446_000_000_000_123, [1, 2, 3]).SerializeToString(),
+        delete_request(7, [4]).SerializeToString(),
+        msg_pb2.TimeTickMsg(
+            base=common_pb2.MsgBase(msg_type=1200, timestamp=TS)
+        ).SerializeToString(),
+    ]
+    buffers = [
+        *real,
+        *(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40))) for _ in range(3000)),
+    ]
+    # cut real messages short anywhere: truncations
+    buffers += [m[: rnd.randrange(len(m))] for m in real for _ in range(200)]
+    errors = 0
+    for buf in buffers:
+        for number in (1, 3, 7):
+            expected = outcome(walked, buf, number, 0)
+            assert outcome(find_varint_field, buf, number) == expected, (buf, number)
+            expected = outcome(walked, buf, number, 2)
+            assert outcome(find_bytes_field, buf, number) == expected, (buf, number)
+            errors += expected == "error"
+    assert errors > 100  # the random bytes do reach the error paths
+    assert find_varint_field(real[0], 7) == 446_000_000_000_123

@@ -11,7 +11,7 @@ from harness.streaming_writer import StreamingWriter
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 from replicator.codec import streaming_headers as sh
-from replicator.codec.streaming import decode_any, read_meta, vchannel_pchannel
+from replicator.codec.streaming import decode_any, read_meta, record_kind, vchannel_pchannel
 from replicator.codec.streaming_events import (
     AlterWAL,
     BeginTxn,
@@ -312,3 +312,30 @@ def test_vchannel_pchannel():
     assert vchannel_pchannel(CONTROL) == P0
     assert vchannel_pchannel(P1) == P1  # a pchannel-level copy names the pchannel itself
     assert vchannel_pchannel("by-dev-rootcoord-dml_3_448v12") == "by-dev-rootcoord-dml_3"
+
+
+def test_what_a_record_is_to_an_idle_task_is_known_without_its_body(writer):
+    """Ticks, and the data of a 2.3-2.5 collection by its id, may wait for an idle task;
+    everything else wakes it."""
+    assert record_kind(writer.time_tick(P1).raw_record()) is None
+    assert record_kind(writer.insert(V0, COLL, [1]).raw_record()) == -1  # 2.6 data: no routing
+    assert record_kind(writer.manual_flush(COLL, [V0], [7])[0].raw_record()) == -1
+    old_tick = msg_pb2.TimeTickMsg(
+        base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=99, sourceID=1)
+    )
+    assert record_kind(writer.old_format(P0, old_tick).raw_record()) is None
+    old_insert = msg_pb2.InsertRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.Insert), collectionID=COLL, num_rows=1
+    )
+    assert record_kind(writer.old_format(P0, old_insert).raw_record()) == COLL
+    old_delete = msg_pb2.DeleteRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.Delete), collectionID=COLL + 1, num_rows=1
+    )
+    assert record_kind(writer.old_format(P0, old_delete).raw_record()) == COLL + 1
+    old_drop = msg_pb2.DropCollectionRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.DropCollection), collectionID=COLL
+    )
+    assert record_kind(writer.old_format(P0, old_drop).raw_record()) == -1  # DDL wakes all
+    # what cannot be read wakes it: its reader decodes it and meets the problem
+    assert record_kind(RawRecord(P0, encode_offset(1), b"\xff\xff")) == -1
+    assert record_kind(RawRecord(P0, encode_offset(2), b"", {"_v": "1", "_t": "one"})) == -1
