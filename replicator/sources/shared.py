@@ -282,7 +282,7 @@ class SharedChannel:
                 if subscription.wake_pending:
                     continue
                 wakes = subscription.wakes
-                if everyone or wakes is None or any(wakes(kind) for kind in kinds):
+                if everyone or wakes is None or _wanted(wakes, kinds):
                     subscription.wake_pending = True
                     subscription.woken.notify()
 
@@ -364,7 +364,7 @@ class SharedChannel:
                     self._failed(exc)
                     continue
                 # told apart outside the lock: the subscribers take meanwhile
-                kinds = {k for r in batch if (k := self._kind(r)) is not None}
+                kinds = {k for r in batch if (k := _kind_of(self._kind, r)) is not None}
                 with self._lock:
                     if generation == self._generation and batch:
                         self._append(batch, kinds)
@@ -389,6 +389,23 @@ class SharedChannel:
             self._restart_at(self._base)
             self._wake_all()
         log.warning("%s: the shared reader failed, tasks read on their own: %s", self.pchannel, exc)
+
+
+def _kind_of(kind: Kind, record: RawRecord) -> int | None:
+    """``kind`` of a record; a record it cannot tell wakes everyone (whoever reads it decodes
+    it): a failure here would stop the shared reader's thread, and every subscriber with it."""
+    try:
+        return kind(record)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return -1
+
+
+def _wanted(wakes: Wakes, kinds: set[int]) -> bool:
+    """Does a subscriber want data of one of ``kinds``? One that cannot tell is woken."""
+    try:
+        return any(wakes(kind) for kind in kinds)
+    except Exception:  # noqa: BLE001 - as in _kind_of
+        return True
 
 
 class Subscription:

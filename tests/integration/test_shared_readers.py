@@ -246,3 +246,37 @@ def read_idle_until(reader, count: int, wants, timeout: float = 30) -> list[RawR
     while len(records) < count and time.monotonic() < deadline:
         records += reader.read_batch_idle(count - len(records), 0.5, wants)
     return records
+
+
+def test_a_record_the_channel_cannot_tell_apart_wakes_the_idle_subscriber(kafka_mock, topic):
+    """``kind`` or a subscriber's ``wakes`` failing on a record neither stops the shared
+    reader (every subscriber would wait forever) nor hides the record: it wakes the subscriber,
+    which reads it."""
+
+    def kind(record: RawRecord) -> int | None:
+        if record.payload == b"boom":
+            raise ValueError("cannot tell")
+        return None if record.payload.startswith(b"tick") else 9
+
+    def wants(collection_id: int) -> bool:
+        raise KeyError(collection_id)
+
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    reader = shared.open_channel(topic, at(topic, 299))
+    try:
+        assert reader.read_batch_idle(100, 0.1, wants) == []
+
+        def read_into(got: list[RawRecord]) -> None:
+            got.extend(reader.read_batch_idle(100, 60, wants))
+
+        for batch in ([b"tick0", b"boom"], [b"tick1", b"data"]):
+            got: list[RawRecord] = []
+            idle = threading.Thread(target=read_into, args=(got,))
+            idle.start()
+            produce(kafka_mock.bootstrap, topic, batch)
+            idle.join(30)
+            assert not idle.is_alive(), "the idle subscriber was never woken"
+            assert [r.payload for r in got] == batch
+        assert shared.channel(topic).stats.errors == 0
+    finally:
+        reader.close()
