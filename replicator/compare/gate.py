@@ -5,7 +5,7 @@ milliseconds << 18) up to which each DML channel is on the target. A channel wit
 apply saves its moving position only now and then (``IDLE_SAVE_SECONDS``), so when the task
 runs in this daemon its runner's in-memory figures (``live``) are read as well: per channel the
 later of the two counts. The task has applied
-everything of a collection written before ``ts`` once the saved tick of every pchannel the
+everything of a collection written before ``ts`` once the applied tick of every pchannel the
 collection is on is at or past ``ts``. (Only those: a 2.3 source sends ticks only on channels
 that carry a collection, so another channel's tick may never move.)
 Moments are taken from this machine's clock; a source clock ahead of it makes the wait end

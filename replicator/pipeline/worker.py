@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metastore import MetaStoreError, Position, PositionConflictError, TaskNotFoundError
-from replicator.codec.streaming import decode_any, record_kind
+from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced, StreamCreateCollection
 from replicator.errors import (
     CdcError,
@@ -180,21 +180,12 @@ class ChannelWorker:
         while not self.context.stop.is_set():
             read = _Read()
             idle = read_idle is not None and not seq.waiting()
-            if idle and read_idle is not None:  # nothing waits for a tick: ticks need not wake it
+            if read_idle is not None and idle:  # nothing waits for a tick: ticks need not wake it
                 records = read_idle(READ_BATCH, IDLE_READ_SECONDS, self._wakes)
             else:
                 records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
             self.status.reader = "shared" if getattr(reader, "shared", False) else "own"
-            # an idle read is mostly ticks: with nothing waiting, a tick followed by another
-            # releases nothing the next one does not, and is only read past
-            kinds = [record_kind(r) for r in records] if idle else []
-            for i, record in enumerate(records):
-                tick_then_tick = (
-                    bool(kinds) and i + 1 < len(kinds) and kinds[i] is kinds[i + 1] is None
-                )
-                if tick_then_tick and not seq.waiting():
-                    self._last = record
-                    continue
+            for record in records:
                 if self._dispatch(record, read):
                     return True
             # read to the end with nothing waiting (an idle read returns all it has)
