@@ -48,6 +48,7 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import ChannelStatus, TaskWarnings
+from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.wal_switch import OpenWal
@@ -160,7 +161,7 @@ class ReplicationRunner:
         elif context.backfill is None:
             blocker = blocker or "this daemon launches no backfill jobs"
         self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
-        self._stop = threading.Event()  # set to stop the workers: by stop() or a worker error
+        self._stop = StopSignal()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
         self._failure_reported = False  # the runner ended on a failure (see ``finished``)
         # set with _stop when an import is ready to copy: the workers stop, the runner goes on

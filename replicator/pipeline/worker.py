@@ -45,9 +45,11 @@ from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
 from replicator.pipeline.status import ChannelState, ChannelStatus
+from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.wal_switch import SwitchFollower
 from replicator.sources.base import ChannelReader, WalSource
 from replicator.sources.prefetch import reading_ahead
+from replicator.sources.shared import IdleReader
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,11 @@ READ_BATCH = 1000
 READ_TIMEOUT = 0.2
 # how long a channel with nothing waiting for a tick lets ticks (and other collections' data)
 # gather on a shared reader: its applied time moves once per wait; anything else it must see
-# ends the wait at once
+# ends the wait at once, and so does the task's stop. The wait starts at the first figure and
+# doubles with each idle read in a row up to the second (a channel that has just applied
+# something shows its applied time sooner; one that stays quiet costs less).
 IDLE_READ_SECONDS = 1.0
+IDLE_READ_SECONDS_MAX = 5.0
 # a channel with nothing to apply saves its moving position this often: enough to keep it well
 # inside the queue's retention and a restart's re-read short, and few writes for a daemon with
 # many tasks (50 tasks x 16 channels: 27 saves a second)
@@ -173,23 +178,40 @@ class ChannelWorker:
             self.pchannel, saved.ts if saved else 0, stats=self.sequenced
         )
         self._last = None
-        last_save = time.monotonic()
-        read_idle: Callable[[int, float, Callable[[int], bool]], list[RawRecord]] | None = getattr(
-            reader, "read_batch_idle", None
+        idle_reader = reader if isinstance(reader, IdleReader) else None
+        unwake = (
+            self.context.stop.when_set(idle_reader.wake)
+            if idle_reader is not None and isinstance(self.context.stop, StopSignal)
+            else None
         )
+        try:
+            return self._read_until_stopped(reader, idle_reader, seq)
+        finally:
+            if unwake is not None:
+                unwake()
+
+    def _read_until_stopped(
+        self, reader: ChannelReader, idle_reader: IdleReader | None, seq: ChannelSequencer
+    ) -> bool:
+        """The reading loop of :meth:`_consume` (``idle_reader``: ``reader`` when it can read
+        idly)."""
+        last_save = time.monotonic()
+        idle_wait = IDLE_READ_SECONDS
         while not self.context.stop.is_set():
             read = _Read()
-            idle = read_idle is not None and not seq.waiting()
-            if read_idle is not None and idle:  # nothing waits for a tick: ticks need not wake it
-                records = read_idle(READ_BATCH, IDLE_READ_SECONDS, self._wakes)
+            idle = idle_reader is not None and not seq.waiting()
+            if idle_reader is not None and idle:  # nothing waits for a tick: ticks need not wake it
+                records = idle_reader.read_batch_idle(READ_BATCH, idle_wait, self._wakes)
+                idle_wait = min(idle_wait * 2, IDLE_READ_SECONDS_MAX)
             else:
                 records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
+                idle_wait = IDLE_READ_SECONDS
             self.status.reader = "shared" if getattr(reader, "shared", False) else "own"
             for record in records:
                 if self._dispatch(record, read):
                     return True
             # read to the end with nothing waiting (an idle read returns all it has)
-            drained = not records or (idle and len(records) < READ_BATCH)
+            drained = not records or (idle_reader is not None and idle and idle_reader.took_all)
             self.status.caught_up = drained and not seq.waiting()
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
             if read.commit_at is not None and (read.ready or read.changed or due):

@@ -41,7 +41,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from metastore import Position
 from replicator.events import RawRecord
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 # what the shared reader asks of the wrapped reader per read
 READ_RECORDS = 1000
 READ_TIMEOUT = 0.2
+# the longest a subscriber reading on its own waits for a record
+READ_TIMEOUT_OWN = 1.0
 # what a record costs in the buffer beyond its payload (object, properties, lists)
 RECORD_OVERHEAD = 256
 # how long the reading thread sleeps when nobody needs more (it is woken as soon as one does)
@@ -138,6 +140,7 @@ class SharedChannel:
         self._records: list[RawRecord] = []
         self._offsets: list[int] = []
         self._cum: list[int] = []
+        self._ticks: list[bool] = []  # which records are time ticks (their kind is None)
         self._start = 0
         self._dropped_bytes = 0  # cum of the last record dropped
         self._base = Cursor(_BEGINNING, None)  # every record after it is in the buffer
@@ -200,25 +203,36 @@ class SharedChannel:
     ) -> list[RawRecord]:
         """Up to ``max_records`` buffered records after the subscriber's cursor, waiting up to
         ``timeout`` for the first; idle (``wakes`` given), for the first record it wants, and
-        then returning all before it too (or what there is when the wait ends); [] and the
-        subscriber detached when the buffer no longer holds what it needs."""
+        then returning all before it too (or what there is when the wait ends), a time tick
+        followed by another left out (the later one releases all the earlier would, and an
+        idle task has nothing waiting for either); [] and the subscriber detached when the
+        buffer no longer holds what it needs."""
         with self._lock:
             subscription.wakes = wakes
             if wakes is not None:
                 if subscription in self._attached and not subscription.wake_pending:
                     subscription.woken.wait(timeout)
-                records = self._after(subscription, max_records)
+                first, end = self._after(subscription, max_records)
+                records = self._past_repeated_ticks(first, end)
             else:
-                records = self._after(subscription, max_records)
-                if not records and subscription in self._attached:
+                first, end = self._after(subscription, max_records)
+                if first == end and subscription in self._attached:
                     self._data.wait(timeout)
-                    records = self._after(subscription, max_records)
+                    first, end = self._after(subscription, max_records)
+                records = self._records[first:end]
             if records:
                 subscription.cursor = Cursor.of(records[-1])
                 self._space.notify()  # the reader may read ahead again
-            if subscription.cursor.offset >= self._newest_offset():  # took all there is
+            subscription.took_all = subscription.cursor.offset >= self._newest_offset()
+            if subscription.took_all:
                 subscription.wake_pending = False
             return records
+
+    def wake(self, subscription: Subscription) -> None:
+        """End a subscriber's idle wait now (its task stops)."""
+        with self._lock:
+            subscription.wake_pending = True
+            subscription.woken.notify()
 
     def release(self, subscription: Subscription) -> None:
         """Let a subscriber go from the buffer (it goes on reading on its own or elsewhere)."""
@@ -230,11 +244,21 @@ class SharedChannel:
         with self._lock:
             return subscription in self._attached
 
-    def _after(self, subscription: Subscription, max_records: int) -> list[RawRecord]:
+    def _after(self, subscription: Subscription, max_records: int) -> tuple[int, int]:
+        """Where the records after the subscriber's cursor are in the buffer, up to
+        ``max_records`` of them (an empty span when it is not attached)."""
         if subscription not in self._attached:
-            return []
+            return 0, 0
         first = bisect.bisect_right(self._offsets, subscription.cursor.offset, lo=self._start)
-        return self._records[first : first + max_records]
+        return first, min(first + max_records, len(self._records))
+
+    def _past_repeated_ticks(self, first: int, end: int) -> list[RawRecord]:
+        """``records[first:end]`` without the ticks that another tick follows (the last
+        record is always kept: it is the reader's new cursor)."""
+        ticks, records = self._ticks, self._records
+        return [
+            records[i] for i in range(first, end) if not (ticks[i] and i + 1 < end and ticks[i + 1])
+        ]
 
     # -- the buffer ------------------------------------------------------------------------
     def _buffered(self) -> int:
@@ -258,20 +282,22 @@ class SharedChannel:
             return self._cum[-1] - self._dropped_bytes if self._buffered() else 0
 
     def _restart_at(self, cursor: Cursor) -> None:
-        self._records, self._offsets, self._cum = [], [], []
+        self._records, self._offsets, self._cum, self._ticks = [], [], [], []
         self._start, self._dropped_bytes = 0, 0
         self._base = cursor
         self._generation += 1
 
-    def _append(self, batch: list[RawRecord], kinds: set[int]) -> None:
-        """Buffer ``batch``, and wake the idle subscribers that want a record of it (``kinds``:
-        what its records are, ticks left out)."""
+    def _append(self, batch: list[RawRecord], record_kinds: list[int | None]) -> None:
+        """Buffer ``batch``, and wake the idle subscribers that want a record of it
+        (``record_kinds``: what each record is)."""
         total = self._cum[-1] if self._cum else self._dropped_bytes
-        for record in batch:
+        for record, kind in zip(batch, record_kinds, strict=True):
             total += record_bytes(record)
             self._records.append(record)
             self._offsets.append(record.offset)
             self._cum.append(total)
+            self._ticks.append(kind is None)
+        kinds = {kind for kind in record_kinds if kind is not None}
         self.stats.records_read += len(batch)
         self.stats.bytes_read += sum(len(r.payload) for r in batch)
         self._evict()
@@ -303,7 +329,7 @@ class SharedChannel:
             self._detach(subscription, "fell behind the shared reader's window")
         if self._start > 1024 and self._start * 2 > end:
             del self._records[: self._start], self._offsets[: self._start]
-            del self._cum[: self._start]
+            del self._cum[: self._start], self._ticks[: self._start]
             self._start = 0
 
     def _wake_all(self) -> None:
@@ -364,7 +390,7 @@ class SharedChannel:
                     self._failed(exc)
                     continue
                 # told apart outside the lock: the subscribers take meanwhile
-                kinds = {k for r in batch if (k := _kind_of(self._kind, r)) is not None}
+                kinds = [_kind_of(self._kind, record) for record in batch]
                 with self._lock:
                     if generation == self._generation and batch:
                         self._append(batch, kinds)
@@ -408,6 +434,20 @@ def _wanted(wakes: Wakes, kinds: set[int]) -> bool:
         return True
 
 
+@runtime_checkable
+class IdleReader(Protocol):
+    """A channel reader that can read idly (see the module doc): what a task's channel worker
+    asks of a :class:`Subscription`."""
+
+    took_all: bool
+
+    def read_batch_idle(
+        self, max_records: int, timeout: float, wakes: Wakes
+    ) -> list[RawRecord]: ...
+
+    def wake(self) -> None: ...
+
+
 class Subscription:
     """A task's reader of a shared channel (a :class:`ChannelReader`): from the shared buffer
     while attached, else from a reader of its own."""
@@ -422,6 +462,8 @@ class Subscription:
         self.wakes: Wakes | None = None
         self.woken = woken
         self.wake_pending = True
+        # its last take reached the newest record buffered
+        self.took_all = False
         self._channel = channel
         self._own: ChannelReader | None = None
         self._closed = False
@@ -445,13 +487,19 @@ class Subscription:
         doc). On a reader of its own, a plain read."""
         return self._read(max_records, timeout, wakes)
 
+    def wake(self) -> None:
+        """End an idle read now, from another thread (its task stops)."""
+        self._channel.wake(self)
+
     def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:
             records = self._channel.take(self, max_records, timeout, wakes)
             if records or self._channel.is_attached(self):
                 return records
             self._own = self._channel.open_private(self.cursor)  # detached: read on its own
-        records = self._own.read_batch(max_records, timeout)
+        # on its own every record wakes it, and a wake() does not reach it: short waits
+        records = self._own.read_batch(max_records, min(timeout, READ_TIMEOUT_OWN))
+        self.took_all = len(records) < max_records
         if records:
             self.cursor = Cursor.of(records[-1])
         if self._channel.try_attach(self):

@@ -280,3 +280,53 @@ def test_a_record_the_channel_cannot_tell_apart_wakes_the_idle_subscriber(kafka_
         assert shared.channel(topic).stats.errors == 0
     finally:
         reader.close()
+
+
+def test_an_idle_read_leaves_out_a_tick_another_tick_follows_and_ends_when_woken(kafka_mock, topic):
+    """An idle read hands over only the last of consecutive time ticks (the later one releases
+    all the earlier would), never the records between them; its cursor is the last record;
+    ``wake()`` (the task stops) ends a long idle wait at once."""
+
+    def kind(record: RawRecord) -> int | None:
+        return None if record.payload.startswith(b"tick") else 3
+
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    reader = shared.open_channel(topic, at(topic, 299))
+    channel = shared.channel(topic)
+    try:
+        assert reader.read_batch_idle(100, 0.1, lambda _c: False) == []
+        assert reader.took_all
+        written = [b"tick0", b"tick1", b"tick2", b"c3", b"tick3", b"tick4", b"c3", b"tick5"]
+        produce(kafka_mock.bootstrap, topic, written)
+        deadline = time.monotonic() + 30
+        while channel.stats.records_read < len(written) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = reader.read_batch_idle(100, 0.1, lambda _c: False)
+        assert [(r.offset, r.payload) for r in got] == [
+            (302, b"tick2"),
+            (303, b"c3"),
+            (305, b"tick4"),
+            (306, b"c3"),
+            (307, b"tick5"),
+        ]
+        assert reader.took_all and reader.cursor.offset == 307
+        # a plain read hands over every tick
+        produce(kafka_mock.bootstrap, topic, [b"tick6", b"tick7"])
+        assert [r.payload for r in read_until(reader, 2)] == [b"tick6", b"tick7"]
+
+        ended: list[float] = []
+
+        def long_idle_read() -> None:
+            reader.read_batch_idle(100, 60, lambda _c: False)
+            ended.append(time.monotonic())
+
+        idle = threading.Thread(target=long_idle_read)
+        idle.start()
+        time.sleep(0.3)
+        assert idle.is_alive() and not ended
+        woken_at = time.monotonic()
+        reader.wake()
+        idle.join(10)
+        assert ended and ended[0] - woken_at < 5, "wake() did not end the idle wait"
+    finally:
+        reader.close()
