@@ -30,6 +30,10 @@ from server.stores import etcd_client_for
 
 T = TypeVar("T")
 
+# how old an answer of the source's aliases or imports a task's poller takes (they poll every
+# 2 s; the catalog reads that place collections always read afresh)
+POLL_ANSWER_AGE = 1.0
+
 
 def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     source_config = settings.sourceConfig
@@ -52,13 +56,17 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     catalog: Callable[[], dict[int, CollectionMeta]] = SharedRead(
         lambda: read_catalog(SourceCatalog.collections)
     )
-    aliases: Callable[[], list[AliasMeta]] = SharedRead(lambda: read_catalog(SourceCatalog.aliases))
+    # the pollers (every task's alias mirror and import watcher, every 2 s) take an answer up to
+    # POLL_ANSWER_AGE old: with many tasks, about one etcd read a second each
+    aliases: Callable[[], list[AliasMeta]] = SharedRead(
+        lambda: read_catalog(SourceCatalog.aliases), max_age=POLL_ANSWER_AGE
+    )
 
     def collection(collection_id: int) -> CollectionMeta | None:
         return read_catalog(lambda catalog: catalog.collection(collection_id))
 
     imports: Callable[[], list[SourceImport]] = SharedRead(
-        lambda: read_catalog(SourceCatalog.imports)
+        lambda: read_catalog(SourceCatalog.imports), max_age=POLL_ANSWER_AGE
     )
 
     pulsar = source_config.pulsar

@@ -203,6 +203,8 @@ class ChannelWorker:
             if idle_reader is not None and idle:  # nothing waits for a tick: ticks need not wake it
                 records = idle_reader.read_batch_idle(READ_BATCH, idle_wait, self._wakes)
                 idle_wait = min(idle_wait * 2, IDLE_READ_SECONDS_MAX)
+                if passed_over := idle_reader.take_passed_over():  # other collections' data
+                    self.skipped["not_selected"] += passed_over
             else:
                 records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
                 idle_wait = IDLE_READ_SECONDS

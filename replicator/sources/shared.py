@@ -24,10 +24,11 @@ barriers, commit order: nothing of the task changes, it only reads from somewher
 A subscriber whose task has nothing waiting for a time tick reads *idly*
 (:meth:`Subscription.read_batch_idle`): time ticks, and the data of collections it says it
 does not want, do not wake it; another record does, or the end of its wait, and it then takes
-everything buffered since, in order. Neither changes anything on the target, so an idle task's
-thread runs about once a second per channel instead of once per record of any collection of
-the source. The channel tells records apart with ``kind`` (see :data:`Kind`), once per record
-for every subscriber.
+everything buffered since, in order, less the ticks another tick follows and the data of
+collections it does not want (counted, so the task shows them as not selected). Neither
+changes anything on the target, so an idle task's thread runs once per wait (1 to 5 s, see the
+worker) per channel instead of once per record of any collection of the source. The channel
+tells records apart with ``kind`` (see :data:`Kind`), once per record for every subscriber.
 
 Errors of the shared reader are not handed to anyone as they are: the subscribers attached at
 that moment are detached, and each opens its own reader, which meets the error (or not) at its own
@@ -140,7 +141,7 @@ class SharedChannel:
         self._records: list[RawRecord] = []
         self._offsets: list[int] = []
         self._cum: list[int] = []
-        self._ticks: list[bool] = []  # which records are time ticks (their kind is None)
+        self._kinds: list[int | None] = []  # what each record is (see Kind)
         self._start = 0
         self._dropped_bytes = 0  # cum of the last record dropped
         self._base = Cursor(_BEGINNING, None)  # every record after it is in the buffer
@@ -203,17 +204,16 @@ class SharedChannel:
     ) -> list[RawRecord]:
         """Up to ``max_records`` buffered records after the subscriber's cursor, waiting up to
         ``timeout`` for the first; idle (``wakes`` given), for the first record it wants, and
-        then returning all before it too (or what there is when the wait ends), a time tick
-        followed by another left out (the later one releases all the earlier would, and an
-        idle task has nothing waiting for either); [] and the subscriber detached when the
-        buffer no longer holds what it needs."""
+        then returning all before it too (or what there is when the wait ends), less what an
+        idle subscriber needs not see (:meth:`_idle_view`); [] and the subscriber detached
+        when the buffer no longer holds what it needs."""
         with self._lock:
             subscription.wakes = wakes
             if wakes is not None:
                 if subscription in self._attached and not subscription.wake_pending:
                     subscription.woken.wait(timeout)
                 first, end = self._after(subscription, max_records)
-                records = self._past_repeated_ticks(first, end)
+                records = self._idle_view(subscription, first, end, wakes)
             else:
                 first, end = self._after(subscription, max_records)
                 if first == end and subscription in self._attached:
@@ -252,13 +252,35 @@ class SharedChannel:
         first = bisect.bisect_right(self._offsets, subscription.cursor.offset, lo=self._start)
         return first, min(first + max_records, len(self._records))
 
-    def _past_repeated_ticks(self, first: int, end: int) -> list[RawRecord]:
-        """``records[first:end]`` without the ticks that another tick follows (the last
-        record is always kept: it is the reader's new cursor)."""
-        ticks, records = self._ticks, self._records
-        return [
-            records[i] for i in range(first, end) if not (ticks[i] and i + 1 < end and ticks[i + 1])
-        ]
+    def _idle_view(
+        self, subscription: Subscription, first: int, end: int, wakes: Wakes
+    ) -> list[RawRecord]:
+        """``records[first:end]`` as an idle subscriber needs them: without the ticks another
+        tick follows (the later one releases all the earlier would) and without the data of
+        collections it does not want, which it would only count as not selected (counted into
+        its ``passed_over`` instead). The last record is always kept: it is the new cursor."""
+        records, kinds = self._records, self._kinds
+        wanted: dict[int, bool] = {}
+        view: list[RawRecord] = []
+        after_tick = False
+        for i in range(first, end):
+            kind = kinds[i]
+            if kind is None:
+                if after_tick:
+                    view[-1] = records[i]
+                else:
+                    view.append(records[i])
+                after_tick = True
+                continue
+            if kind >= 0 and i + 1 < end:
+                if kind not in wanted:
+                    wanted[kind] = _wanted(wakes, {kind})
+                if not wanted[kind]:
+                    subscription.passed_over += 1
+                    continue
+            view.append(records[i])
+            after_tick = False
+        return view
 
     # -- the buffer ------------------------------------------------------------------------
     def _buffered(self) -> int:
@@ -282,7 +304,7 @@ class SharedChannel:
             return self._cum[-1] - self._dropped_bytes if self._buffered() else 0
 
     def _restart_at(self, cursor: Cursor) -> None:
-        self._records, self._offsets, self._cum, self._ticks = [], [], [], []
+        self._records, self._offsets, self._cum, self._kinds = [], [], [], []
         self._start, self._dropped_bytes = 0, 0
         self._base = cursor
         self._generation += 1
@@ -296,7 +318,7 @@ class SharedChannel:
             self._records.append(record)
             self._offsets.append(record.offset)
             self._cum.append(total)
-            self._ticks.append(kind is None)
+            self._kinds.append(kind)
         kinds = {kind for kind in record_kinds if kind is not None}
         self.stats.records_read += len(batch)
         self.stats.bytes_read += sum(len(r.payload) for r in batch)
@@ -329,7 +351,7 @@ class SharedChannel:
             self._detach(subscription, "fell behind the shared reader's window")
         if self._start > 1024 and self._start * 2 > end:
             del self._records[: self._start], self._offsets[: self._start]
-            del self._cum[: self._start], self._ticks[: self._start]
+            del self._cum[: self._start], self._kinds[: self._start]
             self._start = 0
 
     def _wake_all(self) -> None:
@@ -441,6 +463,8 @@ class IdleReader(Protocol):
 
     took_all: bool
 
+    def take_passed_over(self) -> int: ...
+
     def read_batch_idle(
         self, max_records: int, timeout: float, wakes: Wakes
     ) -> list[RawRecord]: ...
@@ -464,6 +488,9 @@ class Subscription:
         self.wake_pending = True
         # its last take reached the newest record buffered
         self.took_all = False
+        # data records of collections it does not want that idle reads left out (see
+        # SharedChannel._idle_view), not yet counted by its task
+        self.passed_over = 0
         self._channel = channel
         self._own: ChannelReader | None = None
         self._closed = False
@@ -490,6 +517,12 @@ class Subscription:
     def wake(self) -> None:
         """End an idle read now, from another thread (its task stops)."""
         self._channel.wake(self)
+
+    def take_passed_over(self) -> int:
+        """The data records of unwanted collections idle reads left out since the last call
+        (the task counts them as not selected)."""
+        count, self.passed_over = self.passed_over, 0
+        return count
 
     def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:

@@ -219,9 +219,11 @@ def test_an_idle_subscriber_sleeps_through_what_it_does_not_want(kafka_mock, top
         produce(kafka_mock.bootstrap, topic, [b"c7."])
         idle.join(30)
         assert not idle.is_alive()
-        # everything buffered after its cursor at once: what it slept through, then what woke it
-        assert [r.payload for r in got] == [*unwanted, b"c7."]
-        assert [r.offset for r in got] == list(range(300, 306))
+        # everything buffered after its cursor at once, as an idle task needs it: the data it
+        # does not want passed over (and counted), the ticks then one after the other, so
+        # only the last; then what woke it
+        assert [(r.offset, r.payload) for r in got] == [(304, b"tick2"), (305, b"c7.")]
+        assert reader.take_passed_over() == 2 and reader.take_passed_over() == 0
         # anything else than ticks and data wakes it
         woke: list[RawRecord] = []
         other = threading.Thread(target=lambda: woke.extend(reader.read_batch_idle(100, 60, wants)))
@@ -284,24 +286,28 @@ def test_a_record_the_channel_cannot_tell_apart_wakes_the_idle_subscriber(kafka_
 
 def test_an_idle_read_leaves_out_a_tick_another_tick_follows_and_ends_when_woken(kafka_mock, topic):
     """An idle read hands over only the last of consecutive time ticks (the later one releases
-    all the earlier would), never the records between them; its cursor is the last record;
-    ``wake()`` (the task stops) ends a long idle wait at once."""
+    all the earlier would), never the records it wants between them; its cursor is the last
+    record, handed over even when it is data it does not want; ``wake()`` (the task stops)
+    ends a long idle wait at once."""
 
     def kind(record: RawRecord) -> int | None:
         return None if record.payload.startswith(b"tick") else 3
+
+    def wants_3(collection_id: int) -> bool:
+        return collection_id == 3
 
     shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
     reader = shared.open_channel(topic, at(topic, 299))
     channel = shared.channel(topic)
     try:
-        assert reader.read_batch_idle(100, 0.1, lambda _c: False) == []
+        assert reader.read_batch_idle(100, 0.1, wants_3) == []
         assert reader.took_all
         written = [b"tick0", b"tick1", b"tick2", b"c3", b"tick3", b"tick4", b"c3", b"tick5"]
         produce(kafka_mock.bootstrap, topic, written)
         deadline = time.monotonic() + 30
         while channel.stats.records_read < len(written) and time.monotonic() < deadline:
             time.sleep(0.05)
-        got = reader.read_batch_idle(100, 0.1, lambda _c: False)
+        got = reader.read_batch_idle(100, 0.1, wants_3)
         assert [(r.offset, r.payload) for r in got] == [
             (302, b"tick2"),
             (303, b"c3"),
@@ -313,6 +319,11 @@ def test_an_idle_read_leaves_out_a_tick_another_tick_follows_and_ends_when_woken
         # a plain read hands over every tick
         produce(kafka_mock.bootstrap, topic, [b"tick6", b"tick7"])
         assert [r.payload for r in read_until(reader, 2)] == [b"tick6", b"tick7"]
+        # unwanted data last in the buffer is handed over: it is the cursor
+        produce(kafka_mock.bootstrap, topic, [b"tick8", b"c3"])
+        got = read_idle_until(reader, 2, lambda _c: False)
+        assert [(r.offset, r.payload) for r in got] == [(310, b"tick8"), (311, b"c3")]
+        assert reader.take_passed_over() == 0
 
         ended: list[float] = []
 

@@ -66,3 +66,20 @@ def test_an_error_reaches_every_caller_of_that_read_and_the_next_read_is_fresh()
         shared()
     failing.clear()
     assert shared() == "catalog"
+
+
+def test_a_poller_takes_an_answer_no_older_than_max_age_and_reads_again_after():
+    reads: list[float] = []
+
+    def read() -> int:
+        reads.append(time.monotonic())
+        return len(reads)
+
+    shared = SharedRead(read, max_age=0.3)
+    assert shared() == 1
+    assert [shared() for _ in range(20)] == [1] * 20  # within 0.3 s of read 1's start
+    time.sleep(0.35)
+    assert shared() == 2 and shared.reads == 2
+    # without max_age every call reads
+    fresh = SharedRead(read)
+    assert [fresh(), fresh()] == [3, 4]
