@@ -155,7 +155,9 @@ def same_sample(src, dst, name: str, rows: int) -> int:
     return len(ids)
 
 
-def run(args, work: Path) -> dict:
+def run(args, work: Path, direct: bool = True) -> dict:
+    """The phases of the module doc; ``direct=False`` leaves out the baseline (bench/backlog.py
+    compares backlog sizes instead)."""
     from pymilvus import MilvusClient
 
     result: dict = {}
@@ -186,16 +188,8 @@ def run(args, work: Path) -> dict:
         src.flush(name)
         result["settle_s"] = settle(source.pid)
 
-        direct = f"direct_{uuid.uuid4().hex[:8]}"
-        create_collection(dst, direct, args.shards)
-        before = cpu_seconds(source.pid, lite.pid)
-        t0 = time.perf_counter()
-        result["direct_write_s"] = write(dst, direct, args.rows, args.batch)
-        result["direct_s"] = wait_count(dst, direct, args.rows, args.timeout) - t0
-        result["direct_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid))
-        dst.drop_collection(direct)
-        if args.target != "lite":
-            result["target_settle_s"] = settle(lite.pid)
+        if direct:
+            result.update(write_direct(args, dst, source.pid, lite.pid))
 
         daemon = start_daemon(
             stack,
@@ -204,6 +198,7 @@ def run(args, work: Path) -> dict:
             source,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
+            sharedReaders=not getattr(args, "own_readers", False),
         )
         assert daemon.process is not None
         pid = daemon.process.pid
@@ -235,6 +230,22 @@ def run(args, work: Path) -> dict:
     return result
 
 
+def write_direct(args, dst, source_pid: int, target_pid: int) -> dict:
+    """The baseline: the same rows written straight into the target."""
+    result: dict = {}
+    direct = f"direct_{uuid.uuid4().hex[:8]}"
+    create_collection(dst, direct, args.shards)
+    before = cpu_seconds(source_pid, target_pid)
+    t0 = time.perf_counter()
+    result["direct_write_s"] = write(dst, direct, args.rows, args.batch)
+    result["direct_s"] = wait_count(dst, direct, args.rows, args.timeout) - t0
+    result["direct_cpu"] = spent(before, cpu_seconds(source_pid, target_pid))
+    dst.drop_collection(direct)
+    if args.target != "lite":
+        result["target_settle_s"] = settle(target_pid)
+    return result
+
+
 def fmt_cpu(values: list[float]) -> str:
     return " / ".join(f"{v:.0f}" for v in values) + (" / -" if len(values) == 2 else "")
 
@@ -256,7 +267,8 @@ def report(args, r: dict, total_s: float) -> str:
         "# Catching up a backlog",
         "",
         f"Command: `python bench/catch_up.py --rows {rows} --batch {args.batch} "
-        f"--target {args.target} --shards {args.shards}`",
+        f"--target {args.target} --shards {args.shards}"
+        f"{' --own-readers' if args.own_readers else ''}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s; services up in "
@@ -312,6 +324,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--own-readers",
+        action="store_true",
+        help="sourceConfig.sharedReaders false: the task reads with readers of its own",
+    )
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up.md"))
     args = parser.parse_args()
     started = time.perf_counter()
