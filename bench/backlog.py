@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import run  # noqa: E402
+from catch_up import run, write_report  # noqa: E402
 
 
 def measure(args) -> list[dict]:
@@ -96,10 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     results = measure(args)
-    text = report(args, results, time.perf_counter() - started)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    write_report(args.out, report(args, results, time.perf_counter() - started))
 
 
 if __name__ == "__main__":

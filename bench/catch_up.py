@@ -317,6 +317,12 @@ def report(args, r: dict, total_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(out: str, text: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text)
+    print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -334,10 +340,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
         result = run(args, Path(tmp))
-    text = report(args, result, time.perf_counter() - started)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    write_report(args.out, report(args, result, time.perf_counter() - started))
 
 
 if __name__ == "__main__":
