@@ -48,7 +48,8 @@ def report(args, results: list[dict], total_s: float) -> str:
         "# Daemon memory against the backlog's size",
         "",
         f"Command: `python bench/backlog.py --sizes {args.sizes} --target {args.target} "
-        f"--shards {args.shards} --batch {args.batch}`",
+        f"--shards {args.shards} --batch {args.batch}"
+        f"{' --own-readers' if args.own_readers else ''}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s",
@@ -92,6 +93,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument(
+        "--own-readers",
+        action="store_true",
+        help="sourceConfig.sharedReaders false: the task reads with readers of its own",
+    )
     parser.add_argument("--out", default=str(REPO / "bench/results/backlog.md"))
     args = parser.parse_args()
     started = time.perf_counter()

@@ -198,7 +198,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
             source,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
-            sharedReaders=not getattr(args, "own_readers", False),
+            sharedReaders=not args.own_readers,
         )
         assert daemon.process is not None
         pid = daemon.process.pid

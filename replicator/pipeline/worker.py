@@ -199,11 +199,12 @@ class ChannelWorker:
         idle_wait = IDLE_READ_SECONDS
         while not self.context.stop.is_set():
             read = _Read()
-            idle = idle_reader is not None and not seq.waiting()
-            if idle_reader is not None and idle:  # nothing waits for a tick: ticks need not wake it
-                records = idle_reader.read_batch_idle(READ_BATCH, idle_wait, self._wakes)
+            # nothing waits for a tick: ticks need not wake it
+            idle = idle_reader if idle_reader is not None and not seq.waiting() else None
+            if idle is not None:
+                records = idle.read_batch_idle(READ_BATCH, idle_wait, self._wakes)
                 idle_wait = min(idle_wait * 2, IDLE_READ_SECONDS_MAX)
-                if passed_over := idle_reader.take_passed_over():  # other collections' data
+                if passed_over := idle.take_passed_over():  # other collections' data
                     self.skipped["not_selected"] += passed_over
             else:
                 records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
@@ -213,7 +214,7 @@ class ChannelWorker:
                 if self._dispatch(record, read):
                     return True
             # read to the end with nothing waiting (an idle read returns all it has)
-            drained = not records or (idle_reader is not None and idle and idle_reader.took_all)
+            drained = not records or (idle is not None and idle.took_all)
             self.status.caught_up = drained and not seq.waiting()
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
             if read.commit_at is not None and (read.ready or read.changed or due):
