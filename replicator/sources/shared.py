@@ -246,11 +246,18 @@ class SharedChannel:
 
     def _after(self, subscription: Subscription, max_records: int) -> tuple[int, int]:
         """Where the records after the subscriber's cursor are in the buffer, up to
-        ``max_records`` of them (an empty span when it is not attached)."""
+        ``max_records`` of them and about ``READ_BYTES`` (at least one record), as one read of
+        a reader of its own would give (an empty span when it is not attached). A take of the
+        whole window would hold it twice over in the task: raw, and decoded for the target."""
         if subscription not in self._attached:
             return 0, 0
         first = bisect.bisect_right(self._offsets, subscription.cursor.offset, lo=self._start)
-        return first, min(first + max_records, len(self._records))
+        end = min(first + max_records, len(self._records))
+        if first < end:
+            before = self._cum[first - 1] if first > self._start else self._dropped_bytes
+            within = bisect.bisect_right(self._cum, before + READ_BYTES, lo=first, hi=end)
+            end = max(first + 1, within)
+        return first, end
 
     def _idle_view(
         self, subscription: Subscription, first: int, end: int, wakes: Wakes
@@ -300,8 +307,12 @@ class SharedChannel:
         return self._cum[-1] - read
 
     def held_bytes(self) -> int:
+        """The bytes of every record the buffer still references (dropped ones included, if
+        any were kept)."""
         with self._lock:
-            return self._cum[-1] - self._dropped_bytes if self._buffered() else 0
+            if not self._records:
+                return 0
+            return self._cum[-1] - self._cum[0] + record_bytes(self._records[0])
 
     def _restart_at(self, cursor: Cursor) -> None:
         self._records, self._offsets, self._cum, self._kinds = [], [], [], []
@@ -349,7 +360,10 @@ class SharedChannel:
             self._start += 1
         for subscription in [s for s in self._attached if s.cursor.offset < self._base.offset]:
             self._detach(subscription, "fell behind the shared reader's window")
-        if self._start > 1024 and self._start * 2 > end:
+        if self._start:
+            # let the dropped records go now: a backlog's records are megabytes each, and a
+            # thousand of them kept for a cheaper compaction held hundreds of MB (moving the
+            # list's pointers down costs microseconds)
             del self._records[: self._start], self._offsets[: self._start]
             del self._cum[: self._start], self._kinds[: self._start]
             self._start = 0

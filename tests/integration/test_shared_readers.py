@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from metastore import Position
 from replicator.errors import SourceUnavailableError
 from replicator.events import RawRecord
+from replicator.sources import shared as shared_module
 from replicator.sources.kafka import KafkaSource, encode_offset
 from replicator.sources.shared import RECORD_OVERHEAD, SharedSource
 
@@ -117,6 +118,30 @@ def test_a_slow_subscriber_reads_on_its_own_without_holding_the_fast_one_then_re
     # the window, plus at most one read of the shared reader (50 records of 1 KB here)
     assert max(held) <= window + 1000 * (1000 + RECORD_OVERHEAD), max(held)
     assert channel.held_bytes() == 0  # the last subscriber gone, the buffer went with it
+
+
+def test_a_take_is_one_read_of_bytes_whatever_the_window_holds(kafka_mock, monkeypatch):
+    """A subscriber behind a full window takes about READ_BYTES at a time, as a reader of its
+    own would, not the whole window (which it would then hold twice: raw and decoded). Scaled
+    down: reads of 20 records' bytes, a window of 200."""
+    record = 1000 + RECORD_OVERHEAD
+    monkeypatch.setattr(shared_module, "READ_BYTES", 20 * record)
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    produce(kafka_mock.bootstrap, topic, values(0, 150, size=1000))
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), window=200 * record)
+    reader = shared.open_channel(topic, None)
+    channel = shared.channel(topic)
+    try:
+        deadline = time.monotonic() + 30
+        while channel.stats.records_read < 150 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the window holds all 150 records, unread
+        assert channel.stats.records_read == 150, channel.stats
+        takes = []
+        while sum(takes) < 150:
+            takes.append(len(reader.read_batch(1000, 1.0)))
+        assert takes == [20] * 7 + [10], takes
+    finally:
+        reader.close()
 
 
 def test_a_subscriber_ahead_of_the_shared_reader_reads_on_its_own_until_it_meets_it(
