@@ -48,6 +48,14 @@ from replicator.sources.base import READ_BYTES, SourceUnavailableError
 
 BACKEND = "rocksmq"
 POLL_INTERVAL = 0.05  # seconds between catch-ups while a channel has nothing new
+# A channel that has had nothing for QUIET_AFTER seconds is looked at every QUIET_POLL seconds
+# only. Each look is a seek, and while any topic is written the sequence moves all the time, so
+# every look of every channel seeks; a seek at the end of a topic reads the block holding the
+# next topic's first record, which may hold a 2.6 MB insert. DML channels of 2.3-2.6 carry a time
+# tick every 200 ms and are never quiet; a quiet one (the replicate channel, a WAL left after a
+# switch) shows a new record up to QUIET_POLL later.
+QUIET_AFTER = 1.0
+QUIET_POLL = 0.5
 STREAMING_MAGIC = b"\xff\xfe\xfd\xfcSTREAM"  # Milvus 2.6 RocksMQ value prefix
 
 log = logging.getLogger(__name__)
@@ -197,18 +205,27 @@ class _SecondaryDB:
             return None
         return first, last
 
-    def read(self, prefix: bytes, after: int | None, max_records: int) -> list[tuple[int, bytes]]:
+    def read(
+        self, prefix: bytes, after: int | None, max_records: int, direct: bool = False
+    ) -> list[tuple[int, bytes]]:
         """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``, and
-        about READ_BYTES of values."""
+        about READ_BYTES of values.
+
+        Ids of one width sort as numbers (Milvus's consumer relies on it), so the record after
+        ``after`` is one seek away when ``direct`` says the topic's ids are as wide as it;
+        otherwise (a position from elsewhere) the topic's head is looked at first. A seek reads
+        a whole data block, and a block holding a 2.6 MB insert costs milliseconds."""
         found: list[tuple[int, bytes]] = []
         try:
             it = self.iterator()
-            it.seek(prefix)
-            if after is not None and it.valid():
-                first = _parse_id(prefix, it.key())
-                if first is not None and first <= after:
-                    # ids of one width: key order is id order (Milvus's consumer relies on it)
-                    it.seek(prefix + str(after).encode())
+            if after is not None and direct:
+                it.seek(prefix + str(after).encode())
+            else:
+                it.seek(prefix)
+                if after is not None and it.valid():
+                    first = _parse_id(prefix, it.key())
+                    if first is not None and first <= after:
+                        it.seek(prefix + str(after).encode())
             size = 0
             while it.valid() and len(found) < max_records and size < READ_BYTES:
                 key = it.key()
@@ -244,6 +261,9 @@ class RocksmqChannelReader:
         self._store: _SecondaryDB | None = source._acquire()
         self._last_id: int | None = None
         self._empty_at: int | None = None  # the sequence at which the last read found nothing
+        self._found_at = time.monotonic()  # when a read last found records
+        self._looked_at = 0.0  # when the topic was last read
+        self._id_width = 0  # the digits of the ids read (0: none read since the last seek)
         try:
             self.seek(start)
         except BaseException:
@@ -258,6 +278,8 @@ class RocksmqChannelReader:
     def seek(self, position: Position | None) -> None:
         self._last_id = None if position is None else decode_id(position.msg_id)
         self._empty_at = None
+        self._found_at = time.monotonic()
+        self._id_width = 0
         if self._last_id is not None:
             held = self._db().first_last(self._prefix)
             if held is not None and held[0] > self._last_id + 1:
@@ -273,8 +295,16 @@ class RocksmqChannelReader:
         sequence = store.sequence()  # before the read: a write landing during it moves it
         if sequence == self._empty_at:
             return []
-        found = store.read(self._prefix, self._last_id, max_records)
+        now = time.monotonic()
+        if now - self._found_at > QUIET_AFTER and now - self._looked_at < QUIET_POLL:
+            return []
+        self._looked_at = now
+        direct = self._last_id is not None and len(str(self._last_id)) == self._id_width
+        found = store.read(self._prefix, self._last_id, max_records, direct)
         self._empty_at = None if found else sequence
+        if found:
+            self._found_at = now
+            self._id_width = len(str(found[-1][0]))
         return found
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:

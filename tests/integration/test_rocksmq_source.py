@@ -6,6 +6,7 @@ lock and goes on writing), and catches up with it to see new records.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import struct
@@ -23,6 +24,7 @@ from metastore import Position
 from replicator.codec.msgstream import decode
 from replicator.codec.wire import find_bytes_field, iter_fields
 from replicator.events import CreateCollection, Delete, Event, Insert, RawRecord, TimeTick
+from replicator.sources import rocksmq
 from replicator.sources.base import SourceUnavailableError
 from replicator.sources.rocksmq import (
     STREAMING_MAGIC,
@@ -342,6 +344,40 @@ def test_empty_channel_returns_nothing_within_the_timeout(
         assert reader.read_batch(100, 0.0) == []
     finally:
         reader.close()
+
+
+def test_a_quiet_channel_is_looked_at_less_often(
+    source: RocksmqSource,
+    written: Written,
+    rocksmq_milvus: MilvusSource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While Milvus writes time ticks to the written channel the secondary's sequence moves
+    every few milliseconds, so an idle reader of another channel would seek on every poll
+    (20 a second); once quiet for QUIET_AFTER it looks every QUIET_POLL."""
+    unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
+    prefix = (unused + "/").encode()
+    looks: list[float] = []
+    real_read = rocksmq._SecondaryDB.read
+
+    def counting_read(self, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
+        if topic == prefix:
+            looks.append(time.monotonic())
+        return real_read(self, topic, after, max_records, direct)
+
+    monkeypatch.setattr(rocksmq._SecondaryDB, "read", counting_read)
+    reader = source.open_channel(unused, None)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < rocksmq.QUIET_AFTER + 2.0:
+            assert reader.read_batch(100, 0.2) == []
+    finally:
+        reader.close()
+    quiet = [t for t in looks if t - started > rocksmq.QUIET_AFTER + 0.1]
+    # about 2.0 / QUIET_POLL looks once quiet (20 a second would be 38)
+    assert 2 <= len(quiet) <= 2.0 / rocksmq.QUIET_POLL + 1, len(quiet)
+    gaps = [b - a for a, b in itertools.pairwise(quiet)]
+    assert min(gaps) >= rocksmq.QUIET_POLL - 0.01, gaps
 
 
 def test_secondary_scratch_directory_is_removed_on_close(
