@@ -296,7 +296,7 @@ class RocksmqChannelReader:
         if sequence == self._empty_at:
             return []
         now = time.monotonic()
-        if now - self._found_at > QUIET_AFTER and now - self._looked_at < QUIET_POLL:
+        if self._resting(now):
             return []
         self._looked_at = now
         direct = self._last_id is not None and len(str(self._last_id)) == self._id_width
@@ -307,12 +307,17 @@ class RocksmqChannelReader:
             self._id_width = len(str(found[-1][0]))
         return found
 
+    def _resting(self, now: float) -> bool:
+        """Quiet, and looked at less than QUIET_POLL ago: neither a look nor a catch-up."""
+        return now - self._found_at > QUIET_AFTER and now - self._looked_at < QUIET_POLL
+
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         store = self._db()
         deadline = time.monotonic() + timeout
         found = self._read(store, max_records)
         while not found:
-            store.catch_up(POLL_INTERVAL)
+            if not self._resting(time.monotonic()):
+                store.catch_up(POLL_INTERVAL)
             found = self._read(store, max_records)
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
