@@ -136,13 +136,13 @@ class SharedChannel:
         # (one lock: a take never wakes the other subscribers)
         self._data = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
-        # the buffer: records[start:] in channel order, with their offsets and the running
-        # total of their bytes (cum[i]: bytes of every record buffered up to and with i)
+        # the buffer: records in channel order, with their offsets and the running total of
+        # their bytes (cum[i]: bytes of every record buffered so far up to and with i, dropped
+        # ones included)
         self._records: list[RawRecord] = []
         self._offsets: list[int] = []
         self._cum: list[int] = []
         self._kinds: list[int | None] = []  # what each record is (see Kind)
-        self._start = 0
         self._dropped_bytes = 0  # cum of the last record dropped
         self._base = Cursor(_BEGINNING, None)  # every record after it is in the buffer
         self._attached: set[Subscription] = set()
@@ -251,11 +251,11 @@ class SharedChannel:
         whole window would hold it twice over in the task: raw, and decoded for the target."""
         if subscription not in self._attached:
             return 0, 0
-        first = bisect.bisect_right(self._offsets, subscription.cursor.offset, lo=self._start)
+        first = bisect.bisect_right(self._offsets, subscription.cursor.offset)
         end = min(first + max_records, len(self._records))
         if first < end:
-            before = self._cum[first - 1] if first > self._start else self._dropped_bytes
-            within = bisect.bisect_right(self._cum, before + READ_BYTES, lo=first, hi=end)
+            limit = self._bytes_before(first) + READ_BYTES
+            within = bisect.bisect_right(self._cum, limit, lo=first, hi=end)
             end = max(first + 1, within)
         return first, end
 
@@ -290,33 +290,30 @@ class SharedChannel:
         return view
 
     # -- the buffer ------------------------------------------------------------------------
-    def _buffered(self) -> int:
-        return len(self._records) - self._start
+    def _bytes_before(self, index: int) -> int:
+        """The running total of bytes before the record at ``index`` of the buffer."""
+        return self._cum[index - 1] if index > 0 else self._dropped_bytes
 
     def _newest_offset(self) -> int:
-        return self._offsets[-1] if self._buffered() else self._base.offset
+        return self._offsets[-1] if self._records else self._base.offset
 
     def _leader_offset(self) -> int:
         return max(s.cursor.offset for s in self._attached)
 
     def _unread_by_leader(self) -> int:
-        if not self._buffered():
+        if not self._records:
             return 0
-        first = bisect.bisect_right(self._offsets, self._leader_offset(), lo=self._start)
-        read = self._cum[first - 1] if first > 0 else self._dropped_bytes
-        return self._cum[-1] - read
+        first = bisect.bisect_right(self._offsets, self._leader_offset())
+        return self._cum[-1] - self._bytes_before(first)
 
     def held_bytes(self) -> int:
-        """The bytes of every record the buffer still references (dropped ones included, if
-        any were kept)."""
+        """The bytes of every record the buffer holds."""
         with self._lock:
-            if not self._records:
-                return 0
-            return self._cum[-1] - self._cum[0] + record_bytes(self._records[0])
+            return self._cum[-1] - self._bytes_before(0) if self._records else 0
 
     def _restart_at(self, cursor: Cursor) -> None:
         self._records, self._offsets, self._cum, self._kinds = [], [], [], []
-        self._start, self._dropped_bytes = 0, 0
+        self._dropped_bytes = 0
         self._base = cursor
         self._generation += 1
 
@@ -349,24 +346,21 @@ class SharedChannel:
         """Drop the oldest records while the buffer is over the window, never one the leader
         has not read; detach the subscribers that needed a dropped record."""
         leader = self._leader_offset() if self._attached else self._newest_offset()
-        end = len(self._records)
+        dropped = 0
         while (
-            self._start < end
+            dropped < len(self._records)
             and self._cum[-1] - self._dropped_bytes > self.window
-            and self._offsets[self._start] <= leader
+            and self._offsets[dropped] <= leader
         ):
-            self._dropped_bytes = self._cum[self._start]
-            self._base = Cursor.of(self._records[self._start])
-            self._start += 1
+            self._dropped_bytes = self._cum[dropped]
+            self._base = Cursor.of(self._records[dropped])
+            dropped += 1
         for subscription in [s for s in self._attached if s.cursor.offset < self._base.offset]:
             self._detach(subscription, "fell behind the shared reader's window")
-        if self._start:
-            # let the dropped records go now: a backlog's records are megabytes each, and a
-            # thousand of them kept for a cheaper compaction held hundreds of MB (moving the
-            # list's pointers down costs microseconds)
-            del self._records[: self._start], self._offsets[: self._start]
-            del self._cum[: self._start], self._kinds[: self._start]
-            self._start = 0
+        # dropped records go at once: a backlog's records are megabytes each (moving the
+        # lists' pointers down costs microseconds)
+        del self._records[:dropped], self._offsets[:dropped]
+        del self._cum[:dropped], self._kinds[:dropped]
 
     def _wake_all(self) -> None:
         self._data.notify_all()
