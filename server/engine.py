@@ -20,6 +20,7 @@ from replicator.codec.streaming import record_kind
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
+from replicator.pipeline.import_serving import LoadedOnSource, ServingCheck
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
@@ -102,6 +103,20 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         configuration of that kind."""
         return open_source(kind, config, defaults)
 
+    milvus = source_config.milvus
+    serving = None
+    if milvus.uri:
+        # one GetQuerySegmentInfo client per source database for the daemon's life
+        loaded = LoadedOnSource(
+            {
+                "uri": milvus.uri,
+                "username": milvus.username,
+                "password": milvus.password.get_secret_value(),
+                "token": milvus.token.get_secret_value(),
+            }
+        )
+        serving = ServingCheck(loaded, lambda c: read_catalog(lambda cat: cat.segments(c)))
+
     context = RunnerContext(
         source=source,
         catalog=catalog,
@@ -114,6 +129,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         read_ahead=source_config.readChanLen,
         imports=imports,
         backfill_blocker=backfill_unavailable(settings),
+        import_serving=serving,
     )
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:

@@ -90,6 +90,7 @@ from pymilvus.grpc_gen import schema_pb2
 
 from replicator.codec.wire import iter_fields, packed_varints, to_signed64
 from replicator.meta.imports import SourceImport, read_imports
+from replicator.meta.segments import SegmentRecord, read_segments
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,10 @@ class SourceCatalog:
     def imports(self) -> list[SourceImport]:
         """The bulk imports the source still records (see :mod:`replicator.meta.imports`)."""
         return read_imports(self._client, self._meta, self.databases())
+
+    def segments(self, collection_id: int) -> dict[int, SegmentRecord]:
+        """One collection's segments (see :mod:`replicator.meta.segments`)."""
+        return read_segments(self._client, self._meta, collection_id)
 
     def aliases(self) -> list[AliasMeta]:
         """The aliases in effect (being created or dropped ones are left out)."""

@@ -16,8 +16,11 @@ per set of column-based files), value ``datapb.ImportTaskInfo``::
     6 completed, 1 failed, 7 failed and cleaned
 
   The imported segments stay invisible to queries until the task is completed (the manager
-  flips persisted to completed once the segments are flushed); a failed task's segments are
-  dropped. Records older than ``rootCoord.importTaskRetention`` (24 h by default) are removed.
+  flips persisted to completed once the segments are flushed and indexed); a failed task's
+  segments are dropped. Completed is not readable: the query nodes load the new segments later
+  (seconds, or never while the collection is released), so a copy waits until they serve
+  ``segments`` (:mod:`replicator.meta.segments`). Records older than
+  ``rootCoord.importTaskRetention`` (24 h by default) are removed.
 
 ``datacoord-meta/import-job/<jobID>`` (Milvus 2.4 and later, the data coordinator's import v2,
 ``internal/metastore/kv/datacoord`` ``buildImportJobKey``), value ``datapb.ImportJob``::
@@ -27,6 +30,13 @@ per set of column-based files), value ``datapb.ImportTaskInfo``::
     4 failed, 5 completed, 6 index building, 7 sorting), 12 reason, 13 complete_time,
     14 files (ImportFile: 1 id, 2 paths), 16 create_time
 
+``datacoord-meta/import-task/<taskID>`` (2.4+), value ``datapb.ImportTaskV2``: 1 jobID,
+2 taskID, 3 collectionID, 4 segmentIDs (the job's segments are those of its tasks; a job
+completes once they are indexed, again before the query nodes load them). A pre-import task
+(``preimport-task/``) writes no segments. Where the data coordinator sorts imported segments
+into new ones (``sorted_segmentIDs``, 10) the new ones name the old in ``compactionFrom``, which
+:func:`replicator.meta.segments.unserved` follows.
+
 The 2.3 layout was read from a real Milvus 2.3.5 here (tests/e2e/test_bulk_import.py
 reads it live); the 2.4+ layout is taken from Milvus's ``pkg/proto/data_coord.proto`` and
 ``internal.proto`` and tested with records built from those numbers only.
@@ -35,13 +45,17 @@ reads it live); the 2.4+ layout is taken from Milvus's ``pkg/proto/data_coord.pr
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
-from replicator.codec.wire import WireError, iter_fields, to_signed64
+from replicator.codec.wire import WireError, iter_fields, packed_varints, to_signed64
+
+T = TypeVar("T")
 
 IMPORT_TASKS_23 = "importtask/"
 IMPORT_JOBS_24 = "datacoord-meta/import-job/"
+IMPORT_TASKS_24 = "datacoord-meta/import-task/"
 
 
 class ImportPhase(enum.StrEnum):
@@ -69,6 +83,7 @@ class SourceImport:
     rows: int = 0
     reason: str = ""
     created: str = ""  # as the record gives it (2.3: unix seconds; 2.4+: text)
+    segments: tuple[int, ...] = ()  # the segments it wrote (readable once the source serves them)
 
     @property
     def label(self) -> str:
@@ -83,17 +98,31 @@ def _int(value: int | bytes) -> int:
     return to_signed64(value) if isinstance(value, int) else 0
 
 
+def _ids(values: list[int | bytes]) -> tuple[int, ...]:
+    """A repeated int64 field's occurrences (packed or one varint each)."""
+    ids: list[int] = []
+    for value in values:
+        ids.extend(packed_varints(value) if isinstance(value, bytes) else [value])
+    return tuple(to_signed64(i) for i in ids)
+
+
 def decode_import_task(value: bytes) -> SourceImport:
     """A 2.3 ``datapb.ImportTaskInfo``."""
-    fields: dict[str, Any] = {"files": [], "state": {}}
+    fields: dict[str, Any] = {"files": [], "state": b""}
     for number, _, v in iter_fields(value):
         if number == 9:
             fields["files"].append(_text(v))
         elif number == 11 and isinstance(v, bytes):
-            fields["state"] = {n: x for n, _, x in iter_fields(v)}
+            fields["state"] = v
         else:
             fields[str(number)] = v
-    state: dict[int, int | bytes] = fields["state"]
+    state: dict[int, int | bytes] = {}
+    segments: list[int | bytes] = []
+    for n, _, x in iter_fields(fields["state"] or b""):
+        if n == 2:
+            segments.append(x)
+        else:
+            state[n] = x
     code = _int(state.get(1, 0))
     return SourceImport(
         job_id=_int(fields.get("1", 0)),
@@ -106,6 +135,7 @@ def decode_import_task(value: bytes) -> SourceImport:
         rows=_int(state.get(4, 0)),
         reason=_text(state.get(5, b"")),
         created=str(_int(fields.get("10", 0))),
+        segments=_ids(segments),
     )
 
 
@@ -133,20 +163,41 @@ def decode_import_job(value: bytes, databases: dict[int, str] | None = None) -> 
     )
 
 
+def decode_import_task_v2(value: bytes) -> tuple[int, tuple[int, ...]]:
+    """A 2.4+ ``datapb.ImportTaskV2``: its job id and the segments it wrote."""
+    job_id = 0
+    segments: list[int | bytes] = []
+    for number, _, v in iter_fields(value):
+        if number == 1:
+            job_id = _int(v)
+        elif number == 4:
+            segments.append(v)
+    return job_id, _ids(segments)
+
+
 def read_imports(
     client: Any, meta_prefix: str, databases: dict[int, str] | None = None
 ) -> list[SourceImport]:
     """Every import the source's etcd still records under ``meta_prefix``
     (``<root>/<meta>/``), both layouts; undecodable records are skipped (a partial write is
     read again at the next poll). Blocking."""
+    found = _decoded(client, meta_prefix + IMPORT_TASKS_23, decode_import_task)
+    jobs = _decoded(client, meta_prefix + IMPORT_JOBS_24, lambda v: decode_import_job(v, databases))
+    if jobs:  # a 2.4+ job's segments are those of its import tasks
+        by_job: dict[int, list[int]] = {}
+        for job_id, segments in _decoded(
+            client, meta_prefix + IMPORT_TASKS_24, decode_import_task_v2
+        ):
+            by_job.setdefault(job_id, []).extend(segments)
+        jobs = [replace(job, segments=tuple(by_job.get(job.job_id, ()))) for job in jobs]
+    return found + jobs
+
+
+def _decoded(client: Any, prefix: str, decode: Callable[[bytes], T]) -> list[T]:
     found = []
-    for sub, decode in (
-        (IMPORT_TASKS_23, decode_import_task),
-        (IMPORT_JOBS_24, lambda v: decode_import_job(v, databases)),
-    ):
-        for value, _meta in client.get_prefix(meta_prefix + sub):
-            try:
-                found.append(decode(bytes(value)))
-            except (WireError, UnicodeDecodeError):
-                continue
+    for value, _meta in client.get_prefix(prefix):
+        try:
+            found.append(decode(bytes(value)))
+        except (WireError, UnicodeDecodeError):
+            continue
     return found

@@ -10,12 +10,19 @@ warning until it is copied.
 Its life on the task::
 
     pending  (running on the source, or completed there and waiting for a copy)
-      -> copying  a backfill of its collection started after the import had completed
+      -> copying  a backfill of its collection started after the import had completed and the
+                  source's query nodes served its segments
       -> copied   that backfill is done; the warning is withdrawn
     pending -> failed_on_source   the source's import failed: it loaded nothing
     pending -> collection_dropped the collection was dropped before the copy
 
 Finished imports are forgotten once the source no longer records them.
+
+"Completed" on the source is not "readable" there: the query nodes load an import's segments
+later (seconds, or not before the collection is loaded again), and a backfill reads what they
+serve. So a completed import waits, with a ``detail`` saying so, until the source serves every
+one of its segments (:mod:`import_serving`, :mod:`replicator.meta.segments`); only then does a
+backfill count as copying it.
 
 Completed imports are copied by a backfill the runner asks by itself (``TaskImports.ready``):
 the task's workers stop, the job copies the collection with upserts, and streaming hands over
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +78,7 @@ class _Seen:
     phase: str  # an ImportPhase, or UNKNOWN (from the WAL only)
     rows: int = 0
     reason: str = ""  # why it failed on the source
+    segments: tuple[int, ...] = ()  # the segments it wrote (from the source's etcd)
 
 
 def covers(job: BackfillJob, source_label: str) -> bool:
@@ -134,6 +142,7 @@ class TaskImports:
                     for item in self._items.values()
                     if item["state"] == PENDING
                     and item["phase"] == ImportPhase.COMPLETED
+                    and item.get("served", True)
                     and not item.get("manual")
                 }
             )
@@ -166,6 +175,7 @@ class TaskImports:
                     imported.phase,
                     imported.rows,
                     imported.reason,
+                    imported.segments,
                 )
             )
         recorded = {imported.job_id for imported in found}
@@ -221,10 +231,16 @@ class TaskImports:
                 if seen.phase != ImportPhase.FAILED:
                     warn = item["warning"]
             elif seen.phase == UNKNOWN or (
-                item["phase"] == seen.phase and item["rows"] == seen.rows
+                item["phase"] == seen.phase
+                and item["rows"] == seen.rows
+                and item.get("segments") == list(seen.segments)
             ):
                 return  # nothing new
             item.update(phase=seen.phase, rows=seen.rows or item["rows"], ts=item["ts"] or seen.ts)
+            if seen.phase != UNKNOWN:
+                item["segments"] = list(seen.segments)
+            if seen.phase == ImportPhase.COMPLETED and "served" not in item:
+                item["served"] = False  # until the source is seen to serve its segments
             if item["state"] == PENDING:
                 item["detail"] = self._phase_detail(item, seen.reason)
                 if seen.phase == ImportPhase.FAILED:
@@ -244,6 +260,8 @@ class TaskImports:
         phase = item["phase"]
         if phase == ImportPhase.FAILED:
             return f"the import failed on the source: {source_reason}"
+        if phase == ImportPhase.COMPLETED and not item.get("served", True) and not self.blocker:
+            return self._serving_detail(item, "its segments")
         if phase == ImportPhase.COMPLETED:
             return self._waiting_detail(item)
         if phase == ImportPhase.RUNNING:
@@ -269,10 +287,60 @@ class TaskImports:
             f"{collection}){when}"
         )
 
+    def _serving_detail(self, item: dict[str, Any], what: str, why: str = "") -> str:
+        detail = (
+            f"completed on the source; waiting for the source's query nodes to serve {what}: "
+            "a copy reads only what they serve"
+        )
+        if why:
+            detail += f" (the source says: {why})"
+        if self.blocker or item.get("manual"):
+            detail += f"; then {self._manual(item['source_collection'])}"
+        return detail
+
     def _waiting_detail(self, item: dict[str, Any]) -> str:
         if self.blocker or item.get("manual"):
             return f"completed on the source; {self._manual(item['source_collection'])}"
         return "completed on the source; a backfill copies it"
+
+    # --- is it readable on the source ---------------------------------------------------------
+    def unserved(self) -> list[dict[str, Any]]:
+        """Completed imports not yet seen served by the source's query nodes."""
+        return [
+            item
+            for item in self.pending
+            if item["phase"] == ImportPhase.COMPLETED and not item.get("served", True)
+        ]
+
+    def serving_seen(self, job_id: int, missing: list[int], why: str = "") -> None:
+        """What the source serves of an import's segments now: ``missing`` are those whose
+        rows it does not serve yet (``why``: what it said, when that is all it said)."""
+        with self._lock:
+            item = self._items.get(job_id)
+            if item is None or item["state"] != PENDING or item.get("served", True):
+                return
+            if missing:
+                shown = ", ".join(str(s) for s in missing[:5]) + (
+                    " ..." if len(missing) > 5 else ""
+                )
+                total = len(item.get("segments") or [])
+                detail = self._serving_detail(
+                    item, f"{len(missing)} of its {total} segments ({shown})", why
+                )
+                if detail == item["detail"]:
+                    return
+                item["detail"] = detail
+            else:
+                item["served"] = True
+                item["detail"] = self._waiting_detail(item)
+                log.info(
+                    "bulk import %s into %s: the source serves its %d segments",
+                    job_id,
+                    item["source_collection"],
+                    len(item.get("segments") or []),
+                )
+            saved = dict(item)
+        self._save([saved])
 
     # --- backfills -------------------------------------------------------------------------------
     def backfill_starts(self, job: BackfillJob) -> None:
@@ -284,6 +352,7 @@ class TaskImports:
                 if (
                     item["state"] == PENDING
                     and item["phase"] == ImportPhase.COMPLETED
+                    and item.get("served", True)
                     and covers(job, item["source_collection"])
                 ):
                     item.update(state=COPYING, backfill_job=job.job_id)
@@ -291,15 +360,21 @@ class TaskImports:
                     changed.append(dict(item))
         self._save(changed)
 
-    def backfill_ended(self, job: BackfillJob) -> None:
+    def backfill_ended(self, job: BackfillJob, copied: Mapping[str, int] | None = None) -> None:
         """A job ended: done, its imports are copied; failed, they wait for an operator. (Called
-        again for the same job at every start: it changes nothing the second time.)"""
+        again for the same job at every start: it changes nothing the second time.)
+
+        ``copied``: the rows the job copied by source collection (``db.name``). A done job that
+        copied fewer rows of a collection than its imports loaded did not read them all (or
+        most were deleted since): they are not taken as copied but left to an operator, with
+        the numbers."""
         if job.active:
             return
         done = job.state == "done"
         before = int(job.created_at * 1000) << LOGICAL_BITS
         withdrawn, changed = [], []
         with self._lock:
+            ended = []
             for item in self._items.values():
                 legacy = (  # known only from the WAL: a backfill asked after it copies it
                     done
@@ -310,23 +385,38 @@ class TaskImports:
                 )
                 if not legacy and item["backfill_job"] != job.job_id:
                     continue
-                if item["state"] not in (PENDING, COPYING):
-                    continue
-                if done:
+                if item["state"] in (PENDING, COPYING):
+                    ended.append(item)
+            loaded: dict[str, int] = {}
+            for item in ended:
+                label = item["source_collection"]
+                loaded[label] = loaded.get(label, 0) + int(item.get("rows") or 0)
+            for item in ended:
+                label = item["source_collection"]
+                got = (copied or {}).get(label)
+                short = done and got is not None and got < loaded[label]
+                if done and not short:
                     item.update(state=COPIED, backfill_job=job.job_id)
                     item["detail"] = f"copied by backfill {job.job_id}"
                     withdrawn.append(item["warning"])
                     log.info(
                         "bulk import %s into %s copied by backfill %s",
                         item["job_id"],
-                        item["source_collection"],
+                        label,
                         job.job_id,
                     )
+                elif done:
+                    item.update(state=PENDING, manual=True, backfill_job=job.job_id)
+                    item["detail"] = (
+                        f"backfill {job.job_id} copied {got} rows of {label}, fewer than the "
+                        f"{loaded[label]} its imports loaded: the source did not serve them all "
+                        f"(or they were deleted since); {self._manual(label)}"
+                    )
+                    log.warning("bulk import %s into %s: %s", item["job_id"], label, item["detail"])
                 else:
                     item.update(state=PENDING, manual=True)
                     item["detail"] = (
-                        f"backfill {job.job_id} failed ({job.reason}); "
-                        f"{self._manual(item['source_collection'])}"
+                        f"backfill {job.job_id} failed ({job.reason}); {self._manual(label)}"
                     )
                 changed.append(dict(item))
         self._save(changed)
@@ -368,8 +458,10 @@ class ImportWatcher:
         stop: threading.Event,
         on_ready: Callable[[], None],
         interval: float = POLL_SECONDS,
+        serving: Callable[[TaskImports], None] | None = None,
     ) -> None:
         self._read = read
+        self._serving = serving
         self._imports = imports
         self._resolve = resolve
         self._stop = stop
@@ -378,15 +470,20 @@ class ImportWatcher:
         self._reported: set[str] = set()
 
     def poll(self) -> bool:
-        """One look at the source; True when an import is ready to copy."""
-        return self._imports.observe(self._read(), self._resolve)
+        """One look at the source (its imports, and whether it serves the segments of those
+        completed); True when an import is ready to copy. Without ``serving`` (the daemon
+        cannot ask the source Milvus) a completed import is never taken as readable."""
+        self._imports.observe(self._read(), self._resolve)
+        if self._serving is not None and self._imports.unserved():
+            self._serving(self._imports)
+        return bool(self._imports.ready())
 
     def run(self) -> None:
         while not self._stop.is_set():
             try:
                 if self.poll():
                     ready = self._imports.ready()
-                    log.info("bulk imports completed on the source: backfill of %s", ready)
+                    log.info("bulk imports readable on the source: backfill of %s", ready)
                     self._on_ready()
                     return
             except (SourceUnavailableError, MetaStoreError) as exc:

@@ -90,6 +90,16 @@ class RunnerContext:
     imports: Callable[[], list[SourceImport]] | None = None
     # why the daemon cannot backfill ("" when it can): imports then wait for an operator
     backfill_blocker: str = ""
+    # asks the source whether it serves a completed import's segments (a copy waits for it);
+    # None: the daemon cannot ask (no sourceConfig.milvus.uri) and imports wait for an operator
+    import_serving: Callable[[TaskImports], None] | None = None
+
+
+def _rows_copied(view: dict[str, Any] | None) -> dict[str, int] | None:
+    """Rows a backfill copied by source collection (``db.name``), from its progress view."""
+    if not view:
+        return None
+    return {c["collection"]: int(c["rows_done"]) for c in view.get("collections") or []}
 
 
 def _fenced(exc: BaseException) -> FencedError | None:
@@ -438,7 +448,8 @@ class ReplicationRunner:
             finished = stage.run(backfill, read.catalog, task.registry, dml)
             if finished is None:
                 return  # stopped during the backfill; it resumes at the next start
-            self.imports.backfill_ended(finished)  # (again for an old job: changes nothing)
+            # (again for an old job: changes nothing)
+            self.imports.backfill_ended(finished, _rows_copied(stage.view))
         workers: list[Worker] = [
             ChannelWorker(
                 task,
@@ -484,7 +495,14 @@ class ReplicationRunner:
                 return None
             return f"{source[0]}.{source[1]}", f"{target.db}.{target.name}"
 
-        return ImportWatcher(read, self.imports, resolve, self._stop, self._copy_imports)
+        return ImportWatcher(
+            read,
+            self.imports,
+            resolve,
+            self._stop,
+            self._copy_imports,
+            serving=self.context.import_serving,
+        )
 
     def _import_backfill(self, job: BackfillJob | None) -> BackfillJob | None:
         """The task's backfill job; a new one when imports wait to be copied and none is under

@@ -195,6 +195,61 @@ def test_bulk_inserts_before_during_and_around_the_task_are_copied(
         target.close()
 
 
+@pytest.mark.timeout(600)
+def test_a_completed_import_waits_until_the_source_serves_it(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
+):
+    """ "Completed" is not "readable": an import into a collection released on the source
+    completes, but no query sees its rows until the collection is loaded again. The task keeps
+    it pending (saying what it waits for, and streaming on) instead of copying the collection
+    without it, and copies it once the source serves its segments."""
+    name = f"bulks_{uuid.uuid4().hex[:8]}"
+    source = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    target = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    try:
+        create_source_collection(source, name, dynamic=False)
+        source.insert(name, make_rows(0, 300, "wal"))
+        daemon = daemon_factory(
+            **backfill_config(milvus_source, etcd_service, kafka_mock, rangeRows=2000)
+        ).start()
+        task_id = create_task(daemon, milvus_source_rocksmq.uri, name)
+        wait_until(lambda: target.has_collection(name), 60, "the task running")
+
+        source.release_collection(name)
+        job = bulk_insert(
+            milvus_source, name, write_rows_file(milvus_source, name, make_rows(40_000, 2000, "i"))
+        )
+        wait_imported(milvus_source, job)
+        source.insert(name, make_rows(5000, 10, "after"))  # streamed meanwhile
+
+        def waiting() -> dict | None:
+            item = imports_of(daemon, task_id).get(job, {})
+            return item if "query nodes to serve" in item.get("detail", "") else None
+
+        item = wait_until(waiting, 60, "the import shown waiting for the source to serve it")
+        assert item["phase"] == "completed" and "is it loaded?" in item["detail"], item
+        for _ in range(6):  # three looks of the task's watcher: still not copied
+            item = imports_of(daemon, task_id)[job]
+            assert item["state"] == "pending", item
+            assert not task_view(daemon, task_id)["backfill"]
+            time.sleep(1)
+        source.load_collection(name)  # (the task releases and loads the target's copy too)
+        wait_until(
+            lambda: imports_of(daemon, task_id).get(job, {}).get("state") == "copied",
+            300,
+            "the import copied once the source serves it",
+            interval=1,
+        )
+        wait_backfill(daemon, task_id)
+        expected = wait_equal(source, target, name, "id", timeout=120)
+        assert sum(40_000 <= key < 42_000 for key in expected) == 2000
+        assert len(expected) == 2310
+    finally:
+        source.drop_collection(name)
+        source.close()
+        target.close()
+
+
 def test_without_backfill_an_import_stays_pending_with_what_to_do(
     daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
 ):

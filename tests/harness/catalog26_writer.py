@@ -41,13 +41,14 @@ from harness.streaming_protos import build_classes
 from harness.streaming_writer import StreamingWriter, Tso, Written, collection_schema
 
 _F = descriptor_pb2.FieldDescriptorProto
-_INT32, _INT64, _UINT64, _STRING, _BYTES, _MESSAGE = (
+_INT32, _INT64, _UINT64, _STRING, _BYTES, _MESSAGE, _BOOL = (
     _F.TYPE_INT32,  # enums (states, consistency level) have the same varint encoding
     _F.TYPE_INT64,
     _F.TYPE_UINT64,
     _F.TYPE_STRING,
     _F.TYPE_BYTES,
     _F.TYPE_MESSAGE,
+    _F.TYPE_BOOL,
 )
 
 # pkg/proto/etcd_meta.proto (embedded schema.CollectionSchema as bytes: same wire bytes) and
@@ -108,6 +109,27 @@ _META = build_classes(
             ("complete_time", 13, _STRING, False, ""),
             ("files", 14, _MESSAGE, True, "ImportFile"),
             ("create_time", 16, _STRING, False, ""),
+        ],
+        # data_coord.proto ImportTaskV2 (state: ImportTaskStateV2) and SegmentInfo (state:
+        # common.SegmentState), the fields the daemon reads and a few beside them
+        "ImportTaskV2": [
+            ("jobID", 1, _INT64, False, ""),
+            ("taskID", 2, _INT64, False, ""),
+            ("collectionID", 3, _INT64, False, ""),
+            ("segmentIDs", 4, _INT64, True, ""),
+            ("nodeID", 5, _INT64, False, ""),
+            ("state", 6, _INT32, False, ""),
+            ("sorted_segmentIDs", 10, _INT64, True, ""),
+        ],
+        "SegmentInfo": [
+            ("ID", 1, _INT64, False, ""),
+            ("collectionID", 2, _INT64, False, ""),
+            ("partitionID", 3, _INT64, False, ""),
+            ("insert_channel", 4, _STRING, False, ""),
+            ("num_of_rows", 5, _INT64, False, ""),
+            ("state", 6, _INT32, False, ""),
+            ("createdByCompaction", 14, _BOOL, False, ""),
+            ("compactionFrom", 15, _INT64, True, ""),
         ],
     },
     {},
@@ -393,6 +415,44 @@ class Catalog26Writer:
             create_time="2026-11-23T09:00:00Z",
         )
         self._put(f"datacoord-meta/import-job/{job_id}", job)
+
+    def import_task(
+        self, task_id: int, job_id: int, collection_id: int, segments: Sequence[int]
+    ) -> None:
+        """``datacoord-meta/import-task/<taskID>`` (``buildImportTaskKey``): one task of a job
+        and the segments it wrote (state 4: ImportTaskStateV2 Completed)."""
+        task = _META["ImportTaskV2"](
+            jobID=job_id,
+            taskID=task_id,
+            collectionID=collection_id,
+            segmentIDs=list(segments),
+            nodeID=3,
+            state=4,
+        )
+        self._put(f"datacoord-meta/import-task/{task_id}", task)
+
+    def segment(
+        self,
+        collection_id: int,
+        segment_id: int,
+        state: int,
+        rows: int,
+        compaction_from: Sequence[int] = (),
+    ) -> None:
+        """``datacoord-meta/s/<collectionID>/<partitionID>/<segmentID>``
+        (``buildSegmentPath``)."""
+        partition_id = collection_id + 1
+        info = _META["SegmentInfo"](
+            ID=segment_id,
+            collectionID=collection_id,
+            partitionID=partition_id,
+            insert_channel=f"by-dev-rootcoord-dml_0_{collection_id}v0",
+            num_of_rows=rows,
+            state=state,
+            createdByCompaction=bool(compaction_from),
+            compactionFrom=list(compaction_from),
+        )
+        self._put(f"datacoord-meta/s/{collection_id}/{partition_id}/{segment_id}", info)
 
     def drop_alias(self, db_id: int, alias: str, *, tombstones: bool = False) -> None:
         self._remove(f"root-coord/database/aliases/{db_id}/{alias}", tombstones)

@@ -27,6 +27,7 @@ from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamCreateCollection
 from replicator.meta import CatalogReader, SourceCatalog, is_streaming_source
 from replicator.meta.imports import ImportPhase, SourceImport
+from replicator.meta.segments import unserved
 from replicator.sources.kafka import KafkaSource
 
 pytestmark = pytest.mark.integration
@@ -265,3 +266,28 @@ def test_import_jobs_of_the_data_coordinator(etcd: Any, root: str) -> None:
     assert found[9002].label == "default.loans"
     writer.import_job(9001, 4401, "shelved", files, IMPORT_COMPLETED, db_id=7001)
     assert {i.job_id: i.phase for i in catalog.imports()}[9001] is ImportPhase.COMPLETED
+
+
+def test_an_import_jobs_segments_and_what_compaction_made_of_them(etcd: Any, root: str) -> None:
+    """A 2.4+ job's segments are those its import tasks wrote (pre-import tasks write none);
+    the data coordinator's segment records name what a compaction was made from."""
+    writer = Catalog26Writer(etcd, root)
+    writer.import_job(9101, 4501, "stock", [["a.parquet"], ["b.parquet"]], IMPORT_COMPLETED)
+    writer.import_task(9201, 9101, 4501, [61, 62])
+    writer.import_task(9202, 9101, 4501, [63])
+    writer.import_task(9203, 9999, 4501, [64])  # another job's
+    catalog = SourceCatalog(etcd, root)
+    (job,) = [i for i in catalog.imports() if i.job_id == 9101]
+    assert sorted(job.segments) == [61, 62, 63], job
+
+    writer.segment(4501, 61, 6, 100)  # dropped: compacted into 70 with 62
+    writer.segment(4501, 62, 6, 100)
+    writer.segment(4501, 63, 4, 50)
+    writer.segment(4501, 70, 4, 200, compaction_from=[61, 62])
+    writer.segment(4502, 80, 4, 9)  # another collection's
+    segments = catalog.segments(4501)
+    assert sorted(segments) == [61, 62, 63, 70]
+    assert segments[70].compaction_from == (61, 62) and segments[70].rows == 200
+    assert (segments[61].state, segments[63].state) == (6, 4)
+    assert unserved(job.segments, {63, 70}, segments) == []
+    assert unserved(job.segments, {63}, segments) == [61, 62]

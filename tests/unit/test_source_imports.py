@@ -1,5 +1,6 @@
-"""Bulk imports: the source's etcd records decoded, and a task's view of them (pending, copying,
-copied, failed on the source, waiting for an operator).
+"""Bulk imports: the source's etcd records decoded, and a task's view of them (pending, waiting
+for the source to serve a completed import's segments, copying, copied, failed on the source,
+waiting for an operator).
 
 The 2.3 values below are bytes a real Milvus 2.3.5 wrote under ``by-dev/meta/importtask/<id>``
 for two ``utility.do_bulk_insert`` calls (one with a relative path it could not read, one that
@@ -57,6 +58,7 @@ def test_a_completed_2_3_import_task():
         partition="_default",
         rows=100,
         created="1795424994",
+        segments=(470659889415847958,),  # ImportTaskState.segments: the one it wrote
     )
     assert record.label == "default.imp"
 
@@ -132,8 +134,22 @@ def resolve(collection_id: int) -> tuple[str, str] | None:
     return ("default.imp", "default.imp_copy") if collection_id == COLLECTION_ID else None
 
 
-def seen(phase: ImportPhase, job_id: int = 1, collection_id: int = COLLECTION_ID) -> SourceImport:
-    return SourceImport(job_id, collection_id, "imp", phase, ("/f.json",), rows=10)
+def seen(
+    phase: ImportPhase,
+    job_id: int = 1,
+    collection_id: int = COLLECTION_ID,
+    segments: tuple[int, ...] = (3,),
+) -> SourceImport:
+    return SourceImport(
+        job_id, collection_id, "imp", phase, ("/f.json",), rows=10, segments=segments
+    )
+
+
+def served(imports: TaskImports) -> None:
+    """The source serves every completed import's segments now (tests/unit/test_import_serving.py
+    covers the wait before)."""
+    for item in imports.unserved():
+        imports.serving_seen(item["job_id"], [])
 
 
 def test_an_import_is_pending_then_copied_by_the_backfill_that_followed_it(store):
@@ -144,7 +160,8 @@ def test_an_import_is_pending_then_copied_by_the_backfill_that_followed_it(store
     (item,) = imports.pending  # the unselected collection's import is not the task's
     assert item["state"] == "pending" and item["detail"] == "running on the source"
     assert "job 1" in store.get_task(TASK).reason
-    assert imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    assert not imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    served(imports)
     assert imports.ready() == ["default.imp"]
 
     job = BackfillJob.new(imports.ready())
@@ -164,6 +181,7 @@ def test_a_backfill_started_before_an_import_completed_does_not_count(store):
     job = BackfillJob.new(["*"])
     imports.backfill_starts(job)  # the import was still running: not copied by this job
     imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    served(imports)
     imports.backfill_ended(job.with_(state="done"))
     assert [i["state"] for i in imports.pending] == ["pending"]
     assert imports.ready() == ["default.imp"]
@@ -172,6 +190,7 @@ def test_a_backfill_started_before_an_import_completed_does_not_count(store):
 def test_a_failed_backfill_leaves_the_import_to_an_operator(store):
     imports = imports_of(store)
     imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    served(imports)
     job = BackfillJob.new(imports.ready())
     imports.backfill_starts(job)
     imports.backfill_ended(job.with_(state="failed", reason="range 0 refused"))
@@ -226,6 +245,7 @@ def test_a_record_of_an_earlier_version_is_read_and_copied_by_a_later_backfill(s
 def test_finished_imports_are_forgotten_once_the_source_forgets_them(store):
     imports = imports_of(store)
     imports.observe([seen(ImportPhase.COMPLETED), seen(ImportPhase.RUNNING, 2)], resolve)
+    served(imports)
     job = BackfillJob.new(["imp"])
     imports.backfill_starts(job)
     imports.backfill_ended(job.with_(state="done"))
@@ -237,9 +257,91 @@ def test_finished_imports_are_forgotten_once_the_source_forgets_them(store):
 def test_an_import_into_a_dropped_collection_has_nothing_left_to_copy(store):
     imports = imports_of(store)
     imports.observe([seen(ImportPhase.COMPLETED)], resolve)
+    served(imports)
     imports.collections_left(lambda collection_id: collection_id == COLLECTION_ID)
     assert imports.ready() == ["default.imp"]
     imports.collections_left(lambda _collection_id: False)
     assert imports.pending == [] and imports.ready() == []
     assert imports.items[0]["state"] == "collection_dropped"
     assert "bulk-imported" not in store.get_task(TASK).reason
+
+
+# --- a completed import waits until the source serves it ---------------------------------------
+
+
+def test_a_completed_import_is_copied_only_once_the_source_serves_its_segments(store):
+    imports = imports_of(store)
+    assert not imports.observe([seen(ImportPhase.COMPLETED, segments=(11, 12))], resolve)
+    assert imports.ready() == [] and [i["job_id"] for i in imports.unserved()] == [1]
+    job = BackfillJob.new(["*"])
+    imports.backfill_starts(job)  # a backfill now would read the collection without them
+    assert imports.pending[0]["state"] == "pending"
+    imports.backfill_ended(job.with_(state="done"))
+    assert imports.pending[0]["state"] == "pending"
+
+    imports.serving_seen(1, [12], "")
+    (item,) = imports.pending
+    assert "query nodes to serve 1 of its 2 segments (12)" in item["detail"], item
+    assert imports_of(store).unserved()  # kept across a restart
+    imports.serving_seen(1, [], "")
+    assert imports.ready() == ["default.imp"] and imports.unserved() == []
+    assert imports.pending[0]["detail"] == "completed on the source; a backfill copies it"
+    job = BackfillJob.new(imports.ready())
+    imports.backfill_starts(job)
+    imports.backfill_ended(job.with_(state="done"))
+    assert imports.pending == [] and imports.items[0]["state"] == "copied"
+
+
+def test_what_the_source_said_is_shown_and_an_operator_told_what_to_do_after(store):
+    imports = imports_of(store, blocker="needs the Python package 'pyspark'")
+    imports.observe([seen(ImportPhase.COMPLETED, segments=(11, 12))], resolve)
+    imports.serving_seen(1, [11, 12], "it serves no segment of the collection: is it loaded?")
+    (item,) = imports.pending
+    assert "is it loaded?" in item["detail"], item
+    assert f"then ask a backfill of imp (milvus-cdc task backfill {TASK}" in item["detail"], item
+
+
+def test_an_import_recorded_before_segments_were_followed_is_checked_again(store):
+    """A record saved by an earlier version (completed, no segments, no ``served``) is taken
+    as ready only until the source's record, with its segments, is seen again."""
+    state = RunnerState(store, TASK)
+    state.record_import(
+        1,
+        {
+            "job_id": 1,
+            "collection_id": COLLECTION_ID,
+            "collection": "default.imp_copy",
+            "source_collection": "default.imp",
+            "files": [["/f.json"]],
+            "ts": 1,
+            "phase": "completed",
+            "rows": 10,
+            "state": "pending",
+            "detail": "completed on the source; a backfill copies it",
+            "backfill_job": "",
+            "warning": "w",
+        },
+    )
+    imports = imports_of(store)
+    assert imports.ready() == ["default.imp"]
+    imports.observe([seen(ImportPhase.COMPLETED, segments=(11, 12))], resolve)
+    assert imports.ready() == [] and imports.unserved()[0]["segments"] == [11, 12]
+
+
+@pytest.mark.parametrize(("copied", "state"), [(9, "pending"), (10, "copied"), (500, "copied")])
+def test_a_backfill_that_copied_fewer_rows_than_the_import_loaded_does_not_count(
+    store, copied: int, state: str
+):
+    imports = imports_of(store)
+    imports.observe([seen(ImportPhase.COMPLETED, segments=(11, 12))], resolve)
+    imports.serving_seen(1, [], "")
+    job = BackfillJob.new(imports.ready())
+    imports.backfill_starts(job)
+    imports.backfill_ended(job.with_(state="done"), {"default.imp": copied})
+    (item,) = imports.items
+    assert item["state"] == state, item
+    if state == "pending":
+        assert f"copied {copied} rows of default.imp, fewer than the 10" in item["detail"]
+        assert f"milvus-cdc task backfill {TASK} --collection imp" in item["detail"]
+        assert "bulk-imported into default.imp (job 1)" in store.get_task(TASK).reason
+        assert imports.ready() == []  # not copied again by itself: an operator looks first
