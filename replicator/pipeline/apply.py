@@ -5,7 +5,8 @@ Rules:
   Milvus writes an upsert as an Insert and a Delete of the same keys at one timestamp, and a
   delete hides only older rows; applying the delete first reproduces exactly that.
 - Consecutive inserts into one (collection, partition) become one request: their ``fields_data``
-  are merged column by column (protobuf ``MergeFrom`` concatenates the values).
+  are merged column by column into the request's (protobuf ``MergeFrom`` concatenates the
+  values; the decoded events are left as they are, so a batch applied again is the same).
 - In replay mode (records a crash may already have written) inserts go as upserts, so a row
   is never doubled.
 """
@@ -72,15 +73,6 @@ def order_for_target(events: Sequence[Insert | Delete]) -> list[Insert | Delete]
     return sorted(events, key=lambda e: (e.ts, 0 if isinstance(e, Delete) else 1))
 
 
-def merge_fields(into: list[Any], more: Sequence[Any]) -> None:
-    by_name = {f.field_name: f for f in into}
-    for column in more:
-        target = by_name.get(column.field_name)
-        if target is None:
-            raise ValueError(f"insert batches disagree on columns: {column.field_name}")
-        target.MergeFrom(column)
-
-
 class BatchApplier:
     def __init__(
         self,
@@ -134,19 +126,15 @@ class BatchApplier:
         def flush_inserts() -> None:
             if not run:
                 return
-            columns = [type(f)() for f in run[0].request.fields_data]
-            for column, source in zip(columns, run[0].request.fields_data, strict=True):
-                column.CopyFrom(source)
-            for later in run[1:]:
-                merge_fields(columns, later.request.fields_data)
             rows = sum(e.num_rows for e in run)
             self._target.insert(
                 collection.db,
                 collection.name,
                 self._partition(collection, run[0].partition_name),
-                columns,
+                run[0].request.fields_data,
                 rows,
                 upsert=replay,
+                more=[later.request.fields_data for later in run[1:]],
             )
             self.stats.rows_inserted += rows
             for inserted in run:

@@ -344,6 +344,7 @@ class KafkaTarget(MilvusTarget):
         num_rows: int,
         *,
         upsert: bool = False,
+        more: Sequence[Sequence[schema_pb2.FieldData]] = (),
     ) -> None:
         raise SinkError("a Kafka target is written by its channel writer, not by insert()")
 

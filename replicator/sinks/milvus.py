@@ -79,6 +79,20 @@ def has_partition_key(schema: schema_pb2.CollectionSchema) -> bool:
     return any(field.is_partition_key for field in schema.fields)
 
 
+def merge_columns(
+    into: Sequence[schema_pb2.FieldData], more: Sequence[Sequence[schema_pb2.FieldData]]
+) -> None:
+    """Appends the values of each batch of ``more`` to the column of ``into`` of the same name
+    (protobuf ``MergeFrom``: repeated values are concatenated)."""
+    by_name = {column.field_name: column for column in into}
+    for columns in more:
+        for column in columns:
+            target = by_name.get(column.field_name)
+            if target is None:
+                raise ValueError(f"insert batches disagree on columns: {column.field_name}")
+            target.MergeFrom(column)
+
+
 class MilvusTarget:
     """One connection to a target Milvus; blocking calls, used from worker threads."""
 
@@ -617,7 +631,11 @@ class MilvusTarget:
         num_rows: int,
         *,
         upsert: bool = False,
+        more: Sequence[Sequence[schema_pb2.FieldData]] = (),
     ) -> None:
+        """``more``: the columns of later inserts of the same rows' shape, merged column by
+        column into the request's own (protobuf ``MergeFrom`` appends the values): each value
+        is copied once into the request, not into columns first and then into the request."""
         request_type = milvus_pb2.UpsertRequest if upsert else milvus_pb2.InsertRequest
         request = request_type(
             db_name=db,
@@ -626,6 +644,7 @@ class MilvusTarget:
             fields_data=fields_data,
             num_rows=num_rows,
         )
+        merge_columns(request.fields_data, more)
         self._call(
             "Upsert" if upsert else "Insert",
             request,

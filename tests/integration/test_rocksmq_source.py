@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from harness.services import wait_until
 
 from metastore import Position
 from replicator.codec.msgstream import decode
@@ -258,7 +259,7 @@ def test_readers_in_threads_share_one_secondary_instance(
     rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
 ) -> None:
     scratch = tmp_path / "secondary"
-    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch))
+    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch), linger=0.5)
     readers = [source.open_channel(written.pchannel, None) for _ in range(4)]
     try:
         assert len(os.listdir(scratch)) == 1, "one secondary instance for all readers"
@@ -279,7 +280,26 @@ def test_readers_in_threads_share_one_secondary_instance(
     finally:
         for reader in readers:
             reader.close()
-    assert os.listdir(scratch) == [], "closed with the last reader"
+    assert len(os.listdir(scratch)) == 1, "kept a while for the next reader"
+    wait_until(lambda: os.listdir(scratch) == [], 10, "closed after the last reader lingered")
+
+
+def test_watermarks_one_after_another_open_the_store_once(
+    rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
+) -> None:
+    """A task's start asks every channel's watermarks in turn: one instance serves them all
+    (opening one reads every table file; it was opened anew for each channel), and a reader
+    opened within ``linger`` takes it too."""
+    scratch = tmp_path / "secondary"
+    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch), linger=5)
+    opened: list[str] = []
+    for pchannel in [written.pchannel, *rocksmq_milvus.dml_channels[:3]]:
+        source.watermarks(pchannel)
+        opened.extend(os.listdir(scratch))
+    reader = source.open_channel(written.pchannel, None)
+    opened.extend(os.listdir(scratch))
+    reader.close()
+    assert len(set(opened)) == 1, opened
 
 
 def test_sees_records_written_after_it_opened(
@@ -358,14 +378,14 @@ def test_a_quiet_channel_is_looked_at_less_often(
     unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
     prefix = (unused + "/").encode()
     looks: list[float] = []
-    real_read = rocksmq._SecondaryDB.read
+    real_read = rocksmq._SecondaryDB.read_from
 
-    def counting_read(self, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
+    def counting_read(self, cursor, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
         if topic == prefix:
             looks.append(time.monotonic())
-        return real_read(self, topic, after, max_records, direct)
+        return real_read(self, cursor, topic, after, max_records, direct)
 
-    monkeypatch.setattr(rocksmq._SecondaryDB, "read", counting_read)
+    monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
     reader = source.open_channel(unused, None)
     try:
         started = time.monotonic()
@@ -384,7 +404,7 @@ def test_secondary_scratch_directory_is_removed_on_close(
     rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
 ) -> None:
     scratch = tmp_path / "secondary"
-    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch))
+    source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), secondary_dir=str(scratch), linger=0)
     reader = source.open_channel(written.pchannel, None)
     try:
         assert len(os.listdir(scratch)) == 1
@@ -437,3 +457,121 @@ def test_streaming_layout_is_unwrapped() -> None:
     # a broken layout is passed on as it is (the decoder reports it at its position)
     broken = STREAMING_MAGIC + b"\x0a\x7f"
     assert unwrap_value(broken) == (broken, {})
+
+
+def test_a_catch_up_is_made_only_when_the_primary_wrote(tmp_path: Path) -> None:
+    """The primary here is a RocksDB of our own (written with rocksdict, keys laid out as
+    RocksMQ's ``topic/id``): a catch-up is made when its WAL or MANIFEST changed, and at least
+    every CATCH_UP_AT_LEAST seconds; a look in between costs a directory listing."""
+    from rocksdict import Options, Rdict
+
+    path = str(tmp_path / "primary")
+    options = Options(raw_mode=True)
+    primary = Rdict(path, options)
+    store = rocksmq._SecondaryDB(path, str(tmp_path / "secondary"))
+    try:
+        primary[b"a/100"] = b"first"
+        primary[b"b/101"] = b"x" * 3_000_000  # the next topic's block: megabytes
+        store.catch_up()
+        made = store.catch_ups
+        assert store.read(b"a/", None, 10) == [(100, b"first")]
+        for _ in range(5):
+            store.catch_up()
+        assert store.catch_ups == made, "nothing was written"
+        assert not store.holds_after(b"a/", 100, direct=True)
+
+        primary[b"a/102"] = b"second"
+        assert not store.holds_after(b"a/", 100, direct=True), "not caught up yet"
+        store.catch_up()
+        assert store.catch_ups == made + 1
+        assert store.holds_after(b"a/", 100, direct=True)
+        assert not store.holds_after(b"a/", 102, direct=True)
+        assert store.read(b"a/", 100, 10, direct=True) == [(102, b"second")]
+
+        time.sleep(rocksmq.CATCH_UP_AT_LEAST + 0.05)
+        store.catch_up()
+        assert store.catch_ups == made + 2, "one at least every CATCH_UP_AT_LEAST"
+    finally:
+        store.close()
+        primary.close()
+
+
+def test_a_reader_goes_on_where_its_last_read_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a backlog in reads of READ_BYTES, each read after the first goes on with the
+    iterator the last one left (no seek: a seek reads a block in every table file); records
+    written later are read once that iterator reached the topic's end."""
+    from rocksdict import Options, Rdict
+
+    path = str(tmp_path / "primary")
+    primary = Rdict(path, Options(raw_mode=True))
+    source = RocksmqSource(path, secondary_dir=str(tmp_path / "secondary"), linger=0)
+    seeks: list[bytes] = []
+    real_position = rocksmq._SecondaryDB._position
+
+    def counting_position(it, prefix, after, direct):  # type: ignore[no-untyped-def]
+        seeks.append(prefix)
+        real_position(it, prefix, after, direct)
+
+    monkeypatch.setattr(rocksmq._SecondaryDB, "_position", staticmethod(counting_position))
+    words = rocksmq.READ_BYTES // 24 + 1  # three values of 8 * words bytes fill a read
+    for msg_id in range(1000, 1010):
+        primary[b"a/%d" % msg_id] = msg_id.to_bytes(8, "little") * words
+    primary[b"b/2000"] = b"next topic"
+    reader = source.open_channel("a", None)
+    try:
+        offsets = []
+        for _ in range(4):
+            offsets.append([r.offset for r in reader.read_batch(100, 1.0)])
+        assert offsets == [[1000, 1001, 1002], [1003, 1004, 1005], [1006, 1007, 1008], [1009]]
+        assert seeks == [b"a/"], "one seek, then the iterator went on"
+
+        primary[b"a/1010"] = b"later"
+        later = reader.read_batch(100, 5.0)
+        assert [(r.offset, r.payload) for r in later] == [(1010, b"later")]
+        assert reader.read_batch(100, 0.3) == []
+    finally:
+        reader.close()
+        primary.close()
+
+
+def test_a_channel_quiet_for_long_is_looked_at_more_rarely(
+    source: RocksmqSource,
+    written: Written,
+    rocksmq_milvus: MilvusSource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As above with the times shortened: quiet for QUIET_LONG_AFTER, a channel is looked at
+    every QUIET_LONG_POLL (the source writes time ticks to another channel all along)."""
+    for name, value in (
+        ("QUIET_AFTER", 0.2),
+        ("QUIET_POLL", 0.2),
+        ("QUIET_LONG_AFTER", 1.0),
+        ("QUIET_LONG_POLL", 0.7),
+    ):
+        monkeypatch.setattr(rocksmq, name, value)
+    unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
+    prefix = (unused + "/").encode()
+    looks: list[float] = []
+    real_read = rocksmq._SecondaryDB.read_from
+
+    def counting_read(self, cursor, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
+        if topic == prefix:
+            looks.append(time.monotonic())
+        return real_read(self, cursor, topic, after, max_records, direct)
+
+    monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
+    reader = source.open_channel(unused, None)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 3.5:
+            assert reader.read_batch(100, 0.1) == []
+    finally:
+        reader.close()
+    short = [t - started for t in looks if 0.3 < t - started < 0.95]
+    long = [t - started for t in looks if t - started > 1.1]
+    assert len(short) >= 2, looks
+    assert min(b - a for a, b in itertools.pairwise(short)) >= 0.19
+    assert 2 <= len(long) <= 2.4 / 0.7 + 1, long
+    assert min(b - a for a, b in itertools.pairwise(long)) >= 0.69, long

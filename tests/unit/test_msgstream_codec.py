@@ -3,7 +3,7 @@ which a batch reaches the target."""
 
 from __future__ import annotations
 
-from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 
 from replicator.codec.msgstream import decode, message_header
 from replicator.codec.wire import find_varint_field, to_signed64
@@ -15,7 +15,8 @@ from replicator.events import (
     Skipped,
     TimeTick,
 )
-from replicator.pipeline.apply import delete_keys, merge_fields, order_for_target
+from replicator.pipeline.apply import delete_keys, order_for_target
+from replicator.sinks.milvus import merge_columns
 
 TS = (1_700_000_000_000 << 18) + 5
 
@@ -134,14 +135,14 @@ def test_a_later_delete_stays_after_the_insert():
 
 
 def test_inserts_merge_column_by_column():
-    a, b = _events(insert_request(1, [1, 2]), insert_request(1, [3]))
-    columns = [type(f)() for f in a.request.fields_data]
-    for column, source in zip(columns, a.request.fields_data, strict=True):
-        column.CopyFrom(source)
-    merge_fields(columns, b.request.fields_data)
-    assert list(columns[0].scalars.long_data.data) == [1, 2, 3]
-    assert list(columns[1].vectors.float_vector.data) == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    a, b, c = _events(insert_request(1, [1, 2]), insert_request(1, [3]), insert_request(1, [4]))
+    request = milvus_pb2.InsertRequest(fields_data=a.request.fields_data)
+    merge_columns(request.fields_data, [b.request.fields_data, c.request.fields_data])
+    columns = request.fields_data
+    assert list(columns[0].scalars.long_data.data) == [1, 2, 3, 4]
+    assert list(columns[1].vectors.float_vector.data) == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
     assert columns[1].vectors.dim == 2
+    assert list(a.request.fields_data[0].scalars.long_data.data) == [1, 2], "events unchanged"
 
 
 def test_single_field_lookups_agree_with_the_whole_message_walk():
