@@ -366,6 +366,20 @@ def test_empty_channel_returns_nothing_within_the_timeout(
         reader.close()
 
 
+def _count_looks(monkeypatch: pytest.MonkeyPatch, prefix: bytes) -> list[float]:
+    """When each read of the topic ``prefix`` was made (a look: a seek in the store)."""
+    looks: list[float] = []
+    real_read = rocksmq._SecondaryDB.read_from
+
+    def counting_read(self, cursor, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
+        if topic == prefix:
+            looks.append(time.monotonic())
+        return real_read(self, cursor, topic, after, max_records, direct)
+
+    monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
+    return looks
+
+
 def test_a_quiet_channel_is_looked_at_less_often(
     source: RocksmqSource,
     written: Written,
@@ -377,15 +391,7 @@ def test_a_quiet_channel_is_looked_at_less_often(
     (20 a second); once quiet for QUIET_AFTER it looks every QUIET_POLL."""
     unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
     prefix = (unused + "/").encode()
-    looks: list[float] = []
-    real_read = rocksmq._SecondaryDB.read_from
-
-    def counting_read(self, cursor, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
-        if topic == prefix:
-            looks.append(time.monotonic())
-        return real_read(self, cursor, topic, after, max_records, direct)
-
-    monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
+    looks = _count_looks(monkeypatch, prefix)
     reader = source.open_channel(unused, None)
     try:
         started = time.monotonic()
@@ -553,15 +559,7 @@ def test_a_channel_quiet_for_long_is_looked_at_more_rarely(
         monkeypatch.setattr(rocksmq, name, value)
     unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
     prefix = (unused + "/").encode()
-    looks: list[float] = []
-    real_read = rocksmq._SecondaryDB.read_from
-
-    def counting_read(self, cursor, topic, after, max_records, direct=False):  # type: ignore[no-untyped-def]
-        if topic == prefix:
-            looks.append(time.monotonic())
-        return real_read(self, cursor, topic, after, max_records, direct)
-
-    monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
+    looks = _count_looks(monkeypatch, prefix)
     reader = source.open_channel(unused, None)
     try:
         started = time.monotonic()
