@@ -43,7 +43,8 @@ ENV PATH=/opt/milvus-cdc/bin:$PATH \
     CDC_CONFIG=/etc/milvus-cdc/cdc.yaml \
     CDC_LOGFORMAT=json \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    MALLOC_ARENA_MAX=2
 WORKDIR /var/lib/milvus-cdc
 # the SQLite metastore (metaStoreConfig.sqlitePath, relative to this directory) lives here
 VOLUME ["/var/lib/milvus-cdc"]

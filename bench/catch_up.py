@@ -247,7 +247,7 @@ def write_direct(args, dst, source_pid: int, target_pid: int) -> dict:
 
 
 def fmt_cpu(values: list[float]) -> str:
-    return " / ".join(f"{v:.0f}" for v in values) + (" / -" if len(values) == 2 else "")
+    return " / ".join(f"{v:.1f}" for v in values) + (" / -" if len(values) == 2 else "")
 
 
 def report(args, r: dict, total_s: float) -> str:

@@ -111,6 +111,7 @@ def test_dockerfile_is_multi_stage_non_root_exec_form_with_a_health_check():
     assert not any(k == "RUN" and "pip install" in a for k, a in runtime)
     config_copy = next(a for k, a in runtime if k == "COPY" and a.startswith("configs/"))
     assert f"CDC_CONFIG={config_copy.split()[1]}" in shared["ENV"]
+    assert "MALLOC_ARENA_MAX=2" in shared["ENV"]  # bench/results/backlog.md
     # every file copied from the build context exists and is not excluded by .dockerignore
     ignored = (REPO / ".dockerignore").read_text().split()
     for keyword, argument in instructions:
@@ -218,6 +219,7 @@ def test_systemd_unit_restarts_and_waits_longer_than_the_drain():
     assert "RestartPreventExitStatus" in service  # a configuration error is not retried
     config_env = next(e for e in environment if e.startswith("CDC_CONFIG="))
     assert config_env.endswith("/cdc.yaml")
+    assert "MALLOC_ARENA_MAX=2" in environment  # bench/results/backlog.md
     assert service["WorkingDirectory"] in service["ReadWritePaths"].split()
     assert dict(sections["Install"])["WantedBy"] == "multi-user.target"
 
