@@ -127,6 +127,13 @@ def packed_varints(buf: bytes) -> list[int]:
     return values
 
 
+def int64s(value: int | bytes) -> list[int]:
+    """One occurrence of a repeated int64 field, as ``iter_fields`` gives it: packed (bytes)
+    or a single varint; signed."""
+    raw = packed_varints(value) if isinstance(value, bytes) else [value]
+    return [to_signed64(v) for v in raw]
+
+
 def encode_varint(value: int) -> bytes:
     """A non-negative integer as a protobuf varint (callers mask negative values to 64 bits)."""
     out = bytearray()

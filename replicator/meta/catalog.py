@@ -88,7 +88,7 @@ from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.codec.wire import iter_fields, packed_varints, to_signed64
+from replicator.codec.wire import int64s, iter_fields, to_signed64
 from replicator.meta.imports import SourceImport, read_imports
 from replicator.meta.segments import SegmentRecord, read_segments
 
@@ -186,10 +186,8 @@ def decode_collection(value: bytes) -> dict[str, Any]:
             info["schema"] = schema_pb2.CollectionSchema.FromString(v)
         elif number == 3:
             info["create_time"] = _int(v)
-        elif number == 4 and isinstance(v, int):
-            info["legacy_partition_ids"].append(_int(v))
-        elif number == 4 and isinstance(v, bytes):  # packed
-            info["legacy_partition_ids"].extend(to_signed64(x) for x in packed_varints(v))
+        elif number == 4:  # packed or not
+            info["legacy_partition_ids"].extend(int64s(v))
         elif number == 5:
             info["legacy_partition_names"].append(_text(v))
         elif number == 7:

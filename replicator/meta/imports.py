@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from replicator.codec.wire import WireError, iter_fields, packed_varints, to_signed64
+from replicator.codec.wire import WireError, int64s, iter_fields, to_signed64
 
 T = TypeVar("T")
 
@@ -98,14 +98,6 @@ def _int(value: int | bytes) -> int:
     return to_signed64(value) if isinstance(value, int) else 0
 
 
-def _ids(values: list[int | bytes]) -> tuple[int, ...]:
-    """A repeated int64 field's occurrences (packed or one varint each)."""
-    ids: list[int] = []
-    for value in values:
-        ids.extend(packed_varints(value) if isinstance(value, bytes) else [value])
-    return tuple(to_signed64(i) for i in ids)
-
-
 def decode_import_task(value: bytes) -> SourceImport:
     """A 2.3 ``datapb.ImportTaskInfo``."""
     fields: dict[str, Any] = {"files": [], "state": b""}
@@ -117,10 +109,10 @@ def decode_import_task(value: bytes) -> SourceImport:
         else:
             fields[str(number)] = v
     state: dict[int, int | bytes] = {}
-    segments: list[int | bytes] = []
+    segments: list[int] = []
     for n, _, x in iter_fields(fields["state"] or b""):
         if n == 2:
-            segments.append(x)
+            segments.extend(int64s(x))
         else:
             state[n] = x
     code = _int(state.get(1, 0))
@@ -135,7 +127,7 @@ def decode_import_task(value: bytes) -> SourceImport:
         rows=_int(state.get(4, 0)),
         reason=_text(state.get(5, b"")),
         created=str(_int(fields.get("10", 0))),
-        segments=_ids(segments),
+        segments=tuple(segments),
     )
 
 
@@ -166,13 +158,13 @@ def decode_import_job(value: bytes, databases: dict[int, str] | None = None) -> 
 def decode_import_task_v2(value: bytes) -> tuple[int, tuple[int, ...]]:
     """A 2.4+ ``datapb.ImportTaskV2``: its job id and the segments it wrote."""
     job_id = 0
-    segments: list[int | bytes] = []
+    segments: list[int] = []
     for number, _, v in iter_fields(value):
         if number == 1:
             job_id = _int(v)
         elif number == 4:
-            segments.append(v)
-    return job_id, _ids(segments)
+            segments.extend(int64s(v))
+    return job_id, tuple(segments)
 
 
 def read_imports(

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replicator.codec.wire import WireError, iter_fields, packed_varints, to_signed64
+from replicator.codec.wire import WireError, int64s, iter_fields, to_signed64
 
 SEGMENTS = "datacoord-meta/s/"
 DROPPED = 6
@@ -44,7 +44,7 @@ def decode_segment(value: bytes) -> SegmentRecord:
     parents: list[int] = []
     for number, _, v in iter_fields(value):
         if number == 15:
-            parents.extend(packed_varints(v) if isinstance(v, bytes) else [v])
+            parents.extend(int64s(v))
         elif isinstance(v, int):
             if number == 1:
                 segment_id = to_signed64(v)
@@ -52,7 +52,7 @@ def decode_segment(value: bytes) -> SegmentRecord:
                 rows = to_signed64(v)
             elif number == 6:
                 state = v
-    return SegmentRecord(segment_id, state, rows, tuple(to_signed64(p) for p in parents))
+    return SegmentRecord(segment_id, state, rows, tuple(parents))
 
 
 def read_segments(client: Any, meta_prefix: str, collection_id: int) -> dict[int, SegmentRecord]:

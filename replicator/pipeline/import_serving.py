@@ -44,7 +44,7 @@ class ServingCheck:
             missing = [s for s in item.get("segments") or [] if s not in served]
             if missing:  # compaction may have made other segments of them
                 missing = unserved(missing, served, self._records(int(item["collection_id"])))
-            imports.serving_seen(int(item["job_id"]), missing, said if not served else "")
+            imports.serving_seen(int(item["job_id"]), missing, said)
 
 
 class LoadedOnSource:
@@ -86,9 +86,3 @@ class LoadedOnSource:
         # client's database
         handler = client._get_connection()
         return {int(i.segmentID) for i in handler.get_query_segment_info(name, self.TIMEOUT)}
-
-    def close(self) -> None:
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            client.close()

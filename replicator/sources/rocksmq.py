@@ -296,7 +296,7 @@ class _SecondaryDB:
     def holds_after(self, prefix: bytes, after: int, direct: bool = False) -> bool:
         """Whether a topic holds a record with an id greater than ``after``. Checksums are
         not verified: only keys are looked at here, and the values a reader takes are read
-        again, verified, by :meth:`read` (a key misread by a damaged block only makes a read
+        again, verified, by :meth:`read_from` (a key misread by a damaged block only makes a read
         come early or late, never skip or take a record)."""
         try:
             it = self.db.iter(self._unverified)
@@ -316,18 +316,6 @@ class _SecondaryDB:
             raise self._failed("reading", exc) from exc
         return False
 
-    def read(
-        self, prefix: bytes, after: int | None, max_records: int, direct: bool = False
-    ) -> list[tuple[int, bytes]]:
-        """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``, and
-        about READ_BYTES of values.
-
-        Ids of one width sort as numbers (Milvus's consumer relies on it), so the record after
-        ``after`` is one seek away when ``direct`` says the topic's ids are as wide as it;
-        otherwise (a position from elsewhere) the topic's head is looked at first. A seek reads
-        a whole data block, and a block holding a 2.6 MB insert costs milliseconds."""
-        return self.read_from(None, prefix, after, max_records, direct)[0]
-
     def read_from(
         self,
         cursor: _Cursor | None,
@@ -336,10 +324,15 @@ class _SecondaryDB:
         max_records: int,
         direct: bool = False,
     ) -> tuple[list[tuple[int, bytes]], _Cursor | None]:
-        """:meth:`read`, going on with ``cursor`` (an iterator a read of the same topic left on
-        the record after ``after``) instead of a seek; and the cursor to go on with next time,
-        None when the read reached the topic's end (the iterator sees the store as it was when
-        it was made: new records need a new one).
+        """Up to ``max_records`` (id, value) of a topic with ids greater than ``after``, and
+        about READ_BYTES of values; and the cursor to go on with next time, None when the read
+        reached the topic's end (an iterator sees the store as it was when it was made: new
+        records need a new one). ``cursor``: the one a read of the same topic left on the record
+        after ``after``, used instead of a seek.
+
+        Ids of one width sort as numbers (Milvus's consumer relies on it), so the record after
+        ``after`` is one seek away when ``direct`` says the topic's ids are as wide as it;
+        otherwise (a position from elsewhere) the topic's head is looked at first.
 
         A seek positions the iterator in every table file, and in each it reads the block at
         or after the target: during a backlog, a later insert of megabytes, checksummed, in

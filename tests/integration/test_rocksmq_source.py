@@ -366,8 +366,16 @@ def test_empty_channel_returns_nothing_within_the_timeout(
         reader.close()
 
 
-def _count_looks(monkeypatch: pytest.MonkeyPatch, prefix: bytes) -> list[float]:
-    """When each read of the topic ``prefix`` was made (a look: a seek in the store)."""
+def _idle_looks(
+    source: RocksmqSource,
+    pchannel: str,
+    monkeypatch: pytest.MonkeyPatch,
+    seconds: float,
+    timeout: float,
+) -> list[float]:
+    """Reads an empty channel for ``seconds`` in ``read_batch`` calls of ``timeout``; when
+    each read of its topic was made (a look: a seek in the store), in seconds from the start."""
+    prefix = (pchannel + "/").encode()
     looks: list[float] = []
     real_read = rocksmq._SecondaryDB.read_from
 
@@ -377,7 +385,14 @@ def _count_looks(monkeypatch: pytest.MonkeyPatch, prefix: bytes) -> list[float]:
         return real_read(self, cursor, topic, after, max_records, direct)
 
     monkeypatch.setattr(rocksmq._SecondaryDB, "read_from", counting_read)
-    return looks
+    reader = source.open_channel(pchannel, None)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            assert reader.read_batch(100, timeout) == []
+    finally:
+        reader.close()
+    return [t - started for t in looks]
 
 
 def test_a_quiet_channel_is_looked_at_less_often(
@@ -390,16 +405,8 @@ def test_a_quiet_channel_is_looked_at_less_often(
     every few milliseconds, so an idle reader of another channel would seek on every poll
     (20 a second); once quiet for QUIET_AFTER it looks every QUIET_POLL."""
     unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
-    prefix = (unused + "/").encode()
-    looks = _count_looks(monkeypatch, prefix)
-    reader = source.open_channel(unused, None)
-    try:
-        started = time.monotonic()
-        while time.monotonic() - started < rocksmq.QUIET_AFTER + 2.0:
-            assert reader.read_batch(100, 0.2) == []
-    finally:
-        reader.close()
-    quiet = [t for t in looks if t - started > rocksmq.QUIET_AFTER + 0.1]
+    looks = _idle_looks(source, unused, monkeypatch, rocksmq.QUIET_AFTER + 2.0, 0.2)
+    quiet = [t for t in looks if t > rocksmq.QUIET_AFTER + 0.1]
     # about 2.0 / QUIET_POLL looks once quiet (20 a second would be 38)
     assert 2 <= len(quiet) <= 2.0 / rocksmq.QUIET_POLL + 1, len(quiet)
     gaps = [b - a for a, b in itertools.pairwise(quiet)]
@@ -480,7 +487,7 @@ def test_a_catch_up_is_made_only_when_the_primary_wrote(tmp_path: Path) -> None:
         primary[b"b/101"] = b"x" * 3_000_000  # the next topic's block: megabytes
         store.catch_up()
         made = store.catch_ups
-        assert store.read(b"a/", None, 10) == [(100, b"first")]
+        assert store.read_from(None, b"a/", None, 10)[0] == [(100, b"first")]
         for _ in range(5):
             store.catch_up()
         assert store.catch_ups == made, "nothing was written"
@@ -492,7 +499,7 @@ def test_a_catch_up_is_made_only_when_the_primary_wrote(tmp_path: Path) -> None:
         assert store.catch_ups == made + 1
         assert store.holds_after(b"a/", 100, direct=True)
         assert not store.holds_after(b"a/", 102, direct=True)
-        assert store.read(b"a/", 100, 10, direct=True) == [(102, b"second")]
+        assert store.read_from(None, b"a/", 100, 10, direct=True)[0] == [(102, b"second")]
 
         time.sleep(rocksmq.CATCH_UP_AT_LEAST + 0.05)
         store.catch_up()
@@ -558,17 +565,9 @@ def test_a_channel_quiet_for_long_is_looked_at_more_rarely(
     ):
         monkeypatch.setattr(rocksmq, name, value)
     unused = _unused_channel(rocksmq_milvus, source, written.pchannel)
-    prefix = (unused + "/").encode()
-    looks = _count_looks(monkeypatch, prefix)
-    reader = source.open_channel(unused, None)
-    try:
-        started = time.monotonic()
-        while time.monotonic() - started < 3.5:
-            assert reader.read_batch(100, 0.1) == []
-    finally:
-        reader.close()
-    short = [t - started for t in looks if 0.3 < t - started < 0.95]
-    long = [t - started for t in looks if t - started > 1.1]
+    looks = _idle_looks(source, unused, monkeypatch, 3.5, 0.1)
+    short = [t for t in looks if 0.3 < t < 0.95]
+    long = [t for t in looks if t > 1.1]
     assert len(short) >= 2, looks
     assert min(b - a for a, b in itertools.pairwise(short)) >= 0.19
     assert 2 <= len(long) <= 2.4 / 0.7 + 1, long
