@@ -13,7 +13,13 @@ check the same ``Fence`` (``replicator/sinks/milvus.py``). The fence closes thre
   surely live (the last heartbeat the store acknowledged, plus the lease time, less a margin,
   counted from before the heartbeat was sent). Past that, the fence refuses every write, target
   writes included, before another daemon can take the task: a daemon cut from its store stops
-  writing before its lease ends.
+  writing before its lease ends;
+- **a lease that lapsed**: a heartbeat acknowledged only after the store may have let the
+  leases go (later than the lease time after the previous one was sent) starts a new *term* of
+  the clock. A fence belongs to the term it was made in and stays closed in any later one: the
+  store answering again does not reopen it, since another daemon may hold the task by then and
+  a target write, unlike a store write, carries no lease token to be refused by. The task's
+  runner starts again under a fence of the new term, once a round has read the lease as held.
 
 Reads pass through. A write already inside the backend when the fence closes completes;
 position writes are compare-and-set, so a runner started afterwards that read the older
@@ -34,18 +40,28 @@ from metastore.errors import FencedError
 
 
 class LeaseClock:
-    """Until when (``time.monotonic``) the daemon's leases are surely live. Without a fleet
-    (a store one daemon has to itself), forever."""
+    """Until when (``time.monotonic``) the daemon's leases are surely live, and the term they
+    have been held in without a gap. Without a fleet (a store one daemon has to itself),
+    forever, in term 0."""
 
     def __init__(self) -> None:
         self._until = math.inf
+        self._held_until = math.inf  # the store keeps the leases at least until then
+        self.term = 0
         self._lock = threading.Lock()
 
-    def renewed(self, sent_at: float, valid_for: float) -> None:
+    def renewed(self, sent_at: float, valid_for: float, held_for: float = math.inf) -> None:
         """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged: the leases hold for
-        at least ``valid_for`` seconds from then."""
+        at least ``valid_for`` seconds from then, and the store keeps them ``held_for`` (the
+        lease time: the store counts it from when the heartbeat reached it, not earlier than
+        it was sent). Acknowledged after the previous heartbeat's ``held_for`` ran out, it
+        may have reached the store after the leases expired there: a new term."""
+        acknowledged = time.monotonic()
         with self._lock:
+            if acknowledged > self._held_until:
+                self.term += 1
             self._until = sent_at + valid_for
+            self._held_until = sent_at + held_for
 
     def expire(self) -> None:
         with self._lock:
@@ -64,6 +80,7 @@ class Fence:
         self.holder = holder
         self.lease = lease
         self.clock = clock
+        self.term = 0 if clock is None else clock.term
         self._revoked = threading.Event()
 
     def revoke(self) -> None:
@@ -71,17 +88,27 @@ class Fence:
 
     @property
     def revoked(self) -> bool:
-        return self._revoked.is_set()
+        """Closed for good: let go, or its lease lapsed since it was made."""
+        return self._revoked.is_set() or self._lapsed()
+
+    def _lapsed(self) -> bool:
+        return self.clock is not None and self.clock.term != self.term
 
     def remaining(self) -> float:
         """Seconds the holder may still write (inf without a lease clock; <= 0: closed)."""
-        if self._revoked.is_set():
+        if self.revoked:
             return 0.0
         return math.inf if self.clock is None else self.clock.remaining()
 
     def check(self) -> None:
         if self._revoked.is_set():
             raise FencedError(f"{self.holder} was let go; its writes are refused")
+        if self._lapsed():
+            raise FencedError(
+                f"{self.holder}: its lease lapsed (the metastore did not hear from this daemon "
+                "within the lease time), so another daemon may hold the task; its writes are "
+                "refused for good"
+            )
         if self.clock is not None and self.clock.remaining() <= 0:
             raise FencedError(
                 f"{self.holder}: its lease was not renewed in time (metastore unreachable?); "

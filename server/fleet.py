@@ -61,7 +61,7 @@ class Membership:
         return self.settings.leaseSeconds * SAFE_FRACTION
 
     def renewed(self, sent_at: float) -> None:
-        self.clock.renewed(sent_at, self.safe_seconds)
+        self.clock.renewed(sent_at, self.safe_seconds, self.lease_seconds)
 
 
 @dataclass(frozen=True)

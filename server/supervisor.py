@@ -259,7 +259,15 @@ class TaskSupervisor:
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
+        term = fleet.clock.term
         fleet.renewed(sent)
+        if fleet.clock.term != term:
+            log.warning(
+                "fleet member %s: the metastore heard from it only after its leases may have "
+                "expired; every runner it had stays stopped, and the tasks whose leases it still "
+                "holds start again from their saved positions",
+                fleet.member_id,
+            )
         if fleet.clock.remaining() <= 0:
             return  # answered, but too late to count: the next heartbeat will
         if self._store_trouble or self._stopped_said:
@@ -272,15 +280,15 @@ class TaskSupervisor:
         ones, hand over the rest (see server/fleet.py). The store is read outside the lock; a
         round that raced a state change made here is skipped (the next one sees it)."""
         fleet = self.fleet
-        changes = self._changes
+        changes, term = self._changes, fleet.clock.term
         try:
             tasks, leases, members = await self._io(self._read_fleet)
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
         async with self._lock:
-            if changes != self._changes:
-                return
+            if changes != self._changes or term != fleet.clock.term:
+                return  # raced a change made here, or the leases lapsed since the read
             self._members = members
             previous = self._owners  # who held each task, as of the last round
             self._owners = {task_id: lease.owner for task_id, lease in leases.items()}
@@ -298,6 +306,8 @@ class TaskSupervisor:
                 if runner.finished:  # fenced off, or the task deleted: started again if held
                     self._runners.pop(task_id)
                     self._fences.pop(task_id, None)
+                elif (fence := self._fences.get(task_id)) is not None and fence.revoked:
+                    await self._stop_local(task_id, revoke=True)  # its lease lapsed
             plan = plan_round(
                 fleet.member_id,
                 {task.task_id: task.state for task in tasks},
@@ -311,7 +321,9 @@ class TaskSupervisor:
                 await self._stop_local(task_id, revoke=lost)
             for lease in plan.release:
                 await self._act(lease.task_id, self._io(self._store.release_lease, lease))
-            for lease in plan.start:
+            # a lease read as held is surely live only while the clock runs: a round that
+            # read the store just before a cut starts nothing once it has run out
+            for lease in plan.start if fleet.clock.remaining() > 0 else ():
                 task = by_id[lease.task_id]
                 await self._act(task.task_id, self._start_runner(task, lease=lease))
             for task_id in plan.take:
@@ -685,7 +697,8 @@ class TaskSupervisor:
                 await self._stop_runner(task.task_id, runner)
                 task = await self.get(task.task_id)
                 fence = self._fences.get(task.task_id)
-                if task.state is TaskState.RUNNING and fence and fence.lease:
+                # a lapsed lease is left to the next round, which reads whether it is held
+                if task.state is TaskState.RUNNING and fence and fence.lease and not fence.revoked:
                     task = await self._start_runner(task, lease=fence.lease)
             return task, job.job_id
 

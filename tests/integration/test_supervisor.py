@@ -5,13 +5,14 @@ the replication engine, which is what these tests are about."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from metastore import TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
 from server.api_models import CreateRequest, parse_model
-from server.settings import load_settings
+from server.settings import FleetSettings, load_settings
 from server.supervisor import TaskSupervisor
 from server.target_check import check_target_reachable
 
@@ -42,7 +43,9 @@ class ScriptedRunner:
 def make_supervisor(tmp_path):
     stores = []
 
-    def make(events: list, fail_start: bool = False) -> tuple[TaskSupervisor, list]:
+    def make(
+        events: list, fail_start: bool = False, **overrides: object
+    ) -> tuple[TaskSupervisor, list]:
         store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")
         stores.append(store)
         runners: list[ScriptedRunner] = []
@@ -53,6 +56,8 @@ def make_supervisor(tmp_path):
             return runner
 
         settings = load_settings(None, {})
+        if overrides:
+            settings = settings.model_copy(update=overrides)
         return TaskSupervisor(store, settings, factory, check_target_reachable), runners
 
     yield make
@@ -164,3 +169,57 @@ async def test_concurrent_creates_cannot_both_take_the_same_collections(
     assert len(created) == 1
     assert all("overlapping" in str(e) for e in refused)
     assert len(await supervisor.list()) == 1
+
+
+async def test_a_round_read_before_the_leases_lapsed_starts_no_runner_after(
+    make_supervisor, milvus_lite_service
+):
+    """The order a CI run produced (tests/e2e/test_fleet.py, a daemon cut from its store): a
+    round of member a read the store just before the cut, the answer was held back, and it
+    arrived after member b had taken the task and after a's heartbeat went through again. Run
+    on that read, the round started a runner under a live lease clock, which replayed a batch
+    onto the target behind b's back (a target write carries no lease token). Here on a real
+    store, with a's reads and heartbeat held back by hand: nothing starts on a."""
+    lease = 2.0  # the smallest the settings allow
+    fleet = {"leaseSeconds": lease, "checkSeconds": 0.5}
+    events: list = []
+    a, _ = make_supervisor(events, fleet=FleetSettings(**fleet, memberId="a"))
+    b, _ = make_supervisor(events, fleet=FleetSettings(**fleet, memberId="b"))
+    await a.renew()
+    await b.renew()
+    task = await a.create(create_request(milvus_lite_service, "lapse"))
+    assert events == [("start", task.task_id)]
+    held_back = a._read_fleet()  # what the store said just before the cut: a holds the task
+
+    # the cut: a's heartbeats stop; its clock runs out and it stops its runner
+    await asyncio.sleep(lease * 0.7)
+    assert a.fleet.clock.remaining() <= 0
+    a._writes_stopped()
+    await asyncio.gather(*a._stopping)
+    assert events[-1] == ("stop", task.task_id)
+    await asyncio.sleep(lease * 0.4)  # past the lease as the store counts it
+    await b.renew()
+    await b.reconcile()
+    assert (await b.owners())[task.task_id] == "b"
+
+    # the held-back read arrives while the clock is still out: nothing starts
+    events.clear()
+    a._read_fleet = lambda: held_back  # type: ignore[method-assign]
+    await a.reconcile()
+    assert events == [] and task.task_id not in a._runners
+
+    # healed: the read is held back until a's heartbeat has been heard again
+    def read_held_across_a_heartbeat() -> tuple:
+        sent = time.monotonic()
+        a._store.heartbeat("a", {}, lease)
+        a.fleet.renewed(sent)
+        return held_back
+
+    a._read_fleet = read_held_across_a_heartbeat  # type: ignore[method-assign]
+    await a.reconcile()
+    assert a.fleet.clock.remaining() > 0
+    assert events == [] and task.task_id not in a._runners
+    # the next round reads the store as it is: b holds the task, a starts nothing either
+    del a._read_fleet
+    await a.reconcile()
+    assert events == [] and task.task_id not in a._runners

@@ -9,7 +9,7 @@ import pytest
 
 from metastore import Position, TaskRecord, TaskState
 from metastore.errors import FencedError
-from metastore.fenced import Fence, FencedStore
+from metastore.fenced import Fence, FencedStore, LeaseClock
 from metastore.sql import SqlMetaStore, sqlite_url
 
 
@@ -44,3 +44,29 @@ def test_writes_refused_after_revoke_reads_allowed(tmp_path: Path) -> None:
     stored = store.get_task("t1")
     assert stored is not None and stored.state is TaskState.RUNNING
     inner.close()
+
+
+def test_a_fence_stays_closed_once_its_lease_lapsed() -> None:
+    """A heartbeat acknowledged after the store may have let the leases go (later than the
+    lease time after the previous one was sent) starts a new term; the fences of the old one
+    stay closed though the clock runs again. One acknowledged in time keeps the term."""
+    clock = LeaseClock()
+    now = time.monotonic()
+    clock.renewed(now, valid_for=2.0, held_for=3.0)
+    fence = Fence("the runner of task t1", clock=clock)
+    fence.check()
+    clock.renewed(now + 0.5, valid_for=2.0, held_for=3.0)  # in time: the same term
+    fence.check()
+    assert not fence.revoked and fence.remaining() > 0
+
+    lapsed = LeaseClock()
+    lapsed.renewed(now - 10, valid_for=2.0, held_for=3.0)  # the store kept them until now - 7
+    made_during_the_lapse = Fence("the runner of task t2", clock=lapsed)
+    with pytest.raises(FencedError, match="not renewed in time"):
+        made_during_the_lapse.check()
+    lapsed.renewed(time.monotonic(), valid_for=2.0, held_for=3.0)  # heard again, too late
+    assert lapsed.remaining() > 0
+    with pytest.raises(FencedError, match="lapsed"):
+        made_during_the_lapse.check()
+    assert made_during_the_lapse.revoked and made_during_the_lapse.remaining() == 0
+    Fence("the runner of task t2", clock=lapsed).check()  # a fence of the new term is open
