@@ -15,6 +15,7 @@ Aim (issue 17): peak RSS for 5,000,000 rows within 10 % of that for 1,000,000.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import run, write_report  # noqa: E402
+from catch_up import memory_flag, run, write_report  # noqa: E402
 
 
 def measure(args) -> list[dict]:
@@ -49,7 +50,8 @@ def report(args, results: list[dict], total_s: float) -> str:
         "",
         f"Command: `python bench/backlog.py --sizes {args.sizes} --target {args.target} "
         f"--shards {args.shards} --batch {args.batch}"
-        f"{' --own-readers' if args.own_readers else ''}`",
+        f"{' --own-readers' if args.own_readers else ''}"
+        f"{memory_flag(args)}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s",
@@ -93,6 +95,12 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument(
+        "--memory",
+        type=json.loads,
+        default={},
+        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
+    )
     parser.add_argument(
         "--own-readers",
         action="store_true",

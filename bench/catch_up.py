@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import sys
@@ -199,6 +200,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
             sharedReaders=not args.own_readers,
+            daemon_config={"memory": args.memory} if getattr(args, "memory", None) else None,
         )
         assert daemon.process is not None
         pid = daemon.process.pid
@@ -268,7 +270,8 @@ def report(args, r: dict, total_s: float) -> str:
         "",
         f"Command: `python bench/catch_up.py --rows {rows} --batch {args.batch} "
         f"--target {args.target} --shards {args.shards}"
-        f"{' --own-readers' if args.own_readers else ''}`",
+        f"{' --own-readers' if args.own_readers else ''}"
+        f"{memory_flag(args)}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s; services up in "
@@ -323,6 +326,11 @@ def write_report(out: str, text: str) -> None:
     print(text)
 
 
+def memory_flag(args) -> str:
+    memory = getattr(args, "memory", None)
+    return f" --memory '{json.dumps(memory)}'" if memory else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -330,6 +338,12 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--memory",
+        type=json.loads,
+        default={},
+        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
+    )
     parser.add_argument(
         "--own-readers",
         action="store_true",

@@ -341,9 +341,11 @@ def bench_pipeline(args, work: Path) -> dict:
 # (a) end to end
 
 
-def start_daemon(stack, work: Path, etcd_endpoint: str, source, **queue) -> Daemon:
+def start_daemon(
+    stack, work: Path, etcd_endpoint: str, source, daemon_config: dict | None = None, **queue
+) -> Daemon:
     """The daemon on SQLite under ``work/daemon`` reading ``source`` (``queue``: its queue's
-    sourceConfig keys), stopped when ``stack`` closes."""
+    sourceConfig keys; ``daemon_config``: more top-level keys), stopped when ``stack`` closes."""
     (work / "daemon").mkdir()
     daemon = Daemon(
         workdir=work / "daemon",
@@ -359,6 +361,7 @@ def start_daemon(stack, work: Path, etcd_endpoint: str, source, **queue) -> Daem
                 "channelPrefix": source.chan_prefix,
                 **queue,
             },
+            **(daemon_config or {}),
         },
     )
     daemon.start()

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from server.app import LIFECYCLE, create_app
 from server.auth import listen_host
+from server.heap import HeapKeeper
 from server.logs import SecretRedactor
 from server.settings import CdcSettings, TlsSettings
 
@@ -54,6 +55,8 @@ def tune_gc() -> None:
 
 
 async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:
+    heap = HeapKeeper(settings.memory)
+    heap.start()  # before the task threads: the arena limit applies to threads made after it
     app = create_app(settings, redactor=redactor)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     ssl_context = server_tls_context(settings.tls)  # before anything opens: a bad file stops it
@@ -87,4 +90,5 @@ async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -
         await asyncio.wait_for(runner.cleanup(), timeout=settings.drainTimeoutSeconds + 5)
     except TimeoutError:
         log.error("drain did not finish within %.0f s", settings.drainTimeoutSeconds + 5)
+    heap.stop()
     log.info("milvus-cdc stopped")

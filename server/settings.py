@@ -385,6 +385,18 @@ class FleetSettings(_Section):
         return self
 
 
+class MemorySettings(_Section):
+    """ours: the daemon's malloc (server/heap.py; bench/results/backlog.md)."""
+
+    # at most this many malloc arenas (glibc makes up to 8 per core); 0: glibc's default. An
+    # operator's MALLOC_ARENA_MAX wins
+    mallocArenas: int = Field(default=2, ge=0, le=64)
+    # how often the freed memory malloc keeps is looked at, and given back when there is more
+    # than trimAboveMB of it; 0: never
+    trimSeconds: float = Field(default=1.0, ge=0)
+    trimAboveMB: int = Field(default=32, ge=0)
+
+
 class CdcSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", validate_default=True, coerce_numbers_to_str=True
@@ -407,6 +419,7 @@ class CdcSettings(BaseSettings):
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
     verify: VerifySettings = Field(default_factory=VerifySettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     @field_validator("address")
     @classmethod
