@@ -50,13 +50,20 @@ class LeaseClock:
         self.term = 0
         self._lock = threading.Lock()
 
-    def renewed(self, sent_at: float, valid_for: float, held_for: float = math.inf) -> None:
-        """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged: the leases hold for
-        at least ``valid_for`` seconds from then, and the store keeps them ``held_for`` (the
-        lease time: the store counts it from when the heartbeat reached it, not earlier than
-        it was sent). Acknowledged after the previous heartbeat's ``held_for`` ran out, it
-        may have reached the store after the leases expired there: a new term."""
-        acknowledged = time.monotonic()
+    def renewed(
+        self,
+        sent_at: float,
+        valid_for: float,
+        held_for: float = math.inf,
+        acknowledged_at: float | None = None,
+    ) -> None:
+        """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged at ``acknowledged_at``
+        (default: now): the leases hold for at least ``valid_for`` seconds from when it was
+        sent, and the store keeps them ``held_for`` (the lease time: the store counts it from
+        when the heartbeat reached it, not earlier than it was sent). Acknowledged after the
+        previous heartbeat's ``held_for`` ran out, it may have reached the store after the
+        leases expired there: a new term."""
+        acknowledged = time.monotonic() if acknowledged_at is None else acknowledged_at
         with self._lock:
             if acknowledged > self._held_until:
                 self.term += 1

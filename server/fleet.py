@@ -60,8 +60,8 @@ class Membership:
     def safe_seconds(self) -> float:
         return self.settings.leaseSeconds * SAFE_FRACTION
 
-    def renewed(self, sent_at: float) -> None:
-        self.clock.renewed(sent_at, self.safe_seconds, self.lease_seconds)
+    def renewed(self, sent_at: float, acknowledged_at: float | None = None) -> None:
+        self.clock.renewed(sent_at, self.safe_seconds, self.lease_seconds, acknowledged_at)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 import uuid
@@ -251,16 +250,19 @@ class TaskSupervisor:
         moment the heartbeat was sent."""
         fleet = self.fleet
         sent = time.monotonic()
-        beat = functools.partial(
-            self._store.heartbeat, fleet.member_id, self._member_info(), fleet.lease_seconds
-        )
+        info = self._member_info()
+
+        def beat() -> float:
+            self._store.heartbeat(fleet.member_id, info, fleet.lease_seconds)
+            return time.monotonic()  # when the answer came, not when this loop got to it
+
         try:
-            await asyncio.get_running_loop().run_in_executor(self._beats, beat)
+            acknowledged = await asyncio.get_running_loop().run_in_executor(self._beats, beat)
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
         term = fleet.clock.term
-        fleet.renewed(sent)
+        fleet.renewed(sent, acknowledged)
         if fleet.clock.term != term:
             log.warning(
                 "fleet member %s: the metastore heard from it only after its leases may have "
