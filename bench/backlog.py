@@ -15,7 +15,6 @@ Aim (issue 17): peak RSS for 5,000,000 rows within 10 % of that for 1,000,000.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import memory_flag, run, write_report  # noqa: E402
+from catch_up import add_memory_argument, memory_flag, run, write_report  # noqa: E402
 
 
 def measure(args) -> list[dict]:
@@ -95,12 +94,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=3600)
-    parser.add_argument(
-        "--memory",
-        type=json.loads,
-        default={},
-        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
-    )
+    add_memory_argument(parser)
     parser.add_argument(
         "--own-readers",
         action="store_true",

@@ -200,7 +200,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
             sharedReaders=not args.own_readers,
-            daemon_config={"memory": args.memory} if getattr(args, "memory", None) else None,
+            daemon_config={"memory": args.memory} if args.memory else None,
         )
         assert daemon.process is not None
         pid = daemon.process.pid
@@ -326,9 +326,18 @@ def write_report(out: str, text: str) -> None:
     print(text)
 
 
+def add_memory_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--memory",
+        type=json.loads,
+        default={},
+        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
+    )
+
+
 def memory_flag(args) -> str:
-    memory = getattr(args, "memory", None)
-    return f" --memory '{json.dumps(memory)}'" if memory else ""
+    """``--memory`` as the report's command line shows it (nothing when not given)."""
+    return f" --memory '{json.dumps(args.memory)}'" if args.memory else ""
 
 
 def main() -> None:
@@ -338,12 +347,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument(
-        "--memory",
-        type=json.loads,
-        default={},
-        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
-    )
+    add_memory_argument(parser)
     parser.add_argument(
         "--own-readers",
         action="store_true",

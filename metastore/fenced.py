@@ -54,7 +54,7 @@ class LeaseClock:
         self,
         sent_at: float,
         valid_for: float,
-        held_for: float = math.inf,
+        held_for: float,
         acknowledged_at: float | None = None,
     ) -> None:
         """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged at ``acknowledged_at``

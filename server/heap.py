@@ -74,7 +74,8 @@ class HeapKeeper:
         self.trims = 0
         self.released_bytes = 0  # RSS given back, as /proc/self/statm saw it around each trim
         self._libc = _glibc()
-        self._floor = _rss_bytes()  # RSS after the last trim, or the lowest seen since
+        # RSS after the last trim, or the lowest seen since (read only where trims happen)
+        self._floor = _rss_bytes() if self._libc is not None else 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -391,8 +391,8 @@ class MemorySettings(_Section):
     # at most this many malloc arenas (glibc makes up to 8 per core); 0: glibc's default. An
     # operator's MALLOC_ARENA_MAX wins
     mallocArenas: int = Field(default=2, ge=0, le=64)
-    # how often the freed memory malloc keeps is looked at, and given back when there is more
-    # than trimAboveMB of it; 0: never
+    # how often the freed memory malloc keeps is looked at; it is given back (malloc_trim) when
+    # RSS grew more than trimAboveMB since the last trim and malloc holds as much free; 0: never
     trimSeconds: float = Field(default=1.0, ge=0)
     trimAboveMB: int = Field(default=32, ge=0)
 
