@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import add_memory_argument, memory_flag, run, write_report  # noqa: E402
+from catch_up import MB, add_memory_argument, memory_flag, run, write_report  # noqa: E402
 
 
 def measure(args) -> list[dict]:
@@ -74,6 +74,27 @@ def report(args, results: list[dict], total_s: float) -> str:
             f"| {r['rows'] / r['replicated_s']:,.0f} | {cpu:.1f} "
             f"| {cpu / (r['wal_mb'] / 1024):.1f} | {r['idle_rss_mb']:.0f} | {median:.0f} "
             f"| {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} |"
+        )
+    lines += [
+        "",
+        "What the daemon's memory was made of at its largest scrape of `cdc_heap_*` (1 s apart; "
+        "server/heap.py), MB (Python: millions of object blocks):",
+        "",
+        "| backlog rows | resident | malloc arenas | of them in use | free | malloc mapped "
+        "| rest (Python's arenas, libraries, stacks) | Python blocks (M) | trims |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        h = r.get("heap_at_peak") or {}
+        if not h:
+            continue
+        mb = {k: v / MB for k, v in h.items() if k.endswith("_bytes")}
+        rest = mb["resident_bytes"] - mb["malloc_arena_bytes"] - mb["malloc_mapped_bytes"]
+        lines.append(
+            f"| {r['rows']:,} | {mb['resident_bytes']:.0f} | {mb['malloc_arena_bytes']:.0f} "
+            f"| {mb['malloc_in_use_bytes']:.0f} | {mb['malloc_free_bytes']:.0f} "
+            f"| {mb['malloc_mapped_bytes']:.0f} | {rest:.0f} | {h['python_blocks'] / 1e6:.2f} "
+            f"| {h['trims_total']:.0f} |"
         )
     lines += [
         "",

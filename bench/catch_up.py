@@ -128,6 +128,31 @@ class RssSampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
+class HeapSampler(threading.Thread):
+    """The daemon's ``cdc_heap_*`` metrics (server/heap.py) every ``interval`` s; keeps the
+    scrape with the largest resident size: what the memory was made of at its peak."""
+
+    def __init__(self, daemon: Daemon, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.target, self.interval = daemon, interval
+        self.at_peak: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval):
+            with contextlib.suppress(OSError):
+                status, body = self.target.get("/metrics")
+                heap = {
+                    name.removeprefix("cdc_heap_"): float(value)
+                    for name, _, value in (
+                        line.partition(" ") for line in body.decode().splitlines()
+                    )
+                    if status == 200 and name.startswith("cdc_heap_")
+                }
+                if heap.get("resident_bytes", 0) > self.at_peak.get("resident_bytes", 0):
+                    self.at_peak = heap
+
+
 def wait_progress(daemon: Daemon, task_id: str, rows: int, timeout: float) -> None:
     """Until the task reports `rows` rows written to the target (acknowledged by it)."""
     deadline = time.monotonic() + timeout
@@ -206,8 +231,9 @@ def run(args, work: Path, direct: bool = True) -> dict:
         pid = daemon.process.pid
         time.sleep(2)
         result["idle_rss_mb"] = memory_kb(pid)["VmRSS"] / 1024
-        sampler = RssSampler(pid)
+        sampler, heap = RssSampler(pid), HeapSampler(daemon)
         sampler.start()
+        heap.start()
         before = cpu_seconds(source.pid, lite.pid, pid)
         t0 = time.perf_counter()
         task_id = create_task(daemon, lite.uri, name)
@@ -221,8 +247,10 @@ def run(args, work: Path, direct: bool = True) -> dict:
             print(daemon.log_text()[-3000:], file=sys.stderr)
             raise
         result["replicated_cpu"] = spent(before, cpu_seconds(source.pid, lite.pid, pid))
-        sampler.stop.set()
-        sampler.join()
+        for thread in (sampler, heap):
+            thread.stop.set()
+            thread.join()
+        result["heap_at_peak"] = heap.at_peak
         result["peak_rss_mb"] = memory_kb(pid)["VmHWM"] / 1024
         result["rss_samples"] = sampler.samples
         task = daemon.call("get", {"task_id": task_id}).data["task"]

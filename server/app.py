@@ -37,6 +37,7 @@ from server.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from server.heap import HeapKeeper
 from server.jobs import JOBS, install_jobs
 from server.logs import SecretRedactor
 from server.metrics import DaemonMetrics
@@ -228,6 +229,7 @@ def create_app(
     runner_factory: RunnerFactory | None = None,
     target_checker: TargetChecker = check_target_reachable,
     redactor: SecretRedactor | None = None,
+    heap: HeapKeeper | None = None,
 ) -> web.Application:
     app = web.Application(client_max_size=settings.maxRequestBytes, middlewares=[json_errors])
     app[SETTINGS] = settings
@@ -253,6 +255,7 @@ def create_app(
             supervisor.all_progress,
             supervisor.task_states,
             supervisor.fleet_view,
+            heap.stats if heap is not None else None,
         )
         await supervisor.start()
         yield

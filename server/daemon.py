@@ -57,7 +57,7 @@ def tune_gc() -> None:
 async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:
     heap = HeapKeeper(settings.memory)
     heap.start()  # before the task threads: the arena limit applies to threads made after it
-    app = create_app(settings, redactor=redactor)
+    app = create_app(settings, redactor=redactor, heap=heap)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     ssl_context = server_tls_context(settings.tls)  # before anything opens: a bad file stops it
     await runner.setup()  # opens the metastore and brings the tasks back

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import threading
 from typing import Any
 
@@ -99,6 +100,25 @@ class HeapKeeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def stats(self) -> dict[str, int]:
+        """What the process's memory is made of, for ``cdc_heap_*`` (server/metrics.py):
+        malloc's arenas (in use, free), its directly mapped blocks, the resident size, Python's
+        allocated object blocks, and this keeper's trims. On another C library: RSS is absent
+        and malloc's figures are 0."""
+        info = self._libc.mallinfo2() if self._libc is not None else None
+        stats = {
+            "malloc_arena_bytes": int(info.arena) if info else 0,
+            "malloc_in_use_bytes": int(info.uordblks) if info else 0,
+            "malloc_free_bytes": int(info.fordblks) if info else 0,
+            "malloc_mapped_bytes": int(info.hblkhd) if info else 0,
+            "python_blocks": sys.getallocatedblocks(),
+            "trims": self.trims,
+            "released_bytes": self.released_bytes,
+        }
+        if self._libc is not None:
+            stats["resident_bytes"] = _rss_bytes()
+        return stats
 
     def free_bytes(self) -> int:
         """What malloc's arenas hold free (mapped, not in use)."""

@@ -169,6 +169,37 @@ class _FleetCollector(Collector):
         yield from (members, tasks, left)
 
 
+_HEAP_GAUGES = {
+    "resident_bytes": "Resident memory of the daemon (RSS)",
+    "malloc_arena_bytes": "Bytes malloc's arenas hold from the system (in use and free)",
+    "malloc_in_use_bytes": "Bytes of malloc's arenas in use",
+    "malloc_free_bytes": (
+        "Bytes of malloc's arenas free, pages a trim gave back to the system included"
+    ),
+    "malloc_mapped_bytes": "Bytes of blocks malloc mapped directly (large allocations)",
+    "python_blocks": "Memory blocks Python's object allocator holds (sys.getallocatedblocks)",
+}
+_HEAP_COUNTERS = {
+    "trims": "Times the daemon gave malloc's free pages back (server/heap.py)",
+    "released_bytes": "Resident bytes the trims gave back",
+}
+
+
+class _HeapCollector(Collector):
+    """The daemon's memory by kind (server/heap.py ``HeapKeeper.stats``), read at every scrape."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats()
+        for key, text in _HEAP_GAUGES.items():
+            if key in stats:
+                yield GaugeMetricFamily(f"cdc_heap_{key}", text, value=stats[key])
+        for key, text in _HEAP_COUNTERS.items():
+            yield CounterMetricFamily(f"cdc_heap_{key}", text, value=stats[key])
+
+
 class DaemonMetrics:
     def __init__(
         self,
@@ -176,11 +207,14 @@ class DaemonMetrics:
         progress: Progress,
         task_states: Callable[[], Mapping[str, TaskState]] | None = None,
         fleet: Callable[[], Mapping[str, Any]] | None = None,
+        heap: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_TaskCollector(task_counts, progress, task_states or dict))
         if fleet is not None:
             self.registry.register(_FleetCollector(fleet))
+        if heap is not None:
+            self.registry.register(_HeapCollector(heap))
         # the Go milvus-cdc's metric names beside ours (server/metrics_go.py)
         self.go = GoCompatMetrics(self.registry)
         self.requests = Counter(

@@ -7,6 +7,7 @@ import ctypes
 import pytest
 
 from server.heap import HeapKeeper, _rss_bytes
+from server.metrics import DaemonMetrics
 from server.settings import MemorySettings
 
 CHUNK = 64 * 1024  # under malloc's mmap threshold: served from, and freed into, an arena
@@ -36,10 +37,16 @@ def test_memory_freed_into_the_arenas_goes_back_to_the_system(keeper: HeapKeeper
         libc.free(block)
     assert keeper.free_bytes() >= CHUNKS * CHUNK * 0.9
     assert _rss_bytes() > resident - 20 * 2**20  # free, but still the process's
+    metrics = DaemonMetrics(dict, dict, heap=keeper.stats).registry
+    assert metrics.get_sample_value("cdc_heap_malloc_free_bytes") >= CHUNKS * CHUNK * 0.9
+    assert metrics.get_sample_value("cdc_heap_resident_bytes") > resident - 20 * 2**20
 
     assert keeper.trim_if_worth_it()
     assert _rss_bytes() < resident - 150 * 2**20
     assert keeper.trims == 1 and keeper.released_bytes >= 150 * 2**20
+    assert metrics.get_sample_value("cdc_heap_trims_total") == 1
+    assert metrics.get_sample_value("cdc_heap_released_bytes_total") >= 150 * 2**20
+    assert metrics.get_sample_value("cdc_heap_resident_bytes") < resident - 150 * 2**20
     assert not keeper.trim_if_worth_it()  # RSS has not grown since: no pass
     libc.free(guard)
 
