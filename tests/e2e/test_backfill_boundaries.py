@@ -44,6 +44,9 @@ INT_ROWS = 8000  # even keys 0 .. 2 * INT_ROWS - 2: odd keys are free for insert
 TEXT_ROWS = 4000
 # never written during the copy: its rows_total is exact
 QUIET_ROWS = 2_000
+# keys per read of the comparison: every read is a Strong one, which waits for the server's next
+# time tick, so fewer and larger reads
+READ_KEYS = 4_000
 
 Key = int | str
 
@@ -126,8 +129,8 @@ def side_rows(client: MilvusClient, name: str, keys: set[Key]) -> dict[str, dict
     ordered = sorted(keys)
     for partition in PARTITIONS:
         found: dict = {}
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start : start + 500]
+        for start in range(0, len(ordered), READ_KEYS):
+            chunk = ordered[start : start + READ_KEYS]
             for row in client.query(
                 name,
                 filter=f"pk in [{', '.join(map(expr_literal, chunk))}]",

@@ -311,7 +311,7 @@ def test_a_milvus_lite_target(
         target.close()
 
 
-@pytest.mark.timeout(900)  # three Spark sessions (each 5-40 s to start, more when loaded)
+@pytest.mark.timeout(900)  # two Spark sessions (each 5-40 s to start, more when loaded)
 def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_reported_exactly(
     sides, daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq
 ):
@@ -351,13 +351,12 @@ def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_repor
     assert "6 ranges digested on Spark (local[2" in spark_notes[0], spark_notes
     assert "3 compared again in the daemon" in spark_notes[0], spark_notes
 
-    # equal again (repaired in the daemon): every range's digests agree on Spark
+    # the 3 ranges compared again are the ones that differ: the other 3 digests, rows with and
+    # without dynamic keys, agreed between Spark and the target read by the daemon
     clean = run_verify(daemon, task_id, repair=True)
     assert clean["repaired"] == 4, clean
+    assert any("3 compared again in the daemon" in n for n in clean["notes"]), clean["notes"]
     wait_equal(source, target, name, "id", timeout=60)
-    again = run_verify(daemon, task_id)
-    assert again["divergent_rows"] == 0 and again["rows_compared"] == 3000, again
-    assert any("0 compared again in the daemon" in n for n in again["notes"]), again["notes"]
 
     # a Spark that fails (a master it cannot use): the daemon digests every range itself
     daemon.stop()
