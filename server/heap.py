@@ -103,21 +103,22 @@ class HeapKeeper:
 
     def stats(self) -> dict[str, int]:
         """What the process's memory is made of, for ``cdc_heap_*`` (server/metrics.py):
-        malloc's arenas (in use, free), its directly mapped blocks, the resident size, Python's
-        allocated object blocks, and this keeper's trims. On another C library: RSS is absent
-        and malloc's figures are 0."""
-        info = self._libc.mallinfo2() if self._libc is not None else None
+        Python's allocated object blocks and this keeper's trims; with glibc also the resident
+        size and malloc's arenas (in use, free) and directly mapped blocks."""
         stats = {
-            "malloc_arena_bytes": int(info.arena) if info else 0,
-            "malloc_in_use_bytes": int(info.uordblks) if info else 0,
-            "malloc_free_bytes": int(info.fordblks) if info else 0,
-            "malloc_mapped_bytes": int(info.hblkhd) if info else 0,
             "python_blocks": sys.getallocatedblocks(),
             "trims": self.trims,
             "released_bytes": self.released_bytes,
         }
         if self._libc is not None:
-            stats["resident_bytes"] = _rss_bytes()
+            info = self._libc.mallinfo2()
+            stats.update(
+                resident_bytes=_rss_bytes(),
+                malloc_arena_bytes=int(info.arena),
+                malloc_in_use_bytes=int(info.uordblks),
+                malloc_free_bytes=int(info.fordblks),
+                malloc_mapped_bytes=int(info.hblkhd),
+            )
         return stats
 
     def free_bytes(self) -> int:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 from harness.services import free_port
@@ -262,6 +264,19 @@ def test_health_metrics_and_http_errors(daemon, milvus_lite_service):
     assert 'cdc_tasks{state="Initial"} 1.0' in text
     assert 'cdc_requests_total{code="404",request_type="get"} 1.0' in text
     assert 'cdc_request_duration_seconds_count{request_type="create"} 1.0' in text
+    # the daemon's memory by kind (server/heap.py): its RSS as the kernel counts it
+    heap = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("cdc_heap_")
+    }
+    statm = (Path("/proc") / str(daemon.process.pid) / "statm").read_text().split()
+    assert (
+        abs(heap["cdc_heap_resident_bytes"] - int(statm[1]) * os.sysconf("SC_PAGE_SIZE"))
+        < 64 * 2**20
+    ), heap
+    assert heap["cdc_heap_malloc_in_use_bytes"] > 0 and heap["cdc_heap_python_blocks"] > 0
+    assert "cdc_heap_trims_total" in heap and "cdc_heap_malloc_mapped_bytes" in heap, heap
 
     for method in ("GET", "PUT", "DELETE"):
         reply = daemon.send(b"", method=method)
