@@ -75,6 +75,7 @@ def report(args, results: list[dict], total_s: float) -> str:
             f"| {cpu / (r['wal_mb'] / 1024):.1f} | {r['idle_rss_mb']:.0f} | {median:.0f} "
             f"| {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} |"
         )
+    lines += window_peaks(results)
     lines += [
         "",
         "What the daemon's memory was made of at its largest scrape of `cdc_heap_*` (1 s apart; "
@@ -106,6 +107,33 @@ def report(args, results: list[dict], total_s: float) -> str:
         "Aim (issue 17): the peak RSS of the largest backlog within 10 % of the smallest's.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def window_peaks(results: list[dict]) -> list[str]:
+    """Each longer run cut into windows as long as the baseline's catch-up (its RSS samples,
+    0.1 s apart): the peak RSS of every window. A daemon whose memory grows with the backlog
+    has its later windows' peaks higher; one that does not has them scattered around the
+    baseline's, and its whole-run peak is the highest of more windows, no more."""
+    base = len(results[0]["rss_samples"])
+    lines = []
+    for r in results[1:]:
+        samples = r["rss_samples"]
+        if not base or len(samples) < 2 * base:
+            continue
+        peaks = [max(samples[i : i + base]) / 1024 for i in range(0, len(samples) - base + 1, base)]
+        half = len(peaks) // 2
+        lines += [
+            "",
+            f"The {r['rows']:,}-row run in {len(peaks)} windows as long as the baseline's "
+            f"catch-up ({base:,} samples, {results[0]['replicated_s']:.0f} s), peak RSS MB of "
+            "each in order: "
+            + ", ".join(f"{p:.0f}" for p in peaks)
+            + f". Highest window {max(peaks) / results[0]['peak_rss_mb']:.2f}x the baseline's "
+            f"peak, median window {sorted(peaks)[len(peaks) // 2] / results[0]['peak_rss_mb']:.2f}"
+            f"x; the later half's highest {max(peaks[half:]):.0f} MB against the earlier "
+            f"half's {max(peaks[:half]):.0f} MB.",
+        ]
+    return lines
 
 
 def main() -> None:
