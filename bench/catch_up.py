@@ -225,6 +225,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
             sharedReaders=not args.own_readers,
+            **({"readChanLen": args.read_chan_len} if args.read_chan_len is not None else {}),
             daemon_config={"memory": args.memory} if args.memory else None,
         )
         assert daemon.process is not None
@@ -361,11 +362,21 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
         default={},
         help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
     )
+    parser.add_argument(
+        "--read-chan-len",
+        type=int,
+        default=None,
+        help="sourceConfig.readChanLen (the daemon's default when not given)",
+    )
 
 
 def memory_flag(args) -> str:
-    """``--memory`` as the report's command line shows it (nothing when not given)."""
-    return f" --memory '{json.dumps(args.memory)}'" if args.memory else ""
+    """``--memory`` and ``--read-chan-len`` as the report's command line shows them (nothing
+    when not given)."""
+    flags = f" --memory '{json.dumps(args.memory)}'" if args.memory else ""
+    if args.read_chan_len is not None:
+        flags += f" --read-chan-len {args.read_chan_len}"
+    return flags
 
 
 def main() -> None:

@@ -223,11 +223,14 @@ def test_a_completed_import_waits_until_the_source_serves_it(
         source.insert(name, make_rows(5000, 10, "after"))  # streamed meanwhile
 
         def waiting() -> dict | None:
+            # shown waiting once the import completes, and why once the task's watcher asked
+            # the source what it serves
             item = imports_of(daemon, task_id).get(job, {})
-            return item if "query nodes to serve" in item.get("detail", "") else None
+            detail = item.get("detail", "")
+            return item if "query nodes to serve" in detail and "is it loaded?" in detail else None
 
         item = wait_until(waiting, 60, "the import shown waiting for the source to serve it")
-        assert item["phase"] == "completed" and "is it loaded?" in item["detail"], item
+        assert item["phase"] == "completed", item
         for _ in range(6):  # three looks of the task's watcher: still not copied
             item = imports_of(daemon, task_id)[job]
             assert item["state"] == "pending", item
