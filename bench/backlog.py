@@ -82,7 +82,8 @@ def report(args, results: list[dict], total_s: float) -> str:
         "server/heap.py), MB (Python: millions of object blocks):",
         "",
         "| backlog rows | resident | malloc arenas | of them in use | free | malloc mapped "
-        "| rest (Python's arenas, libraries, stacks) | Python blocks (M) | trims |",
+        "| resident - arenas - mapped (libraries, Python's arenas, stacks; less the arenas' "
+        "pages a trim gave back) | Python blocks (M) | trims |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
