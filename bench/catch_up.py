@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
@@ -142,12 +143,13 @@ class HeapSampler(threading.Thread):
         while not self.stop.wait(self.interval):
             with contextlib.suppress(OSError):
                 status, body = self.target.get("/metrics")
+                if status != 200:
+                    continue
                 heap = {
-                    name.removeprefix("cdc_heap_"): float(value)
-                    for name, _, value in (
-                        line.partition(" ") for line in body.decode().splitlines()
-                    )
-                    if status == 200 and name.startswith("cdc_heap_")
+                    sample.name.removeprefix("cdc_heap_"): sample.value
+                    for family in text_string_to_metric_families(body.decode())
+                    for sample in family.samples
+                    if sample.name.startswith("cdc_heap_")
                 }
                 if heap.get("resident_bytes", 0) > self.at_peak.get("resident_bytes", 0):
                     self.at_peak = heap

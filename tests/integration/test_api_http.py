@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from harness.services import free_port
 from harness.task_bodies import create_body, lite_param
+from prometheus_client.parser import text_string_to_metric_families
 
 from metastore import Position
 from metastore.sql import SqlMetaStore, sqlite_url
@@ -266,9 +267,10 @@ def test_health_metrics_and_http_errors(daemon, milvus_lite_service):
     assert 'cdc_request_duration_seconds_count{request_type="create"} 1.0' in text
     # the daemon's memory by kind (server/heap.py): its RSS as the kernel counts it
     heap = {
-        line.split()[0]: float(line.split()[1])
-        for line in text.splitlines()
-        if line.startswith("cdc_heap_")
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("cdc_heap_")
     }
     statm = (Path("/proc") / str(daemon.process.pid) / "statm").read_text().split()
     assert (
