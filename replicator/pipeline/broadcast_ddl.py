@@ -102,7 +102,8 @@ class BroadcastDdl:
     def _apply(self, event: Event, op: DdlOp | None) -> None:
         """``op``: the decoded StreamDdl (None for the other records)."""
         if isinstance(event, StreamCreateCollection):
-            self._collections.create(event)
+            # a 2.6 record names its database; the catalog adds the consistency level
+            self._collections.create(event, self._collections.describe(event.collection_id))
         elif op is not None:
             self._apply_op(op)
         elif isinstance(event, StreamDropCollection):

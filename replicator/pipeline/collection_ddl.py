@@ -9,6 +9,7 @@ read again after a restart changes nothing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMe
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.registry import CollectionRegistry
+from replicator.pipeline.sequencer import LOGICAL_BITS
 from replicator.pipeline.task_state import RunnerState
 from replicator.sinks.milvus import MilvusTarget
 
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 VCHANNEL_OF_CONTROL = "_vcchan"  # 2.6's control channel is no shard
 CONSISTENCY_PROPERTY = "consistency_level"  # pkg/common/common.go ConsistencyLevel
 CATALOG_MISS_SECONDS = 5.0
+# Milvus 2.3-2.5 writes a CreateCollection to the WAL before the collection's catalog entry
+# (rootcoord's createCollectionTask takes the record's positions as the collection's start
+# positions, then adds the meta): a record this recent is waited on, an older one missing from
+# the catalog was dropped (and collected) or its creation undone
+CATALOG_LAG_SECONDS = 30.0
+CATALOG_POLL_SECONDS = 0.2
 
 
 def schema_consistency(schema: schema_pb2.CollectionSchema) -> int:
@@ -79,6 +87,7 @@ class CollectionDdl:
         state: RunnerState,
         barriers: Barriers,
         describe: Callable[[int], CollectionMeta | None],
+        stop: threading.Event | None = None,
     ) -> None:
         self._registry = registry
         self._target = target
@@ -86,15 +95,18 @@ class CollectionDdl:
         self._barriers = barriers
         # one collection of the source catalog, for what a CreateCollection record lacks
         self._describe = describe
+        self._stop = stop or threading.Event()  # set: the task stops, nothing waits longer
         self._misses: dict[int, float] = {}  # collection id -> when to ask the catalog again
 
     def apply_record(
         self, event: CreateCollection | DropCollection | DropPartition, pchannel: str
     ) -> None:
         """A 2.3-2.5 DDL record, applied when read; a drop once every channel reached it."""
+        # asked before the lock: it may wait for the catalog, the other channels need not
+        meta = self._catalog_entry(event) if isinstance(event, CreateCollection) else None
         with self._barriers.ddl_lock:
             if isinstance(event, CreateCollection):
-                self.create(event)
+                self.create(event, meta)
             elif self._registry.resolve(event.collection_id) is None:
                 return  # not replicated
             elif isinstance(event, DropPartition):
@@ -105,11 +117,46 @@ class CollectionDdl:
             elif self._barriers.drop_reached(event.collection_id, pchannel):
                 self.drop(event.collection_id)
 
-    def create(self, event: CreateCollection) -> None:
-        # Milvus 2.3 leaves the record's db_name empty outside the default database (it names
-        # only the dbID), and the record has no consistency level: both come from the source
-        # catalog when it has the collection
+    def describe(self, collection_id: int) -> CollectionMeta | None:
+        """The source catalog's entry of a collection, as it is now."""
+        return self._describe(collection_id)
+
+    def _catalog_entry(self, event: CreateCollection) -> CollectionMeta | None:
+        """The catalog's entry of a created collection; for a record younger than
+        ``CATALOG_LAG_SECONDS``, asked again until the catalog has it (it follows the record by
+        milliseconds, but a channel read at once gets there first)."""
         meta = self._describe(event.collection_id)
+        written = (event.ts >> LOGICAL_BITS) / 1000
+        waited = False
+        while meta is None and time.time() < written + CATALOG_LAG_SECONDS:
+            waited = True
+            if self._stop.wait(CATALOG_POLL_SECONDS):
+                break
+            meta = self._describe(event.collection_id)
+        if meta is None:
+            log.warning(
+                "collection %s (%d) created at ts %d is not in the source catalog%s: its "
+                "database is taken from the record (%r; empty means the default one)",
+                event.collection_name,
+                event.collection_id,
+                event.ts,
+                f" {CATALOG_LAG_SECONDS:.0f} s after its creation" if waited else "",
+                event.db_name,
+            )
+        elif waited:
+            log.info(
+                "collection %s.%s (%d): the source catalog had it after its create record",
+                meta.db_name,
+                meta.name,
+                event.collection_id,
+            )
+        return meta
+
+    def create(self, event: CreateCollection, meta: CollectionMeta | None) -> None:
+        """Register a created collection and make it on the target when the task selects it.
+        Milvus 2.3 leaves the record's db_name empty (it names no database at all) and the
+        record has no consistency level: both come from ``meta``, the source catalog's entry,
+        when it has one."""
         db = meta.db_name if meta is not None else event.db_name
         collection = self._registry.add(
             event.collection_id, db, event.collection_name, event.schema, event.pchannels

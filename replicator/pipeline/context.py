@@ -59,7 +59,7 @@ class TaskContext:
         (None: skipped)."""
         state = RunnerState(store, task_id)
         barriers = Barriers(state, registry)
-        collections = CollectionDdl(registry, target, state, barriers, describe)
+        collections = CollectionDdl(registry, target, state, barriers, describe, stop)
         broadcasts = BroadcastDdl(collections, barriers, registry, state, ddl, stop, imports)
         return cls(
             task_id,

@@ -17,6 +17,7 @@ from test_replication import (
     make_rows,
     rows,
     source_config,
+    source_database,
     wait_equal,
 )
 
@@ -216,11 +217,7 @@ def test_database_wildcard_and_name_mapping(
     and a drop follows."""
     tag = uuid.uuid4().hex[:6]
     source_db, target_db = f"shop_{tag}", f"mirror_{tag}"
-    admin = MilvusClient(uri=milvus_source.uri, dedicated=True)
-    admin.create_database(source_db)
-    admin.close()
-    # clients bound to a database (use_database asks DescribeDatabase, which 2.3.5 lacks)
-    source = MilvusClient(uri=milvus_source.uri, db_name=source_db, dedicated=True)
+    source = source_database(milvus_source.uri, source_db)
     target_client = MilvusClient(uri=target.uri, dedicated=True)
     try:
         daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()

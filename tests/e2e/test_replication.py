@@ -118,6 +118,17 @@ def wait_equal(
     return expected
 
 
+def source_database(uri: str, db: str) -> MilvusClient:
+    """Create a database on the source; a client bound to it (``use_database`` asks
+    DescribeDatabase, which 2.3.5 lacks)."""
+    admin = MilvusClient(uri=uri, dedicated=True)
+    try:
+        admin.create_database(db)
+    finally:
+        admin.close()
+    return MilvusClient(uri=uri, db_name=db, dedicated=True)
+
+
 def create_source_collection(client: MilvusClient, name: str, *, dynamic: bool = True) -> None:
     """id (int64 key), vec, title, score, with a FLAT index: the collection most tests use."""
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=dynamic)

@@ -12,6 +12,7 @@ from pymilvus import DataType, MilvusClient
 from replicator.meta.catalog import SourceCatalog
 from server.settings import EtcdSettings
 from server.stores import etcd_client_for
+from tests.e2e.test_replication import source_database
 
 pytestmark = pytest.mark.e2e
 
@@ -19,10 +20,7 @@ pytestmark = pytest.mark.e2e
 def test_catalog_reads_what_the_source_made(milvus_source, etcd_service):
     tag = uuid.uuid4().hex[:6]
     db, name, alias = f"cat_{tag}", f"books_{tag}", f"shelf_{tag}"
-    admin = MilvusClient(uri=milvus_source.uri, dedicated=True)
-    admin.create_database(db)
-    admin.close()
-    client = MilvusClient(uri=milvus_source.uri, db_name=db, dedicated=True)
+    client = source_database(milvus_source.uri, db)
     etcd = etcd_client_for(EtcdSettings(address=[etcd_service.endpoint]))
     try:
         schema = MilvusClient.create_schema(
