@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection, DropCollection, DropPartition
 from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMeta
 from replicator.pipeline.apply import TargetCollection
@@ -131,7 +132,11 @@ class CollectionDdl:
         while meta is None and time.time() < written + CATALOG_LAG_SECONDS:
             waited = True
             if self._stop.wait(CATALOG_POLL_SECONDS):
-                break
+                # not applied on a guess: the record is read again when the task runs again
+                raise SourceUnavailableError(
+                    f"stopped while waiting for collection {event.collection_id} to appear in "
+                    "the source catalog"
+                )
             meta = self._describe(event.collection_id)
         if meta is None:
             log.warning(

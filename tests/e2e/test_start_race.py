@@ -15,6 +15,7 @@ from pymilvus import MilvusClient
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.codec.streaming import decode_any
+from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection
 from replicator.meta.catalog import SourceCatalog
 from replicator.pipeline.context import TaskContext
@@ -124,7 +125,8 @@ def test_a_2_3_create_record_read_before_the_catalog_has_it_waits_for_the_catalo
 
     The record is the source's own, read from its Kafka channel; the catalog is the source's
     own keys, copied under another root of the same etcd: the database first, the collection's
-    keys 2 s after the record is applied, the order the real cluster writes them in."""
+    keys 2 s after the record is applied, the order the real cluster writes them in. A task
+    stopped while it waits applies nothing: the record is read again when it runs again."""
     tag = uuid.uuid4().hex[:6]
     db, name, target_db = f"late_{tag}", f"lagging_{tag}", f"late_copy_{tag}"
     client = source_database(milvus_source.uri, db)
@@ -177,14 +179,31 @@ def test_a_2_3_create_record_read_before_the_catalog_has_it_waits_for_the_catalo
         "late", store, registry, target, threading.Event(), describe=catalog.collection
     )
     late = threading.Timer(2.0, _copy_keys, (etcd, held, root, mirror))
-    late.start()
     try:
+        # a task stopped while it waits applies nothing on a guess: the record is read again
+        stopped = threading.Event()
+        stopped.set()
+        halted = TaskContext.build(
+            "late",
+            store,
+            CollectionRegistry(selection, "_default"),
+            target,
+            stopped,
+            describe=catalog.collection,
+        )
+        with pytest.raises(SourceUnavailableError, match="stopped while waiting"):
+            halted.collections.apply_record(event, pchannel)
+        assert not halted.registry.known(meta.collection_id)
+
+        late.start()
         context.collections.apply_record(event, pchannel)
         assert registry.wanted(meta.collection_id), "the collection was taken for another db's"
         assert registry.resolve(meta.collection_id).db == target_db
         assert name in target.list_collections(target_db)
     finally:
-        late.join()
+        late.cancel()
+        if late.is_alive():
+            late.join()
         etcd.delete_prefix(f"mirror_{tag}/")
         target.close()
         store.close()
