@@ -99,6 +99,7 @@ def read_with_retries(
                 raise TaskFailedError(
                     f"channel {pchannel}, reading {_after(checkpoint.saved)}: {exc}"
                 ) from exc
+            status.caught_up = False  # what it read is not on the target: its lag shows it
             status.set_state(ChannelState.RETRYING, str(exc))
             log.warning("retrying in %.0f s: %s", backoff, exc)
             start = checkpoint.rewind()  # re-read what was not committed
@@ -156,6 +157,10 @@ class ChannelWorker:
         self.sequenced = SequencerStats()  # across the sequencers of restarts and switches
         self.skipped: Counter[str] = Counter()  # records skipped on purpose, by cause
         self._last: RawRecord | None = None  # the last record read
+        # the furthest offset read on the current WAL: after a retry rewinds, the channel is
+        # not caught up until it has read past it again (a reader's first empty read, while
+        # the target is still down, is no catching up)
+        self._furthest = -1
         # 2.6 collections whose CreateCollection was read here but is not applied yet
         self._announced: set[int] = set()
 
@@ -215,11 +220,17 @@ class ChannelWorker:
                     return True
             # read to the end with nothing waiting (an idle read returns all it has)
             drained = not records or (idle is not None and idle.took_all)
-            self.status.caught_up = drained and not seq.waiting()
+            last = self._last
+            caught_up = (
+                drained
+                and not seq.waiting()
+                and (self._furthest < 0 or (last is not None and last.offset >= self._furthest))
+            )
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
             if read.commit_at is not None and (read.ready or read.changed or due):
                 self._write(read.ready, read.commit_at)
                 last_save = time.monotonic()
+            self.status.caught_up = caught_up  # once what it read is on the target
             if read.applied_to:
                 self.status.applied(read.applied_to)
             self.status.read_ts = max(self.status.read_ts, seq.tick)
@@ -235,6 +246,7 @@ class ChannelWorker:
         seq = self.sequencer
         before = self._last.msg_id if self._last is not None else self._saved_msg_id()
         self._last = record
+        self._furthest = max(self._furthest, record.offset)
         event = decode_any(record, self.checkpoint.backend, self._wanted)
         if isinstance(event, FailedRecord):
             raise TaskFailedError(
@@ -288,6 +300,7 @@ class ChannelWorker:
                 if switch is not None:
                     left_behind = i + 1 < len(released) or seq.waiting()
                     self.source = self.switches.follow(switch, self.checkpoint, left_behind)
+                    self._furthest = -1  # offsets of the new WAL start over
                     self.status.position = self.checkpoint.saved
                     return True
                 continue
