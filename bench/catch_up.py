@@ -80,11 +80,12 @@ def write(client, name: str, rows: int, batch: int) -> float:
     return time.perf_counter() - started
 
 
-def wal_tail_mb(rocksmq: Path) -> float:
-    """The source RocksDB's WAL files (``*.log``): what its memtables hold and its table files
-    do not yet. A RocksDB secondary replays them into memtables of its own when it opens, so the
-    daemon holds about that much whatever its backlog (at most the source's write buffers)."""
-    return sum(f.stat().st_size for f in rocksmq.glob("*.log")) / MB
+def wal_files(rocksmq: Path) -> dict[str, int]:
+    """The source RocksDB's WAL files (``*.log``) and their sizes: what its memtables hold and
+    its table files do not yet. A RocksDB secondary replays them into memtables of its own when
+    it opens, so the daemon holds about that much whatever its backlog (at most the source's
+    write buffers)."""
+    return {f.name: f.stat().st_size for f in rocksmq.glob("*.log")}
 
 
 def roll_source_wal(client, rocksmq: Path, batch: int, limit_mb: float = 512) -> float:
@@ -92,18 +93,18 @@ def roll_source_wal(client, rocksmq: Path, batch: int, limit_mb: float = 512) ->
     RocksDB starts a new WAL file and drops the ones it had: their memtables are then in table
     files, and the WAL tail a reader replays is nearly empty, whatever the backlog left in it.
     The MB written."""
-    old = {f.name for f in rocksmq.glob("*.log")}
+    old = set(wal_files(rocksmq))
     name = f"filler_{uuid.uuid4().hex[:8]}"
     create_collection(client, name)
     chunk = next(batches(batch, batch))
     written = 0.0
-    while not {f.name for f in rocksmq.glob("*.log")} - old:
+    while not wal_files(rocksmq).keys() - old:
         if written > limit_mb:
             raise RuntimeError(f"the source's WAL did not roll over after {written:.0f} MB")
         client.insert(name, chunk)
         written += batch * (DIM * 4 + 8) / MB
     deadline = time.monotonic() + 60
-    while old & {f.name for f in rocksmq.glob("*.log")}:
+    while old & wal_files(rocksmq).keys():
         if time.monotonic() > deadline:
             raise RuntimeError("the source kept its old WAL files 60 s after a new one began")
         time.sleep(0.5)
@@ -270,7 +271,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
         sampler.start()
         heap.start()
         before = cpu_seconds(source.pid, lite.pid, pid)
-        result["wal_tail_mb"] = wal_tail_mb(source.rocksmq_path)
+        result["wal_tail_mb"] = sum(wal_files(source.rocksmq_path).values()) / MB
         t0 = time.perf_counter()
         task_id = create_task(daemon, lite.uri, name)
         try:
