@@ -4,9 +4,12 @@ Milvus 2.3-2.5 writes an upsert as an Insert and a Delete with one timestamp, on
 the other. A start position taken at the end of a channel (a new task's) can fall between them:
 the job's copy, read later, holds the upserted row, and the stream would replay the Delete
 alone and remove it. So the start is moved back to before every record, within a window before
-it, whose timestamp is not older than the first record after it. Starting earlier is always
-safe here: the whole stretch from the start to the in-flight bound is replayed in WAL order with
-inserts written as upserts, so every key it touches ends with its last operation.
+it, whose timestamp is not older than the first record after it. A DML record's time is its
+rows' (:func:`record_time`): the upsert's Insert has ``MsgBase.timestamp`` 0, and read by its
+header alone it looked older than its Delete, so the start stayed between them. Starting
+earlier is always safe here: the whole stretch from the start to the in-flight bound is
+replayed in WAL order with inserts written as upserts, so every key it touches ends with its
+last operation.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from metastore import Position
-from replicator.codec.msgstream import MSG_TIME_TICK, message_header
+from replicator.codec.msgstream import MSG_TIME_TICK, record_time
 from replicator.codec.wire import WireError
 from replicator.sources.base import WalSource
 
@@ -44,7 +47,7 @@ def group_start(source: WalSource, start: Position) -> Position:
                 break
             for record in records:
                 try:
-                    msg_type, ts = message_header(record.payload)
+                    msg_type, ts = record_time(record.payload)
                 except (WireError, ValueError):
                     continue
                 if msg_type != MSG_TIME_TICK:

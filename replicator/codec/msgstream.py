@@ -10,7 +10,13 @@ from google.protobuf.message import DecodeError
 from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
 
 from metastore import Position
-from replicator.codec.wire import WireError, find_bytes_field, find_varint_field, to_signed64
+from replicator.codec.wire import (
+    WireError,
+    find_bytes_field,
+    find_varint_field,
+    packed_varints,
+    to_signed64,
+)
 from replicator.events import (
     CreateCollection,
     Delete,
@@ -40,6 +46,9 @@ _COLLECTION_FIELD = {
     MSG_DROP_PARTITION: 6,
 }
 
+# the per-row ``timestamps`` field of InsertRequest and DeleteRequest (msg.proto)
+_TIMESTAMPS_FIELD = 10
+
 Wanted = Callable[[int], bool]
 
 
@@ -56,10 +65,25 @@ def message_header(payload: bytes) -> tuple[int, int]:
     return header.msg_type, header.timestamp
 
 
+def record_time(payload: bytes) -> tuple[int, int]:
+    """(msg_type, timestamp) of a record as Milvus orders it: DML by its rows' timestamps,
+    because an upsert's Insert carries ``MsgBase.timestamp`` 0 (the Delete written after it has
+    the upsert's timestamp, and so do the Insert's rows). Only the rows' first timestamp is
+    read, from the wire: a record of a collection no task selects is not parsed."""
+    msg_type, ts = message_header(payload)
+    if ts == 0 and msg_type in (MSG_INSERT, MSG_DELETE):
+        packed = find_bytes_field(payload, _TIMESTAMPS_FIELD)
+        if packed:
+            ts = packed_varints(packed)[0]
+        else:  # a single row's timestamp may be written unpacked
+            ts = find_varint_field(payload, _TIMESTAMPS_FIELD) or 0
+    return msg_type, ts
+
+
 def decode(record: RawRecord, backend: str, wanted: Wanted) -> Event | FailedRecord:
     """Decode one record; DML bodies are parsed only for collections ``wanted`` selects."""
     try:
-        msg_type, ts = message_header(record.payload)
+        msg_type, ts = record_time(record.payload)
         if msg_type == MSG_TIME_TICK:
             return TimeTick(ts=ts)
         if msg_type not in _COLLECTION_FIELD:

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 import pytest
+from harness.daemon import Daemon
 from harness.services import wait_until
 from pymilvus import DataType, MilvusClient
 from test_backfill import (
@@ -167,7 +168,12 @@ def difference(expected: dict[str, dict], actual: dict[str, dict]) -> str:
     return "; ".join(lines)
 
 
-def assert_equal(source: MilvusClient, target: MilvusClient, table: Table) -> int:
+def assert_equal(
+    source: MilvusClient, target: MilvusClient, table: Table, daemon: Daemon, task_id: str
+) -> int:
+    """The target holds exactly the source's rows of ``table`` within 180 s; else a failure that
+    names the differing keys, the task's state and the daemon's last warnings, first in the
+    report (no traceback)."""
     expected = side_rows(source, table.name, table.known)
     last: list[str] = []
 
@@ -179,9 +185,30 @@ def assert_equal(source: MilvusClient, target: MilvusClient, table: Table) -> in
 
     try:
         wait_until(same, 180, f"target {table.name} equal to the source")
-    except Exception:  # noqa: BLE001 - report what differs
-        pytest.fail(f"{table.name}: {last[0] if last else 'never read'}")
+    except Exception as exc:  # noqa: BLE001 - report what differs
+        view = task_view(daemon, task_id)
+        progress = view.get("progress") or {}
+        summary = {
+            "state": view.get("state"),
+            "reason": view.get("reason"),
+            "progress": {k: v for k, v in progress.items() if k not in ("channels", "backfill")},
+            "channels": [
+                (c.get("channel"), c.get("state"), c.get("lag_seconds"))
+                for c in progress.get("channels") or []
+            ],
+        }
+        pytest.fail(
+            f"{table.name} not equal on the target after 180 s: "
+            f"{last[0] if last else f'never read ({exc})'}; task {summary}; daemon log's last "
+            f"warnings: {warnings(daemon)}",
+            pytrace=False,
+        )
     return sum(len(rows) for rows in expected.values())
+
+
+def warnings(daemon: Daemon, last: int = 8) -> list[str]:
+    lines = [line for line in daemon.log_text().splitlines() if '"level": "INFO"' not in line]
+    return [line[:400] for line in lines[-last:]]
 
 
 def load_in_segments(table: Table, keys: list[Key]) -> None:
@@ -289,7 +316,7 @@ def test_exact_copy_across_many_range_boundaries_under_writes(
             labels = f'collection="default.{table.name}",task_id="{task_id}"'
             assert f"cdc_backfill_ranges_done{{{labels}}} {ranges}.0" in metrics, metrics
 
-        counts = [assert_equal(source, target, table) for table in (ints, texts, quiet)]
+        counts = [assert_equal(source, target, t, daemon, task_id) for t in (ints, texts, quiet)]
         assert counts[2] == QUIET_ROWS
         assert any(k in texts.known for k in text_bounds)
         task = task_view(daemon, task_id)

@@ -16,13 +16,17 @@ from replicator.sources.kafka import KafkaSource, encode_offset
 pytestmark = pytest.mark.integration
 
 
-def message(msg_type: int, ts: int) -> bytes:
-    base = common_pb2.MsgBase(msg_type=msg_type, timestamp=ts)
+def message(msg_type: int, ts: int, *, upsert: bool = False) -> bytes:
+    """As Milvus 2.3.5 writes them: DML with per-row timestamps; an upsert's Insert with
+    ``MsgBase.timestamp`` 0 (seen on the real source, ``tests/e2e/test_handover_upsert.py``)."""
+    base = common_pb2.MsgBase(msg_type=msg_type, timestamp=0 if upsert else ts)
     if msg_type == common_pb2.TimeTick:
         return msg_pb2.TimeTickMsg(base=base).SerializeToString()
     if msg_type == common_pb2.Insert:
-        return msg_pb2.InsertRequest(base=base, collectionID=7).SerializeToString()
-    return msg_pb2.DeleteRequest(base=base, collectionID=7).SerializeToString()
+        request = msg_pb2.InsertRequest(base=base, collectionID=7, timestamps=[ts], num_rows=1)
+        return request.SerializeToString()
+    request = msg_pb2.DeleteRequest(base=base, collectionID=7, timestamps=[ts], num_rows=1)
+    return request.SerializeToString()
 
 
 def channel(kafka_mock) -> tuple[KafkaSource, str]:
@@ -30,7 +34,7 @@ def channel(kafka_mock) -> tuple[KafkaSource, str]:
     values = [
         message(common_pb2.Insert, 100),  # 0
         message(common_pb2.TimeTick, 100),  # 1
-        message(common_pb2.Insert, 200),  # 2: an upsert's Insert ...
+        message(common_pb2.Insert, 200, upsert=True),  # 2: an upsert's Insert ...
         message(common_pb2.TimeTick, 200),  # 3: ... a time tick between its halves ...
         message(common_pb2.Delete, 200),  # 4: ... and its Delete
         message(common_pb2.Insert, 300),  # 5

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 
-from replicator.codec.msgstream import decode, message_header
-from replicator.codec.wire import find_varint_field, to_signed64
+from replicator.codec.msgstream import decode, message_header, record_time
+from replicator.codec.wire import encode_varint, find_varint_field, to_signed64
 from replicator.events import (
     CreateCollection,
     FailedRecord,
@@ -76,6 +76,25 @@ def test_unselected_collections_are_skipped_before_the_body_is_parsed():
     event = decode(record(insert_request(445, [1])), "kafka", lambda cid: False)
     assert isinstance(event, Skipped)
     assert "445" in event.reason
+    # an upsert's Insert (MsgBase timestamp 0) is skipped at its rows' time, not at 0: a
+    # collection unknown to the task is told from one dropped before it by that time
+    assert event.ts == TS
+
+
+def test_a_records_time_is_its_rows_when_its_base_has_none():
+    upsert_insert = insert_request(445, [1, 2]).SerializeToString()  # base timestamp 0
+    assert record_time(upsert_insert) == (common_pb2.Insert, TS)
+    delete = delete_request(445, [1], ts=TS + 3).SerializeToString()
+    assert record_time(delete) == (common_pb2.Delete, TS + 3)
+    # a single row's timestamp written unpacked (wire type 0), which a parser must accept
+    field = msg_pb2.InsertRequest.DESCRIPTOR.fields_by_name["timestamps"].number
+    base = common_pb2.MsgBase(msg_type=common_pb2.Insert)
+    one_row = msg_pb2.InsertRequest(base=base, collectionID=445).SerializeToString()
+    one_row += encode_varint(field << 3) + encode_varint(TS)
+    assert list(msg_pb2.InsertRequest.FromString(one_row).timestamps) == [TS]
+    assert record_time(one_row) == (common_pb2.Insert, TS)
+    tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=9))
+    assert record_time(tick.SerializeToString()) == (common_pb2.TimeTick, 9)
 
 
 def test_time_tick_and_negative_ids():
