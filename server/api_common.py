@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from metastore import MetaStoreError, MetaStoreUnavailableError, Position
+from replicator.hybrid_time import physical_ms
 from server.errors import ApiError, BadRequestError, PayloadTooLargeError
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def positions_view(positions: Iterable[Position]) -> list[dict[str, Any]]:
             "backend": p.backend,
             "msg_id": base64.b64encode(p.msg_id).decode(),
             "tt": p.ts,
-            "time": p.ts >> 18,  # physical milliseconds of the hybrid timestamp
+            "time": physical_ms(p.ts),  # milliseconds
         }
         for p in sorted(positions, key=lambda p: p.pchannel)
     ]

@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
+from replicator.hybrid_time import to_seconds
 from server.metrics_go import GoCompatMetrics, go_task_families
 
 Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
@@ -60,7 +61,7 @@ class _TaskCollector(Collector):
                 if channel["lag_seconds"] is not None:
                     lag.add_metric(key, channel["lag_seconds"])
                 if channel["position"]:
-                    position.add_metric(key, (channel["position"]["ts"] >> 18) / 1000)
+                    position.add_metric(key, to_seconds(channel["position"]["ts"]))
         skipped = CounterMetricFamily(
             "cdc_skipped_records",
             "Records a task skipped on purpose, by cause (not_selected, unknown_collection, "

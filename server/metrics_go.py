@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from metastore import TaskState
+from replicator.hybrid_time import physical_ms
 
 GO_STATE_VALUES = {
     TaskState.INITIAL: 0,
@@ -82,7 +83,7 @@ def go_task_families(
             times = (("read", channel.get("read_ts")), ("write", channel.get("applied_ts")))
             for op, ts in times:
                 if ts:
-                    tt.add_metric([task_id, name, op], ts >> 18)
+                    tt.add_metric([task_id, name, op], physical_ms(ts))
             for kind, value in sorted((channel.get("bytes_by_type") or {}).items()):
                 labels = {"vchannel_name": name, "op_type": "write", "msg_type": kind}
                 size.add_sample(size.name, {"task_id": task_id, **labels}, value)

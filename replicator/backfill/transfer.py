@@ -23,6 +23,7 @@ from replicator.backfill.columns import ColumnPage, page_keys, query_columns, up
 from replicator.backfill.pages import MAX_BATCH, read_pages, read_unchecked, window_filter
 from replicator.backfill.proof import Run, prove_range
 from replicator.backfill.ranges import Key, literal
+from replicator.hybrid_time import from_seconds
 
 
 def client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def guarantee_after(started_at: float) -> int:
     one. Reads then ask for it (Milvus's ``guarantee_timestamp``) instead of Strong consistency,
     which waits for the next time tick on every query (0.21 s each on 2.3.5); once the source
     has passed it they are served at once."""
-    return int((started_at + CLOCK_MARGIN) * 1000) << 18
+    return from_seconds(started_at + CLOCK_MARGIN)
 
 
 class MilvusRangeQuery:

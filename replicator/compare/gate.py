@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from metastore import MetaStore
+from replicator.hybrid_time import from_seconds
 
-LOGICAL_BITS = 18
 POLL_SECONDS = 0.5
 
 AppliedTs = Callable[[], int | None]
@@ -31,7 +31,7 @@ LiveApplied = Callable[[], Mapping[str, int] | None]
 
 def now_ts() -> int:
     """This moment as a hybrid timestamp."""
-    return int(time.time() * 1000) << LOGICAL_BITS
+    return from_seconds(time.time())
 
 
 def applied_ts(

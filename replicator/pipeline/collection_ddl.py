@@ -17,11 +17,11 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection, DropCollection, DropPartition
+from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import COLLECTION_CREATED, DEFAULT_DB, CollectionMeta
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.barriers import Barriers
 from replicator.pipeline.registry import CollectionRegistry
-from replicator.pipeline.sequencer import LOGICAL_BITS
 from replicator.pipeline.task_state import RunnerState
 from replicator.sinks.milvus import MilvusTarget
 
@@ -127,7 +127,7 @@ class CollectionDdl:
         ``CATALOG_LAG_SECONDS``, asked again until the catalog has it (it follows the record by
         milliseconds, but a channel read at once gets there first)."""
         meta = self._describe(event.collection_id)
-        written = (event.ts >> LOGICAL_BITS) / 1000
+        written = to_seconds(event.ts)
         waited = False
         while meta is None and time.time() < written + CATALOG_LAG_SECONDS:
             waited = True

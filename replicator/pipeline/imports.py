@@ -47,6 +47,7 @@ from typing import Any
 from metastore import MetaStoreError
 from replicator.backfill.state import BackfillJob
 from replicator.codec.streaming_ddl import ImportJob
+from replicator.hybrid_time import from_seconds
 from replicator.meta.imports import ImportPhase, SourceImport
 from replicator.pipeline.status import TaskWarnings
 from replicator.pipeline.task_state import RunnerState
@@ -55,7 +56,6 @@ from replicator.sources.base import SourceUnavailableError
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 2.0
-LOGICAL_BITS = 18
 UNKNOWN = "unknown"  # the phase of an import known only from the WAL
 PENDING, COPYING, COPIED = "pending", "copying", "copied"
 FAILED_ON_SOURCE, COLLECTION_DROPPED = "failed_on_source", "collection_dropped"
@@ -171,7 +171,7 @@ class TaskImports:
                     imported.collection_id,
                     *names,
                     [list(imported.files)],
-                    (created * 1000) << LOGICAL_BITS,
+                    from_seconds(created),
                     imported.phase,
                     imported.rows,
                     imported.reason,
@@ -371,7 +371,7 @@ class TaskImports:
         if job.active:
             return
         done = job.state == "done"
-        before = int(job.created_at * 1000) << LOGICAL_BITS
+        before = from_seconds(job.created_at)
         withdrawn, changed = [], []
         with self._lock:
             ended = []

@@ -30,6 +30,7 @@ from metastore.fenced import Fence, FencedStore
 from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.errors import CdcError, TaskFailedError, is_retriable
+from replicator.hybrid_time import from_seconds
 from replicator.log_context import log_context
 from replicator.meta.catalog import AliasMeta, CollectionMeta
 from replicator.meta.imports import SourceImport
@@ -420,7 +421,7 @@ class ReplicationRunner:
             describe=describe,
             ddl=StreamDdlApplier(connection.target, names, rbac=rbac),
             open_wal=context.open_wal,
-            task_ts=int(self.task.created_at * 1000) << 18,
+            task_ts=from_seconds(self.task.created_at),
             read_ahead=context.read_ahead,
             imports=self.imports,
         )

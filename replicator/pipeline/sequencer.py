@@ -29,10 +29,9 @@ from dataclasses import dataclass, field, replace
 
 from replicator.codec.streaming_events import BeginTxn, CommitTxn, RollbackTxn, StreamMeta
 from replicator.events import Event
+from replicator.hybrid_time import from_ms
 
 log = logging.getLogger(__name__)
-
-LOGICAL_BITS = 18  # hybrid timestamp: physical milliseconds << 18 | logical
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ class ChannelSequencer:
             if txn is not None:
                 self.stats.repeats += 1
                 return
-            keepalive = max(0, event.keepalive_ms) << LOGICAL_BITS
+            keepalive = from_ms(max(0, event.keepalive_ms))
             self._txns[key] = _OpenTxn(item, keepalive, event.ts)
             return
         if txn is None:

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
+from replicator.hybrid_time import to_seconds
 from replicator.pipeline.task_state import RunnerState
 
 log = logging.getLogger(__name__)
-
-LOGICAL_BITS = 18  # hybrid timestamp: physical milliseconds << 18 | logical
 
 
 class ChannelState(enum.StrEnum):
@@ -69,7 +68,7 @@ class ChannelStatus:
             return None
         if self.caught_up:
             return 0.0
-        return max(0.0, time.time() - (self.applied_ts >> LOGICAL_BITS) / 1000)
+        return max(0.0, time.time() - to_seconds(self.applied_ts))
 
     def view(self) -> dict[str, Any]:
         state = f"{self.state}: {self.detail}" if self.detail else str(self.state)

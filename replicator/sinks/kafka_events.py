@@ -36,16 +36,16 @@ import orjson
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TargetRejectedError
+from replicator.hybrid_time import to_seconds
 
 DataType = schema_pb2.DataType
-_LOGICAL_BITS = 18  # a hybrid timestamp is (physical ms << 18) | logical
 
 
 def ts_view(hybrid: int | None) -> dict[str, Any]:
     """The source's hybrid timestamp and its wall-clock time (UTC, milliseconds)."""
     if not hybrid:
         return {"hybrid": None, "time": _iso(datetime.now(UTC))}
-    moment = datetime.fromtimestamp((hybrid >> _LOGICAL_BITS) / 1000, UTC)
+    moment = datetime.fromtimestamp(to_seconds(hybrid), UTC)
     return {"hybrid": hybrid, "time": _iso(moment)}
 
 

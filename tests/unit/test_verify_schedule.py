@@ -13,9 +13,10 @@ import pytest
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.backfill.ranges import cut_ranges
-from replicator.compare.gate import LOGICAL_BITS, applied_ts, now_ts, wait_applied
+from replicator.compare.gate import applied_ts, now_ts, wait_applied
 from replicator.compare.job import sample_ranges
 from replicator.compare.state import VerifyJob
+from replicator.hybrid_time import physical_ms
 from server.api_models import (
     CreateRequest,
     VerifyRequest,
@@ -97,7 +98,7 @@ def test_the_wait_ends_when_every_channel_of_the_collection_passed_the_moment(tm
         "t1", Position("kafka", "dml_0", b"\x02", moment + 1), store.get_positions("t1")["dml_0"]
     )
     assert wait_applied(both, moment, 5, stop)
-    assert now_ts() >> LOGICAL_BITS >= moment >> LOGICAL_BITS
+    assert physical_ms(now_ts()) >= physical_ms(moment)
 
 
 def test_verify_requests_default_to_every_collection_without_repair():
