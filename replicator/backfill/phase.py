@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,8 +174,10 @@ class BackfillPhase:
         """Launch the driver and wait for it; its exit code, or None when stopped."""
         path = self._log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        with driver_environment(self.launcher.log_dir, self.task_id) as env:
+            return self._drive(job, path, env)
+
+    def _drive(self, job: BackfillJob, path: Path, env: dict[str, str]) -> int | None:
         with open(path, "ab") as output:
             process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 self.launcher.command(self.task_id),
@@ -207,6 +209,29 @@ class BackfillPhase:
             kill_group(process.pid)  # what the driver left behind (a JVM, Python workers)
             self.driver_pid = None
             self.refresh()
+
+
+@contextlib.contextmanager
+def driver_environment(log_dir: str, name: str) -> Iterator[dict[str, str]]:
+    """The environment of a Spark driver process whose temporary files go to a directory of its
+    own, ``<log_dir>/scratch/<name>``, removed when the block ends (after the driver's process
+    group is gone): Spark's local directories and the JVM's files (``java.io.tmpdir``, which
+    ``spark.local.dir`` defaults to; a ``spark.local.dir`` of the operator's still wins), and
+    Python's (``TMPDIR``, also for the Python workers). A driver killed outright so leaves
+    nothing in /tmp: Spark's shutdown hook, which would remove its directories, never ran."""
+    scratch = (Path(log_dir) / "scratch" / name).resolve()
+    shutil.rmtree(scratch, ignore_errors=True)  # a driver's whose daemon was killed meanwhile
+    scratch.mkdir(parents=True)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["TMPDIR"] = str(scratch)
+    # read by Spark's launcher for the driver's JVM; quoted: the path may hold spaces
+    options = [env.get("SPARK_SUBMIT_OPTS", ""), f'"-Djava.io.tmpdir={scratch}"']
+    env["SPARK_SUBMIT_OPTS"] = " ".join(o for o in options if o)
+    try:
+        yield env
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def terminate_group(process: subprocess.Popen[bytes]) -> None:

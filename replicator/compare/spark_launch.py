@@ -11,7 +11,6 @@ again once the task applied what was written before (the "no false alarm under w
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replicator.backfill.phase import kill_group, terminate_group
+from replicator.backfill.phase import driver_environment, kill_group, terminate_group
 from replicator.backfill.state import CollectionPlan
 from replicator.compare.digest import Digest
 from replicator.compare.reader import Schema
@@ -102,9 +101,11 @@ class SparkDigests:
 
     def _drive(self, request: bytes, log_path: Path, stop: threading.Event) -> str | None:
         """Run the driver with ``request`` on stdin; its stdout, or None when stopped."""
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(log_path, "ab") as log_file, tempfile.TemporaryFile() as out:
+        with (
+            driver_environment(self.log_dir, log_path.stem) as env,
+            open(log_path, "ab") as log_file,
+            tempfile.TemporaryFile() as out,
+        ):
             process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 self.command(),
                 stdin=subprocess.PIPE,
