@@ -1,11 +1,13 @@
-"""The hand-over start after a backfill never splits the records of one timestamp (an upsert's
-Insert and Delete), read from a real Kafka protocol (the mock cluster)."""
+"""The hand-over start after a backfill never splits the records of one timestamp (a 2.3-2.5
+upsert's Insert and Delete) nor a 2.6 transaction, read from a real Kafka protocol (the mock
+cluster)."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
+from harness.streaming_writer import StreamingWriter
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 from test_kafka_source import produce
 
@@ -55,4 +57,33 @@ def test_a_start_at_a_boundary_stays(kafka_mock):
     source, topic = channel(kafka_mock)
     for offset in (1, 4, 6):  # reading begins at 2, 5, or at the end
         start = Position("kafka", topic, encode_offset(offset), 9)
+        assert group_start(source, start) == start
+
+
+def test_a_start_inside_a_2_6_transaction_moves_before_its_begin(kafka_mock):
+    """Milvus 2.6 writes an upsert as a transaction (BeginTxn, Insert, Delete, CommitTxn): a
+    stream started inside it would read its end without its BeginTxn and drop it."""
+    tag = uuid.uuid4().hex[:8]
+    pchannel = f"dml26-{tag}"
+    vchannel = f"{pchannel}_44v0"
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    try:
+        writer.insert(vchannel, 44, [1, 2])  # 0
+        writer.time_tick(pchannel)  # 1
+        done = writer.upsert(vchannel, 44, [1])  # 2-5: a transaction ended before the start
+        writer.time_tick(pchannel)  # 6
+        txn = writer.begin_txn(vchannel)  # 7
+        writer.insert(vchannel, 44, [2], txn=txn)  # 8
+        writer.delete(vchannel, 44, [2], txn=txn)  # 9
+        writer.end_txn(txn)  # 10
+        writer.time_tick(pchannel)  # 11
+    finally:
+        writer.close()
+    assert [r.offset for r in done.records] == [2, 3, 4, 5] and txn.begin_offset == 7
+    source = KafkaSource(kafka_mock.bootstrap)
+    for inside in (7, 8, 9):  # reading would begin at the Insert, the Delete, the Commit
+        start = Position("kafka", pchannel, encode_offset(inside), 0)
+        assert group_start(source, start) == Position("kafka", pchannel, encode_offset(6), 0)
+    for outside in (1, 5, 6, 10, 11):  # before, between and after the transactions
+        start = Position("kafka", pchannel, encode_offset(outside), 0)
         assert group_start(source, start) == start
