@@ -21,4 +21,4 @@ echo "== pytest"
 export no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
 # pytest-benchmark, when installed, warns that xdist disables it (and warnings are errors)
 exec "$python" -m pytest -p no:cacheprovider -p no:benchmark \
-    -n "${CDC_TEST_WORKERS:-0}" --dist loadfile "$@"
+    -n "${CDC_TEST_WORKERS:-0}" --dist loadgroup "$@"

@@ -223,3 +223,25 @@ def milvus_source_rocksmq(
         return start(workdir, etcd_service.endpoint, root_path=root)
 
     yield from _serve(factory, tmp_path_factory, "milvus-rocksmq")
+
+
+# ---------------------------------------------------------------------------------------------
+# Test workers (CDC_TEST_WORKERS, pytest-xdist with --dist loadgroup): a test file runs in one
+# worker, as a whole, and the files that run Spark jobs share one group, so two Spark drivers
+# never compete for the two cores while each waits for its own copy.
+
+SPARK_FILES = {
+    "test_backfill.py",
+    "test_backfill_boundaries.py",
+    "test_bulk_import.py",
+    "test_demo.py",
+    "test_spark_scratch.py",
+    "test_verify.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        group = "spark" if name in SPARK_FILES else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))

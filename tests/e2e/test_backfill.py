@@ -31,7 +31,7 @@ from test_replication import (
     wait_equal,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # Spark; its own waits name what is late
 
 
 def backfill_config(milvus_source, etcd_service, kafka_mock, **backfill: object) -> dict:
@@ -102,13 +102,13 @@ def kill_driver_midway(daemon: Daemon, task_id: str, ranges_done: int) -> dict:
             return backfill
         return None
 
-    seen = wait_until(copying, 240, "the backfill copying its ranges", interval=0.2)
+    seen = wait_until(copying, 600, "the backfill copying its ranges", interval=0.2)
     assert seen["ranges_done"] < seen["ranges_total"], f"finished before the kill: {seen}"
     os.kill(seen["driver_pid"], signal.SIGKILL)
     return seen
 
 
-def wait_backfill(daemon: Daemon, task_id: str, state: str = "done", timeout: float = 300) -> dict:
+def wait_backfill(daemon: Daemon, task_id: str, state: str = "done", timeout: float = 600) -> dict:
     def finished() -> dict | None:
         backfill = task_view(daemon, task_id)["backfill"]
         return backfill if backfill and backfill["state"] in ("done", "failed") else None

@@ -87,3 +87,19 @@ def test_a_start_inside_a_2_6_transaction_moves_before_its_begin(kafka_mock):
     for outside in (1, 5, 6, 10, 11):  # before, between and after the transactions
         start = Position("kafka", pchannel, encode_offset(outside), 0)
         assert group_start(source, start) == start
+
+
+def test_a_start_that_splits_the_channels_first_records_moves_to_its_beginning(kafka_mock):
+    topic = f"dml-{uuid.uuid4().hex[:8]}"
+    produce(
+        kafka_mock.bootstrap,
+        topic,
+        [
+            message(common_pb2.Insert, 200, upsert=True),  # 0: the channel's first record
+            message(common_pb2.Delete, 200),  # 1
+            message(common_pb2.TimeTick, 200),  # 2
+        ],
+    )
+    start = Position("kafka", topic, encode_offset(0), 8)  # reading would begin at the Delete
+    # no message id: read from the channel's first record
+    assert group_start(KafkaSource(kafka_mock.bootstrap), start) == Position("kafka", topic, b"", 8)
