@@ -19,7 +19,7 @@ librdkafka mock's ~5 MB per partition), a Milvus Lite target, the daemon on SQLi
 CPU seconds of the source, the target and the daemon are noted for both timed phases.
 
     python bench/catch_up.py [--rows 1000000] [--batch 5000] [--target lite|milvus]
-                             [--shards 1] [--out FILE.md]
+                             [--shards 1] [--roll-source-wal] [--out FILE.md]
 
 ``--target milvus``: the target is a second Milvus 2.3.5 standalone instead of Milvus Lite (the
 baseline then writes into it too), the collections with ``--shards`` shards on both sides. The
@@ -245,7 +245,7 @@ def run(args, work: Path, direct: bool = True) -> dict:
             sum(f.stat().st_size for f in source.rocksmq_path.rglob("*") if f.is_file()) / MB
         )
         src.flush(name)
-        if getattr(args, "roll_source_wal", False):
+        if args.roll_source_wal:
             result["filler_mb"] = roll_source_wal(src, source.rocksmq_path, args.batch)
         result["settle_s"] = settle(source.pid)
 
@@ -336,6 +336,7 @@ def report(args, r: dict, total_s: float) -> str:
         f"Command: `python bench/catch_up.py --rows {rows} --batch {args.batch} "
         f"--target {args.target} --shards {args.shards}"
         f"{' --own-readers' if args.own_readers else ''}"
+        f"{' --roll-source-wal' if args.roll_source_wal else ''}"
         f"{memory_flag(args)}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
@@ -427,6 +428,12 @@ def main() -> None:
         "--own-readers",
         action="store_true",
         help="sourceConfig.sharedReaders false: the task reads with readers of its own",
+    )
+    parser.add_argument(
+        "--roll-source-wal",
+        action="store_true",
+        help="before the catch-up, filler rows make the source's RocksDB start a new WAL file, "
+        "so the daemon does not replay the backlog's unflushed tail (bench/backlog.py's default)",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up.md"))
     args = parser.parse_args()
