@@ -76,9 +76,13 @@ def test_a_stale_owner_is_refused_every_write_and_the_new_token_is_greater(pair)
 
     lease_a, lease_b = expired_and_taken(a, b, "t1")
     assert lease_b.token > lease_a.token
+    # the new owner writes at once: its own lease is only TTL seconds long, and the refused
+    # writes below may take that long on a loaded machine
+    b.save_position("t1", pos(300), pos(100), lease=lease_b)
+    b.put_state("t1", "bound/ch", b"3", lease=lease_b)
 
     with pytest.raises(FencedError):
-        a.save_position("t1", pos(200), pos(100), lease=lease_a)
+        a.save_position("t1", pos(200), pos(300), lease=lease_a)
     with pytest.raises(FencedError):
         a.put_state("t1", "bound/ch", b"2", lease=lease_a)
     with pytest.raises(FencedError):
@@ -89,13 +93,9 @@ def test_a_stale_owner_is_refused_every_write_and_the_new_token_is_greater(pair)
             expected_revision=created.revision,
             lease=lease_a,
         )
-    assert a.get_positions("t1")["by-dev-rootcoord-dml_0"].ts == 100
-    assert a.get_state("t1", "bound/ch") == b"1"
+    assert a.get_positions("t1")["by-dev-rootcoord-dml_0"].ts == 300
+    assert a.get_state("t1", "bound/ch") == b"3"
     assert a.get_task("t1").state is TaskState.INITIAL
-
-    b.save_position("t1", pos(300), pos(100), lease=lease_b)
-    b.put_state("t1", "bound/ch", b"3", lease=lease_b)
-    assert b.get_positions("t1")["by-dev-rootcoord-dml_0"].ts == 300
 
 
 def test_an_expired_lease_nobody_took_refuses_writes_and_is_taken_anew(pair):
