@@ -80,6 +80,10 @@ def test_a_start_inside_a_2_6_transaction_moves_before_its_begin(kafka_mock):
     finally:
         writer.close()
     assert [r.offset for r in done.records] == [2, 3, 4, 5] and txn.begin_offset == 7
+    # the harness writes with the product's property names: the types and keys checked here
+    # are Milvus's own (messages.proto: BeginTxn 900, CommitTxn 901; ``_t``, ``_tx``)
+    assert [r.properties["_t"] for r in txn.records] == ["900", "2", "3", "901"]
+    assert all("_tx" in r.properties for r in txn.records)
     source = KafkaSource(kafka_mock.bootstrap)
     for inside in (7, 8, 9):  # reading would begin at the Insert, the Delete, the Commit
         start = Position("kafka", pchannel, encode_offset(inside), 0)
