@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs, idempotently:
-#   - etcd-server, mariadb-server, chromium and openjdk-17-jre-headless from Debian, only when
-#     etcd / mariadbd / chromium / java are missing
+#   - etcd-server, mariadb-server, chromium, openjdk-17-jre-headless and prometheus (for
+#     promtool) from Debian, only when etcd / mariadbd / chromium / java / promtool are missing
 #     (one `apt-get update` first, since a fresh machine has empty package lists);
 #   - this project in editable mode with its `test` extra (pytest, milvus-lite, ...).
 # Meant for Debian 12, run as root (sudo is used when available otherwise).
@@ -23,6 +23,8 @@ have etcd || packages+=(etcd-server)
 have chromium || packages+=(chromium)
 # Java 17 for pyspark (the backfill job's Spark driver and executors).
 have java || packages+=(openjdk-17-jre-headless)
+# promtool (in Debian's prometheus package) checks and unit-tests deployment/prometheus/alerts.yml.
+have promtool || packages+=(prometheus)
 # A fresh Debian 12 has python3 but not pip.
 "$python" -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 

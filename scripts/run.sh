@@ -9,11 +9,12 @@
 # --port PORT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python="${PYTHON:-python3}"
+# the checkout's virtualenv (scripts/venv.sh); PYTHON=... picks another interpreter
+python="${PYTHON:-$(bash scripts/venv.sh)}"
 
 extras=demo
 if command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; then
     extras=demo,backfill
 fi
-bash scripts/pip-install.sh --quiet -e ".[$extras]"
+PYTHON="$python" bash scripts/pip-install.sh --quiet -e ".[$extras]"
 exec "$python" -m server.demo "$@"

@@ -4,7 +4,8 @@
 # Pass --config PATH (or set CDC_CONFIG) for another configuration; CDC_* variables override keys.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python="${PYTHON:-python3}"
+# the checkout's virtualenv (scripts/venv.sh); PYTHON=... picks another interpreter
+python="${PYTHON:-$(bash scripts/venv.sh)}"
 
-bash scripts/pip-install.sh --quiet -e .
+PYTHON="$python" bash scripts/pip-install.sh --quiet -e .
 exec "$python" -m server serve "$@"

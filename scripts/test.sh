@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what is missing (etcd-server and
-# mariadb-server with apt, the Python packages with pip), then lint, types, and every test —
+# The whole test suite, from a fresh clone: installs what is missing (etcd-server,
+# mariadb-server, ... with apt; the project and its Python packages with pip into the checkout's
+# virtualenv .venv/, made by scripts/venv.sh, never into the system interpreter, so the suite runs
+# the daemon as a virtualenv install runs it), then lint, types, and every test —
 # unit, integration (real etcd, MariaDB, Milvus Lite started on free loopback ports) and e2e.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
 # CDC_TEST_WORKERS=2 runs the tests in two pytest-xdist workers, a test file per worker at a
@@ -10,9 +12,10 @@
 # The default, 0, runs them in this one process.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python="${PYTHON:-python3}"
+# the checkout's virtualenv (scripts/venv.sh); PYTHON=... picks another interpreter
+python="${PYTHON:-$(bash scripts/venv.sh)}"
 
-bash scripts/install-test-deps.sh
+PYTHON="$python" bash scripts/install-test-deps.sh
 echo "== ruff"
 "$python" -m ruff check .
 "$python" -m ruff format --check .

@@ -1,8 +1,8 @@
 """deployment/prometheus/alerts.yml: well formed, loaded by the Prometheus configuration (and the
 compose stack), and naming only metrics and labels the daemon exports, read from a running
 daemon's /metrics with a task running (and from the collectors fed a running channel's status,
-for the families that have no samples on an empty source). ``promtool check rules`` runs too
-when promtool is on the PATH (it is not on our machines)."""
+for the families that have no samples on an empty source). ``promtool check rules`` checks them and
+``promtool test rules`` evaluates the verify alert (scripts/install-test-deps.sh installs promtool)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,16 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
         "channels": [channel.view()],
         "skipped": {"unknown_collection": 1},
         "imports_pending": [],
+        "verify": {
+            "state": "done",
+            "finished_at": 1.0,
+            "collections": [
+                {
+                    "collection": "default.c",
+                    **{k: {"count": 0} for k in ("missing", "extra", "different")},
+                }
+            ],
+        },
     }
     metrics = DaemonMetrics(dict, lambda: {"t": status})
     for name, labels in exported(generate_latest(metrics.registry).decode()).items():
@@ -88,9 +98,74 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
             assert label in known | {"instance"}, (rule["alert"], label)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def promtool() -> str:
+    path = shutil.which("promtool")
+    assert path, (
+        "promtool is not installed (scripts/install-test-deps.sh installs Debian's prometheus)"
+    )
+    return path
+
+
 def test_promtool_accepts_the_rules():
     result = subprocess.run(
-        ["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+        [promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_fires_the_verify_divergence_alert_only_on_divergent_rows(tmp_path):
+    """Prometheus's own rule evaluator (promtool test rules) on series shaped as the daemon
+    exports them: no alert while the last verify found nothing, one per divergent kind once it
+    found rows, and none after a repaired verify reports zero again."""
+    (rule,) = [r for r in rules() if r["alert"] == "MilvusCdcVerifyDivergence"]
+    labels = 'task_id="t1",collection="default.items",job="milvus-cdc",instance="d:8444"'
+    fired = {
+        "severity": "critical",
+        "task_id": "t1",
+        "collection": "default.items",
+        "kind": "missing",
+    }
+    spec = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'cdc_verify_divergent_rows{{{labels},kind="missing"}}',
+                        "values": "0 0 3 3 0",
+                    },
+                    {
+                        "series": f'cdc_verify_divergent_rows{{{labels},kind="extra"}}',
+                        "values": "0 0 0 0 0",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "1m", "alertname": rule["alert"], "exp_alerts": []},
+                    {
+                        "eval_time": "3m",
+                        "alertname": rule["alert"],
+                        "exp_alerts": [
+                            {
+                                "exp_labels": fired,
+                                "exp_annotations": {
+                                    "summary": "task t1: the last verify found 3 missing "
+                                    "row(s) in default.items",
+                                    "description": rule["annotations"]["description"],
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "4m", "alertname": rule["alert"], "exp_alerts": []},
+                ],
+            }
+        ],
+    }
+    tests = tmp_path / "alert_tests.yml"
+    tests.write_text(yaml.safe_dump(spec))
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
