@@ -146,6 +146,7 @@ def backfill_launcher(settings: CdcSettings) -> DriverLauncher:
         settings_json=json.dumps(_revealed(settings.model_dump())).encode(),
         log_dir=settings.backfill.logDir,
         max_attempts=settings.backfill.maxJobAttempts,
+        spark_conf=dict(settings.backfill.sparkConf),
     )
 
 

@@ -25,8 +25,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class DriverLauncher:
     settings_json: bytes
     log_dir: str
     max_attempts: int
+    spark_conf: Mapping[str, str] = field(default_factory=dict)  # backfill.sparkConf
 
     def command(self, task_id: str) -> list[str]:
         """The driver's command line. Run under util-linux's ``setpriv --pdeathsig KILL`` when
@@ -174,7 +175,9 @@ class BackfillPhase:
         """Launch the driver and wait for it; its exit code, or None when stopped."""
         path = self._log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with driver_environment(self.launcher.log_dir, self.task_id) as env:
+        with driver_environment(
+            self.launcher.log_dir, self.task_id, self.launcher.python, self.launcher.spark_conf
+        ) as env:
             return self._drive(job, path, env)
 
     def _drive(self, job: BackfillJob, path: Path, env: dict[str, str]) -> int | None:
@@ -212,19 +215,28 @@ class BackfillPhase:
 
 
 @contextlib.contextmanager
-def driver_environment(log_dir: str, name: str) -> Iterator[dict[str, str]]:
+def driver_environment(
+    log_dir: str, name: str, python: str, spark_conf: Mapping[str, str]
+) -> Iterator[dict[str, str]]:
     """The environment of a Spark driver process whose temporary files go to a directory of its
     own, ``<log_dir>/scratch/<name>``, removed when the block ends (after the driver's process
     group is gone): Spark's local directories and the JVM's files (``java.io.tmpdir``, which
     ``spark.local.dir`` defaults to; a ``spark.local.dir`` of the operator's still wins), and
     Python's (``TMPDIR``, also for the Python workers). A driver killed outright so leaves
-    nothing in /tmp: Spark's shutdown hook, which would remove its directories, never ran."""
+    nothing in /tmp: Spark's shutdown hook, which would remove its directories, never ran.
+
+    Spark's Python workers run ``python``, the daemon's own interpreter (a virtualenv's, say),
+    not whatever ``python3`` comes first on PATH (which need not have pymilvus): pyspark starts
+    them with ``PYSPARK_PYTHON`` and reads no Spark setting for it, so the operator's
+    ``spark.pyspark.python`` (needed when executors run on other hosts) is passed the same way."""
     scratch = (Path(log_dir) / "scratch" / name).resolve()
     shutil.rmtree(scratch, ignore_errors=True)  # a driver's whose daemon was killed meanwhile
     scratch.mkdir(parents=True)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["TMPDIR"] = str(scratch)
+    env["PYSPARK_PYTHON"] = spark_conf.get("spark.pyspark.python") or python
+    env["PYSPARK_DRIVER_PYTHON"] = python
     # read by Spark's launcher for the driver's JVM; quoted: the path may hold spaces
     options = [env.get("SPARK_SUBMIT_OPTS", ""), f'"-Djava.io.tmpdir={scratch}"']
     env["SPARK_SUBMIT_OPTS"] = " ".join(o for o in options if o)

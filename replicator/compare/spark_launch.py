@@ -102,7 +102,7 @@ class SparkDigests:
     def _drive(self, request: bytes, log_path: Path, stop: threading.Event) -> str | None:
         """Run the driver with ``request`` on stdin; its stdout, or None when stopped."""
         with (
-            driver_environment(self.log_dir, log_path.stem) as env,
+            driver_environment(self.log_dir, log_path.stem, self.python, self.spark_conf) as env,
             open(log_path, "ab") as log_file,
             tempfile.TemporaryFile() as out,
         ):

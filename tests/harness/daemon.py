@@ -7,13 +7,13 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from harness.installed import daemon_command
 from harness.services import (
     ServiceStartError,
     die_with_parent,
@@ -76,14 +76,17 @@ class Daemon:
         assert self.process is None or self.process.poll() is not None, "already running"
         config = {**self.config, "address": f"{self.host}:{self.port}", "logFormat": "json"}
         self.config_path.write_text(yaml.safe_dump(config))
-        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
-        env["PYTHONPATH"] = str(REPO_ROOT)
+        command, installed = daemon_command()
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.upper().startswith("CDC_") and k != "PYTHONPATH"
+        }
+        env.update(installed)
         env["no_proxy"] = "127.0.0.1,localhost"
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                die_with_parent(
-                    [sys.executable, "-m", "server", "serve", "--config", str(self.config_path)]
-                ),
+                die_with_parent([*command, "serve", "--config", str(self.config_path)]),
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
