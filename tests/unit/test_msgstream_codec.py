@@ -207,3 +207,56 @@ def test_single_field_lookups_agree_with_the_whole_message_walk():
             errors += expected == "error"
     assert errors > 100  # the random bytes do reach the error paths
     assert find_varint_field(real[0], 7) == 446_000_000_000_123
+
+
+def _column(name: str, **kwargs) -> schema_pb2.FieldData:
+    return schema_pb2.FieldData(field_name=name, **kwargs)
+
+
+def test_byte_vectors_sparse_and_struct_arrays_merge_row_by_row():
+    """Two inserts of 6 and 4 rows merged into one request keep every row of a byte-typed
+    vector (MergeFrom alone replaced the bytes with the last batch's), the larger sparse dim,
+    and a struct array's sub-fields as one column each."""
+    rows = (6, 4)
+    byte_kinds = {"binary_vector": 1, "float16_vector": 4, "bfloat16_vector": 4, "int8_vector": 2}
+
+    def batch(index: int, count: int) -> list[schema_pb2.FieldData]:
+        columns = [
+            _column(
+                kind,
+                vectors=schema_pb2.VectorField(
+                    dim=16, **{kind: bytes([index * 10 + row for row in range(count)]) * width}
+                ),
+            )
+            for kind, width in byte_kinds.items()
+        ]
+        sparse = schema_pb2.SparseFloatArray(
+            contents=[bytes([index, row]) for row in range(count)], dim=100 if index else 300
+        )
+        columns.append(
+            _column("sparse", vectors=schema_pb2.VectorField(sparse_float_vector=sparse))
+        )
+        sub = _column(
+            "tags[name]",
+            scalars=schema_pb2.ScalarField(
+                string_data=schema_pb2.StringArray(data=[f"{index}-{row}" for row in range(count)])
+            ),
+        )
+        columns.append(_column("tags", struct_arrays=schema_pb2.StructArrayField(fields=[sub])))
+        return columns
+
+    request = milvus_pb2.InsertRequest(fields_data=batch(0, rows[0]))
+    merge_columns(request.fields_data, [batch(1, rows[1])])
+    merged = {column.field_name: column for column in request.fields_data}
+    for position, (kind, width) in enumerate(byte_kinds.items()):
+        expected = b"".join(
+            getattr(batch(index, count)[position].vectors, kind) for index, count in enumerate(rows)
+        )
+        assert getattr(merged[kind].vectors, kind) == expected, kind
+        assert len(expected) == width * sum(rows), kind
+    sparse = merged["sparse"].vectors.sparse_float_vector
+    assert len(sparse.contents) == sum(rows) and sparse.dim == 300
+    (sub,) = merged["tags"].struct_arrays.fields
+    assert list(sub.scalars.string_data.data) == [f"0-{r}" for r in range(6)] + [
+        f"1-{r}" for r in range(4)
+    ]
