@@ -126,8 +126,10 @@ class MetaStore(Protocol):
         reason: str,
         expected_revision: int,
         lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
-        """Set state and reason if the task still has ``expected_revision``.
+        """Set state and reason (and ``extra``, when given) if the task still has
+        ``expected_revision``.
 
         ``TaskNotFoundError`` or ``ConcurrentUpdateError`` otherwise; with ``lease``,
         ``FencedError`` when it is no longer the task's live lease (every write taking a
@@ -200,6 +202,18 @@ class MetaStore(Protocol):
 
     def leases(self) -> dict[str, Lease]:
         """Every live lease, by task id."""
+
+    # --- the ids of the keys stored secrets are sealed with (never the keys) ------------------
+    def secret_key_ids(self) -> dict[str, int]:
+        """The key ids recorded under this root path, each with a version that changes every
+        time the id is recorded again (``metastore/sealed.py`` keeps the record)."""
+
+    def record_secret_key_id(self, key_id: str) -> None:
+        """Record that secrets are sealed with ``key_id`` (again: a new version)."""
+
+    def forget_secret_key_id(self, key_id: str, version: int) -> bool:
+        """Remove ``key_id`` from the record unless it was recorded again since ``version``;
+        True when it was removed."""
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

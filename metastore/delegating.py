@@ -33,9 +33,15 @@ class DelegatingStore:
         reason: str,
         expected_revision: int,
         lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         return self.inner.update_task(
-            task_id, state=state, reason=reason, expected_revision=expected_revision, lease=lease
+            task_id,
+            state=state,
+            reason=reason,
+            expected_revision=expected_revision,
+            lease=lease,
+            extra=extra,
         )
 
     def replace_spec(
@@ -97,6 +103,16 @@ class DelegatingStore:
 
     def leases(self) -> dict[str, Lease]:
         return self.inner.leases()
+
+    # --- the ids of the keys secrets are sealed with ------------------------------------------
+    def secret_key_ids(self) -> dict[str, int]:
+        return self.inner.secret_key_ids()
+
+    def record_secret_key_id(self, key_id: str) -> None:
+        self.inner.record_secret_key_id(key_id)
+
+    def forget_secret_key_id(self, key_id: str, version: int) -> bool:
+        return self.inner.forget_secret_key_id(key_id, version)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def ping(self) -> None:

@@ -7,6 +7,8 @@ Layout under ``<rootPath>/``::
     state/<task_id>/<key>            raw bytes
     fleet/members/<member_id>        JSON member info, attached to the member's etcd lease
     fleet/leases/<task_id>           JSON {"owner": member_id}, attached to the owner's etcd lease
+    secret-keys/<key_id>             JSON {"recorded_at": ...}: a key id the secrets are sealed
+                                     with (never the key); its mod_revision is its version
 
 Every write that belongs to a task is a transaction guarded by ``version(tasks/<id>) > 0``, so
 nothing is written for a task deleted meanwhile; delete removes all four ranges in one
@@ -150,10 +152,13 @@ class EtcdMetaStore:
         reason: str,
         expected_revision: int,
         lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
-        return self._rewrite_task(
-            task_id, expected_revision, lambda t: t.with_state(state, reason, time.time()), lease
-        )
+        def change(task: TaskRecord) -> TaskRecord:
+            changed = task.with_state(state, reason, time.time())
+            return changed if extra is None else replace(changed, extra=dict(extra))
+
+        return self._rewrite_task(task_id, expected_revision, change, lease)
 
     def replace_spec(
         self,
@@ -346,6 +351,26 @@ class EtcdMetaStore:
             task_id = meta.key.decode()[len(prefix) :]
             found[task_id] = Lease(task_id, orjson.loads(value)["owner"], meta.create_revision)
         return found
+
+    # --- the ids of the keys secrets are sealed with ------------------------------------------
+    def secret_key_ids(self) -> dict[str, int]:
+        prefix = f"{self._prefix}secret-keys/"
+        items = self._call(lambda: list(self._client.get_prefix(prefix)))
+        return {meta.key.decode()[len(prefix) :]: meta.mod_revision for _, meta in items}
+
+    def record_secret_key_id(self, key_id: str) -> None:
+        value = json.dumps({"recorded_at": time.time()})
+        self._call(lambda: self._client.put(f"{self._prefix}secret-keys/{key_id}", value))
+
+    def forget_secret_key_id(self, key_id: str, version: int) -> bool:
+        t = self._client.transactions
+        key = f"{self._prefix}secret-keys/{key_id}"
+        ok, _ = self._call(
+            lambda: self._client.transaction(
+                compare=[t.mod(key) == version], success=[t.delete(key)], failure=[]
+            )
+        )
+        return bool(ok)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

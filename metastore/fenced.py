@@ -142,6 +142,7 @@ class FencedStore(DelegatingStore):
         reason: str,
         expected_revision: int,
         lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         self.fence.check()
         return self.inner.update_task(
@@ -150,6 +151,7 @@ class FencedStore(DelegatingStore):
             reason=reason,
             expected_revision=expected_revision,
             lease=lease or self.fence.lease,
+            extra=extra,
         )
 
     def replace_spec(

@@ -1,6 +1,6 @@
 """SQL metastore: SQLite (the embedded default) and MySQL/MariaDB through SQLAlchemy + PyMySQL.
 
-Five tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
+Six tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
 position compare-and-set is one conditional UPDATE (or INSERT) followed by a locking read of the
 task row in the same transaction, so a position is never saved for a task deleted meanwhile.
 
@@ -124,6 +124,17 @@ leases_table = Table(
     Column("owner", String(128), nullable=False),
     Column("token", BigInteger, nullable=False),
     Column("expires_at", Double, nullable=False),
+)
+
+# the ids of the keys the root path's secrets are sealed with (never a key): one row per id,
+# its version raised each time the id is recorded again
+secret_keys_table = Table(
+    "cdc_secret_keys",
+    _metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("key_id", String(64), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("recorded_at", Double, nullable=False),
 )
 
 _GO_DSN = re.compile(
@@ -316,8 +327,11 @@ class SqlMetaStore:
         reason: str,
         expected_revision: int,
         lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
-        values = {"state": state.value, "reason": reason, "updated_at": time.time()}
+        values: dict[str, Any] = {"state": state.value, "reason": reason, "updated_at": time.time()}
+        if extra is not None:
+            values["extra"] = json.dumps(dict(extra), sort_keys=True)
         return self._update_task_row(task_id, expected_revision, values, lease)
 
     def replace_spec(
@@ -591,6 +605,54 @@ class SqlMetaStore:
                 .where(leases_table.c.expires_at > now)
             ).all()
         return {row.task_id: Lease(row.task_id, row.owner, row.token) for row in rows}
+
+    # --- the ids of the keys secrets are sealed with ------------------------------------------
+    def _secret_key(self, key_id: str) -> Any:
+        return and_(
+            secret_keys_table.c.root_path == self.root_path,
+            secret_keys_table.c.key_id == key_id,
+        )
+
+    def secret_key_ids(self) -> dict[str, int]:
+        query = select(secret_keys_table.c.key_id, secret_keys_table.c.version).where(
+            secret_keys_table.c.root_path == self.root_path
+        )
+        with self._tx() as conn:
+            return {row.key_id: int(row.version) for row in conn.execute(query)}
+
+    def record_secret_key_id(self, key_id: str) -> None:
+        for _attempt in range(3):  # another daemon inserted the same id at the same moment
+            try:
+                with self._tx() as conn:
+                    raised = conn.execute(
+                        update(secret_keys_table)
+                        .where(self._secret_key(key_id))
+                        .values(version=secret_keys_table.c.version + 1, recorded_at=time.time())
+                    ).rowcount
+                    if not raised:
+                        conn.execute(
+                            insert(secret_keys_table).values(
+                                root_path=self.root_path,
+                                key_id=key_id,
+                                version=1,
+                                recorded_at=time.time(),
+                            )
+                        )
+                return
+            except IntegrityError:
+                continue
+        raise MetaStoreUnavailableError(
+            f"secret key id {key_id}: recorded by other daemons at the same moment; try again"
+        )
+
+    def forget_secret_key_id(self, key_id: str, version: int) -> bool:
+        with self._tx() as conn:
+            removed = conn.execute(
+                delete(secret_keys_table).where(
+                    self._secret_key(key_id), secret_keys_table.c.version == version
+                )
+            ).rowcount
+        return bool(removed)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

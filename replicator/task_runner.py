@@ -15,7 +15,9 @@ class TaskRunner(Protocol):
     async def prepare(self) -> None:
         """Decide and save where every channel of a new task starts (one that has no
         positions yet), so that every write the source acknowledges afterwards is replicated;
-        raises when the source cannot be read. Nothing to do for a task that has positions."""
+        raises when the source cannot be read, within the task's connect timeout (and half a
+        second): a read still waiting then can write nothing when it returns. Nothing to do
+        for a task that has positions."""
 
     async def start(self) -> None:
         """Begin replicating; return once running (errors here fail the task)."""
@@ -34,6 +36,11 @@ class TaskRunner(Protocol):
     def applied_ticks(self) -> dict[str, int]:
         """The source time (hybrid ts) up to which each pchannel is on the target, as of now
         (a saved position of an idle channel may be older)."""
+
+    def unreachable(self, warnings: list[str]) -> None:
+        """The endpoints (source queue, source etcd, target) the daemon cannot reach now, as
+        warnings to show on the task; those shown before and not given again are withdrawn.
+        Blocking (it writes the task's state): call it from a thread."""
 
 
 RunnerFactory = Callable[[TaskRecord, MetaStore, FailureCallback], TaskRunner]

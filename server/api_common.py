@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from metastore import MetaStoreError, MetaStoreUnavailableError, Position
+from metastore.sealed import KeysMissingError
 from replicator.hybrid_time import physical_ms
 from server.errors import ApiError, BadRequestError, PayloadTooLargeError
 
@@ -41,6 +42,8 @@ def failure_answer(exc: Exception, action: str) -> tuple[int, str]:
     with their traceback and answered without details."""
     if isinstance(exc, ApiError):
         return exc.status, exc.message
+    if isinstance(exc, KeysMissingError):  # this daemon is not ready: another one may serve
+        return 503, str(exc)
     if isinstance(exc, MetaStoreUnavailableError):
         log.warning("metastore unavailable during %s: %s", action, exc)
         return 503, f"metastore unavailable, try again: {exc}"

@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metastore import MetaStoreError
+from metastore.sealed import SealedMetaStore
 from replicator import RunnerFactory
 from server import dashboard, rest
 from server.api_common import failure_answer, positions_view, read_json
@@ -192,6 +193,11 @@ async def readyz(request: web.Request) -> web.Response:
             {"status": "unavailable", "reason": f"metastore: {exc or 'timeout'}", **watch},
             status=503,
         )
+    supervisor = request.app.get(SUPERVISOR)
+    missing = supervisor.missing_keys if supervisor is not None else None
+    if missing is not None:  # key ids only, never a key
+        body = {"status": "not ready", "reason": f"secrets: {missing}", **watch}
+        return web.json_response({**body, "missing_keys": list(missing.missing)}, status=503)
     return web.json_response({"status": "ok", **watch})
 
 
@@ -248,7 +254,15 @@ def create_app(
 
     async def supervisor_ctx(app: web.Application) -> AsyncIterator[None]:
         factory = runner_factory or make_runner_factory(settings)
-        supervisor = TaskSupervisor(app[STORE], settings, factory, target_checker, redactor)
+        store = app[STORE]
+        supervisor = TaskSupervisor(
+            store,
+            settings,
+            factory,
+            target_checker,
+            redactor,
+            key_check=store.missing_keys if isinstance(store, SealedMetaStore) else None,
+        )
         app[SUPERVISOR] = supervisor
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,
@@ -263,7 +277,7 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
-    install_jobs(app, settings.scheduler, settings.verify)
+    install_jobs(app, settings.scheduler, settings.verify, settings.sourceConfig)
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

@@ -2,7 +2,8 @@
 
 1. A new key is put first in ``secrets.keyFile``, the old ones after it: from then on every
    daemon (they read the file again when it changes) encrypts with the new key and still reads
-   the old one.
+   the old one. A file that lacks a key the metastore's secrets are encrypted with is left as
+   it is, and nothing is rotated.
 2. Every secret in the metastore (the tasks' passwords and tokens, WAL-switch records) sealed
    with another key, or stored in clear, is encrypted with the new key; a second pass catches
    values a daemon wrote meanwhile.
@@ -50,12 +51,20 @@ def run_secrets_command(args: argparse.Namespace, settings: CdcSettings, out: Te
             "on its first start)"
         )
     old = KeyFile(path)()
-    new = KeyRing.new_key()
-    write_key_file(path, KeyRing((new, *old.keys)))
     try:
         store = open_task_store(settings)
     except MetaStoreError as exc:
-        raise CliError(f"cannot open the metastore: {exc} (the key file has the new key)") from None
+        raise CliError(f"cannot open the metastore: {exc} (the key file is unchanged)") from None
+    try:
+        missing = store.missing_keys()
+    except MetaStoreError as exc:
+        store.close()
+        raise CliError(f"cannot read the metastore: {exc} (the key file is unchanged)") from None
+    if missing is not None:  # sealing with a new key would lock the owners of those keys out
+        store.close()
+        raise CliError(f"{missing}: nothing rotated, the key file {path} is unchanged")
+    new = KeyRing.new_key()
+    write_key_file(path, KeyRing((new, *old.keys)))
     try:
         first = store.reseal()
         second = store.reseal()  # written by a daemon before it read the new file

@@ -8,6 +8,10 @@ metastore health     every ``metastoreCheckSeconds``: a ping with a timeout; ``c
                      and the ``metastore_watch`` part of /readyz; changes are logged.
 scheduled verify     every ``verify.scheduleCheckSeconds``: a verify of each Running task whose
                      interval has passed (server/verify_schedule.py).
+reachability         every ``reachabilitySeconds``: the source's queue and etcd and each running
+                     task's target are probed; one that does not answer is a warning on the
+                     tasks that use it, withdrawn when it answers (server/reachability.py);
+                     ``cdc_endpoint_up``.
 transient retry      every ``retry.checkSeconds``: a task in Failed whose reason contains one of
                      ``retry.transientReasons`` is resumed (the same call as the API's resume)
                      after ``initialBackoffSeconds * multiplier^(attempt-1)`` seconds, at most
@@ -37,10 +41,12 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
+from replicator.errors import CdcError
 from server.app_state import METRICS, STORE, SUPERVISOR
 from server.errors import ApiError
 from server.logs import log_context
-from server.settings import RetrySettings, SchedulerSettings, VerifySettings
+from server.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
+from server.settings import RetrySettings, SchedulerSettings, SourceSettings, VerifySettings
 from server.supervisor import TaskSupervisor
 from server.verify_schedule import run_scheduled
 
@@ -291,6 +297,15 @@ class _JobsCollector(Collector):
         for task_id, count in jobs.retrier.retries.items():
             retries.add_metric([task_id], count)
         yield retries
+        endpoints = GaugeMetricFamily(
+            "cdc_endpoint_up",
+            "1 when the endpoint answered the last probe, else 0: the source's queue and etcd "
+            "and the targets of the tasks running here",
+            labels=["role", "endpoint"],
+        )
+        for (role, label), answered in jobs.reachability.probed.items():
+            endpoints.add_metric([role, label], 1.0 if answered else 0.0)
+        yield endpoints
 
 
 class DaemonJobs:
@@ -302,14 +317,17 @@ class DaemonJobs:
         supervisor: TaskSupervisor,
         store: MetaStore,
         verify: VerifySettings | None = None,
+        source: SourceSettings | None = None,
     ):
         self.settings = settings
+        self.source = source
         self.verify = verify or VerifySettings()
         self.supervisor = supervisor
         self.store = store
         self.sampler = ProgressSampler(settings.progressSampleSeconds)
         self.health = MetastoreHealth()
         self.retrier = TransientRetrier(settings.retry)
+        self.reachability = ReachabilityWatch()
         self.scheduler = AsyncIOScheduler(timezone=UTC)
 
     async def sample_progress(self) -> None:
@@ -318,6 +336,22 @@ class DaemonJobs:
 
     async def check_metastore(self) -> None:
         await self.health.check(self.store, time.time())
+
+    async def check_reachability(self) -> None:
+        runners = self.supervisor.runners_here()
+        shared = source_endpoints(self.source) if self.source is not None else []
+        used: dict[str, list[Endpoint]] = {
+            task_id: [*shared, target_endpoint(spec)] for task_id, spec, _ in runners
+        }
+        probed = [endpoint for endpoints in used.values() for endpoint in endpoints]
+        outages = await asyncio.to_thread(self.reachability.check, probed)
+        for task_id, _, runner in runners:
+            warnings = [outages[e.key].warning(e) for e in used[task_id] if e.key in outages]
+            try:
+                await asyncio.to_thread(runner.unreachable, warnings)
+            except (MetaStoreError, CdcError) as exc:
+                with log_context(task_id=task_id):
+                    log.warning("reachability warnings not recorded: %s", exc)
 
     async def retry_transient(self) -> None:
         try:
@@ -336,6 +370,7 @@ class DaemonJobs:
             (self.sample_progress, self.settings.progressSampleSeconds),
             (self.check_metastore, self.settings.metastoreCheckSeconds),
             (self.verify_scheduled, self.verify.scheduleCheckSeconds),
+            (self.check_reachability, self.settings.reachabilitySeconds),
         ]
         if self.settings.retry.enabled:
             jobs.append((self.retry_transient, self.settings.retry.checkSeconds))
@@ -360,6 +395,7 @@ class DaemonJobs:
     def stop(self) -> None:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        self.reachability.close()
 
     def task_extras(self, task_id: str) -> dict[str, Any]:
         """What the jobs know about one task, for /v1 views."""
@@ -370,13 +406,16 @@ JOBS = web.AppKey("jobs", DaemonJobs)
 
 
 def install_jobs(
-    app: web.Application, settings: SchedulerSettings, verify: VerifySettings | None = None
+    app: web.Application,
+    settings: SchedulerSettings,
+    verify: VerifySettings | None = None,
+    source: SourceSettings | None = None,
 ) -> None:
     """Run the jobs while the application runs (after the supervisor is up, stopped before it
     drains)."""
 
     async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
-        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify)
+        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source)
         app[METRICS].registry.register(_JobsCollector(jobs))
         app[JOBS] = jobs
         jobs.start()

@@ -533,10 +533,15 @@ def _paths() -> dict[str, Any]:
         "/readyz": {
             "get": {
                 "operationId": "readyz",
-                "summary": "Ready to serve: not draining and the metastore answers",
+                "summary": "Ready to serve: not draining, the metastore answers, and the key "
+                "ring holds every key the stored secrets are encrypted with",
                 "responses": {
                     "200": _json({"type": "object"}, "Ready"),
-                    "503": _json({"type": "object"}, "Draining, or the metastore is down"),
+                    "503": _json(
+                        {"type": "object"},
+                        "Draining, the metastore is down, or keys are missing (the reason and "
+                        "missing_keys name their ids)",
+                    ),
                 },
             }
         },

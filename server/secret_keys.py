@@ -3,9 +3,12 @@ them.
 
 ``secrets.key`` (``CDC_SECRETS__KEY``) holds a key ring itself and wins; otherwise
 ``secrets.keyFile`` names a file holding one (metastore/keyring.py has the format). The daemon
-makes that file (mode 0600) with a new key on its first start when neither exists, and says so
-in the log: back it up, the stored secrets cannot be read without it. A key file is read again
-whenever it changes, so a ``milvus-cdc secrets rotate`` reaches running daemons.
+makes that file (mode 0600) with a new key on its first start when neither exists and the
+metastore holds no secret sealed with a key, and says so in the log: back it up, the stored
+secrets cannot be read without it. When the store does hold such secrets (a daemon joining a
+fleet without the fleet's key file), no key is made: the daemon runs without one, not ready,
+until the file appears (server/supervisor.py says which key ids it lacks). A key file is read
+again whenever it changes, so a ``milvus-cdc secrets rotate`` reaches running daemons.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from metastore import MetaStore
 from metastore.keyring import KeyRing, KeyRingError
-from metastore.sealed import KeySource, SealedMetaStore
+from metastore.sealed import KeySource, SealedMetaStore, key_ids_in_use
 from server.settings import CdcSettings, ConfigError, SecretsSettings
 from server.stores import open_metastore
 
@@ -36,16 +39,19 @@ class KeyFile:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._ring = KeyRing(())
+        self._asked = False  # a ring was handed out: a bad file no longer stops the start
 
     def __call__(self) -> KeyRing:
         try:
             info = self.path.stat()
         except FileNotFoundError:
+            self._asked = True
             return self._ring
         stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
         with self._lock:
+            first = not self._asked
+            self._asked = True
             if stamp != self._stamp:
-                first = self._stamp is None
                 try:
                     ring = KeyRing.parse(self.path.read_text(), f"secrets.keyFile {self.path}")
                 except (OSError, UnicodeDecodeError, KeyRingError) as exc:
@@ -53,9 +59,12 @@ class KeyFile:
                         raise ConfigError(str(exc)) from exc
                     log.error("key file not read again, the keys read before stay: %s", exc)
                     return self._ring
+                known = self._stamp is not None
                 self._ring, self._stamp = ring, stamp
-                if not first:
+                if known:
                     log.info("key file %s read again: keys %s", self.path, ", ".join(ring.ids))
+                elif not first:
+                    log.info("key file %s appeared: keys %s", self.path, ", ".join(ring.ids))
             return self._ring
 
 
@@ -105,9 +114,19 @@ def key_source(settings: SecretsSettings, *, create: bool) -> KeySource:
 
 
 def open_task_store(settings: CdcSettings, *, create_key: bool = False) -> SealedMetaStore:
-    """The configured metastore with the task secrets sealed by the configured keys."""
-    keys = key_source(settings.secrets, create=create_key)
+    """The configured metastore with the task secrets sealed by the configured keys.
+    ``create_key`` (the daemon): make the key file when there is none, unless the store holds
+    secrets sealed with a key already (that key is not this daemon's to replace)."""
+    keys = key_source(settings.secrets, create=False)  # a bad ring stops before the store opens
     store: MetaStore = open_metastore(settings.metaStoreConfig, settings.fleet.leaseSeconds)
+    try:
+        if create_key and not settings.secrets.key.get_secret_value():
+            path = Path(settings.secrets.keyFile).expanduser()
+            if path.exists() or not key_ids_in_use(store):
+                keys = key_source(settings.secrets, create=True)
+    except BaseException:
+        store.close()
+        raise
     return SealedMetaStore(store, keys)
 
 
@@ -115,6 +134,8 @@ def seal_stored_secrets(store: SealedMetaStore) -> None:
     """At start: secrets stored in clear (by an older version) or under an older key are
     sealed with the first key; those that cannot be read are named in the log."""
     report = store.reseal()
+    if report.skipped:
+        return  # the supervisor says at its start which keys this daemon lacks
     if report.sealed:
         log.info(
             "sealed %d stored secret(s) of %d task(s) with the current key",
@@ -123,3 +144,5 @@ def seal_stored_secrets(store: SealedMetaStore) -> None:
         )
     for problem in report.unreadable:
         log.error("stored secret cannot be read: %s", problem)
+    if report.forgotten:
+        log.info("no stored secret uses key(s) %s any more", ", ".join(report.forgotten))

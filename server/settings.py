@@ -231,6 +231,9 @@ class SchedulerSettings(_Section):
 
     progressSampleSeconds: float = Field(default=5.0, gt=0)
     metastoreCheckSeconds: float = Field(default=10.0, gt=0)
+    # how often the source's queue and etcd and each running task's target are probed; an
+    # endpoint that does not answer is a warning on the tasks that use it (server/reachability.py)
+    reachabilitySeconds: float = Field(default=2.0, gt=0)
     retry: RetrySettings = Field(default_factory=RetrySettings)
 
 

@@ -17,6 +17,12 @@ the task's lease, and each round (:meth:`TaskSupervisor.reconcile`) this daemon 
 leases, stops what it should no longer run, and takes its share of what nobody runs. A request
 may reach any daemon: pause and delete change the store, and the task's owner stops its runner
 at its next round (pause waits for that, a few seconds at most).
+
+Keys: a daemon whose key ring lacks a key the store's secrets are sealed with (``key_check``,
+checked at start and every round) says so in one log line naming the key ids, is not ready
+(``missing_keys``, shown by ``/readyz``), tells the fleet so in its heartbeat (the others do
+not count it when they share the tasks out), and takes no task. It never takes the lease of a
+task whose secrets it cannot open, nor changes such a task: it leaves it to a daemon that can.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -45,13 +51,13 @@ from metastore import (
     TaskState,
 )
 from metastore.fenced import Fence, FencedStore
-from metastore.sealed import secrets_problem
+from metastore.sealed import MissingKeys, secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
-from replicator.errors import CdcError
+from replicator.errors import CdcError, SourceUnavailableError
 from replicator.pipeline.selection import selection_of, selections_overlap
-from replicator.sinks.targets import is_kafka
+from replicator.sinks.targets import connect_timeout, is_kafka
 from server import state_history
 from server.api_models import (
     BackfillRequest,
@@ -73,6 +79,7 @@ from server.errors import (
 )
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
+from server.reachability import source_endpoints
 from server.settings import CdcSettings
 from server.target_check import check_kafka_reachable
 from server.verify import VerifyManager
@@ -82,8 +89,19 @@ T = TypeVar("T")
 
 PAUSED_BY_USER = "manually paused through the http interface"
 TargetChecker = Callable[[dict[str, Any]], str]
+KeyCheck = Callable[[], MissingKeys | None]
 # seconds a pause waits for the task's owner (another daemon) to stop its runner
 OWNER_STOP_WAIT = 3.0
+# A task being created is stored with this mark in its record's ``extra`` ({"by": the member
+# creating it, "until": a time}) until its start is fixed: no view, metric or fleet round sees
+# it. A mark whose time has passed belongs to a create whose daemon died: the next fleet round
+# (or that daemon's restart) removes the record with its positions and state.
+CREATING = "creating"
+# seconds past a create's connect timeout before its record counts as abandoned
+CREATE_GRACE = 5.0
+# seconds past its connect timeout the supervisor waits for a runner's prepare (which keeps
+# to the connect timeout by itself) before answering without it
+PREPARE_GUARD = 3.0
 
 
 class TaskSupervisor:
@@ -94,15 +112,23 @@ class TaskSupervisor:
         runner_factory: RunnerFactory,
         target_checker: TargetChecker,
         redactor: SecretRedactor | None = None,
+        key_check: KeyCheck | None = None,
     ) -> None:
+        """``key_check``: the keys this daemon's ring lacks (``SealedMetaStore.missing_keys``)."""
         self._store = store
+        self._key_check = key_check
+        # what this daemon's key ring lacks of the keys the store's secrets are sealed with, as
+        # of the last round: while it lacks any, it is not ready and takes no task
+        self.missing_keys: MissingKeys | None = None
         self._settings = settings
         self._runner_factory = runner_factory
         self._target_checker = target_checker
         self._redactor = redactor or SecretRedactor()
         self._runners: dict[str, TaskRunner] = {}
+        self._runner_specs: dict[str, Mapping[str, Any]] = {}  # the spec each runner runs
         self._fences: dict[str, Fence] = {}  # the fence (and lease) of each runner
         self._states: dict[str, TaskState] = {}
+        self._creating: set[str] = set()  # tasks whose create is under way here
         self._owners: dict[str, str] = {}  # task -> the member holding its lease
         self._members: list[Member] = []  # the fleet, as of the last round
         self._remote: dict[str, dict[str, Any]] = {}  # progress other members publish
@@ -126,10 +152,11 @@ class TaskSupervisor:
     async def start(self) -> None:
         """Join the fleet and take this daemon's share of the Running tasks (all of them when
         it is alone), then keep doing so every ``fleet.checkSeconds``."""
-        tasks = await self._io(self._store.list_tasks)
+        tasks = await self._visible(await self._io(self._store.list_tasks), at_start=True)
         await self._io(self._verify.load, [t.task_id for t in tasks])
         for task in tasks:
             self._remember(task)
+        self._note_keys(await self._io(self._missing_keys))  # before the fleet hears of it
         await self.renew()
         await self.reconcile()
         self._rounds = [
@@ -240,10 +267,43 @@ class TaskSupervisor:
                 "lag_seconds": status.get("lag_seconds"),
                 "as_of": round(time.time(), 3),
             }
-        return {"address": self._settings.address, "tasks": summary}
+        info: dict[str, Any] = {"address": self._settings.address, "tasks": summary}
+        if self.missing_keys is not None:  # key ids only: the others leave it out of the share
+            info["missing_keys"] = list(self.missing_keys.missing)
+        return info
 
-    def _read_fleet(self) -> tuple[list[TaskRecord], dict[str, Lease], list[Any]]:
-        return self._store.list_tasks(), self._store.leases(), self._store.members()
+    def _missing_keys(self) -> MissingKeys | None:
+        return self._key_check() if self._key_check is not None else None
+
+    def _note_keys(self, missing: MissingKeys | None) -> None:
+        """Remember what the key ring lacks; say it once when that changes."""
+        if missing == self.missing_keys:
+            return
+        self.missing_keys = missing
+        if missing is None:
+            log.info(
+                "fleet member %s: its key ring holds every key the metastore's secrets are "
+                "encrypted with; it is ready and takes tasks",
+                self.fleet.member_id,
+            )
+            return
+        log.error(
+            "fleet member %s is not ready: %s. It takes no task and changes none it cannot "
+            "decrypt, leaving them to daemons that can, until it has them (secrets.keyFile "
+            "or CDC_SECRETS__KEY)",
+            self.fleet.member_id,
+            missing,
+        )
+
+    def _read_fleet(
+        self,
+    ) -> tuple[list[TaskRecord], dict[str, Lease], list[Any], MissingKeys | None]:
+        return (
+            self._store.list_tasks(),
+            self._store.leases(),
+            self._store.members(),
+            self._missing_keys(),
+        )
 
     async def renew(self) -> None:
         """Renew this member's registration and leases; the lease clock moves on from the
@@ -284,11 +344,16 @@ class TaskSupervisor:
         fleet = self.fleet
         changes, term = self._changes, fleet.clock.term
         try:
-            tasks, leases, members = await self._io(self._read_fleet)
+            tasks, leases, members, missing_keys = await self._io(self._read_fleet)
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
+        # tasks being created are not the round's (nor their leases): their creator shows them
+        hidden = {task.task_id for task in tasks if CREATING in task.extra}
+        tasks = await self._visible(tasks)
+        leases = {task_id: lease for task_id, lease in leases.items() if task_id not in hidden}
         async with self._lock:
+            self._note_keys(missing_keys)
             if changes != self._changes or term != fleet.clock.term:
                 return  # raced a change made here, or the leases lapsed since the read
             self._members = members
@@ -314,7 +379,8 @@ class TaskSupervisor:
                 fleet.member_id,
                 {task.task_id: task.state for task in tasks},
                 leases,
-                len(members),
+                # the tasks are shared among the members that can open their secrets
+                sum(not m.info.get("missing_keys") for m in members),
                 {task_id: fence.lease for task_id, fence in self._fences.items() if fence.lease},
             )
             for task_id in plan.stop:
@@ -328,7 +394,7 @@ class TaskSupervisor:
             for lease in plan.start if fleet.clock.remaining() > 0 else ():
                 task = by_id[lease.task_id]
                 await self._act(task.task_id, self._start_runner(task, lease=lease))
-            for task_id in plan.take:
+            for task_id in plan.take if self.missing_keys is None else ():
                 await self._act(task_id, self._take(by_id[task_id], previous.get(task_id)))
 
     async def _act(self, task_id: str, action: Awaitable[Any]) -> None:
@@ -342,6 +408,8 @@ class TaskSupervisor:
 
     async def _take(self, task: TaskRecord, previous_owner: str | None) -> None:
         fleet = self.fleet
+        if await self._io(secrets_problem, self._store, task) is not None:
+            return  # not its lease to take: a daemon that can open the secrets takes it
         taken = await self._io(
             self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
         )
@@ -443,6 +511,16 @@ class TaskSupervisor:
             return dict(self._owners)
         return {task_id: lease.owner for task_id, lease in leases.items()}
 
+    def runners_here(self) -> list[tuple[str, Mapping[str, Any], TaskRunner]]:
+        """(task id, spec, runner) of every task running on this daemon now."""
+        for task_id in set(self._runner_specs) - set(self._runners):
+            self._runner_specs.pop(task_id, None)
+        return [
+            (task_id, self._runner_specs[task_id], runner)
+            for task_id, runner in list(self._runners.items())
+            if task_id in self._runner_specs
+        ]
+
     def _live_applied(self, task_id: str) -> dict[str, int] | None:
         """The source time each pchannel of a task running here has applied (its runner's
         figures, fresher than the saved positions); None when it runs elsewhere or not at
@@ -495,24 +573,33 @@ class TaskSupervisor:
         else:
             version = await self._io(self._target_checker, spec["milvus_connect_param"])
         log.info("target %s answered, version %s", _target_text(spec), version)
-        now = time.time()
         auto_start = not spec["disable_auto_start"]
-        record = TaskRecord(
-            task_id=task_id,
-            state=TaskState.INITIAL,
-            reason="starting" if auto_start else "created with disable_auto_start",
-            spec=spec,
-            created_at=now,
-            updated_at=now,
-        )
         async with self._lock:
             # Again under the lock: another create may have been admitted meanwhile.
             self._check_admission(task_id, spec, await self._io(self._store.list_tasks))
+            now = time.time()
+            record = TaskRecord(
+                task_id=task_id,
+                state=TaskState.INITIAL,
+                reason="starting" if auto_start else "created with disable_auto_start",
+                spec=spec,
+                created_at=now,
+                updated_at=now,
+                # until it is shown: see CREATING
+                extra={
+                    CREATING: {
+                        "by": self.fleet.member_id,
+                        "until": round(now + connect_timeout(spec) + CREATE_GRACE, 3),
+                    }
+                },
+            )
             try:
                 stored = await self._io(self._store.create_task, record)
             except TaskExistsError as exc:
                 raise ConflictError(f"task_id: task {task_id} already exists") from exc
-            self._remember(stored)
+            self._creating.add(task_id)
+        shown = False
+        try:
             await self._io(
                 state_history.record,
                 self._store,
@@ -524,20 +611,173 @@ class TaskSupervisor:
                 **{"from": None},
             )
             with log_context(task_id=task_id):
-                log.info("task created")
                 if spec.get("backfill"):
                     job = BackfillJob.new(spec["backfill"]["collections"])
                     await self._io(BackfillState(self._store, task_id).save_job, job)
                     log.info("backfill %s of %s asked", job.job_id, job.requested)
                 if auto_start:
-                    try:
-                        stored = await self._launch(stored)
-                    except UnavailableError:
-                        await self._io(self._store.delete_task, task_id)
-                        self._states.pop(task_id, None)
-                        self._fences.pop(task_id, None)
-                        raise
+                    stored = await self._launch_new(stored)
+                else:
+                    async with self._lock:
+                        stored = await self._show(stored)
+                shown = True
+                log.info("task created")
+        finally:
+            self._creating.discard(task_id)
+            if not shown:  # whatever stopped it (a 503, the store, a cancelled request)
+                await self._forget_created(task_id)
         return stored
+
+    async def _launch_new(self, task: TaskRecord) -> TaskRecord:
+        """``_launch`` of a task being created: its start is fixed outside the lock (it is
+        shown nowhere meanwhile, so no request or fleet round changes it; its lease is left
+        alone by the rounds), within its connect timeout; then, under the lock, it is shown,
+        Running, in one write, and its runner starts here."""
+        problem = await self._io(secrets_problem, self._store, task)
+        if problem is not None:
+            raise ConflictError(f"task {task.task_id} cannot start: {problem}")
+        fleet = self.fleet
+        lease = await self._io(
+            self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
+        )
+        if lease is None:
+            raise UnavailableError(
+                f"task {task.task_id} was not created: another fleet member holds its lease"
+            )
+        # the runner's fence, kept apart until the task is shown (a round would stop a runner
+        # of a task it does not see)
+        fence = Fence(f"the runner of task {task.task_id}", lease, fleet.clock)
+        runner = self._runner_factory(
+            task, FencedStore(self._store, fence), self._on_runner_failure
+        )
+        try:
+            await self._prepare(task, runner, "created")
+        except BaseException:
+            fence.revoke()  # a read that returns late writes nothing
+            with contextlib.suppress(MetaStoreError):
+                await self._io(self._store.release_lease, lease)
+            raise
+        async with self._lock:
+            self._changes += 1
+            self._fences[task.task_id] = fence
+            self._owners[task.task_id] = lease.owner
+            try:
+                task = await self._set_state(task, TaskState.RUNNING, "", extra=_shown(task))
+            except (ConflictError, NotFoundError) as exc:
+                fence.revoke()
+                await self._release(task.task_id)
+                self._owners.pop(task.task_id, None)
+                raise UnavailableError(
+                    f"task {task.task_id} was not created: it was removed while its start was "
+                    f"fixed ({exc})"
+                ) from exc
+            started = await self._start_runner(task, runner, lease=lease)
+            self._changes += 1  # as in _launch
+            return started
+
+    async def _prepare(self, task: TaskRecord, runner: TaskRunner, verb: str) -> None:
+        """Fix where the task starts (``runner.prepare``), within its connect timeout (and a
+        little more); a 503 naming the source when it cannot be read, ``verb``: what did not
+        happen to the task then ("created", "started")."""
+        bound = connect_timeout(task.spec)
+        with log_context(task_id=task.task_id):
+            try:
+                # the runner keeps to the bound; this guards the answer should it not
+                await asyncio.wait_for(runner.prepare(), bound + PREPARE_GUARD)
+                return
+            except TimeoutError:
+                failure: BaseException = SourceUnavailableError(
+                    f"the source did not answer within {bound:g} s"
+                )
+            except (CdcError, MetaStoreError, OSError) as exc:
+                failure = exc
+            log.warning("start positions not fixed: %s", failure)
+        where = ", ".join(
+            f"{e.role} {e.label}" for e in source_endpoints(self._settings.sourceConfig)
+        )
+        raise UnavailableError(
+            self._redactor.scrub(
+                f"task {task.task_id}: the source ({where}) could not be read to fix where the "
+                f"task starts, so it was not {verb}: {type(failure).__name__}: {failure}"
+            )
+        ) from failure
+
+    async def _show(self, task: TaskRecord) -> TaskRecord:
+        """Show a task created with disable_auto_start (the same state, without the mark)."""
+        try:
+            shown = await self._io(
+                self._store.update_task,
+                task.task_id,
+                state=task.state,
+                reason=task.reason,
+                expected_revision=task.revision,
+                extra=_shown(task),
+            )
+        except (TaskNotFoundError, ConcurrentUpdateError) as exc:
+            raise UnavailableError(
+                f"task {task.task_id} was not created: it was removed meanwhile ({exc})"
+            ) from exc
+        self._remember(shown)
+        return shown
+
+    async def _forget_created(self, task_id: str) -> None:
+        """Remove a task whose create did not finish (its positions and state with it), unless
+        it was shown already (a request cancelled just after); when the store does not
+        answer, a fleet round removes it once its time is up."""
+        try:
+            task = await self._io(self._store.get_task, task_id)
+            if task is not None and CREATING not in task.extra:
+                return
+            await self._io(self._store.delete_task, task_id)
+        except MetaStoreError as exc:
+            with log_context(task_id=task_id):
+                log.warning("task not created, not removed yet (a fleet round will): %s", exc)
+        self._states.pop(task_id, None)
+        self._fences.pop(task_id, None)
+        self._owners.pop(task_id, None)
+
+    async def _visible(
+        self, tasks: list[TaskRecord], *, at_start: bool = False
+    ) -> list[TaskRecord]:
+        """The tasks that are shown: not those being created. A record whose create was
+        abandoned (its time is up, or at start: this member's own, from before a restart) is
+        removed, with its positions and state."""
+        now = time.time()
+        visible = []
+        for task in tasks:
+            mark = task.extra.get(CREATING)
+            if mark is None:
+                visible.append(task)
+            elif task.task_id not in self._creating and (
+                now > float(mark.get("until") or 0)
+                or (at_start and mark.get("by") == self.fleet.member_id)
+            ):
+                await self._remove_abandoned(task, str(mark.get("by")))
+        return visible
+
+    async def _remove_abandoned(self, task: TaskRecord, creator: str) -> None:
+        try:
+            # a compare-and-set first: should its creator still be at work, its own write (of
+            # the revision it stored) then fails, and it answers 503 rather than show the task
+            await self._io(
+                self._store.update_task,
+                task.task_id,
+                state=task.state,
+                reason="its create did not finish",
+                expected_revision=task.revision,
+            )
+            await self._io(self._store.delete_task, task.task_id)
+        except (TaskNotFoundError, ConcurrentUpdateError):
+            return  # shown or removed meanwhile
+        except MetaStoreError as exc:
+            log.warning("abandoned create of task %s not removed yet: %s", task.task_id, exc)
+            return
+        with log_context(task_id=task.task_id):
+            log.warning(
+                "task removed: its create (on fleet member %s) did not finish, the daemon "
+                "stopped while fixing where it starts",
+                creator,
+            )
 
     def _check_admission(
         self, task_id: str, spec: dict[str, Any], existing: list[TaskRecord]
@@ -561,12 +801,12 @@ class TaskSupervisor:
 
     async def get(self, task_id: str) -> TaskRecord:
         task = await self._io(self._store.get_task, task_id)
-        if task is None:
+        if task is None or CREATING in task.extra:
             raise NotFoundError(f"task {task_id} not found")
         return task
 
     async def list(self) -> list[TaskRecord]:
-        return await self._io(self._store.list_tasks)
+        return [t for t in await self._io(self._store.list_tasks) if CREATING not in t.extra]
 
     async def positions(self, task_id: str) -> dict[str, Position]:
         await self.get(task_id)
@@ -640,16 +880,12 @@ class TaskSupervisor:
         runner = self._runner_factory(
             task, FencedStore(self._store, fence), self._on_runner_failure
         )
-        with log_context(task_id=task.task_id):
-            try:
-                await runner.prepare()
-            except (CdcError, MetaStoreError, OSError) as exc:
-                log.warning("start positions not fixed: %s", exc)
-                await self._release(task.task_id)
-                raise UnavailableError(
-                    f"task {task.task_id}: the source could not be read to fix where the task "
-                    f"starts, so it was not started: {type(exc).__name__}: {exc}"
-                ) from exc
+        try:
+            await self._prepare(task, runner, "started")
+        except BaseException:
+            fence.revoke()  # a read that returns late writes nothing
+            await self._release(task.task_id)
+            raise
         task = await self._set_state(task, TaskState.RUNNING, "")
         started = await self._start_runner(task, runner, lease=lease)
         # a round that read the leases while this one was being taken is stale too (its
@@ -766,10 +1002,15 @@ class TaskSupervisor:
         self._redactor.add(*_secrets_of(dict(task.spec)))
 
     async def _set_state(
-        self, task: TaskRecord, state: TaskState, reason: str, lease: Lease | None = None
+        self,
+        task: TaskRecord,
+        state: TaskState,
+        reason: str,
+        lease: Lease | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         """Store a state change; ``lease``: only while this daemon holds the task (a runner's
-        failure), a 409 once another member does."""
+        failure), a 409 once another member does; ``extra``: the record's new extra."""
         try:
             updated = await self._io(
                 self._store.update_task,
@@ -778,6 +1019,7 @@ class TaskSupervisor:
                 reason=reason,
                 expected_revision=task.revision,
                 lease=lease,
+                extra=extra,
             )
         except TaskNotFoundError as exc:
             raise NotFoundError(f"task {task.task_id} not found") from exc
@@ -806,16 +1048,18 @@ class TaskSupervisor:
         self, task: TaskRecord, runner: TaskRunner | None = None, *, lease: Lease
     ) -> TaskRecord:
         """Start the runner of a task stored as Running, under ``lease``; a runner that cannot
-        start, or a task whose secrets cannot be decrypted, fails it with the reason."""
+        start fails it with the reason. A task whose secrets this daemon cannot decrypt stays
+        as it is: its lease is given up, for a daemon that can."""
         fence = self._fences.get(task.task_id)
         if fence is None or fence.lease != lease or fence.revoked:
             fence = self._fence(task.task_id, lease)
         with log_context(task_id=task.task_id):
             problem = await self._io(secrets_problem, self._store, task)
             if problem is not None:
-                log.error("task not started: %s", problem)
-                # not a transient reason (retry.transientReasons): a retry cannot bring the key
-                return await self._fail(task, f"not started: {problem}")
+                log.warning("task not started here, its lease given up: %s", problem)
+                await self._release(task.task_id)
+                self._owners.pop(task.task_id, None)
+                return task
         if runner is None:
             store = FencedStore(self._store, fence)
             runner = self._runner_factory(task, store, self._on_runner_failure)
@@ -826,6 +1070,7 @@ class TaskSupervisor:
                 log.exception("task runner did not start")
                 return await self._fail(task, f"cannot start: {exc}")
         self._runners[task.task_id] = runner
+        self._runner_specs[task.task_id] = task.spec
         return task
 
     async def _fail(self, task: TaskRecord, reason: str) -> TaskRecord:
@@ -871,6 +1116,11 @@ def _secrets_of(spec: dict[str, Any]) -> list[str]:
 
 def _target_text(spec: dict[str, Any]) -> str:
     return target_label(spec)
+
+
+def _shown(task: TaskRecord) -> dict[str, Any]:
+    """The record's extra without the mark of a task being created."""
+    return {key: value for key, value in task.extra.items() if key != CREATING}
 
 
 def task_view(

@@ -12,8 +12,10 @@ a record travels, and why a ``kill -9`` loses and doubles nothing, is told in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +58,8 @@ from replicator.pipeline.wal_switch import OpenWal
 from replicator.pipeline.worker import MAX_BACKOFF, ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
-from replicator.sinks.targets import MILVUS_PARAM, is_kafka, open_target
-from replicator.sources.base import WalSource
+from replicator.sinks.targets import MILVUS_PARAM, connect_timeout, is_kafka, open_target
+from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
 from replicator.task_runner import FailureCallback
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,9 @@ Worker = ChannelWorker | ReplicateWorker
 
 # seconds stop() waits for the runner's thread before letting it go
 STOP_WAIT = 1.0
+# seconds prepare() waits past the task's connect timeout for a source read to give up by itself
+# (and say why) before it answers without it
+PREPARE_SLACK = 0.5
 
 
 @dataclass
@@ -119,6 +124,49 @@ def history_lost(channels: list[str]) -> str:
         f"{', '.join(channels)}: replication there starts at the end of the WAL, and older "
         f"rows are not copied (use a backfill)"
     )
+
+
+class PrepareBudget:
+    """How long fixing a task's start may wait for the source (its connect timeout), and
+    what it waits for now (named when it takes too long)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._until = time.monotonic() + seconds
+        self.waiting_for = "the source"
+
+    def left(self, waiting_for: str) -> float:
+        """Seconds left for the next read, of ``waiting_for``; none left raises."""
+        self.waiting_for = waiting_for
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise SourceUnavailableError(self.late())
+        return left
+
+    def late(self) -> str:
+        return f"{self.waiting_for} did not answer within {self.seconds:g} s"
+
+
+class BoundedSource:
+    """A source whose reads of the channels' ends wait what is left of a budget at most."""
+
+    def __init__(self, source: WalSource, budget: PrepareBudget) -> None:
+        self.inner = source
+        self.backend = source.backend
+        self.budget = budget
+
+    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
+        return self.inner.open_channel(pchannel, start)
+
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
+        left = self.budget.left(f"the source queue ({self.backend})")
+        return self.inner.watermarks(pchannel, left if timeout is None else min(timeout, left))
+
+    def offset_of(self, msg_id: bytes) -> int:
+        return self.inner.offset_of(msg_id)
+
+    def position_before(self, offset: int) -> bytes | None:
+        return self.inner.position_before(offset)
 
 
 @dataclass
@@ -182,17 +230,47 @@ class ReplicationRunner:
         self._backfill: BackfillStage | None = None
 
     async def prepare(self) -> None:
-        await asyncio.to_thread(self._fix_starts)
+        """Fix the start positions (:meth:`_fix_starts`), within the task's connect timeout:
+        every source read is bounded by what is left of it, and should one not return, the
+        answer does not wait for it: the runner's fence is closed, so the read, when it
+        returns, writes nothing. A thread of its own, not the loop's executor, which a read
+        that never returns would keep."""
+        budget = PrepareBudget(connect_timeout(self.task.spec))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
 
-    def _fix_starts(self) -> None:
+        def settle(error: BaseException | None) -> None:
+            if not done.done():  # not after the answer went without it
+                if error is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self._fix_starts(budget)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, error)
+
+        threading.Thread(target=run, name=f"prepare-{self.task.task_id[:8]}", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, budget.seconds + PREPARE_SLACK)
+        except TimeoutError:
+            self.fence.revoke()
+            raise SourceUnavailableError(budget.late()) from None
+
+    def _fix_starts(self, budget: PrepareBudget | None = None) -> None:
         """Where a new task starts, decided and saved before create answers (see
         :mod:`bootstrap`): every write after the answer is then after the start, whenever
-        the workers get there."""
+        the workers get there. ``budget``: how long the source may take."""
         saved = self.store.get_positions(self.task.task_id)
         if all(ch in saved for ch in self._channels):
             return  # nothing to decide: the source is not read (a resume needs no source)
         with log_context(task_id=self.task.task_id):
-            read = self._read_source(saved)
+            read = self._read_source(saved, budget)
             backfills = self.context.backfill is not None
             job = BackfillState(self.store, self.task.task_id).job() if backfills else None
             self._starts(read, job)
@@ -266,6 +344,10 @@ class ReplicationRunner:
 
     def applied_ticks(self) -> dict[str, int]:
         return {ch: status.applied_ts for ch, status in list(self.statuses.items())}
+
+    def unreachable(self, warnings: list[str]) -> None:
+        with log_context(task_id=self.task.task_id):
+            self.warnings.unreachable(warnings)
 
     def status(self) -> dict[str, Any]:
         """Progress for get/list and /metrics: totals and every channel that has seen data or
@@ -366,13 +448,19 @@ class ReplicationRunner:
         log.info("workers stopped to copy bulk imports; running again with the backfill")
         return True
 
-    def _read_source(self, saved: dict[str, Position] | None = None) -> _SourceRead:
+    def _read_source(
+        self, saved: dict[str, Position] | None = None, budget: PrepareBudget | None = None
+    ) -> _SourceRead:
         source = self.context.source()
+        if budget is not None:
+            source = BoundedSource(source, budget)
         # The ends of the channels a new task has no position on are read BEFORE the catalog:
         # a collection created in between is then in the catalog or after the start in the WAL.
         if saved is None:
             saved = self.store.get_positions(self.task.task_id)
         watermarks = {ch: source.watermarks(ch) for ch in self.context.channels if ch not in saved}
+        if budget is not None:
+            budget.left("the source etcd")  # its client's own timeout bounds the read
         return _SourceRead(source, self.context.catalog(), saved, watermarks)
 
     def _connect(self) -> _Connection:

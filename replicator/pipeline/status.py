@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
@@ -90,65 +94,108 @@ class ChannelStatus:
         return view
 
 
+UPDATE_ATTEMPTS = 3  # reads and compare-and-sets of a task's reason
+_UNREACHABLE = re.compile(r".+ unreachable since \S+, retrying")
+
+
+def unreachable_warning(role: str, label: str, since: float) -> str:
+    """The warning of an endpoint a running task cannot reach (server/reachability.py)."""
+    when = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{role} {label} unreachable since {when}, retrying"
+
+
 class TaskWarnings:
     """The task's warnings: kept in its state, shown in progress and in a Running task's
-    reason."""
+    reason. Called from the runner's threads and the daemon's reachability job."""
 
     def __init__(self, store: MetaStore, state: RunnerState, task_id: str) -> None:
         self._store = store
         self._state = state
         self._task_id = task_id
+        self._lock = threading.RLock()
         self.items: list[str] = []
+        self._loaded = False
 
     def load(self) -> None:
-        self.items = self._state.warnings()
+        with self._lock:
+            self.items = self._state.warnings()
+            self._loaded = True
+
+    def _ensure_loaded(self) -> None:
+        """A warning given before the runner loaded the saved ones (the source down at the
+        start) must not replace them."""
+        if not self._loaded:
+            self.load()
 
     def warn(self, text: str) -> None:
         log.warning("%s", text)
-        if text not in self.items:
-            self.items.append(text)
-            self._state.save_warnings(self.items)
-        self.show()
+        with self._lock:
+            self._ensure_loaded()
+            if text not in self.items:
+                self.items.append(text)
+                self._state.save_warnings(self.items)
+            self.show()
+
+    def unreachable(self, texts: Iterable[str]) -> None:
+        """The endpoints the task cannot reach now (``unreachable_warning`` texts): new ones
+        are warned, those no longer in ``texts`` withdrawn."""
+        wanted = list(texts)
+        with self._lock:
+            self._ensure_loaded()
+            for text in [w for w in self.items if _UNREACHABLE.fullmatch(w)]:
+                if text not in wanted:
+                    self.withdraw(text)
+            for text in wanted:
+                if text not in self.items:
+                    self.warn(text)
 
     def withdraw(self, text: str) -> None:
         """A warning no longer true (an import copied): gone from the warnings and from the
         Running task's reason."""
-        if text not in self.items:
-            return
-        self.items.remove(text)
-        self._state.save_warnings(self.items)
-        task = self._store.get_task(self._task_id)
-        if task is None or task.state is not TaskState.RUNNING or text not in task.reason:
-            return
-        reason = task.reason
-        for joined in (f"; {text}", f"{text}; ", text):  # joined as show() joins them
-            reason = reason.replace(joined, "")
-        try:
-            self._store.update_task(
-                task.task_id,
-                state=TaskState.RUNNING,
-                reason=reason,
-                expected_revision=task.revision,
-            )
-        except ConcurrentUpdateError:
-            log.info("task changed while withdrawing a warning; its reason keeps it")
+        with self._lock:
+            self._ensure_loaded()
+            if text not in self.items:
+                return
+            self.items.remove(text)
+            self._state.save_warnings(self.items)
+        for _attempt in range(UPDATE_ATTEMPTS):
+            task = self._store.get_task(self._task_id)
+            if task is None or task.state is not TaskState.RUNNING or text not in task.reason:
+                return
+            reason = task.reason
+            for joined in (f"; {text}", f"{text}; ", text):  # joined as show() joins them
+                reason = reason.replace(joined, "")
+            try:
+                self._store.update_task(
+                    task.task_id,
+                    state=TaskState.RUNNING,
+                    reason=reason,
+                    expected_revision=task.revision,
+                )
+                return
+            except ConcurrentUpdateError:
+                continue  # read it again
+        log.info("task kept changing while withdrawing a warning; its reason keeps it")
 
     def show(self) -> None:
         """Put the warnings into the reason of the Running task (resume clears the reason)."""
-        if not self.items:
-            return
-        task = self._store.get_task(self._task_id)
-        if task is None or task.state is not TaskState.RUNNING:
-            return
-        missing = [w for w in self.items if w not in task.reason]
-        if not missing:
-            return
-        try:
-            self._store.update_task(
-                task.task_id,
-                state=TaskState.RUNNING,
-                reason="; ".join([task.reason, *missing] if task.reason else missing),
-                expected_revision=task.revision,
-            )
-        except ConcurrentUpdateError:
-            log.info("task changed while recording a warning; it stays in progress.warnings")
+        for _attempt in range(UPDATE_ATTEMPTS):
+            if not self.items:
+                return
+            task = self._store.get_task(self._task_id)
+            if task is None or task.state is not TaskState.RUNNING:
+                return
+            missing = [w for w in self.items if w not in task.reason]
+            if not missing:
+                return
+            try:
+                self._store.update_task(
+                    task.task_id,
+                    state=TaskState.RUNNING,
+                    reason="; ".join([task.reason, *missing] if task.reason else missing),
+                    expected_revision=task.revision,
+                )
+                return
+            except ConcurrentUpdateError:
+                continue  # read it again
+        log.info("task kept changing while recording a warning; it stays in progress.warnings")

@@ -12,10 +12,18 @@ from replicator.sinks.milvus import MilvusTarget
 
 KAFKA_PARAM = "kafka_connect_param"
 MILVUS_PARAM = "milvus_connect_param"
+DEFAULT_CONNECT_TIMEOUT = 10  # seconds (server/api_models.py fills it into every stored task)
 
 
 def is_kafka(spec: Mapping[str, Any]) -> bool:
     return bool(spec.get(KAFKA_PARAM))
+
+
+def connect_timeout(spec: Mapping[str, Any]) -> float:
+    """The task's ``connect_timeout`` (its target's, 10 s when left out): the daemon waits that
+    long at most for anything it must reach to answer a request about the task."""
+    param = spec.get(KAFKA_PARAM) or spec.get(MILVUS_PARAM) or {}
+    return float(param.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
 
 
 def incarnation(task: TaskRecord) -> str:

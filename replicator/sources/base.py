@@ -36,8 +36,10 @@ class WalSource(Protocol):
 
     def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader: ...
 
-    def watermarks(self, pchannel: str) -> tuple[int, int]:
-        """(earliest offset still held, offset the next record will get)."""
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
+        """(earliest offset still held, offset the next record will get). ``timeout``: how
+        long to wait for the source at most, in seconds (None: the source's own default); a
+        source that does not answer within it raises ``SourceUnavailableError``."""
 
     def offset_of(self, msg_id: bytes) -> int:
         """The order of a record on its channel, from its message id (Milvus's own positions

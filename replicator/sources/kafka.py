@@ -15,6 +15,8 @@ from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalTrunc
 
 BACKEND = "kafka"
 _PARTITION = 0
+# seconds a watermark read waits for the broker unless told otherwise
+WATERMARK_TIMEOUT = 10.0
 
 
 def encode_offset(offset: int) -> bytes:
@@ -117,11 +119,16 @@ class KafkaSource:
     def position_before(offset: int) -> bytes | None:
         return encode_offset(offset - 1) if offset > 0 else None
 
-    def watermarks(self, pchannel: str) -> tuple[int, int]:
-        consumer = Consumer({**self._config, "group.id": f"milvus-cdc-{uuid.uuid4().hex}"})
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
+        wait = WATERMARK_TIMEOUT if timeout is None else max(0.1, timeout)
+        config = {**self._config, "group.id": f"milvus-cdc-{uuid.uuid4().hex}"}
+        if timeout is not None:  # a broker that accepts and never answers: given up as soon
+            config["socket.timeout.ms"] = max(10, int(wait * 1000))
+            config["socket.connection.setup.timeout.ms"] = max(1000, int(wait * 1000))
+        consumer = Consumer(config)
         try:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(pchannel, _PARTITION), timeout=10
+                TopicPartition(pchannel, _PARTITION), timeout=wait
             )
             return int(low), int(high)
         except KafkaException as exc:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -616,13 +617,19 @@ class PulsarSource:
         return msg_id_before(MessageIdParts.from_offset(offset).serialize())
 
     # -- client --------------------------------------------------------------------------------
-    def _new_client(self) -> Any:
+    def _new_client(self, timeout: float | None = None) -> Any:
+        """A client; ``timeout``: one whose every call (connection, lookup, reader) gives up
+        within about that many seconds."""
+        operation, connection = self.operation_timeout_seconds, self.connection_timeout_ms
+        if timeout is not None:
+            operation = max(1, min(operation, math.ceil(timeout)))
+            connection = max(100, min(connection, int(timeout * 1000)))
         try:
             return pulsar.Client(
                 self.address,
                 authentication=build_authentication(self._auth),
-                operation_timeout_seconds=self.operation_timeout_seconds,
-                connection_timeout_ms=self.connection_timeout_ms,
+                operation_timeout_seconds=operation,
+                connection_timeout_ms=connection,
                 logger=logging.getLogger("pulsar"),
             )
         except ValueError as exc:  # bad URL scheme, bad parameter types
@@ -652,9 +659,11 @@ class PulsarSource:
     def open_channel(self, pchannel: str, start: Position | None) -> PulsarChannelReader:
         return PulsarChannelReader(self, pchannel, start)
 
-    def watermarks(self, pchannel: str) -> tuple[int, int]:
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
         """(offset of the earliest retained message, offset of the last message + 1), in the
-        offsets the records get; (0, 0) when the topic is missing or empty.
+        offsets the records get; (0, 0) when the topic is missing or empty. With a ``timeout``
+        shorter than the client's operation timeout, the read has a client of its own that
+        gives up within it (the shared one would wait the operation timeout).
 
         Pulsar has no numeric offsets and no "high watermark" a plain reader can ask for, so this
         is best effort, with two short-lived non-durable readers: one from ``MessageId.earliest``
@@ -665,8 +674,12 @@ class PulsarSource:
         counted.
         """
         topic = self.topic(pchannel)
-        timeout_ms = max(1, int(self.watermark_timeout_seconds * 1000))
-        client = self._acquire_client()
+        wait = self.watermark_timeout_seconds
+        own = timeout is not None and timeout < self.operation_timeout_seconds
+        if timeout is not None:
+            wait = min(wait, timeout)
+        timeout_ms = max(1, int(wait * 1000))
+        client = self._new_client(timeout) if own else self._acquire_client()
         try:
             first = self._peek(client, topic, pulsar.MessageId.earliest, False, timeout_ms)
             if first is None:
@@ -679,7 +692,11 @@ class PulsarSource:
         except pulsar.PulsarException as exc:
             raise source_error(exc, f"{topic}: watermarks") from exc
         finally:
-            self._release_client()
+            if own:
+                with contextlib.suppress(pulsar.PulsarException):
+                    client.close()
+            else:
+                self._release_client()
 
     def _peek(
         self, client: Any, topic: str, start: Any, inclusive: bool, timeout_ms: int

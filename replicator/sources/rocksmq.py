@@ -547,9 +547,10 @@ class RocksmqSource:
     def position_before(offset: int) -> bytes | None:
         return encode_id(offset - 1) if offset > 0 else None
 
-    def watermarks(self, pchannel: str) -> tuple[int, int]:
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
         """(first id held, last id + 1); (0, 0) when the topic holds nothing. Ids of a topic
-        increase but need not be consecutive: the next record gets an id >= the second value."""
+        increase but need not be consecutive: the next record gets an id >= the second value.
+        ``timeout`` is not used: the store is a local path, read without a network."""
         store = self._acquire()
         try:
             store.catch_up()

@@ -600,8 +600,8 @@ class SharedSource:
     def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
         return self.channel(pchannel).subscribe(start)
 
-    def watermarks(self, pchannel: str) -> tuple[int, int]:
-        return self.inner.watermarks(pchannel)
+    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
+        return self.inner.watermarks(pchannel, timeout)
 
     def offset_of(self, msg_id: bytes) -> int:
         return self.inner.offset_of(msg_id)

@@ -1,8 +1,9 @@
 """deployment/prometheus/alerts.yml: well formed, loaded by the Prometheus configuration (and the
 compose stack), and naming only metrics and labels the daemon exports, read from a running
 daemon's /metrics with a task running (and from the collectors fed a running channel's status,
-for the families that have no samples on an empty source). ``promtool check rules`` checks them and
-``promtool test rules`` evaluates the verify alert (scripts/install-test-deps.sh installs promtool)."""
+for the families that have no samples on an empty source). ``promtool check rules`` checks
+them and ``promtool test rules`` evaluates the verify alert (scripts/install-test-deps.sh
+installs promtool)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
         lambda: "cdc_metastore_up 1.0" in daemon.get("/metrics")[1].decode(),
         30,
         "the metastore health check",
+    )
+    services.wait_until(
+        lambda: 'cdc_endpoint_up{endpoint="' in daemon.get("/metrics")[1].decode(),
+        30,
+        "the first probe of the task's endpoints",
     )
     names = exported(daemon.get("/metrics")[1].decode())
     channel = ChannelStatus("dml_0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -104,6 +105,25 @@ def test_replace_spec_is_compare_and_set_and_keeps_the_state(store):
         store.replace_spec("t1", created.spec, expected_revision=running.revision)
     with pytest.raises(TaskNotFoundError):
         store.replace_spec("missing", spec, expected_revision=1)
+
+
+def test_update_replaces_extra_only_when_given(store):
+    mark = {"creating": {"by": "host:8444", "until": 1700000000.5}}
+    created = store.create_task(replace(make_task("t1"), extra=mark))
+    assert store.get_task("t1").extra == mark
+    kept = store.update_task(
+        "t1", state=TaskState.INITIAL, reason="x", expected_revision=created.revision
+    )
+    assert kept.extra == mark and store.get_task("t1").extra == mark
+    shown = store.update_task(
+        "t1", state=TaskState.RUNNING, reason="", expected_revision=kept.revision, extra={}
+    )
+    assert shown.extra == {} and store.get_task("t1") == shown
+    assert [t.extra for t in store.list_tasks()] == [{}]
+    with pytest.raises(ConcurrentUpdateError):
+        store.update_task(
+            "t1", state=TaskState.RUNNING, reason="", expected_revision=kept.revision, extra=mark
+        )
 
 
 def test_update_unknown_task(store):
@@ -214,6 +234,26 @@ def test_task_state_values(store):
     assert set(store.list_state("t1")) == {"collections/100", "collections/101", "backfill/range-1"}
     with pytest.raises(TaskNotFoundError):
         store.put_state("ghost", "k", b"v")
+
+
+def test_secret_key_ids_are_forgotten_only_unless_recorded_again(store_opener, root_path):
+    store = store_opener(root_path)
+    assert store.secret_key_ids() == {}
+    store.record_secret_key_id("k1")
+    store.record_secret_key_id("k2.b_c-1")
+    first = store.secret_key_ids()
+    assert set(first) == {"k1", "k2.b_c-1"}
+    store.record_secret_key_id("k1")  # again: a new version
+    again = store.secret_key_ids()
+    assert again["k1"] != first["k1"] and again["k2.b_c-1"] == first["k2.b_c-1"]
+    assert store.forget_secret_key_id("k1", first["k1"]) is False  # recorded since
+    assert store.forget_secret_key_id("k2.b_c-1", first["k2.b_c-1"]) is True
+    assert store.forget_secret_key_id("k2.b_c-1", first["k2.b_c-1"]) is False
+    assert store.forget_secret_key_id("never", 1) is False
+    assert set(store.secret_key_ids()) == {"k1"}
+    assert store_opener(root_path + "-other").secret_key_ids() == {}  # per root path
+    store.create_task(make_task("t1"))
+    assert store.delete_task("t1") and set(store.secret_key_ids()) == {"k1"}  # not a task's
 
 
 def test_root_paths_keep_daemons_apart(store_opener, root_path):

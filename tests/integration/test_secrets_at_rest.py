@@ -10,19 +10,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from harness.daemon import REPO_ROOT
-from harness.services import free_port
+from harness.services import free_port, wait_until
 from harness.task_bodies import create_body
 
 from metastore import TaskRecord, TaskState
 from metastore.keyring import KeyRing, is_sealed
-from metastore.sealed import SealedMetaStore, secrets_problem
+from metastore.sealed import (
+    KeysMissingError,
+    MissingKeys,
+    SealedMetaStore,
+    key_ids_in_use,
+    secrets_problem,
+)
 from metastore.sql import SqlMetaStore, sqlite_url
-from server.jobs import is_transient
-from server.settings import RetrySettings
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +154,85 @@ def test_a_sealed_value_moved_to_another_task_does_not_open(store_opener, root_p
     assert problem is not None and "does not decrypt with key 'k1'" in problem
 
 
+# --- the record of the key ids in use --------------------------------------------------------
+def test_the_store_records_the_ids_of_the_keys_in_use_never_the_keys(
+    store_opener, root_path, tmp_path
+):
+    ring = keys("k1")
+    store = SealedMetaStore(store_opener(root_path), lambda: ring)
+    plain = TaskRecord("plain", TaskState.PAUSED, "", {"milvus_connect_param": {"host": "h"}}, 1, 1)
+    store.create_task(plain)
+    assert store.secret_key_ids() == {}  # no secret stored, no key in use
+    store.create_task(task("t1"))
+    assert set(store.secret_key_ids()) == {"k1"}
+    store.put_state("t1", WAL_KEY, wal_record())
+    assert set(store.secret_key_ids()) == {"k1"}
+    assert store.missing_keys() is None
+    for path in tmp_path.glob("meta.sqlite3*"):  # the SQLite backend: the files themselves
+        assert ring.encoded_keys()[0].encode() not in path.read_bytes()
+    assert set(store_opener(root_path + "-other").secret_key_ids()) == set()  # per root path
+
+
+def test_rotation_forgets_the_ids_no_secret_uses(store_opener, root_path):
+    old, new = keys("old"), keys("new")
+    backend = store_opener(root_path)
+    SealedMetaStore(backend, lambda: old).create_task(task("t1"))
+    SealedMetaStore(backend, lambda: old).put_state("t1", WAL_KEY, wal_record())
+    assert set(backend.secret_key_ids()) == {"old"}
+    report = SealedMetaStore(backend, lambda: KeyRing((*new.keys, *old.keys))).reseal()
+    assert (report.sealed, report.forgotten, report.skipped) == (3, ["old"], "")
+    assert set(backend.secret_key_ids()) == {"new"}
+    assert SealedMetaStore(backend, lambda: new).missing_keys() is None
+    assert backend.delete_task("t1")
+    assert SealedMetaStore(backend, lambda: new).reseal().forgotten == ["new"]
+    assert backend.secret_key_ids() == {}
+
+
+def test_a_ring_that_lacks_a_recorded_key_seals_and_changes_nothing(store_opener, root_path):
+    fleet = keys("fleet")
+    backend = store_opener(root_path)
+    SealedMetaStore(backend, lambda: fleet).create_task(task("t1"))
+    backend.create_task(task("clear"))  # a row from before encryption
+    stored = {t.task_id: t for t in backend.list_tasks()}
+
+    for ring, held in ((keys("other"), ("other",)), (KeyRing(()), ())):
+        wrong = SealedMetaStore(backend, lambda ring=ring: ring)
+        assert wrong.missing_keys() == MissingKeys(("fleet",), held)
+        with pytest.raises(KeysMissingError) as refused:
+            wrong.create_task(task("t2"))
+        assert "encrypted with key(s) fleet, which this daemon's key ring lacks" in str(
+            refused.value
+        )
+        assert fleet.encoded_keys()[0] not in str(refused.value)
+        with pytest.raises(KeysMissingError):
+            wrong.put_state("clear", WAL_KEY, wal_record())
+        report = wrong.reseal()
+        assert report.sealed == 0 and "key(s) fleet" in report.skipped
+        assert {t.task_id: t for t in backend.list_tasks()} == stored  # not even the clear row
+        assert set(backend.secret_key_ids()) == {"fleet"}
+        # a task with no secret is stored as it is: nothing to seal
+        wrong.create_task(TaskRecord("plain", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        assert backend.delete_task("plain")
+    assert str(MissingKeys(("fleet",), ())).endswith("(it holds no key)")
+
+
+def test_a_store_from_before_the_record_gets_one(store_opener, root_path):
+    fleet = keys("fleet")
+    backend = store_opener(root_path)
+    SealedMetaStore(backend, lambda: fleet).create_task(task("t1"))
+    SealedMetaStore(backend, lambda: fleet).put_state("t1", WAL_KEY, wal_record())
+    for key_id, version in backend.secret_key_ids().items():  # as an older version left it
+        assert backend.forget_secret_key_id(key_id, version)
+    assert key_ids_in_use(backend) == {"fleet"}
+    assert set(backend.secret_key_ids()) == {"fleet"}
+
+    for key_id, version in backend.secret_key_ids().items():
+        backend.forget_secret_key_id(key_id, version)
+    report = SealedMetaStore(backend, lambda: keys("other")).reseal()  # a daemon that joins
+    assert report.sealed == 0 and "key(s) fleet" in report.skipped
+    assert set(backend.secret_key_ids()) == {"fleet"}
+
+
 # --- the command ---------------------------------------------------------------------------------
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
@@ -213,6 +297,51 @@ def test_secrets_rotate_command(store_config, tmp_path):
         assert PASSWORD not in output and key_file.read_text().splitlines()[1] not in output
 
 
+def test_a_daemon_makes_no_key_of_its_own_when_the_store_holds_secrets(store_config, tmp_path):
+    from server.secret_keys import open_task_store
+    from server.settings import load_settings
+
+    def configured(key_file: Path) -> tuple[Any, Path]:
+        config_path = tmp_path / f"{key_file.stem}.yaml"
+        config_path.write_text(
+            yaml.safe_dump({"metaStoreConfig": store_config, "secrets": {"keyFile": str(key_file)}})
+        )
+        return load_settings(config_path, {}), config_path
+
+    first = tmp_path / "first.key"
+    store = open_task_store(configured(first)[0], create_key=True)
+    try:  # a store without secrets: the daemon makes its key, as on its first start
+        (fleet_key,) = KeyRing.parse(first.read_text(), "f").ids
+        assert store.missing_keys() is None
+        store.create_task(task("t1"))
+    finally:
+        store.close()
+
+    lost = tmp_path / "lost.key"
+    store = open_task_store(configured(lost)[0], create_key=True)
+    try:  # it holds secrets sealed with a key: none is made, and the ring lacks that key
+        assert not lost.exists()
+        assert store.missing_keys() == MissingKeys((fleet_key,), ())
+        assert store.reseal().skipped
+    finally:
+        store.close()
+
+    other = tmp_path / "other.key"
+    other.write_text(keys("other").text())
+    settings, config_path = configured(other)
+    store = open_task_store(settings, create_key=True)
+    try:
+        assert store.missing_keys() == MissingKeys((fleet_key,), ("other",))
+    finally:
+        store.close()
+    before = other.read_text()
+    refused = cli("secrets", "rotate", "--config", str(config_path), cwd=tmp_path)
+    assert refused.returncode == 1, refused.stdout
+    assert f"encrypted with key(s) {fleet_key}" in refused.stderr
+    assert "nothing rotated" in refused.stderr and other.read_text() == before
+    assert before.splitlines()[1] not in refused.stderr + refused.stdout
+
+
 def test_rotate_refuses_a_key_from_the_environment(tmp_path):
     environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
     environ.update(PYTHONPATH=str(REPO_ROOT), CDC_SECRETS__KEY=KeyRing.parse(
@@ -225,7 +354,7 @@ def test_rotate_refuses_a_key_from_the_environment(tmp_path):
 
 
 # --- the daemon ----------------------------------------------------------------------------------
-def test_a_daemon_without_the_key_shows_why_and_recovers_with_it(
+def test_a_daemon_without_the_key_changes_nothing_says_why_and_recovers_with_it(
     daemon_factory, milvus_lite_service
 ):
     daemon = daemon_factory(scheduler={"retry": {"enabled": False}}).start()
@@ -237,26 +366,38 @@ def test_a_daemon_without_the_key_shows_why_and_recovers_with_it(
     daemon.stop()
     meta = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
     assert PASSWORD not in json.dumps(meta.get_task("sealed-1").spec)
+    before = meta.get_task("sealed-1")
     meta.close()
     for path in daemon.workdir.glob("meta.db*"):
         assert PASSWORD.encode() not in path.read_bytes()
 
     original = key_file.read_text()
+    (lost,) = KeyRing.parse(original, "f").ids
     key_file.write_text(keys("other").text())  # the daemon's key is lost
-    daemon.start()
-    got = daemon.call("get", {"task_id": "sealed-1"})
-    assert got.code == 200, got.body
-    view = got.data["task"]
-    assert view["state"] == "Failed"
-    assert view["reason"].startswith("not started: task sealed-1 milvus_connect_param.password")
-    assert "which is not in this daemon's key ring (it holds other)" in view["reason"]
-    assert not is_transient(RetrySettings(), view["reason"])  # no retry every few seconds
+    daemon.launch()
+    wait_until(lambda: daemon.get("/readyz")[0] == 503, 30, "not ready without the key")
+    ready = json.loads(daemon.get("/readyz")[1])
+    assert ready["missing_keys"] == [lost]
+    assert f"encrypted with key(s) {lost}, which this daemon's key ring lacks" in ready["reason"]
+    assert "(it holds other)" in ready["reason"]
+    said = [line for line in daemon.log_text().splitlines() if "is not ready:" in line]
+    assert len(said) == 1 and lost in said[0]
+    time.sleep(1.5)  # a round or more: the task is neither taken nor failed
+    view = daemon.call("get", {"task_id": "sealed-1"}).data["task"]
+    assert (view["state"], view["reason"], view["owner"]) == ("Running", before.reason, None)
     assert "password" not in view["milvus_connect_param"]
+    meta = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
+    try:
+        assert meta.get_task("sealed-1").revision == before.revision  # not changed at all
+    finally:
+        meta.close()
+    # asked to run it, it refuses and says why (pause first: a Running task is not resumed)
+    assert daemon.call("pause", {"task_id": "sealed-1"}).code == 200
     refused = daemon.call("resume", {"task_id": "sealed-1"})
     assert refused.code == 409 and "not in this daemon's key ring" in refused.message
-    assert daemon.get("/readyz")[0] == 200
 
     key_file.write_text(original)  # the key comes back: read again without a restart
+    wait_until(lambda: daemon.get("/readyz")[0] == 200, 30, "ready once the key is back")
     assert daemon.call("resume", {"task_id": "sealed-1"}).code == 200
     assert daemon.call("get", {"task_id": "sealed-1"}).data["task"]["state"] == "Running"
     listed = daemon.call("list").raw.decode()

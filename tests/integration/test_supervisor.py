@@ -5,11 +5,14 @@ the replication engine, which is what these tests are about."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
 
 from metastore import TaskState
+from metastore.keyring import KeyRing
+from metastore.sealed import MissingKeys, SealedMetaStore
 from metastore.sql import SqlMetaStore, sqlite_url
 from server.api_models import CreateRequest, parse_model
 from server.settings import FleetSettings, load_settings
@@ -44,10 +47,12 @@ def make_supervisor(tmp_path):
     stores = []
 
     def make(
-        events: list, fail_start: bool = False, **overrides: object
+        events: list, fail_start: bool = False, ring: KeyRing | None = None, **overrides: object
     ) -> tuple[TaskSupervisor, list]:
+        """``ring``: the secrets are sealed with this key ring (none: stored as they are)."""
         store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")
         stores.append(store)
+        sealed = None if ring is None else SealedMetaStore(store, lambda: ring)
         runners: list[ScriptedRunner] = []
 
         def factory(task, _store, on_failure):
@@ -58,7 +63,12 @@ def make_supervisor(tmp_path):
         settings = load_settings(None, {})
         if overrides:
             settings = settings.model_copy(update=overrides)
-        return TaskSupervisor(store, settings, factory, check_target_reachable), runners
+        if sealed is None:
+            return TaskSupervisor(store, settings, factory, check_target_reachable), runners
+        supervisor = TaskSupervisor(
+            sealed, settings, factory, check_target_reachable, key_check=sealed.missing_keys
+        )
+        return supervisor, runners
 
     yield make
     for store in stores:
@@ -223,3 +233,54 @@ async def test_a_round_read_before_the_leases_lapsed_starts_no_runner_after(
     del a._read_fleet
     await a.reconcile()
     assert events == [] and task.task_id not in a._runners
+
+
+async def test_a_member_without_the_key_gives_up_the_lease_and_changes_nothing(
+    make_supervisor, milvus_lite_service
+):
+    """A daemon restarted with another key file while its lease on a task is still live: it
+    gives the lease up, for a daemon that can open the task's secrets, neither failing nor
+    changing the task; it takes no free task either, and is not counted in the share."""
+    fleet = {"leaseSeconds": 30.0, "checkSeconds": 0.5}
+    fleet_ring = KeyRing((("fleet", os.urandom(32)),))
+    events: list = []
+    good, _ = make_supervisor(events, ring=fleet_ring, fleet=FleetSettings(**fleet, memberId="a"))
+    await good.start()
+    connect = {"host": milvus_lite_service.host, "port": milvus_lite_service.port}
+    request = parse_model(
+        CreateRequest,
+        {
+            "milvus_connect_param": {**connect, "username": "root", "password": "Pa55-sealed"},
+            "collection_infos": [{"name": "keys"}],
+        },
+    )
+    task = await good.create(request)
+    await good.drain(budget=5)
+    before = await good.get(task.task_id)
+    assert before.state is TaskState.RUNNING
+
+    other_ring = KeyRing((("other", os.urandom(32)),))
+    wrong, _ = make_supervisor(events, ring=other_ring, fleet=FleetSettings(**fleet, memberId="b"))
+    store = wrong._store
+    store.heartbeat("b", {}, 30.0)
+    assert store.acquire_lease(task.task_id, "b", 30.0) is not None  # held from before
+    events.clear()
+    await wrong.start()
+    assert wrong.missing_keys == MissingKeys(("fleet",), ("other",))
+    assert wrong._member_info()["missing_keys"] == ["fleet"]
+    assert events == [] and task.task_id not in store.leases()
+    await wrong.reconcile()  # the task is free now: still not taken
+    assert events == [] and task.task_id not in store.leases()
+    stored = await wrong.get(task.task_id)
+    assert (stored.state, stored.reason, stored.revision) == (
+        TaskState.RUNNING,
+        before.reason,
+        before.revision,
+    )
+
+    again, _ = make_supervisor(events, ring=fleet_ring, fleet=FleetSettings(**fleet, memberId="a"))
+    await again.start()  # b is not counted: a's share is the whole task
+    assert events == [("start", task.task_id)]
+    assert store.leases()[task.task_id].owner == "a"
+    await again.drain(budget=5)
+    await wrong.drain(budget=5)

@@ -1,0 +1,207 @@
+"""Can this daemon reach what its running tasks read and write? Probed every few seconds (a job
+of server/jobs.py): the source's queue and etcd (the daemon's ``sourceConfig``) and each
+running task's target, each distinct endpoint once per round, in parallel, with a timeout.
+
+An endpoint that does not answer puts a warning on every running task that uses it, in its
+``reason`` and ``progress.warnings`` (``source queue kafka://10.0.0.5:9092 unreachable since
+2026-11-27T01:02:03Z, retrying``), taken away once it answers again; ``cdc_endpoint_up`` shows
+each probed endpoint. The tasks themselves go on retrying as before: the probe only says why
+nothing moves (a Kafka or Pulsar consumer whose broker is gone reads nothing and raises nothing).
+
+What a probe asks, per kind (never a secret in a label or a log line):
+
+- Kafka (source or target): the brokers' metadata (``list_topics``);
+- Pulsar: a TCP connection to each broker of the service URL (pulsar-client has no call bounded
+  by less than its operation timeout);
+- RocksMQ: the WAL's directory exists and can be read (it is local to the source Milvus);
+- etcd: the cluster's status;
+- Milvus target: its server version, on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from replicator.pipeline.status import unreachable_warning
+from server.settings import SourceSettings
+from server.stores import etcd_client_for
+from server.target_check import check_target_reachable, describe_target
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 2.0
+_QUIET = logging.getLogger("server.reachability.kafka")  # librdkafka's retry noise, dropped
+_QUIET.setLevel(logging.CRITICAL)
+
+Probe = Callable[[float], None]  # raises when the endpoint does not answer within the timeout
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    role: str  # "source queue" | "source etcd" | "target"
+    label: str  # how it is named to operators: a URL without credentials
+    probe: Probe
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.role, self.label
+
+
+@dataclass(frozen=True)
+class Outage:
+    since: float  # when a probe first failed (Unix time)
+    error: str
+
+    def warning(self, endpoint: Endpoint) -> str:
+        return unreachable_warning(endpoint.role, endpoint.label, self.since)
+
+
+def _kafka_probe(config: Mapping[str, Any]) -> Probe:
+    def probe(timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        settings: dict[str, Any] = {
+            **config,
+            "socket.timeout.ms": int(timeout * 1000),
+            "logger": _QUIET,
+        }
+        admin = AdminClient(settings)
+        admin.list_topics(timeout=timeout)
+
+    return probe
+
+
+def _tcp_probe(url: str) -> Probe:
+    """Every host:port of a service URL (``pulsar://a:6650,b:6650``) accepts a connection."""
+
+    def probe(timeout: float) -> None:
+        netloc = urlsplit(url).netloc.rpartition("@")[2]
+        for hostport in netloc.split(","):
+            host, _, port = hostport.rpartition(":")
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                pass
+
+    return probe
+
+
+def _path_probe(path: str) -> Probe:
+    def probe(_timeout: float) -> None:
+        if not os.path.isdir(path) or not os.access(path, os.R_OK | os.X_OK):
+            raise FileNotFoundError(f"{path} is not a readable directory")
+
+    return probe
+
+
+def _etcd_probe(source: SourceSettings) -> Probe:
+    def probe(timeout: float) -> None:
+        client = etcd_client_for(source.etcd, timeout=timeout)
+        try:
+            client.status()
+        finally:
+            client.close()
+
+    return probe
+
+
+def source_endpoints(source: SourceSettings) -> list[Endpoint]:
+    """The daemon's source queue and etcd."""
+    kind = source.mq_type
+    if kind == "kafka":
+        queue = Endpoint(
+            "source queue",
+            f"kafka://{source.kafka.address}",
+            _kafka_probe({"bootstrap.servers": source.kafka.address}),
+        )
+    elif kind == "rocksmq":
+        queue = Endpoint(
+            "source queue", f"rocksmq://{source.rocksmq.path}", _path_probe(source.rocksmq.path)
+        )
+    else:
+        address = source.pulsar.address
+        queue = Endpoint("source queue", _no_credentials(address), _tcp_probe(address))
+    scheme = "https" if source.etcd.enableTLS else "http"
+    etcd = Endpoint(
+        "source etcd",
+        ",".join(f"{scheme}://{a}" if "://" not in a else a for a in source.etcd.address),
+        _etcd_probe(source),
+    )
+    return [queue, etcd]
+
+
+def target_endpoint(spec: Mapping[str, Any]) -> Endpoint:
+    """A task's target: a Milvus or the brokers of a Kafka target."""
+    kafka = spec.get("kafka_connect_param")
+    if kafka:
+        from replicator.sinks.kafka import client_config
+
+        config = client_config(dict(kafka))
+        return Endpoint("target", f"kafka://{kafka['address']}", _kafka_probe(config))
+    connect = dict(spec["milvus_connect_param"])
+
+    def probe(timeout: float) -> None:
+        check_target_reachable({**connect, "connect_timeout": timeout})
+
+    return Endpoint("target", _no_credentials(describe_target(connect)), probe)
+
+
+def _no_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+class ReachabilityWatch:
+    """The last round's outages, by endpoint, and the endpoints probed in it."""
+
+    def __init__(self, timeout: float = PROBE_TIMEOUT) -> None:
+        self.timeout = timeout
+        self.outages: dict[tuple[str, str], Outage] = {}
+        self.probed: dict[tuple[str, str], bool] = {}  # endpoint -> answered
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reachability")
+
+    def check(self, endpoints: Iterable[Endpoint]) -> dict[tuple[str, str], Outage]:
+        """Probe each distinct endpoint once (blocking, at most about the timeout); the
+        outages now."""
+        distinct = {endpoint.key: endpoint for endpoint in endpoints}
+        futures = {
+            key: self._pool.submit(endpoint.probe, self.timeout)
+            for key, endpoint in distinct.items()
+        }
+        wait(futures.values(), timeout=self.timeout + 1.0)
+        now = time.time()
+        outages: dict[tuple[str, str], Outage] = {}
+        for key, future in futures.items():
+            endpoint = distinct[key]
+            if not future.done():
+                error = f"no answer within {self.timeout:.0f} s"
+            else:
+                failure = future.exception()
+                error = "" if failure is None else _short(failure)
+            before = self.outages.get(key)
+            if not error:
+                if before is not None:
+                    log.info("%s %s answers again", endpoint.role, endpoint.label)
+                continue
+            outages[key] = before or Outage(now, error)
+            if before is None:
+                log.warning("%s %s unreachable: %s", endpoint.role, endpoint.label, error)
+        self.outages = outages
+        self.probed = {key: key not in outages for key in distinct}
+        return outages
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
