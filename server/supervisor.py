@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +44,6 @@ from metastore import (
     MetaStore,
     MetaStoreError,
     Position,
-    TaskExistsError,
     TaskNotFoundError,
     TaskRecord,
     TaskState,
@@ -55,19 +53,14 @@ from metastore.sealed import MissingKeys, secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
-from replicator.errors import CdcError, SourceUnavailableError
-from replicator.pipeline.selection import selection_of, selections_overlap
-from replicator.sinks.targets import connect_timeout, is_kafka
+from replicator.pipeline.selection import selection_of
+from replicator.sinks.targets import is_kafka
 from server import state_history
 from server.api_models import (
     BackfillRequest,
-    CreateRequest,
     VerifyRequest,
     public_view,
-    target_key,
-    target_label,
     validate_backfill,
-    validate_create,
     validate_verify,
 )
 from server.errors import (
@@ -75,13 +68,11 @@ from server.errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,
-    UnavailableError,
 )
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
-from server.reachability import source_endpoints
 from server.settings import CdcSettings
-from server.target_check import check_kafka_reachable
+from server.task_create import CREATING, TaskCreation, secrets_of
 from server.verify import VerifyManager
 
 log = logging.getLogger(__name__)
@@ -92,19 +83,9 @@ TargetChecker = Callable[[dict[str, Any]], str]
 KeyCheck = Callable[[], MissingKeys | None]
 # seconds a pause waits for the task's owner (another daemon) to stop its runner
 OWNER_STOP_WAIT = 3.0
-# A task being created is stored with this mark in its record's ``extra`` ({"by": the member
-# creating it, "until": a time}) until its start is fixed: no view, metric or fleet round sees
-# it. A mark whose time has passed belongs to a create whose daemon died: the next fleet round
-# (or that daemon's restart) removes the record with its positions and state.
-CREATING = "creating"
-# seconds past a create's connect timeout before its record counts as abandoned
-CREATE_GRACE = 5.0
-# seconds past its connect timeout the supervisor waits for a runner's prepare (which keeps
-# to the connect timeout by itself) before answering without it
-PREPARE_GUARD = 3.0
 
 
-class TaskSupervisor:
+class TaskSupervisor(TaskCreation):
     def __init__(
         self,
         store: MetaStore,
@@ -562,243 +543,6 @@ class TaskSupervisor:
         }
 
     # --- requests ----------------------------------------------------------------------------
-    async def create(self, request: CreateRequest) -> TaskRecord:
-        spec = validate_create(request, self._settings)
-        task_id = request.task_id or uuid.uuid4().hex
-        existing = await self._io(self._store.list_tasks)
-        self._check_admission(task_id, spec, existing)
-        self._redactor.add(*_secrets_of(spec))
-        if is_kafka(spec):
-            version = await self._io(check_kafka_reachable, spec["kafka_connect_param"])
-        else:
-            version = await self._io(self._target_checker, spec["milvus_connect_param"])
-        log.info("target %s answered, version %s", _target_text(spec), version)
-        auto_start = not spec["disable_auto_start"]
-        async with self._lock:
-            # Again under the lock: another create may have been admitted meanwhile.
-            self._check_admission(task_id, spec, await self._io(self._store.list_tasks))
-            now = time.time()
-            record = TaskRecord(
-                task_id=task_id,
-                state=TaskState.INITIAL,
-                reason="starting" if auto_start else "created with disable_auto_start",
-                spec=spec,
-                created_at=now,
-                updated_at=now,
-                # until it is shown: see CREATING
-                extra={
-                    CREATING: {
-                        "by": self.fleet.member_id,
-                        "until": round(now + connect_timeout(spec) + CREATE_GRACE, 3),
-                    }
-                },
-            )
-            try:
-                stored = await self._io(self._store.create_task, record)
-            except TaskExistsError as exc:
-                raise ConflictError(f"task_id: task {task_id} already exists") from exc
-            self._creating.add(task_id)
-        shown = False
-        try:
-            await self._io(
-                state_history.record,
-                self._store,
-                task_id,
-                kind="state",
-                to=stored.state.value,
-                reason=stored.reason,
-                by=self.fleet.member_id,
-                **{"from": None},
-            )
-            with log_context(task_id=task_id):
-                if spec.get("backfill"):
-                    job = BackfillJob.new(spec["backfill"]["collections"])
-                    await self._io(BackfillState(self._store, task_id).save_job, job)
-                    log.info("backfill %s of %s asked", job.job_id, job.requested)
-                if auto_start:
-                    stored = await self._launch_new(stored)
-                else:
-                    async with self._lock:
-                        stored = await self._show(stored)
-                shown = True
-                log.info("task created")
-        finally:
-            self._creating.discard(task_id)
-            if not shown:  # whatever stopped it (a 503, the store, a cancelled request)
-                await self._forget_created(task_id)
-        return stored
-
-    async def _launch_new(self, task: TaskRecord) -> TaskRecord:
-        """``_launch`` of a task being created: its start is fixed outside the lock (it is
-        shown nowhere meanwhile, so no request or fleet round changes it; its lease is left
-        alone by the rounds), within its connect timeout; then, under the lock, it is shown,
-        Running, in one write, and its runner starts here."""
-        problem = await self._io(secrets_problem, self._store, task)
-        if problem is not None:
-            raise ConflictError(f"task {task.task_id} cannot start: {problem}")
-        fleet = self.fleet
-        lease = await self._io(
-            self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
-        )
-        if lease is None:
-            raise UnavailableError(
-                f"task {task.task_id} was not created: another fleet member holds its lease"
-            )
-        # the runner's fence, kept apart until the task is shown (a round would stop a runner
-        # of a task it does not see)
-        fence = Fence(f"the runner of task {task.task_id}", lease, fleet.clock)
-        runner = self._runner_factory(
-            task, FencedStore(self._store, fence), self._on_runner_failure
-        )
-        try:
-            await self._prepare(task, runner, "created")
-        except BaseException:
-            fence.revoke()  # a read that returns late writes nothing
-            with contextlib.suppress(MetaStoreError):
-                await self._io(self._store.release_lease, lease)
-            raise
-        async with self._lock:
-            self._changes += 1
-            self._fences[task.task_id] = fence
-            self._owners[task.task_id] = lease.owner
-            try:
-                task = await self._set_state(task, TaskState.RUNNING, "", extra=_shown(task))
-            except (ConflictError, NotFoundError) as exc:
-                fence.revoke()
-                await self._release(task.task_id)
-                self._owners.pop(task.task_id, None)
-                raise UnavailableError(
-                    f"task {task.task_id} was not created: it was removed while its start was "
-                    f"fixed ({exc})"
-                ) from exc
-            started = await self._start_runner(task, runner, lease=lease)
-            self._changes += 1  # as in _launch
-            return started
-
-    async def _prepare(self, task: TaskRecord, runner: TaskRunner, verb: str) -> None:
-        """Fix where the task starts (``runner.prepare``), within its connect timeout (and a
-        little more); a 503 naming the source when it cannot be read, ``verb``: what did not
-        happen to the task then ("created", "started")."""
-        bound = connect_timeout(task.spec)
-        with log_context(task_id=task.task_id):
-            try:
-                # the runner keeps to the bound; this guards the answer should it not
-                await asyncio.wait_for(runner.prepare(), bound + PREPARE_GUARD)
-                return
-            except TimeoutError:
-                failure: BaseException = SourceUnavailableError(
-                    f"the source did not answer within {bound:g} s"
-                )
-            except (CdcError, MetaStoreError, OSError) as exc:
-                failure = exc
-            log.warning("start positions not fixed: %s", failure)
-        where = ", ".join(
-            f"{e.role} {e.label}" for e in source_endpoints(self._settings.sourceConfig)
-        )
-        raise UnavailableError(
-            self._redactor.scrub(
-                f"task {task.task_id}: the source ({where}) could not be read to fix where the "
-                f"task starts, so it was not {verb}: {type(failure).__name__}: {failure}"
-            )
-        ) from failure
-
-    async def _show(self, task: TaskRecord) -> TaskRecord:
-        """Show a task created with disable_auto_start (the same state, without the mark)."""
-        try:
-            shown = await self._io(
-                self._store.update_task,
-                task.task_id,
-                state=task.state,
-                reason=task.reason,
-                expected_revision=task.revision,
-                extra=_shown(task),
-            )
-        except (TaskNotFoundError, ConcurrentUpdateError) as exc:
-            raise UnavailableError(
-                f"task {task.task_id} was not created: it was removed meanwhile ({exc})"
-            ) from exc
-        self._remember(shown)
-        return shown
-
-    async def _forget_created(self, task_id: str) -> None:
-        """Remove a task whose create did not finish (its positions and state with it), unless
-        it was shown already (a request cancelled just after); when the store does not
-        answer, a fleet round removes it once its time is up."""
-        try:
-            task = await self._io(self._store.get_task, task_id)
-            if task is not None and CREATING not in task.extra:
-                return
-            await self._io(self._store.delete_task, task_id)
-        except MetaStoreError as exc:
-            with log_context(task_id=task_id):
-                log.warning("task not created, not removed yet (a fleet round will): %s", exc)
-        self._states.pop(task_id, None)
-        self._fences.pop(task_id, None)
-        self._owners.pop(task_id, None)
-
-    async def _visible(
-        self, tasks: list[TaskRecord], *, at_start: bool = False
-    ) -> list[TaskRecord]:
-        """The tasks that are shown: not those being created. A record whose create was
-        abandoned (its time is up, or at start: this member's own, from before a restart) is
-        removed, with its positions and state."""
-        now = time.time()
-        visible = []
-        for task in tasks:
-            mark = task.extra.get(CREATING)
-            if mark is None:
-                visible.append(task)
-            elif task.task_id not in self._creating and (
-                now > float(mark.get("until") or 0)
-                or (at_start and mark.get("by") == self.fleet.member_id)
-            ):
-                await self._remove_abandoned(task, str(mark.get("by")))
-        return visible
-
-    async def _remove_abandoned(self, task: TaskRecord, creator: str) -> None:
-        try:
-            # a compare-and-set first: should its creator still be at work, its own write (of
-            # the revision it stored) then fails, and it answers 503 rather than show the task
-            await self._io(
-                self._store.update_task,
-                task.task_id,
-                state=task.state,
-                reason="its create did not finish",
-                expected_revision=task.revision,
-            )
-            await self._io(self._store.delete_task, task.task_id)
-        except (TaskNotFoundError, ConcurrentUpdateError):
-            return  # shown or removed meanwhile
-        except MetaStoreError as exc:
-            log.warning("abandoned create of task %s not removed yet: %s", task.task_id, exc)
-            return
-        with log_context(task_id=task.task_id):
-            log.warning(
-                "task removed: its create (on fleet member %s) did not finish, the daemon "
-                "stopped while fixing where it starts",
-                creator,
-            )
-
-    def _check_admission(
-        self, task_id: str, spec: dict[str, Any], existing: list[TaskRecord]
-    ) -> None:
-        if any(t.task_id == task_id for t in existing):
-            raise ConflictError(f"task_id: task {task_id} already exists")
-        if len(existing) >= self._settings.maxTaskNum:
-            raise ConflictError(
-                f"the daemon already has {len(existing)} tasks, the limit set by maxTaskNum"
-            )
-        target = target_key(spec)
-        selection = selection_of(spec)
-        for other in existing:
-            if target_key(dict(other.spec)) != target:
-                continue
-            if selections_overlap(selection, selection_of(dict(other.spec))):
-                raise ConflictError(
-                    f"task {other.task_id} already replicates an overlapping set of collections "
-                    f"to the target {target_label(spec)}"
-                )
-
     async def get(self, task_id: str) -> TaskRecord:
         task = await self._io(self._store.get_task, task_id)
         if task is None or CREATING in task.extra:
@@ -867,23 +611,13 @@ class TaskSupervisor:
         it is. When another member still holds the lease (it has not yet stopped after a
         pause), the task is set Running and that member runs it."""
         self._changes += 1
-        problem = await self._io(secrets_problem, self._store, task)
-        if problem is not None:
-            raise ConflictError(f"task {task.task_id} cannot start: {problem}")
-        fleet = self.fleet
-        lease = await self._io(
-            self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
-        )
+        lease = await self._take_lease(task)
         if lease is None:
             return await self._set_state(task, TaskState.RUNNING, "")
         fence = self._fence(task.task_id, lease)
-        runner = self._runner_factory(
-            task, FencedStore(self._store, fence), self._on_runner_failure
-        )
         try:
-            await self._prepare(task, runner, "started")
+            runner = await self._prepared_runner(task, fence, "started")
         except BaseException:
-            fence.revoke()  # a read that returns late writes nothing
             await self._release(task.task_id)
             raise
         task = await self._set_state(task, TaskState.RUNNING, "")
@@ -999,7 +733,7 @@ class TaskSupervisor:
     # --- internals ---------------------------------------------------------------------------
     def _remember(self, task: TaskRecord) -> None:
         self._states[task.task_id] = task.state
-        self._redactor.add(*_secrets_of(dict(task.spec)))
+        self._redactor.add(*secrets_of(dict(task.spec)))
 
     async def _set_state(
         self,
@@ -1105,22 +839,6 @@ class TaskSupervisor:
                     with log_context(task_id=task_id):
                         log.warning("runner failure not recorded (%s): %s", exc, reason)
         await self._stop_runner(task_id, runner)
-
-
-def _secrets_of(spec: dict[str, Any]) -> list[str]:
-    connect = spec.get("milvus_connect_param") or {}
-    sasl = (spec.get("kafka_connect_param") or {}).get("sasl") or {}
-    found = [connect.get("password"), connect.get("token"), sasl.get("password")]
-    return [s for s in found if isinstance(s, str)]  # a secret that did not open is a mapping
-
-
-def _target_text(spec: dict[str, Any]) -> str:
-    return target_label(spec)
-
-
-def _shown(task: TaskRecord) -> dict[str, Any]:
-    """The record's extra without the mark of a task being created."""
-    return {key: value for key, value in task.extra.items() if key != CREATING}
 
 
 def task_view(
