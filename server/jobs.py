@@ -25,14 +25,16 @@ thread that owns that position, so positions stay compare-and-set from one write
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -51,6 +53,7 @@ from server.supervisor import TaskSupervisor
 from server.verify_schedule import run_scheduled
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SAMPLES_KEPT = 60  # the lag samples a task view carries
 RATE_WINDOW = 6  # samples (30 s at the default interval) behind rows/s
@@ -344,7 +347,7 @@ class DaemonJobs:
             task_id: [*shared, target_endpoint(spec)] for task_id, spec, _ in runners
         }
         probed = [endpoint for endpoints in used.values() for endpoint in endpoints]
-        outages = await asyncio.to_thread(self.reachability.check, probed)
+        outages = await in_daemon_thread(self.reachability.check, probed)
         for task_id, _, runner in runners:
             warnings = [outages[e.key].warning(e) for e in used[task_id] if e.key in outages]
             try:
@@ -395,11 +398,37 @@ class DaemonJobs:
     def stop(self) -> None:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
-        self.reachability.close()
 
     def task_extras(self, task_id: str) -> dict[str, Any]:
         """What the jobs know about one task, for /v1 views."""
         return {**self.sampler.view(task_id), "retry": self.retrier.view(task_id)}
+
+
+async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a daemon thread of its own: unlike ``asyncio.to_thread`` (the loop's
+    executor, whose threads the interpreter joins at exit) a call still blocked when the
+    daemon stops does not delay its exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=getattr(fn, "__name__", "job"), daemon=True).start()
+    return await future
 
 
 JOBS = web.AppKey("jobs", DaemonJobs)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,6 +159,27 @@ def _no_credentials(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
+class _ProbeRun:
+    """One probe in a daemon thread of its own: a probe stuck past its timeout (a client that
+    ignores it) holds up neither the next round nor the daemon's exit."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float) -> None:
+        self.error = ""
+        self.done = threading.Event()
+        thread = threading.Thread(
+            target=self._run, args=(endpoint, timeout), name="reachability", daemon=True
+        )
+        thread.start()
+
+    def _run(self, endpoint: Endpoint, timeout: float) -> None:
+        try:
+            endpoint.probe(timeout)
+        except Exception as exc:  # noqa: BLE001 - any failure means "does not answer"
+            self.error = _short(exc)
+        finally:
+            self.done.set()
+
+
 class ReachabilityWatch:
     """The last round's outages, by endpoint, and the endpoints probed in it."""
 
@@ -166,26 +187,26 @@ class ReachabilityWatch:
         self.timeout = timeout
         self.outages: dict[tuple[str, str], Outage] = {}
         self.probed: dict[tuple[str, str], bool] = {}  # endpoint -> answered
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reachability")
+        self._running: dict[tuple[str, str], _ProbeRun] = {}  # probes not finished yet
 
     def check(self, endpoints: Iterable[Endpoint]) -> dict[tuple[str, str], Outage]:
-        """Probe each distinct endpoint once (blocking, at most about the timeout); the
-        outages now."""
+        """Probe each distinct endpoint once, in parallel (blocking, at most about the
+        timeout); the outages now. An endpoint whose last probe has not ended is not probed
+        again: it counts as not answering."""
         distinct = {endpoint.key: endpoint for endpoint in endpoints}
-        futures = {
-            key: self._pool.submit(endpoint.probe, self.timeout)
+        runs = {
+            key: self._running.get(key) or _ProbeRun(endpoint, self.timeout)
             for key, endpoint in distinct.items()
         }
-        wait(futures.values(), timeout=self.timeout + 1.0)
+        deadline = time.monotonic() + self.timeout + 1.0
+        for run in runs.values():
+            run.done.wait(max(0.0, deadline - time.monotonic()))
+        self._running = {key: run for key, run in runs.items() if not run.done.is_set()}
         now = time.time()
         outages: dict[tuple[str, str], Outage] = {}
-        for key, future in futures.items():
+        for key, run in runs.items():
             endpoint = distinct[key]
-            if not future.done():
-                error = f"no answer within {self.timeout:.0f} s"
-            else:
-                failure = future.exception()
-                error = "" if failure is None else _short(failure)
+            error = run.error if run.done.is_set() else f"no answer within {self.timeout:.0f} s"
             before = self.outages.get(key)
             if not error:
                 if before is not None:
@@ -197,9 +218,6 @@ class ReachabilityWatch:
         self.outages = outages
         self.probed = {key: key not in outages for key in distinct}
         return outages
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _short(exc: BaseException) -> str:
