@@ -8,7 +8,8 @@ replicator/codec/streaming*.py name the files):
   header whose value is the raw string (``pkg/streaming/walimpls/impls/kafka/wal.go``);
 - properties ``_v`` (1 for msg.proto bodies, 2 for messages.proto ones), ``_t`` (decimal), ``_tt``
   and ``_wt`` (base 36), ``_h`` (base64 of the header, "" when empty), ``_vc`` (absent on
-  TimeTick), ``_lcs`` (resume here) or ``_lc`` (base-36 offset of the transaction's BeginTxn);
+  TimeTick), ``_lc`` (the base-36 offset of the BeginTxn of the first transaction still open on
+  the pchannel) or, with none open, ``_lcs`` (resume here): see :meth:`StreamingWriter.append`;
 - bodies: pymilvus's ``msg_pb2`` requests for the version-1 types (InsertRequest with real column
   data, DeleteRequest, CreateCollectionRequest with ``collection_schema``, ...), empty bodies for
   the version-2 control messages; headers from tests/harness/streaming_protos.py;
@@ -165,6 +166,7 @@ class StreamingWriter:
         self.wal_term = wal_term
         self._broadcast_ids = itertools.count(7001)
         self._txn_ids = itertools.count(9001)
+        self._open_txns: dict[str, list[Txn]] = {}  # per pchannel: begun, not ended
         self.written: list[Written] = []
 
     # --- the record ----------------------------------------------------------------------------
@@ -197,9 +199,9 @@ class StreamingWriter:
         if txn is not None:
             ctx = header("TxnContext", txn_id=txn.txn_id, keepalive_milliseconds=txn.keepalive_ms)
             props[sh.TXN_CONTEXT] = _b64(ctx)
-        if txn is not None and txn.begin_offset >= 0:
-            # resuming inside a transaction must start at its BeginTxn
-            props[sh.LAST_CONFIRMED] = sh.format_base36(txn.begin_offset)
+        confirmed = self._last_confirmed(pchannel, tick)
+        if confirmed is not None:
+            props[sh.LAST_CONFIRMED] = sh.format_base36(confirmed)
         else:
             props[sh.LAST_CONFIRMED_IS_SELF] = ""
         if broadcast is not None:
@@ -211,6 +213,23 @@ class StreamingWriter:
         if txn is not None:
             txn.records.append(record)
         return record
+
+    def _last_confirmed(self, pchannel: str, tick: int) -> int | None:
+        """Where a reader resumes so that nothing after this record is lost, as Milvus keeps it:
+        the time-tick interceptor stamps every message with its ack manager's last-confirmed id
+        (``WithLastConfirmed(acker.LastConfirmedMessageID())``), which never passes a message of
+        a transaction that is not committed, rolled back or expired
+        (``interceptors/timetick/ack/last_confirmed.go``; ``txn/session.go``: expired once the
+        tick reaches the last message's tick + keepalive). Milvus's own id lags a little more
+        (in-flight appends); the BeginTxn itself, or this record (None) with none open, is the
+        latest id that keeps that promise."""
+        begins = [
+            txn.begin_offset
+            for txn in self._open_txns.get(pchannel, [])
+            if txn.keepalive_ms <= 0  # kept alive for good
+            or tick < txn.records[-1].time_tick + (txn.keepalive_ms << LOGICAL_BITS)
+        ]
+        return min(begins, default=None)
 
     def repeat(self, record: Written) -> Written:
         """The same message appended again (a retried append): same body and properties, so
@@ -522,17 +541,21 @@ class StreamingWriter:
             txn=txn,
         )
         txn.begin_offset = begin.offset
+        self._open_txns.setdefault(begin.pchannel, []).append(txn)
         return txn
 
     def end_txn(self, txn: Txn, *, commit: bool = True) -> Written:
         """CommitTxn (the bodies apply, at its tick) or RollbackTxn (they are dropped)."""
-        return self.append(
+        end = self.append(
             vchannel_pchannel(txn.vchannel),
             "CommitTxn" if commit else "RollbackTxn",
             version=2,
             vchannel=txn.vchannel,
             txn=txn,
         )
+        opened = self._open_txns.get(end.pchannel, [])
+        opened[:] = [other for other in opened if other is not txn]
+        return end
 
     def upsert(
         self,
