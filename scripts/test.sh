@@ -5,11 +5,11 @@
 # the daemon as a virtualenv install runs it), then lint, types, and every test —
 # unit, integration (real etcd, MariaDB, Milvus Lite started on free loopback ports) and e2e.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
-# CDC_TEST_WORKERS=2 runs the tests in two pytest-xdist workers, a test file per worker at a
-# time and the files that run Spark in one worker (tests/conftest.py), each worker with its own
-# services (etcd, MariaDB, Kafka mock, Milvus) on free ports: 16-19 minutes on two cores
-# instead of 27-29, but a test with a 2-second lease failed under that load once in four runs.
-# The default, 0, runs them in this one process.
+# The tests run in two pytest-xdist workers (CDC_TEST_WORKERS, default 2; 0 runs them in this
+# one process), a test file per worker at a time and the files that run Spark in one worker
+# (tests/conftest.py), each worker with its own services (etcd, MariaDB, Kafka mock, Milvus) on
+# free ports. With workers, CDC_TEST_TIME_SCALE (default 2) lengthens the leases of the lease
+# tests, which a loaded machine once made expire between two writes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the checkout's virtualenv (scripts/venv.sh); PYTHON=... picks another interpreter
@@ -23,6 +23,10 @@ echo "== mypy"
 "$python" -m mypy
 echo "== pytest"
 export no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
+workers="${CDC_TEST_WORKERS:-2}"
+if [ "$workers" != 0 ]; then
+    export CDC_TEST_TIME_SCALE="${CDC_TEST_TIME_SCALE:-2}"
+fi
 # pytest-benchmark, when installed, warns that xdist disables it (and warnings are errors)
 exec "$python" -m pytest -p no:cacheprovider -p no:benchmark \
-    -n "${CDC_TEST_WORKERS:-0}" --dist loadgroup "$@"
+    -n "$workers" --dist loadgroup "$@"
