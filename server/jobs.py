@@ -25,13 +25,11 @@ thread that owns that position, so positions stay compare-and-set from one write
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
-import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -43,6 +41,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
+from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
 from server.app_state import METRICS, STORE, SUPERVISOR
 from server.errors import ApiError
@@ -402,33 +401,6 @@ class DaemonJobs:
     def task_extras(self, task_id: str) -> dict[str, Any]:
         """What the jobs know about one task, for /v1 views."""
         return {**self.sampler.view(task_id), "retry": self.retrier.view(task_id)}
-
-
-async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a daemon thread of its own: unlike ``asyncio.to_thread`` (the loop's
-    executor, whose threads the interpreter joins at exit) a call still blocked when the
-    daemon stops does not delay its exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, error = fn(*args), None
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name=getattr(fn, "__name__", "job"), daemon=True).start()
-    return await future
 
 
 JOBS = web.AppKey("jobs", DaemonJobs)

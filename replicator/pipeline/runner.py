@@ -12,7 +12,6 @@ a record travels, and why a ``kill -9`` loses and doubles nothing, is told in th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from metastore import (
 from metastore.fenced import Fence, FencedStore
 from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
+from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError, TaskFailedError, is_retriable
 from replicator.hybrid_time import from_seconds
 from replicator.log_context import log_context
@@ -236,28 +236,9 @@ class ReplicationRunner:
         returns, writes nothing. A thread of its own, not the loop's executor, which a read
         that never returns would keep."""
         budget = PrepareBudget(connect_timeout(self.task.spec))
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def settle(error: BaseException | None) -> None:
-            if not done.done():  # not after the answer went without it
-                if error is None:
-                    done.set_result(None)
-                else:
-                    done.set_exception(error)
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self._fix_starts(budget)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-                error = exc
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(settle, error)
-
-        threading.Thread(target=run, name=f"prepare-{self.task.task_id[:8]}", daemon=True).start()
+        fixing = in_daemon_thread(self._fix_starts, budget, name=f"prepare-{self.task.task_id[:8]}")
         try:
-            await asyncio.wait_for(done, budget.seconds + PREPARE_SLACK)
+            await asyncio.wait_for(fixing, budget.seconds + PREPARE_SLACK)
         except TimeoutError:
             self.fence.revoke()
             raise SourceUnavailableError(budget.late()) from None
