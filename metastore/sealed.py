@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -111,18 +111,29 @@ def _key_id_of_value(value: bytes) -> str | None:
         return None
 
 
+def _sealed_state(store: MetaStore, task_id: str) -> dict[str, bytes]:
+    """A task's WAL-switch records as stored (sealed or clear)."""
+    try:
+        return store.list_state(task_id, SEALED_STATE)
+    except TaskNotFoundError:
+        return {}
+
+
+def _key_ids_in(tasks: Iterable[TaskRecord], states: Iterable[Mapping[str, bytes]]) -> set[str]:
+    """The ids of the keys the values of these specs and WAL-switch records are sealed with."""
+    found: set[str] = set()
+    for task in tasks:
+        found |= _key_ids_of_spec(task.spec)
+    for values in states:
+        found |= {kid for value in values.values() if (kid := _key_id_of_value(value)) is not None}
+    return found
+
+
 def sealed_key_ids(store: MetaStore) -> set[str]:
     """The ids of the keys the secrets in ``store`` (a backend, not a ``SealedMetaStore``) are
     sealed with, read from the values themselves: every task's spec and WAL-switch records."""
-    found: set[str] = set()
-    for task in store.list_tasks():
-        found |= _key_ids_of_spec(task.spec)
-        try:
-            values = store.list_state(task.task_id, SEALED_STATE).values()
-        except TaskNotFoundError:
-            continue
-        found |= {kid for value in values if (kid := _key_id_of_value(value)) is not None}
-    return found
+    tasks = store.list_tasks()
+    return _key_ids_in(tasks, (_sealed_state(store, task.task_id) for task in tasks))
 
 
 def key_ids_in_use(store: MetaStore) -> set[str]:
@@ -135,6 +146,12 @@ def key_ids_in_use(store: MetaStore) -> set[str]:
     for key_id in sorted(found):
         store.record_secret_key_id(key_id)
     return found
+
+
+def _missing(recorded: Iterable[str], ring: KeyRing) -> MissingKeys | None:
+    """The recorded key ids ``ring`` lacks; None when it holds them all."""
+    missing = set(recorded) - set(ring.ids)
+    return MissingKeys(tuple(sorted(missing)), tuple(ring.ids)) if missing else None
 
 
 def _has_secret(spec: Mapping[str, Any]) -> bool:
@@ -176,19 +193,17 @@ class SealedMetaStore(DelegatingStore):
     # --- the key ids in use --------------------------------------------------------------------
     def missing_keys(self) -> MissingKeys | None:
         """What this daemon's ring lacks of the keys the store records; None: nothing."""
-        ring = self._keys()
-        missing = set(self.inner.secret_key_ids()) - set(ring.ids)
-        return MissingKeys(tuple(sorted(missing)), tuple(ring.ids)) if missing else None
+        return _missing(self.inner.secret_key_ids(), self._keys())
 
     def _ring_to_seal_with(self) -> KeyRing:
         """The ring, once the id of its first key is recorded (before any value is sealed with
         it); ``KeysMissingError`` when it lacks a key the store's secrets are sealed with."""
         ring = self._keys()
-        missing = set(self.inner.secret_key_ids()) - set(ring.ids)
-        if missing:
+        missing = _missing(self.inner.secret_key_ids(), ring)
+        if missing is not None:
             raise KeysMissingError(
-                f"{MissingKeys(tuple(sorted(missing)), tuple(ring.ids))}: it stores no new "
-                "secret until it has them (secrets.keyFile or CDC_SECRETS__KEY)"
+                f"{missing}: it stores no new secret until it has them (secrets.keyFile or "
+                "CDC_SECRETS__KEY)"
             )
         if ring.primary is not None:
             self.inner.record_secret_key_id(ring.primary)
@@ -332,17 +347,14 @@ class SealedMetaStore(DelegatingStore):
         report = ResealReport()
         recorded = self.inner.secret_key_ids()
         tasks = self.inner.list_tasks()
-        states = {task.task_id: self._sealed_state(task.task_id) for task in tasks}
+        states = {task.task_id: _sealed_state(self.inner, task.task_id) for task in tasks}
         if not recorded:
-            found = set().union(*(_key_ids_of_spec(task.spec) for task in tasks))
-            for values in states.values():
-                found |= {k for v in values.values() if (k := _key_id_of_value(v)) is not None}
-            for key_id in sorted(found):
+            for key_id in sorted(_key_ids_in(tasks, states.values())):
                 self.inner.record_secret_key_id(key_id)
             recorded = self.inner.secret_key_ids()
-        missing = set(recorded) - set(ring.ids)
-        if missing:
-            report.skipped = str(MissingKeys(tuple(sorted(missing)), tuple(ring.ids)))
+        missing = _missing(recorded, ring)
+        if missing is not None:
+            report.skipped = str(missing)
             return report
         stale = any(_stale(_lookup(t.spec, p)[1], ring) for t in tasks for p in SECRET_FIELDS)
         stale = stale or any(
@@ -361,12 +373,6 @@ class SealedMetaStore(DelegatingStore):
             if key_id not in in_use and self.inner.forget_secret_key_id(key_id, version):
                 report.forgotten.append(key_id)
         return report
-
-    def _sealed_state(self, task_id: str) -> dict[str, bytes]:
-        try:
-            return self.inner.list_state(task_id, SEALED_STATE)
-        except TaskNotFoundError:
-            return {}
 
     def _reseal_spec(
         self, task: TaskRecord | None, ring: KeyRing, report: ResealReport
