@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -52,7 +52,6 @@ from server.supervisor import TaskSupervisor
 from server.verify_schedule import run_scheduled
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 SAMPLES_KEPT = 60  # the lag samples a task view carries
 RATE_WINDOW = 6  # samples (30 s at the default interval) behind rows/s

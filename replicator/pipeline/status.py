@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -158,13 +158,39 @@ class TaskWarnings:
                 return
             self.items.remove(text)
             self._state.save_warnings(self.items)
-        for _attempt in range(UPDATE_ATTEMPTS):
-            task = self._store.get_task(self._task_id)
-            if task is None or task.state is not TaskState.RUNNING or text not in task.reason:
-                return
-            reason = task.reason
+
+        def without(reason: str) -> str | None:
+            if text not in reason:
+                return None
             for joined in (f"; {text}", f"{text}; ", text):  # joined as show() joins them
                 reason = reason.replace(joined, "")
+            return reason
+
+        self._rewrite_reason(without, "withdrawing a warning; its reason keeps it")
+
+    def show(self) -> None:
+        """Put the warnings into the reason of the Running task (resume clears the reason)."""
+        if not self.items:
+            return
+
+        def with_all(reason: str) -> str | None:
+            missing = [w for w in self.items if w not in reason]
+            if not missing:
+                return None
+            return "; ".join([reason, *missing] if reason else missing)
+
+        self._rewrite_reason(with_all, "recording a warning; it stays in progress.warnings")
+
+    def _rewrite_reason(self, rewrite: Callable[[str], str | None], giving_up: str) -> None:
+        """Set the Running task's reason to ``rewrite(reason)`` (None: leave it), compare-and-set
+        on its revision, read again when another write came first."""
+        for _attempt in range(UPDATE_ATTEMPTS):
+            task = self._store.get_task(self._task_id)
+            if task is None or task.state is not TaskState.RUNNING:
+                return
+            reason = rewrite(task.reason)
+            if reason is None:
+                return
             try:
                 self._store.update_task(
                     task.task_id,
@@ -175,27 +201,4 @@ class TaskWarnings:
                 return
             except ConcurrentUpdateError:
                 continue  # read it again
-        log.info("task kept changing while withdrawing a warning; its reason keeps it")
-
-    def show(self) -> None:
-        """Put the warnings into the reason of the Running task (resume clears the reason)."""
-        for _attempt in range(UPDATE_ATTEMPTS):
-            if not self.items:
-                return
-            task = self._store.get_task(self._task_id)
-            if task is None or task.state is not TaskState.RUNNING:
-                return
-            missing = [w for w in self.items if w not in task.reason]
-            if not missing:
-                return
-            try:
-                self._store.update_task(
-                    task.task_id,
-                    state=TaskState.RUNNING,
-                    reason="; ".join([task.reason, *missing] if task.reason else missing),
-                    expected_revision=task.revision,
-                )
-                return
-            except ConcurrentUpdateError:
-                continue  # read it again
-        log.info("task kept changing while recording a warning; it stays in progress.warnings")
+        log.info("task kept changing while %s", giving_up)
