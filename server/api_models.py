@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, selection_matches
 from server.errors import BadRequestError
-from server.settings import CdcSettings, describe_validation_error
+from server.settings import DEFAULT_SOURCE, CdcSettings, describe_validation_error
 
 DEFAULT_CONNECT_TIMEOUT = 10
 MAX_CONNECT_TIMEOUT = 300
@@ -130,6 +130,11 @@ class CreateRequest(_Strict):
     backfill: BackfillOption | None = None
     # ours; absent or null: the daemon's verify.intervalHours
     verify: VerifyOption | None = None
+    # ours (README "Disaster recovery"): the source read, one of the configuration's clusters
+    # (absent, null or "sourceConfig": sourceConfig), and a named cluster as the target in place
+    # of milvus_connect_param
+    source_cluster: str | None = None
+    target_cluster: str | None = None
 
 
 class TaskIdRequest(_Strict):
@@ -198,21 +203,32 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         raise BadRequestError(
             "task_id: must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
         )
-    target = (
-        {"kafka_connect_param": _validate_kafka(kafka)}
-        if kafka is not None
-        else {"milvus_connect_param": _validate_connect(req.milvus_connect_param)}
-    )
+    ends = _cluster_ends(req, kafka is not None, settings)
+    if req.target_cluster:
+        milvus = settings.cluster(req.target_cluster).milvus
+        param = MilvusConnectParam(
+            uri=milvus.uri, username=milvus.username, password=milvus.password, token=milvus.token
+        )
+        target = {
+            "milvus_connect_param": _validate_connect(
+                param, f"clusters.{req.target_cluster}.milvus"
+            )
+        }
+    elif kafka is not None:
+        target = {"kafka_connect_param": _validate_kafka(kafka)}
+    else:
+        target = {"milvus_connect_param": _validate_connect(req.milvus_connect_param)}
     selection = _validate_selection(req, settings.maxNameLength)
     mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
     channel = req.rpc_channel_info or ChannelInfo()
-    channel_name = channel.name or settings.sourceConfig.replicate_channel
+    channel_name = channel.name or settings.cluster(req.source_cluster).replicate_channel
     if not _CHANNEL.fullmatch(channel_name):
         raise BadRequestError(f"rpc_channel_info.name: {channel_name!r} is not a channel name")
     if channel.position:
         raise BadRequestError("rpc_channel_info.position: start positions are not supported")
     spec: dict[str, Any] = {
         **target,
+        **ends,
         "rpc_channel_info": {"name": channel_name},
         "extra_info": (req.extra_info or ExtraInfo()).model_dump(),
         "buffer_config": (req.buffer_config or BufferConfig()).model_dump(),
@@ -226,26 +242,39 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
             db: _collection_list(infos) for db, infos in (req.db_collections or {}).items()
         }
     if req.verify is not None:
-        if not settings.sourceConfig.milvus.uri:
-            raise BadRequestError(
-                "verify: the daemon cannot read the source Milvus to compare it: set "
-                "sourceConfig.milvus.uri in its configuration"
-            )
+        unreadable = source_unreadable(settings, req.source_cluster)
+        if unreadable:
+            raise BadRequestError(f"verify: {unreadable}")
         spec["verify"] = req.verify.model_dump(exclude_none=True)
     if req.backfill is not None:
         spec["backfill"] = {
-            "collections": validate_backfill(req.backfill.collections, selection, settings)
+            "collections": validate_backfill(
+                req.backfill.collections, selection, settings, cluster=req.source_cluster
+            )
         }
     return spec
 
 
-def backfill_unavailable(settings: CdcSettings) -> str:
-    """Why the daemon cannot run a backfill; "" when it can."""
-    if not settings.sourceConfig.milvus.uri:
+def source_unreadable(settings: CdcSettings, cluster: str | None = None) -> str:
+    """Why the daemon cannot read a task's source Milvus (its ``source_cluster``); "" when it
+    can."""
+    key = f"clusters.{cluster}" if cluster and cluster != DEFAULT_SOURCE else DEFAULT_SOURCE
+    try:
+        source = settings.cluster(cluster)
+    except KeyError as exc:
+        return str(exc.args[0])
+    if not source.milvus.uri:
         return (
-            "the daemon cannot read the source Milvus: set sourceConfig.milvus.uri in its "
-            "configuration"
+            f"the daemon cannot read the source Milvus: set {key}.milvus.uri in its configuration"
         )
+    return ""
+
+
+def backfill_unavailable(settings: CdcSettings, cluster: str | None = None) -> str:
+    """Why the daemon cannot run a backfill of a task reading ``cluster``; "" when it can."""
+    unreadable = source_unreadable(settings, cluster)
+    if unreadable:
+        return unreadable
     if importlib.util.find_spec("pyspark") is None:
         return (
             "needs the Python package 'pyspark' on the daemon's machine "
@@ -259,24 +288,26 @@ def validate_backfill(
     selection: set[tuple[str, str]],
     settings: CdcSettings,
     where: str = "backfill",
+    cluster: str | None = None,
 ) -> list[str]:
     """The collections a backfill names: '*' (all the task selects) or names the task selects,
     ``coll`` in the default database or ``db.coll``."""
-    missing = backfill_unavailable(settings)
+    missing = backfill_unavailable(settings, cluster)
     if missing:
         raise BadRequestError(f"{where}: {missing}")
     return _selected_names(names, selection, settings, f"{where}.collections")
 
 
 def validate_verify(
-    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings
+    names: list[str],
+    selection: set[tuple[str, str]],
+    settings: CdcSettings,
+    cluster: str | None = None,
 ) -> list[str]:
     """The collections a verify names, as for a backfill; the source must be readable."""
-    if not settings.sourceConfig.milvus.uri:
-        raise BadRequestError(
-            "collections: the daemon cannot read the source Milvus to compare it: set "
-            "sourceConfig.milvus.uri in its configuration"
-        )
+    unreadable = source_unreadable(settings, cluster)
+    if unreadable:
+        raise BadRequestError(f"collections: {unreadable}")
     return _selected_names(names, selection, settings, "collections")
 
 
@@ -392,8 +423,47 @@ def _validate_kafka(param: KafkaConnectParam) -> dict[str, Any]:
     return connect
 
 
-def _validate_connect(param: MilvusConnectParam | None) -> dict[str, Any]:
-    where = "milvus_connect_param"
+def _cluster_ends(req: CreateRequest, kafka: bool, settings: CdcSettings) -> dict[str, str]:
+    """The named ends of a task (``source_cluster``, ``target_cluster``) as the spec stores
+    them: a named source only when it is not sourceConfig."""
+    ends: dict[str, str] = {}
+    for where, name in (
+        ("source_cluster", req.source_cluster),
+        ("target_cluster", req.target_cluster),
+    ):
+        if name is None:
+            continue
+        try:
+            settings.cluster(name)
+        except KeyError as exc:
+            raise BadRequestError(f"{where}: {exc.args[0]}") from None
+        if name and name != DEFAULT_SOURCE:
+            ends[where] = name
+    if req.target_cluster is None:
+        return ends
+    if kafka or req.milvus_connect_param is not None:
+        raise BadRequestError(
+            "give one target: target_cluster, milvus_connect_param or kafka_connect_param"
+        )
+    source = req.source_cluster or DEFAULT_SOURCE
+    if (req.target_cluster or DEFAULT_SOURCE) == source:
+        raise BadRequestError(f"target_cluster: {source!r} is the task's source as well")
+    if "target_cluster" not in ends:
+        raise BadRequestError(
+            f"target_cluster: {DEFAULT_SOURCE!r} has no Milvus endpoint to write to; name one of "
+            "the configuration's clusters"
+        )
+    if not settings.cluster(req.target_cluster).milvus.uri:
+        raise BadRequestError(
+            f"target_cluster: clusters.{req.target_cluster}.milvus.uri is not set in the "
+            "daemon's configuration"
+        )
+    return ends
+
+
+def _validate_connect(
+    param: MilvusConnectParam | None, where: str = "milvus_connect_param"
+) -> dict[str, Any]:
     if param is None:
         raise BadRequestError(f"{where}: required (the target Milvus)")
     if param.uri and param.host:

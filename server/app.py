@@ -277,7 +277,7 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
-    install_jobs(app, settings.scheduler, settings.verify, settings.sourceConfig)
+    install_jobs(app, settings.scheduler, settings.verify, settings.source_of)
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

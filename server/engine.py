@@ -26,7 +26,7 @@ from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSourc
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared import SharedSource
 from server.api_models import backfill_unavailable
-from server.settings import CdcSettings
+from server.settings import DEFAULT_SOURCE, CdcSettings, milvus_param
 from server.stores import etcd_client_for
 
 T = TypeVar("T")
@@ -37,8 +37,26 @@ POLL_ANSWER_AGE = 1.0
 
 
 def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
-    source_config = settings.sourceConfig
+    """Runners of every task: a task reads its ``source_cluster`` (sourceConfig unless it names
+    one of ``clusters``), through that cluster's context, made once and shared by its tasks."""
+    contexts: dict[str, RunnerContext] = {}
+    lock = threading.Lock()
 
+    def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
+        name = task.spec.get("source_cluster") or DEFAULT_SOURCE
+        with lock:
+            if name not in contexts:
+                contexts[name] = cluster_context(settings, name)
+            context = contexts[name]
+        return ReplicationRunner(task, store, on_failure, context)
+
+    return factory
+
+
+def cluster_context(settings: CdcSettings, name: str) -> RunnerContext:
+    """What the runners of one source cluster share: its etcd client and catalog reads, its
+    shared channel readers, its Milvus (import serving), the backfill launcher."""
+    source_config = settings.cluster(name)
     clients: list[Any] = []  # one source-etcd client for the daemon's life, opened on demand
     lock = threading.Lock()
 
@@ -107,17 +125,10 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     serving = None
     if milvus.uri:
         # one GetQuerySegmentInfo client per source database for the daemon's life
-        loaded = LoadedOnSource(
-            {
-                "uri": milvus.uri,
-                "username": milvus.username,
-                "password": milvus.password.get_secret_value(),
-                "token": milvus.token.get_secret_value(),
-            }
-        )
+        loaded = LoadedOnSource(milvus_param(milvus))
         serving = ServingCheck(loaded, lambda c: read_catalog(lambda cat: cat.segments(c)))
 
-    context = RunnerContext(
+    return RunnerContext(
         source=source,
         catalog=catalog,
         channels=source_config.dml_channels,
@@ -128,14 +139,9 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
         backfill=backfill_launcher(settings),
         read_ahead=source_config.readChanLen,
         imports=imports,
-        backfill_blocker=backfill_unavailable(settings),
+        backfill_blocker=backfill_unavailable(settings, name),
         import_serving=serving,
     )
-
-    def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
-        return ReplicationRunner(task, store, on_failure, context)
-
-    return factory
 
 
 def backfill_launcher(settings: CdcSettings) -> DriverLauncher:

@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +50,8 @@ from server.reachability import Endpoint, ReachabilityWatch, source_endpoints, t
 from server.settings import RetrySettings, SchedulerSettings, SourceSettings, VerifySettings
 from server.supervisor import TaskSupervisor
 from server.verify_schedule import run_scheduled
+
+SourceOf = Callable[[Mapping[str, Any]], SourceSettings]
 
 log = logging.getLogger(__name__)
 
@@ -318,10 +320,12 @@ class DaemonJobs:
         supervisor: TaskSupervisor,
         store: MetaStore,
         verify: VerifySettings | None = None,
-        source: SourceSettings | None = None,
+        source_of: SourceOf | None = None,
     ):
+        """``source_of``: the source cluster a task reads (``CdcSettings.source_of``); None: the
+        sources are not probed."""
         self.settings = settings
-        self.source = source
+        self.source_of = source_of
         self.verify = verify or VerifySettings()
         self.supervisor = supervisor
         self.store = store
@@ -340,9 +344,9 @@ class DaemonJobs:
 
     async def check_reachability(self) -> None:
         runners = self.supervisor.runners_here()
-        shared = source_endpoints(self.source) if self.source is not None else []
         used: dict[str, list[Endpoint]] = {
-            task_id: [*shared, target_endpoint(spec)] for task_id, spec, _ in runners
+            task_id: [*self._source_endpoints(spec), target_endpoint(spec)]
+            for task_id, spec, _ in runners
         }
         probed = [endpoint for endpoints in used.values() for endpoint in endpoints]
         outages = await in_daemon_thread(self.reachability.check, probed)
@@ -353,6 +357,14 @@ class DaemonJobs:
             except (MetaStoreError, CdcError) as exc:
                 with log_context(task_id=task_id):
                     log.warning("reachability warnings not recorded: %s", exc)
+
+    def _source_endpoints(self, spec: Mapping[str, Any]) -> list[Endpoint]:
+        if self.source_of is None:
+            return []
+        try:
+            return source_endpoints(self.source_of(spec))
+        except KeyError:  # a cluster no longer configured: the runner says so itself
+            return []
 
     async def retry_transient(self) -> None:
         try:
@@ -409,13 +421,13 @@ def install_jobs(
     app: web.Application,
     settings: SchedulerSettings,
     verify: VerifySettings | None = None,
-    source: SourceSettings | None = None,
+    source_of: SourceOf | None = None,
 ) -> None:
     """Run the jobs while the application runs (after the supervisor is up, stopped before it
     drains)."""
 
     async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
-        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source)
+        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source_of)
         app[METRICS].registry.register(_JobsCollector(jobs))
         app[JOBS] = jobs
         jobs.start()

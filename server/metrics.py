@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -73,11 +74,29 @@ class _TaskCollector(Collector):
             "Bulk imports of the source whose rows are not on the target yet",
             labels=["task_id"],
         )
+        consistent = GaugeMetricFamily(
+            "cdc_consistent_up_to_seconds",
+            "Source time up to which every write of the task is on the target (what a failover "
+            "keeps)",
+            labels=["task_id"],
+        )
+        rpo = GaugeMetricFamily(
+            "cdc_rpo_seconds",
+            "Seconds of source writes a failover now would lose at most (now less "
+            "cdc_consistent_up_to_seconds)",
+            labels=["task_id"],
+        )
+        now = time.time()
+        for task_id, status in progress.items():
+            if up_to := status.get("consistent_up_to"):
+                seconds = to_seconds(up_to["ts"])
+                consistent.add_metric([task_id], seconds)
+                rpo.add_metric([task_id], max(0.0, now - seconds))
         for task_id, status in progress.items():
             for cause, count in sorted((status.get("skipped") or {}).items()):
                 skipped.add_metric([task_id, cause], count)
             imports.add_metric([task_id], len(status.get("imports_pending") or ()))
-        yield from (rows, size, lag, position, skipped, imports)
+        yield from (rows, size, lag, position, skipped, imports, consistent, rpo)
         yield from _backfill_metrics(progress)
         yield from _verify_metrics(progress)
         yield from go_task_families(self._states(), progress)

@@ -411,6 +411,10 @@ class CdcSettings(BaseSettings):
     metaStoreConfig: MetaStoreSettings = Field(default_factory=MetaStoreSettings)
     sourceConfig: SourceSettings = Field(default_factory=SourceSettings)
     # Daemon settings beyond the Go tool's keys.
+    # ours: named clusters (README "Disaster recovery"), each shaped like sourceConfig, its
+    # ``milvus`` the cluster's endpoint: a task reads from its source_cluster (default: the
+    # sourceConfig source) and may write to a target_cluster; one daemon runs A->B and B->A.
+    clusters: dict[str, SourceSettings] = Field(default_factory=dict)
     logLevel: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     logFormat: Literal["auto", "json", "console"] = "auto"
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
@@ -442,9 +446,52 @@ class CdcSettings(BaseSettings):
         # Only what load_settings passes in: it has already merged the file and CDC_* variables.
         return (init_settings,)
 
+    @field_validator("clusters")
+    @classmethod
+    def _cluster_names(cls, value: dict[str, SourceSettings]) -> dict[str, SourceSettings]:
+        for name in value:
+            if name == DEFAULT_SOURCE or not _CLUSTER_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a cluster name: 1-64 letters, digits, '_', '-' or '.', "
+                    f"starting with a letter or digit, and not {DEFAULT_SOURCE!r}"
+                )
+        return value
+
     @property
     def host_port(self) -> tuple[str, int]:
         return split_host_port(self.address)
+
+    def cluster(self, name: str | None) -> SourceSettings:
+        """The settings of a named cluster; None, "" or ``sourceConfig``: the default source.
+        An unknown name raises ``KeyError`` naming it and the names configured."""
+        if not name or name == DEFAULT_SOURCE:
+            return self.sourceConfig
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise KeyError(
+                f"no cluster named {name!r} in the daemon's configuration (clusters: {known})"
+            ) from None
+
+    def source_of(self, spec: Mapping[str, Any]) -> SourceSettings:
+        """The source settings a task reads (its ``source_cluster``)."""
+        return self.cluster(spec.get("source_cluster"))
+
+
+# the name a task's source_cluster takes for the daemon's sourceConfig
+DEFAULT_SOURCE = "sourceConfig"
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+
+
+def milvus_param(milvus: SourceMilvusSettings) -> dict[str, str]:
+    """A cluster's Milvus endpoint as pymilvus takes it (secrets revealed: never log it)."""
+    return {
+        "uri": milvus.uri,
+        "username": milvus.username,
+        "password": milvus.password.get_secret_value(),
+        "token": milvus.token.get_secret_value(),
+    }
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -599,6 +646,9 @@ def secret_values(node: Any) -> list[str]:
             found.extend(secret_values(getattr(node, name)))
     elif isinstance(node, list | tuple):
         for item in node:
+            found.extend(secret_values(item))
+    elif isinstance(node, dict):
+        for item in node.values():
             found.extend(secret_values(item))
     if isinstance(node, MetaStoreSettings) and node.mysqlSourceUrl.get_secret_value():
         url = make_url(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value()))

@@ -71,7 +71,7 @@ from server.errors import (
 )
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
-from server.settings import CdcSettings
+from server.settings import DEFAULT_SOURCE, CdcSettings
 from server.task_create import CREATING, TaskCreation, secrets_of
 from server.verify import VerifyManager
 
@@ -246,6 +246,7 @@ class TaskSupervisor(TaskCreation):
                 "rows": status.get("rows"),
                 "bytes": status.get("bytes"),
                 "lag_seconds": status.get("lag_seconds"),
+                "consistent_up_to": status.get("consistent_up_to"),
                 "as_of": round(time.time(), 3),
             }
         info: dict[str, Any] = {"address": self._settings.address, "tasks": summary}
@@ -650,7 +651,11 @@ class TaskSupervisor(TaskCreation):
             if is_kafka(task.spec):
                 raise BadRequestError(f"task {task.task_id}: a Kafka target takes no backfill")
             names = validate_backfill(
-                request.collections, selection_of(dict(task.spec)), self._settings, "collections"
+                request.collections,
+                selection_of(dict(task.spec)),
+                self._settings,
+                "collections",
+                task.spec.get("source_cluster"),
             )
             state = BackfillState(self._store, task.task_id)
             current = await self._io(state.job)
@@ -691,7 +696,10 @@ class TaskSupervisor(TaskCreation):
                     f"task {task.task_id}: a Kafka target cannot be verified against the source"
                 )
             names = validate_verify(
-                request.collections, selection_of(dict(task.spec)), self._settings
+                request.collections,
+                selection_of(dict(task.spec)),
+                self._settings,
+                task.spec.get("source_cluster"),
             )
             if self._verify.running(task.task_id):
                 current = self._verify.job(task.task_id)
@@ -851,6 +859,9 @@ def task_view(
     return {
         "task_id": task.task_id,
         **view,
+        # both ends by name (README "Disaster recovery"); target_cluster null: an address
+        "source_cluster": view.get("source_cluster") or DEFAULT_SOURCE,
+        "target_cluster": view.get("target_cluster"),
         "state": task.state.value,
         "reason": task.reason,
         "created_at": task.created_at,

@@ -263,7 +263,7 @@ class TaskCreation:
                 failure = exc
             log.warning("start positions not fixed: %s", failure)
         where = ", ".join(
-            f"{e.role} {e.label}" for e in source_endpoints(self._settings.sourceConfig)
+            f"{e.role} {e.label}" for e in source_endpoints(self._settings.source_of(task.spec))
         )
         raise UnavailableError(
             self._redactor.scrub(

@@ -22,7 +22,7 @@ from replicator.compare.spark_launch import SparkDigests
 from replicator.compare.state import VerifyJob, VerifyState
 from replicator.compare.verify import VerifyOptions
 from replicator.meta.catalog import SourceCatalog
-from server.settings import CdcSettings
+from server.settings import CdcSettings, SourceSettings, milvus_param
 from server.stores import etcd_client_for
 
 log = logging.getLogger(__name__)
@@ -81,18 +81,13 @@ class VerifyManager:
         """Save ``job`` and run it in a thread of its own (blocking: call from a thread)."""
         VerifyState(self._store, task.task_id).save_job(job)
         self._views[task.task_id] = job
-        milvus = self._settings.sourceConfig.milvus
+        source = self._settings.source_of(task.spec)
         verify = self._settings.verify
         context = VerifyContext(
             self._store,
             task.task_id,
             dict(task.spec),
-            {
-                "uri": milvus.uri,
-                "username": milvus.username,
-                "password": milvus.password.get_secret_value(),
-                "token": milvus.token.get_secret_value(),
-            },
+            milvus_param(source.milvus),
             VerifyOptions(
                 verify.rangeRows,
                 verify.batchRows,
@@ -100,7 +95,7 @@ class VerifyManager:
                 verify.settleSeconds,
                 verify.parallelism,
             ),
-            self._channels_of,
+            lambda db, name: self._channels_of(source, db, name),
             self._spark(),
             lambda: self._live_applied(task.task_id),
         )
@@ -131,10 +126,9 @@ class VerifyManager:
         }
         return SparkDigests(minimum, master, conf, backfill.logDir)
 
-    def _channels_of(self, db: str, name: str) -> frozenset[str] | None:
+    def _channels_of(self, source: SourceSettings, db: str, name: str) -> frozenset[str] | None:
         """The pchannels of a source collection, from the source's etcd catalog; None when the
         catalog cannot be read or does not know the collection."""
-        source = self._settings.sourceConfig
         try:
             client = etcd_client_for(source.etcd)
             try:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from server.secret_keys import open_task_store
-    from server.settings import CdcSettings, ConfigError, load_settings
+    from server.settings import CdcSettings, ConfigError, load_settings, milvus_param
 
     try:
         if args.settings_stdin:
@@ -60,25 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
     _add_task_field(args.task)
-    milvus = settings.sourceConfig.milvus
-    if not milvus.uri:
-        print("milvus-cdc backfill: sourceConfig.milvus.uri is not set", file=sys.stderr)
-        return 2
     store = open_task_store(settings)  # the target's password is stored sealed
     try:
         task = store.get_task(args.task)
         if task is None:
             log.error("task %s not found", args.task)
             return EXIT_BAD_JOB
+        try:
+            milvus = settings.source_of(task.spec).milvus
+        except KeyError as exc:
+            log.error("%s", exc.args[0])
+            return EXIT_BAD_JOB
+        if not milvus.uri:
+            log.error("the task's source has no milvus.uri in the daemon's configuration")
+            return EXIT_BAD_JOB
         backfill = settings.backfill
         master, extra = spark_master(backfill.sparkMaster, backfill.taskMaxFailures)
         options = JobOptions(
-            source={
-                "uri": milvus.uri,
-                "username": milvus.username,
-                "password": milvus.password.get_secret_value(),
-                "token": milvus.token.get_secret_value(),
-            },
+            source=milvus_param(milvus),
             target=dict(task.spec["milvus_connect_param"]),
             range_rows=backfill.rangeRows,
             batch_rows=backfill.batchRows,

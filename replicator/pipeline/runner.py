@@ -50,7 +50,12 @@ from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.selection import TaskSelection
-from replicator.pipeline.status import ChannelStatus, TaskWarnings
+from replicator.pipeline.status import (
+    ChannelStatus,
+    TaskWarnings,
+    consistent_view,
+    task_consistent_ts,
+)
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
@@ -326,6 +331,11 @@ class ReplicationRunner:
     def applied_ticks(self) -> dict[str, int]:
         return {ch: status.applied_ts for ch, status in list(self.statuses.items())}
 
+    def consistent_ts(self) -> int:
+        """The source time up to which every write of the task is on the target (0: not known
+        yet); see ``ChannelStatus.consistent_ts``."""
+        return task_consistent_ts(list(self.statuses.values()))
+
     def unreachable(self, warnings: list[str]) -> None:
         with log_context(task_id=self.task.task_id):
             self.warnings.unreachable(warnings)
@@ -357,6 +367,7 @@ class ReplicationRunner:
             "collections": [collections[k] for k in sorted(collections)],
             "bytes": sum(s.bytes for s in channels),
             "lag_seconds": round(max(lags), 3) if lags else None,
+            "consistent_up_to": consistent_view(task_consistent_ts(self.statuses.values())),
             "channels": [s.view() for s in channels],
             "skipped": skipped,
             "warnings": list(self.warnings.items),

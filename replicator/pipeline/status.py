@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
-from replicator.hybrid_time import to_seconds
+from replicator.hybrid_time import from_seconds, to_seconds
 from replicator.pipeline.task_state import RunnerState
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,9 @@ class ChannelStatus:
     # where the channel's records come from: "shared" (the daemon's shared reader of the
     # channel), "own" (a reader of the task's own), "" (not reading yet)
     reader: str = ""
+    # the source time (hybrid ts) of the last read that found the channel's end with nothing
+    # waiting and everything read on the target, less CAUGHT_UP_MARGIN (see consistent_ts)
+    caught_up_ts: int = 0
 
     def set_state(self, state: ChannelState, detail: str = "") -> None:
         self.state, self.detail = state, detail
@@ -74,6 +77,22 @@ class ChannelStatus:
             return 0.0
         return max(0.0, time.time() - to_seconds(self.applied_ts))
 
+    def mark_caught_up(self, read_started: float) -> None:
+        """The read begun at ``read_started`` (seconds) found the end with nothing waiting."""
+        self.caught_up = True
+        ts = from_seconds(read_started - CAUGHT_UP_MARGIN)
+        self.caught_up_ts = max(self.caught_up_ts, ts)
+
+    @property
+    def consistent_ts(self) -> int:
+        """The source time up to which every write on the channel is on the target (0: not
+        known yet): its applied tick, or, while it is read to its end with nothing waiting, the
+        moment that read began (a channel without writes has no ticks in 2.6, nor in 2.3 while
+        it carries no collection), less CAUGHT_UP_MARGIN for a write whose time was given
+        before it reached the queue."""
+        caught_up = self.caught_up_ts if self.caught_up else 0
+        return max(self.applied_ts, caught_up)
+
     def view(self) -> dict[str, Any]:
         state = f"{self.state}: {self.detail}" if self.detail else str(self.state)
         view: dict[str, Any] = {
@@ -85,6 +104,7 @@ class ChannelStatus:
             "position": None if self.position is None else self.position.to_json(),
             "read_ts": self.read_ts,
             "applied_ts": self.applied_ts,
+            "consistent_up_to": consistent_view(self.consistent_ts) if self.has_ticks else None,
             "bytes_by_type": dict(self.bytes_by_type),
         }
         if self.reader:
@@ -92,6 +112,26 @@ class ChannelStatus:
         if any(self.skipped.values()):
             view["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return view
+
+
+# seconds a caught-up channel's consistent time is kept behind the read that found its end: a
+# write is given its time before it reaches the queue (a proxy's produce, a 2.3 proxy batching)
+CAUGHT_UP_MARGIN = 1.0
+
+
+def consistent_view(ts: int) -> dict[str, Any] | None:
+    """A consistent-up-to time as progress shows it: the hybrid timestamp and its ISO time."""
+    if not ts:
+        return None
+    moment = datetime.fromtimestamp(to_seconds(ts), UTC)
+    return {"ts": ts, "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+
+
+def task_consistent_ts(statuses: Iterable[ChannelStatus]) -> int:
+    """The source time up to which every write of the task is on the target: the lowest of its
+    DML channels (0 while one of them is not known)."""
+    times = [s.consistent_ts for s in statuses if s.has_ticks]
+    return min(times) if times and all(times) else 0
 
 
 UPDATE_ATTEMPTS = 3  # reads and compare-and-sets of a task's reason

@@ -204,6 +204,7 @@ class ChannelWorker:
         idle_wait = IDLE_READ_SECONDS
         while not self.context.stop.is_set():
             read = _Read()
+            read_started = time.time()
             # nothing waits for a tick: ticks need not wake it
             idle = idle_reader if idle_reader is not None and not seq.waiting() else None
             if idle is not None:
@@ -230,7 +231,10 @@ class ChannelWorker:
             if read.commit_at is not None and (read.ready or read.changed or due):
                 self._write(read.ready, read.commit_at)
                 last_save = time.monotonic()
-            self.status.caught_up = caught_up  # once what it read is on the target
+            if caught_up:  # once what it read is on the target
+                self.status.mark_caught_up(read_started)
+            else:
+                self.status.caught_up = False
             if read.applied_to:
                 self.status.applied(read.applied_to)
             self.status.read_ts = max(self.status.read_ts, seq.tick)

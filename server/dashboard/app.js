@@ -144,7 +144,8 @@ function targetOf(task) {
   const kafka = task.kafka_connect_param;
   if (kafka) return `kafka://${kafka.address}/${kafka.topic}`;
   const target = task.milvus_connect_param || {};
-  return target.uri || `${target.host}:${target.port}`;
+  const address = target.uri || `${target.host}:${target.port}`;
+  return task.target_cluster ? `${task.target_cluster} (${address})` : address;
 }
 
 function renderDetail(task, positions) {
@@ -160,6 +161,7 @@ function renderDetail(task, positions) {
   badge.textContent = task.state;
   badge.setAttribute("data-state", task.state);
   const facts = [
+    ["Source", task.source_cluster || "sourceConfig"],
     ["Target", targetOf(task)],
     ["Reason", task.reason || dash],
     ["Runs on", task.owner || dash],
