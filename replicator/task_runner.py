@@ -37,6 +37,10 @@ class TaskRunner(Protocol):
         """The source time (hybrid ts) up to which each pchannel is on the target, as of now
         (a saved position of an idle channel may be older)."""
 
+    def consistent_ts(self) -> int:
+        """The source time (hybrid ts) up to which every write of the task is on the target;
+        0 while a channel has not told yet (``progress.consistent_up_to``)."""
+
     def unreachable(self, warnings: list[str]) -> None:
         """The endpoints (source queue, source etcd, target) the daemon cannot reach now, as
         warnings to show on the task; those shown before and not given again are withdrawn.

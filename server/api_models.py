@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -135,6 +135,10 @@ class CreateRequest(_Strict):
     # of milvus_connect_param
     source_cluster: str | None = None
     target_cluster: str | None = None
+    # ours: where a new task starts reading: "creation" (its collections' creation while the
+    # WAL holds it, the Go tool's behaviour) or "end" (only writes made after the create; a
+    # switchover's reverse task starts so)
+    start_at: Literal["creation", "end"] = "creation"
 
 
 class TaskIdRequest(_Strict):
@@ -235,6 +239,8 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
         "name_mapping": mapping,
         "disable_auto_start": req.disable_auto_start,
     }
+    if req.start_at == "end":
+        spec["start_at"] = "end"
     if req.collection_infos:
         spec["collection_infos"] = _collection_list(req.collection_infos)
     else:

@@ -31,6 +31,7 @@ from server.api_models import (
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
 from server.auth import Authenticator, Principal, audit, challenge, permit
+from server.dr.manager import DisasterRecovery, FailoverRequest, SwitchoverRequest
 from server.engine import make_runner_factory
 from server.errors import (
     BadRequestError,
@@ -103,6 +104,20 @@ async def _verify(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"task_id": task.task_id, "job_id": job_id}
 
 
+def _disaster(sup: TaskSupervisor) -> DisasterRecovery:
+    if sup.disaster is None:  # the application sets it up with the supervisor
+        raise UnavailableError("disaster recovery is not set up in this daemon")
+    return sup.disaster
+
+
+async def _switchover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    return await _disaster(sup).switchover(parse_model(SwitchoverRequest, data))
+
+
+async def _failover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    return await _disaster(sup).failover(parse_model(FailoverRequest, data))
+
+
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
@@ -118,6 +133,8 @@ HANDLERS: dict[str, Handler] = {
     "position": _position,
     "backfill": _backfill,
     "verify": _verify,
+    "switchover": _switchover,
+    "failover": _failover,
 }
 
 
@@ -264,6 +281,7 @@ def create_app(
             key_check=store.missing_keys if isinstance(store, SealedMetaStore) else None,
         )
         app[SUPERVISOR] = supervisor
+        supervisor.disaster = DisasterRecovery(supervisor, settings)
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,
             supervisor.all_progress,
@@ -272,7 +290,9 @@ def create_app(
             heap.stats if heap is not None else None,
         )
         await supervisor.start()
+        await supervisor.disaster.recover()
         yield
+        supervisor.disaster.stop()
         app[LIFECYCLE].draining = True
         await supervisor.drain(settings.drainTimeoutSeconds)
 

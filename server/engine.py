@@ -53,10 +53,15 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     return factory
 
 
-def cluster_context(settings: CdcSettings, name: str) -> RunnerContext:
+def cluster_context(
+    settings: CdcSettings, name: str, *, shared_readers: bool | None = None
+) -> RunnerContext:
     """What the runners of one source cluster share: its etcd client and catalog reads, its
-    shared channel readers, its Milvus (import serving), the backfill launcher."""
+    shared channel readers, its Milvus (import serving), the backfill launcher.
+    ``shared_readers``: overrides the cluster's ``sharedReaders`` (a one-off read: False)."""
     source_config = settings.cluster(name)
+    if shared_readers is not None:
+        source_config = source_config.model_copy(update={"sharedReaders": shared_readers})
     clients: list[Any] = []  # one source-etcd client for the daemon's life, opened on demand
     lock = threading.Lock()
 

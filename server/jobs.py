@@ -16,6 +16,8 @@ transient retry      every ``retry.checkSeconds``: a task in Failed whose reason
                      ``retry.transientReasons`` is resumed (the same call as the API's resume)
                      after ``initialBackoffSeconds * multiplier^(attempt-1)`` seconds, at most
                      ``maxBackoffSeconds``; ``maxAttempts`` (0: no limit) bounds the attempts.
+switchover recovery  every RECOVER_SECONDS: a switchover job whose daemon is gone is finished
+                     (its reverse task exists) or rolled back (server/dr/manager.py).
 
 Saving positions of idle channels is not a job here: each channel worker of the engine saves
 its position on a time tick when it has saved nothing for a while (replicator/pipeline), in the
@@ -52,6 +54,8 @@ from server.supervisor import TaskSupervisor
 from server.verify_schedule import run_scheduled
 
 SourceOf = Callable[[Mapping[str, Any]], SourceSettings]
+# seconds between looks for switchover jobs a stopped fleet member left (its leases' life)
+RECOVER_SECONDS = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +370,11 @@ class DaemonJobs:
         except KeyError:  # a cluster no longer configured: the runner says so itself
             return []
 
+    async def recover_switchovers(self) -> None:
+        """Switchover jobs whose daemon is gone are finished or rolled back (server/dr)."""
+        if self.supervisor.disaster is not None:
+            await self.supervisor.disaster.recover()
+
     async def retry_transient(self) -> None:
         try:
             await self.retrier.run_once(self.supervisor, time.time())
@@ -384,6 +393,7 @@ class DaemonJobs:
             (self.check_metastore, self.settings.metastoreCheckSeconds),
             (self.verify_scheduled, self.verify.scheduleCheckSeconds),
             (self.check_reachability, self.settings.reachabilitySeconds),
+            (self.recover_switchovers, RECOVER_SECONDS),
         ]
         if self.settings.retry.enabled:
             jobs.append((self.retry_transient, self.settings.retry.checkSeconds))

@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from metastore import (
     ConcurrentUpdateError,
@@ -63,6 +63,9 @@ from server.api_models import (
     validate_backfill,
     validate_verify,
 )
+
+if TYPE_CHECKING:
+    from server.dr.manager import DisasterRecovery
 from server.errors import (
     ApiError,
     BadRequestError,
@@ -125,6 +128,8 @@ class TaskSupervisor(TaskCreation):
         # default executor (a few threads; fifty runners starting use them all), a heartbeat
         # could be late enough to stop every runner of the daemon
         self._beats = ThreadPoolExecutor(1, thread_name_prefix="fleet-heartbeat")
+        # switchover, failover, failback (server/dr): set by the application
+        self.disaster: DisasterRecovery | None = None
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -529,14 +534,23 @@ class TaskSupervisor(TaskCreation):
         else:
             status = self._remote.get(task_id) if fleet else None
         verify = self._verify.view(task_id)
-        if verify is None:
+        jobs = self.disaster.views(task_id) if self.disaster is not None else {}
+        if verify is None and not jobs:
             return status
-        return {**(status or {}), "verify": verify}
+        if verify is not None:
+            jobs["verify"] = verify
+        return {**(status or {}), **jobs}
 
     def all_progress(self, *, fleet: bool = False) -> dict[str, dict[str, Any]]:
         """The progress of the tasks this daemon runs or verifies (its metrics and samples);
         ``fleet``: also the summaries other members publish of theirs (get and list)."""
-        task_ids = {*self._runners, *self._verify.task_ids(), *(self._remote if fleet else ())}
+        jobs = self.disaster.task_ids() if self.disaster is not None else []
+        task_ids = {
+            *self._runners,
+            *self._verify.task_ids(),
+            *jobs,
+            *(self._remote if fleet else ()),
+        }
         return {
             task_id: progress
             for task_id in task_ids
@@ -557,10 +571,30 @@ class TaskSupervisor(TaskCreation):
         await self.get(task_id)
         return await self._io(self._store.get_positions, task_id)
 
-    async def pause(self, task_id: str) -> TaskRecord:
+    @property
+    def store(self) -> MetaStore:
+        return self._store
+
+    def runner_of(self, task_id: str) -> TaskRunner | None:
+        """The runner of a task running here."""
+        return self._runners.get(task_id)
+
+    async def live_members(self) -> set[str]:
+        """The fleet members alive now (this daemon included)."""
+        members = await self._io(self._store.members)
+        return {m.member_id for m in members} | {self.fleet.member_id}
+
+    async def set_reason(self, task_id: str, reason: str) -> TaskRecord:
+        """Change a task's reason, its state kept (a failover says what the target holds)."""
+        async with self._lock:
+            task = await self.get(task_id)
+            return await self._set_state(task, task.state, reason)
+
+    async def pause(self, task_id: str, reason: str = PAUSED_BY_USER) -> TaskRecord:
         """Pause a task wherever it runs: here, its runner stops first; on another member, the
         state is stored and the call waits (``OWNER_STOP_WAIT`` at most) for that member's next
-        round to stop its runner and give up the lease."""
+        round to stop its runner and give up the lease. ``reason``: why (a switchover names
+        the reverse task)."""
         async with self._lock:
             self._changes += 1
             task = await self.get(task_id)
@@ -570,7 +604,7 @@ class TaskSupervisor(TaskCreation):
             if runner is not None:
                 await self._stop_runner(task_id, runner)
                 task = await self.get(task_id)  # a runner may record a warning until it stops
-            paused = await self._set_state(task, TaskState.PAUSED, PAUSED_BY_USER)
+            paused = await self._set_state(task, TaskState.PAUSED, reason)
             await self._release(task_id)
         if runner is None:
             await self._wait_owner_stops(task_id)

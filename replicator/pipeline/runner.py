@@ -275,7 +275,8 @@ class ReplicationRunner:
             read.watermarks,
             read.catalog,
             self.selection,
-            at_end=active is not None and active.covers_all,
+            at_end=(active is not None and active.covers_all)
+            or self.task.spec.get("start_at") == "end",
         )
         if starts.history_lost and active is None:
             self.warnings.warn(history_lost(starts.history_lost))

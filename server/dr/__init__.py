@@ -1,0 +1,11 @@
+"""Disaster recovery between named clusters (README "Disaster recovery"), shaped like Kafka
+MirrorMaker 2: clusters have names (``clusters:`` in the configuration), a task is a flow from
+one to another (``source_cluster`` -> ``target_cluster``), and one daemon or fleet runs both
+directions.
+
+- :mod:`fence`: stopping writes on a cluster and seeing the stop in effect.
+- :mod:`record`: a switchover job as the metastore keeps it (it survives a ``kill -9``).
+- :mod:`switchover`: the planned move: check, fence, drain, verify, reverse.
+- :mod:`failover`: the unplanned one: stop at once, say what the target holds, export the rest.
+- :mod:`manager`: the requests, and the jobs a stopped daemon left behind.
+"""

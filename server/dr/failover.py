@@ -1,0 +1,169 @@
+"""Failover: the source cluster is lost. The task stops at once; the answer says up to when the
+target holds every write the source acknowledged (``consistent_up_to``), and, when the source's
+WAL can still be read (its queue survived the Milvus), what the WAL holds after that point: the
+row changes and DDL of the task's collections, counted by collection and kind, and written to a
+file of JSON lines in the Kafka target's event format (README "Kafka targets") that the
+operator can inspect or replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from metastore import Position
+from replicator.codec.streaming import decode_any
+from replicator.events import CollectionEvent, Delete, Insert, RawRecord
+from replicator.meta.catalog import CollectionMeta
+from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.selection import TaskSelection
+from replicator.sinks.kafka_events import dumps, rows_of, ts_view
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+READ_WAIT = 0.5  # seconds a read of a channel waits before the channel counts as read
+
+
+@dataclass
+class Unreplicated:
+    """What the source's WAL holds after the consistent point, for the task's collections."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (db.coll, kind)
+    channels_read: list[str] = field(default_factory=list)
+    file: str = ""
+    complete: bool = True  # every channel was read to its end
+    problems: list[str] = field(default_factory=list)
+
+    def view(self) -> dict[str, Any]:
+        by_collection: dict[str, dict[str, int]] = {}
+        for (collection, kind), count in sorted(self.counts.items()):
+            by_collection.setdefault(collection, {})[kind] = count
+        return {
+            "records": sum(self.counts.values()),
+            "by_collection": by_collection,
+            "file": self.file or None,
+            "channels_read": self.channels_read,
+            "complete": self.complete,
+            "problems": self.problems,
+        }
+
+
+def export_unreplicated(
+    context: RunnerContext,
+    spec: dict[str, Any],
+    positions: dict[str, Position],
+    consistent_ts: int,
+    out: Path,
+    budget: float,
+) -> Unreplicated:
+    """Read every DML channel of the task from its saved position to the end (``budget``
+    seconds in all); records newer than ``consistent_ts`` of the selected collections go to
+    ``out``, one JSON event per row change or DDL."""
+    result = Unreplicated()
+    deadline = time.monotonic() + budget
+    try:
+        catalog = context.catalog()
+    except Exception as exc:  # noqa: BLE001 - the source is being lost: any failure is told
+        result.complete = False
+        result.problems.append(f"the source catalog cannot be read: {exc}")
+        return result
+    selection = TaskSelection.from_spec(spec)
+    selected = {
+        cid: meta for cid, meta in catalog.items() if selection.selects(meta.db_name, meta.name)
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as file:
+        for pchannel in context.channels:
+            if time.monotonic() >= deadline:
+                result.complete = False
+                result.problems.append(f"{pchannel}: not read, out of time")
+                continue
+            try:
+                for event, record in _events_after(
+                    context, pchannel, positions.get(pchannel), selected, deadline
+                ):
+                    if event.ts > consistent_ts:
+                        _write(file, event, record, selected, result)
+                result.channels_read.append(pchannel)
+            except Exception as exc:  # noqa: BLE001 - a queue failing is the answer's news
+                result.complete = False
+                result.problems.append(f"{pchannel}: {type(exc).__name__}: {exc}")
+    partial.replace(out)
+    result.file = str(out)
+    return result
+
+
+def _events_after(
+    context: RunnerContext,
+    pchannel: str,
+    start: Position | None,
+    selected: dict[int, CollectionMeta],
+    deadline: float,
+) -> Iterator[tuple[CollectionEvent, RawRecord]]:
+    source = context.source()
+    _, end = source.watermarks(pchannel, max(0.1, deadline - time.monotonic()))
+    reader = source.open_channel(pchannel, start)
+    try:
+        while time.monotonic() < deadline:
+            records = reader.read_batch(READ_BATCH, READ_WAIT)
+            for record in records:
+                event = decode_any(record, source.backend, lambda cid: cid in selected)
+                if isinstance(event, CollectionEvent) and event.collection_id in selected:
+                    yield event, record
+            last = records[-1].offset if records else None
+            if not records or (last is not None and last >= end - 1):
+                return
+        raise TimeoutError("not read to its end in time")
+    finally:
+        reader.close()
+
+
+def _write(
+    file: IO[str],
+    event: CollectionEvent,
+    record: RawRecord,
+    selected: dict[int, CollectionMeta],
+    result: Unreplicated,
+) -> None:
+    meta = selected[event.collection_id]
+    name = f"{meta.db_name or 'default'}.{meta.name}"
+    source = {"channel": record.pchannel, "position": record.offset}
+    base = {"db": meta.db_name or "default", "collection": meta.name, "ts": ts_view(event.ts)}
+    if isinstance(event, Insert):
+        pk = _primary_key(meta)
+        for row in rows_of(event.request.fields_data, event.num_rows):
+            line = {"op": "insert", **base, "partition": event.partition_name}
+            file.write(dumps({**line, "pk": row.get(pk), "row": row, "source": source}).decode())
+            file.write("\n")
+        result.counts[(name, "insert")] += event.num_rows
+    elif isinstance(event, Delete):
+        keys = event.request.primary_keys
+        pks = list(keys.int_id.data) if keys.HasField("int_id") else list(keys.str_id.data)
+        for pk in pks:
+            line = {"op": "delete", **base, "partition": event.partition_name}
+            file.write(dumps({**line, "pk": pk, "row": None, "source": source}).decode())
+            file.write("\n")
+        result.counts[(name, "delete")] += len(pks)
+    else:
+        kind = _snake(type(event).__name__)
+        file.write(dumps({"op": kind, **base, "source": source}).decode())
+        file.write("\n")
+        result.counts[(name, kind)] += 1
+
+
+def _primary_key(meta: CollectionMeta) -> str:
+    for f in meta.schema.fields:
+        if f.is_primary_key:
+            return str(f.name)
+    return ""
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")

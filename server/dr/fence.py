@@ -1,0 +1,165 @@
+"""Stopping writes on a cluster (the switchover's fence) and seeing the stop in effect.
+
+Every Milvus from 2.3 on reads its configuration from its etcd as well as from its files
+(``<etcd.rootPath>/config/<section>/<key>``, refreshed every few seconds), and
+``quotaAndLimits.limitWriting.forceDeny`` makes its proxies refuse every insert, upsert,
+delete and bulk import with a rate-limit error while reads and DDL go on. The fence is that
+key, written into the cluster's etcd, and lifted by deleting it again (only when it holds the
+value this daemon wrote: an operator's own setting is never removed). It is in effect once a
+write is refused: the probe is a delete that matches no row, in a collection of the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from server.settings import SourceSettings, milvus_param
+from server.stores import etcd_client_for
+
+log = logging.getLogger(__name__)
+
+FORCE_DENY_KEY = "quotaAndLimits/limitWriting/forceDeny"
+# the value this daemon writes: Milvus reads it as true (a boolean setting parses "true")
+FENCE_VALUE = b"true"
+
+
+class FenceError(Exception):
+    """The fence could not be set, seen in effect, or lifted; the message says which."""
+
+
+class WriteFence(Protocol):
+    """How writes to one cluster are stopped and let through again."""
+
+    @property
+    def label(self) -> str:
+        """What the fence is, for the job's record and reason."""
+        ...
+
+    def set(self) -> None: ...
+
+    def lift(self) -> None: ...
+
+    def in_effect(self) -> bool:
+        """True once the cluster refuses writes."""
+        ...
+
+
+@dataclass
+class EtcdQuotaFence:
+    """``quotaAndLimits.limitWriting.forceDeny`` in the cluster's etcd configuration."""
+
+    cluster: str
+    source: SourceSettings
+    # a write to try (True: refused); None: a delete matching nothing in a collection there
+    probe: Callable[[], bool] | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.source.root_path}/config/{FORCE_DENY_KEY}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.key} in the etcd of cluster {self.cluster}"
+
+    def set(self) -> None:
+        self._etcd(lambda client: client.put(self.key, FENCE_VALUE))
+        log.info("writes fenced on cluster %s (%s=true)", self.cluster, self.key)
+
+    def lift(self) -> None:
+        def delete(client: Any) -> None:
+            value, _ = client.get(self.key)
+            if value is not None and value.strip().lower() == FENCE_VALUE:
+                client.delete(self.key)
+
+        self._etcd(delete)
+        log.info("fence lifted on cluster %s", self.cluster)
+
+    def is_set(self) -> bool:
+        value = self._etcd(lambda client: client.get(self.key)[0])
+        return value is not None and value.strip().lower() == FENCE_VALUE
+
+    def in_effect(self) -> bool:
+        return (self.probe or self._refuses_delete)()
+
+    def _etcd(self, action: Callable[[Any], Any]) -> Any:
+        try:
+            client = etcd_client_for(self.source.etcd)
+        except Exception as exc:
+            raise FenceError(f"cluster {self.cluster}'s etcd: {type(exc).__name__}: {exc}") from exc
+        try:
+            return action(client)
+        except Exception as exc:
+            raise FenceError(f"cluster {self.cluster}'s etcd: {type(exc).__name__}: {exc}") from exc
+        finally:
+            client.close()
+
+    def _refuses_delete(self) -> bool:
+        """Try a delete that matches no row in a collection of the cluster; True when the
+        cluster refuses it as a write."""
+        from pymilvus import MilvusClient
+        from pymilvus.exceptions import MilvusException
+
+        client = MilvusClient(**_client_args(self.source), timeout=10)
+        try:
+            target = _a_collection(client)
+            if target is None:
+                raise FenceError(
+                    f"cluster {self.cluster} has no collection to try a write on: the fence "
+                    "cannot be seen in effect"
+                )
+            name, field, is_int = target
+            missing = "-9223372036854775808" if is_int else '"\\u0000cdc-fence-probe"'
+            try:
+                client.delete(name, filter=f"{field} in [{missing}]")
+            except MilvusException as exc:
+                if is_write_refusal(exc):
+                    return True
+                raise FenceError(f"cluster {self.cluster}: the probe write failed: {exc}") from exc
+            return False
+        finally:
+            client.close()
+
+
+def is_write_refusal(exc: Exception) -> bool:
+    """A write refused by the cluster's quota (forceDeny): a rate-limit error."""
+    text = str(exc).lower()
+    return "deny to write" in text or "rate limit" in text or "ratelimit" in text
+
+
+def _client_args(source: SourceSettings) -> dict[str, Any]:
+    param = milvus_param(source.milvus)
+    args: dict[str, Any] = {"uri": param["uri"]}
+    if param["token"]:
+        args["token"] = param["token"]
+    elif param["username"]:
+        args["user"], args["password"] = param["username"], param["password"]
+    return args
+
+
+def _a_collection(client: Any) -> tuple[str, str, bool] | None:
+    """A collection of the default database: its name, primary key field, and whether the key
+    is an integer."""
+    for name in client.list_collections():
+        schema = client.describe_collection(name)
+        for field in schema.get("fields", []):
+            if field.get("is_primary"):
+                return name, field["name"], "INT" in str(field.get("type")).upper()
+    return None
+
+
+def wait_in_effect(fence: WriteFence, timeout: float, stop: Callable[[], bool]) -> float:
+    """Poll until the fence is in effect; returns the moment (seconds) it was first seen. A
+    FenceError after ``timeout`` seconds, or once ``stop`` says so."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if fence.in_effect():
+            return time.time()
+        if time.monotonic() >= deadline or stop():
+            raise FenceError(
+                f"writes were still accepted {timeout:g} s after setting {fence.label}"
+            )
+        time.sleep(0.5)

@@ -1,0 +1,252 @@
+"""Disaster-recovery requests (switchover, failover, failback) and the switchover jobs a
+stopped daemon left behind (README "Disaster recovery").
+
+A switchover runs here as a job (:mod:`switchover`) on the daemon that runs the task; its
+record is the task's ``dr/switchover`` state. Every ``recover`` round (at start, then on the
+scheduler) looks for a job that is not finished and whose daemon is gone (not a live fleet
+member, or this daemon restarted): it is finished when its reverse task exists, else rolled
+back. A job is never left owning a fence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from metastore import MetaStoreError, TaskRecord, TaskState
+from replicator.compare.gate import applied_ts
+from replicator.hybrid_time import to_seconds
+from replicator.pipeline.status import consistent_view
+from server.api_models import TaskIdRequest
+from server.dr.failover import export_unreplicated
+from server.dr.fence import EtcdQuotaFence, FenceError
+from server.dr.record import (
+    FAILOVER_KEY,
+    LINK_KEY,
+    SwitchoverJob,
+    iso,
+    load_job,
+    load_json,
+    save_job,
+    save_json,
+)
+from server.dr.switchover import SwitchoverRun
+from server.errors import ConflictError
+from server.logs import log_context
+from server.settings import DEFAULT_SOURCE, CdcSettings
+
+if TYPE_CHECKING:
+    from server.supervisor import TaskSupervisor
+
+log = logging.getLogger(__name__)
+
+
+class SwitchoverRequest(TaskIdRequest):
+    max_lag_seconds: float = Field(default=30.0, gt=0)
+    timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+
+
+class FailoverRequest(TaskIdRequest):
+    # seconds the export of what the target lacks may read the source's WAL
+    export_seconds: float = Field(default=60.0, ge=0, le=3600)
+
+
+class DisasterRecovery:
+    def __init__(self, supervisor: TaskSupervisor, settings: CdcSettings) -> None:
+        self.sup = supervisor
+        self.settings = settings
+        self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
+        self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
+
+    # --- views -------------------------------------------------------------------------------
+    def views(self, task_id: str) -> dict[str, Any]:
+        """``progress.switchover`` and ``progress.failover`` of a task, as last known here."""
+        return dict(self._views.get(task_id, {}))
+
+    def task_ids(self) -> list[str]:
+        return list(self._views)
+
+    def _remember(self, task_id: str, key: str, view: dict[str, Any]) -> None:
+        self._views.setdefault(task_id, {})[key] = view
+
+    # --- switchover --------------------------------------------------------------------------
+    async def switchover(self, request: SwitchoverRequest) -> dict[str, Any]:
+        """Start a switchover job, or refuse at once (409) naming why, changing nothing."""
+        task = await self.sup.get(request.task_id)
+        spec = dict(task.spec)
+        tid = task.task_id
+        if tid in self._runs and not self._runs[tid].done():
+            raise ConflictError(f"task {tid}: a switchover of it is under way")
+        if task.state is not TaskState.RUNNING:
+            raise ConflictError(
+                f"task {tid} is {task.state.value}: only a Running task switches over"
+            )
+        if not spec.get("target_cluster"):
+            raise ConflictError(
+                f"task {tid} writes to an address, not a named cluster: a switchover needs its "
+                'target as target_cluster (README "Disaster recovery")'
+            )
+        if not spec.get("source_cluster"):
+            raise ConflictError(
+                f"task {tid} reads {DEFAULT_SOURCE}: a switchover needs the source named in "
+                "clusters, with its Milvus endpoint, to reverse the flow into it"
+            )
+        if spec.get("name_mapping"):
+            raise ConflictError(f"task {tid} renames collections: a switchover cannot reverse it")
+        runner = self.sup.runner_of(tid)
+        if runner is None:
+            owner = (await self.sup.owners()).get(tid)
+            raise ConflictError(
+                f"task {tid} runs on fleet member {owner}: ask that daemon for the switchover"
+            )
+        consistent = runner.consistent_ts()
+        if not consistent:
+            raise ConflictError(
+                f"task {tid}: its consistent-up-to time is not known yet (a channel has not "
+                "been read to its end); try again in a few seconds"
+            )
+        lag = max(0.0, time.time() - to_seconds(consistent))
+        if lag > request.max_lag_seconds:
+            raise ConflictError(
+                f"task {tid}: lag {lag:.1f} s is above max_lag_seconds "
+                f"{request.max_lag_seconds:g}: the target is not close enough to switch over"
+            )
+        job = SwitchoverJob.new(
+            tid,
+            self.sup.fleet.member_id,
+            request.max_lag_seconds,
+            request.timeout_seconds,
+            (spec["source_cluster"], spec["target_cluster"]),
+        )
+        await asyncio.to_thread(save_job, self.sup.store, job)
+        self._start(SwitchoverRun(self.sup, self.settings, job, on_save=self._saved), "run")
+        with log_context(task_id=tid):
+            log.info("switchover %s asked (lag %.2f s)", job.job_id, lag)
+        return {"task_id": tid, "job_id": job.job_id, "switchover": job.view()}
+
+    def _saved(self, job: SwitchoverJob) -> None:
+        self._remember(job.task_id, "switchover", job.view())
+
+    def _start(self, run: SwitchoverRun, step: str) -> None:
+        self._saved(run.job)
+        work = run.run() if step == "run" else run.finish() if step == "finish" else None
+        if work is None:
+            work = run.roll_back(step)
+        self._runs[run.job.task_id] = asyncio.get_running_loop().create_task(work)
+
+    async def recover(self) -> None:
+        """Finish or roll back the switchover jobs whose daemon is gone (this one, restarted,
+        or a fleet member no longer live); remember the others' views."""
+        try:
+            tasks = await self.sup.list()
+            alive = await self.sup.live_members()
+        except MetaStoreError as exc:
+            log.warning("switchover jobs not looked at: %s", exc)
+            return
+        me = self.sup.fleet.member_id
+        for task in tasks:
+            tid = task.task_id
+            try:
+                job = await asyncio.to_thread(load_job, self.sup.store, tid)
+                failover = await asyncio.to_thread(load_json, self.sup.store, tid, FAILOVER_KEY)
+            except MetaStoreError:
+                continue
+            if failover is not None:
+                self._remember(tid, "failover", failover)
+            if job is None:
+                continue
+            if job.finished or (tid in self._runs and not self._runs[tid].done()):
+                if tid not in self._runs:
+                    self._saved(job)
+                continue
+            if job.member != me and job.member in alive:
+                self._saved(job)  # its daemon runs it
+                continue
+            await self._take_over(task, job.with_(member=me))
+
+    async def _take_over(self, task: TaskRecord, job: SwitchoverJob) -> None:
+        with log_context(task_id=task.task_id):
+            log.warning(
+                "switchover %s was left at %s by its daemon: taking it over", job.job_id, job.state
+            )
+            await asyncio.to_thread(save_job, self.sup.store, job)
+            run = SwitchoverRun(self.sup, self.settings, job, on_save=self._saved)
+            if job.state == "reversing" and await run.reverse_exists(job.reverse_task_id):
+                self._start(run, "finish")
+            else:
+                self._start(run, f"the daemon running the job stopped while {job.state}")
+
+    # --- failover ----------------------------------------------------------------------------
+    async def failover(self, request: FailoverRequest) -> dict[str, Any]:
+        """Stop the task at once and say what the target holds (and what it lacks)."""
+        task = await self.sup.get(request.task_id)
+        tid = task.task_id
+        runner = self.sup.runner_of(tid)
+        live = runner.consistent_ts() if runner is not None else 0
+        at = time.time()
+        run = self._runs.get(tid)
+        if run is not None and not run.done():
+            raise ConflictError(f"task {tid}: a switchover of it is under way; wait for it")
+        reason = f"failed over at {iso(at)}"
+        if task.state is not TaskState.PAUSED:
+            task = await self.sup.pause(tid, reason=reason)
+        saved = await asyncio.to_thread(applied_ts(self.sup.store, tid, None))
+        consistent = max(live, saved or 0)
+        answer: dict[str, Any] = {
+            "task_id": tid,
+            "failed_over_at": iso(at),
+            "consistent_up_to": consistent_view(consistent),
+            "rpo_seconds": round(at - to_seconds(consistent), 3) if consistent else None,
+        }
+        spec = dict(task.spec)
+        target = spec.get("target_cluster")
+        if target:  # the target takes writes now
+            with contextlib.suppress(FenceError):
+                await asyncio.to_thread(EtcdQuotaFence(target, self.settings.cluster(target)).lift)
+        answer["unreplicated"] = await self._export(tid, spec, consistent, at, request)
+        view = {**answer, "state": "done"}
+        await asyncio.to_thread(save_json, self.sup.store, tid, FAILOVER_KEY, view)
+        self._remember(tid, "failover", view)
+        up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
+        await self.sup.set_reason(
+            tid, f"{reason}: the target holds every source write up to {up_to}"
+        )
+        with log_context(task_id=tid):
+            log.warning("failed over: consistent up to %s", up_to)
+        return answer
+
+    async def _export(
+        self,
+        tid: str,
+        spec: dict[str, Any],
+        consistent: int,
+        at: float,
+        request: FailoverRequest,
+    ) -> dict[str, Any] | None:
+        if not request.export_seconds:
+            return None
+        from server.engine import cluster_context
+
+        name = spec.get("source_cluster") or DEFAULT_SOURCE
+        context = cluster_context(self.settings, name, shared_readers=False)
+        positions = await self.sup.positions(tid)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
+        out = Path(self.settings.backfill.logDir).parent / "failover" / f"{tid}-{stamp}.jsonl"
+        result = await asyncio.to_thread(
+            export_unreplicated, context, spec, positions, consistent, out, request.export_seconds
+        )
+        return result.view()
+
+    # --- links -------------------------------------------------------------------------------
+    async def link(self, task_id: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(load_json, self.sup.store, task_id, LINK_KEY)
+
+    def stop(self) -> None:
+        for run in self._runs.values():
+            run.cancel()

@@ -1,0 +1,122 @@
+"""A switchover job as the metastore keeps it: under the original task's state
+(``dr/switchover``), written at every step, so that a daemon that stops mid-way (a ``kill -9``)
+leaves enough for itself at restart, or another member of the fleet, to finish or roll back:
+the fence it set, whether it paused the original task, the reverse task it meant to create.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from metastore import MetaStore
+from replicator.hybrid_time import from_seconds
+from replicator.pipeline.status import consistent_view
+
+SWITCHOVER_KEY = "dr/switchover"
+# a task created by a switchover (the reverse flow) says which task it reverses
+LINK_KEY = "dr/link"
+FAILOVER_KEY = "dr/failover"
+
+State = Literal["checking", "fencing", "draining", "verifying", "reversing", "done", "failed"]
+FINISHED = ("done", "failed")
+
+
+def moment(seconds: float) -> dict[str, Any] | None:
+    """A moment as jobs show it: hybrid timestamp and ISO time."""
+    return consistent_view(from_seconds(seconds))
+
+
+def iso(seconds: float) -> str:
+    when = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    return when.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class SwitchoverJob:
+    job_id: str
+    task_id: str
+    member: str  # the fleet member running the job
+    max_lag_seconds: float
+    timeout_seconds: float
+    state: State = "checking"
+    source_cluster: str = ""  # the task's source: the cluster fenced
+    target_cluster: str = ""  # where production moves
+    fence_set: bool = False  # the job wrote the fence (it must lift it, whatever happens)
+    fence: str = ""  # what the fence is
+    fenced_at: dict[str, Any] | None = None
+    consistent_up_to: dict[str, Any] | None = None
+    verify: dict[str, Any] | None = None  # the verify job's id, state and differences
+    reverse_task_id: str = ""
+    rearm: bool = False  # the reverse flow is the task this one reverses, started again
+    original_paused: bool = False  # the job paused the task (a roll back resumes it)
+    reason: str = ""
+    rolled_back: bool = False
+    steps: list[dict[str, Any]] = field(default_factory=list)  # state, at
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @classmethod
+    def new(
+        cls, task_id: str, member: str, max_lag: float, timeout: float, ends: tuple[str, str]
+    ) -> SwitchoverJob:
+        now = time.time()
+        return cls(
+            job_id=uuid.uuid4().hex[:12],
+            task_id=task_id,
+            member=member,
+            max_lag_seconds=max_lag,
+            timeout_seconds=timeout,
+            source_cluster=ends[0],
+            target_cluster=ends[1],
+            started_at=now,
+            steps=[{"state": "checking", "at": iso(now)}],
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+    def to(self, state: State, **changes: Any) -> SwitchoverJob:
+        now = time.time()
+        steps = [*self.steps, {"state": state, "at": iso(now)}]
+        ended = now if state in FINISHED else self.finished_at
+        return replace(self, state=state, steps=steps, finished_at=ended, **changes)
+
+    def with_(self, **changes: Any) -> SwitchoverJob:
+        return replace(self, **changes)
+
+    def view(self) -> dict[str, Any]:
+        view = asdict(self)
+        view["started_at"] = iso(self.started_at)
+        view["finished_at"] = iso(self.finished_at) if self.finished_at else None
+        return view
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> SwitchoverJob:
+        return cls(**json.loads(raw))
+
+
+def load_job(store: MetaStore, task_id: str) -> SwitchoverJob | None:
+    raw = store.get_state(task_id, SWITCHOVER_KEY)
+    return None if raw is None else SwitchoverJob.from_bytes(raw)
+
+
+def save_job(store: MetaStore, job: SwitchoverJob) -> None:
+    store.put_state(job.task_id, SWITCHOVER_KEY, job.to_bytes())
+
+
+def load_json(store: MetaStore, task_id: str, key: str) -> dict[str, Any] | None:
+    raw = store.get_state(task_id, key)
+    return None if raw is None else dict(json.loads(raw))
+
+
+def save_json(store: MetaStore, task_id: str, key: str, value: dict[str, Any]) -> None:
+    store.put_state(task_id, key, json.dumps(value, sort_keys=True).encode())

@@ -1,0 +1,294 @@
+"""The planned switchover of a task A -> B (README "Disaster recovery"), run as a job:
+
+checking   the task runs here, its target is a named cluster, its lag is within the asked
+           figure (else the request is refused at once and nothing changes)
+fencing    writes stopped on A (:mod:`fence`), and seen refused: ``fenced_at``
+draining   every channel of the task applied up to ``fenced_at`` (its consistent-up-to)
+verifying  every replicated collection compared (the verify engine), no difference allowed
+reversing  the task paused, naming the reverse task; the reverse task B -> A created at B's
+           WAL end (B has taken no write yet), or, when the task is itself a reverse flow, the
+           task it reversed started again at A's end; then A's fence is lifted (A must take the
+           reverse flow's writes) and any fence on B
+done
+
+A failure before the reverse task exists rolls back: the fence lifted, the task resumed; the
+job ends ``failed`` with ``rolled_back``. Once the reverse task exists the job only goes
+forward. Every step is saved first (:mod:`record`), so a daemon killed mid-way finishes or
+rolls back the job when it starts again (:mod:`manager`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from metastore import TaskState
+from replicator.pipeline.status import consistent_view
+from server.api_models import CreateRequest, VerifyRequest
+from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
+from server.dr.record import LINK_KEY, SwitchoverJob, load_json, moment, save_job, save_json
+from server.errors import ApiError
+from server.logs import log_context
+from server.settings import CdcSettings
+
+if TYPE_CHECKING:
+    from server.supervisor import TaskSupervisor
+
+log = logging.getLogger(__name__)
+
+POLL = 0.25  # seconds between looks at the task's consistent-up-to and the verify job
+FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its etcd config
+# every few seconds, its quota centre pushes the rates to the proxies every few more)
+
+
+class SwitchoverError(Exception):
+    """A step that cannot be done; the job rolls back (or, past the reverse task, retries)."""
+
+
+def reverse_request(spec: dict[str, Any], task_id: str) -> CreateRequest:
+    """The create request of the flow B -> A that reverses ``spec`` (A -> B): the same
+    collections, starting at B's WAL end."""
+    selection: dict[str, Any] = {}
+    if spec.get("collection_infos"):
+        selection["collection_infos"] = spec["collection_infos"]
+    else:
+        selection["db_collections"] = spec.get("db_collections") or {}
+    extra: dict[str, Any] = {}
+    if spec.get("verify"):
+        extra["verify"] = spec["verify"]
+    return CreateRequest.model_validate(
+        {
+            "task_id": task_id,
+            "source_cluster": spec["target_cluster"],
+            "target_cluster": spec.get("source_cluster"),
+            "start_at": "end",
+            **selection,
+            **extra,
+        },
+        strict=False,
+    )
+
+
+class SwitchoverRun:
+    """One switchover job, driven from the daemon's event loop."""
+
+    def __init__(
+        self,
+        supervisor: TaskSupervisor,
+        settings: CdcSettings,
+        job: SwitchoverJob,
+        fence_probe: Callable[[], bool] | None = None,
+        on_save: Callable[[SwitchoverJob], None] | None = None,
+    ) -> None:
+        self.sup = supervisor
+        self.on_save = on_save
+        self.settings = settings
+        self.job = job
+        self.deadline = time.monotonic() + job.timeout_seconds
+        self.fence = EtcdQuotaFence(
+            job.source_cluster, settings.cluster(job.source_cluster), fence_probe
+        )
+        self.stopped = False
+
+    async def _save(self, job: SwitchoverJob) -> None:
+        self.job = job
+        await asyncio.to_thread(save_job, self.sup.store, job)
+        if self.on_save is not None:
+            self.on_save(job)
+        log.info("switchover %s: %s", job.job_id, job.state)
+
+    def _left(self, what: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SwitchoverError(f"timed out ({self.job.timeout_seconds:g} s) while {what}")
+        return left
+
+    async def run(self) -> SwitchoverJob:
+        with log_context(task_id=self.job.task_id):
+            try:
+                await self._fence()
+                await self._drain()
+                await self._verify()
+            except (SwitchoverError, FenceError, ApiError, OSError) as exc:
+                return await self.roll_back(str(exc))
+            except Exception as exc:
+                log.exception("switchover %s failed", self.job.job_id)
+                return await self.roll_back(f"{type(exc).__name__}: {exc}")
+            return await self.reverse()
+
+    # --- the steps ---------------------------------------------------------------------------
+    async def _fence(self) -> None:
+        # saved before the key is written: whoever finds this job owns the fence
+        await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
+        await asyncio.to_thread(self.fence.set)
+        seen = await asyncio.to_thread(
+            wait_in_effect,
+            self.fence,
+            min(FENCE_WAIT, self._left("fencing")),
+            lambda: self.stopped,
+        )
+        await self._save(self.job.with_(fenced_at=moment(seen)))
+
+    async def _drain(self) -> None:
+        await self._save(self.job.to("draining"))
+        target = int((self.job.fenced_at or {}).get("ts") or 0)
+        while True:
+            runner = self.sup.runner_of(self.job.task_id)
+            if runner is None:
+                raise SwitchoverError(f"task {self.job.task_id} stopped running while draining")
+            consistent = runner.consistent_ts()
+            if consistent >= target:
+                await self._save(self.job.with_(consistent_up_to=consistent_view(consistent)))
+                return
+            self._left(
+                f"draining: the task had applied up to {consistent_view(consistent)}, the "
+                f"fence was at {self.job.fenced_at}"
+            )
+            await asyncio.sleep(POLL)
+
+    async def _verify(self) -> None:
+        await self._save(self.job.to("verifying"))
+        _, verify_id = await self.sup.verify(VerifyRequest(task_id=self.job.task_id))
+        while True:
+            current = self.sup.verify_job(self.job.task_id)
+            if current is not None and current.job_id == verify_id and not current.active:
+                break
+            self._left(f"verifying (verify {verify_id})")
+            await asyncio.sleep(POLL)
+        divergent = sum(c.divergent for c in current.collections)
+        unsettled = [r for c in current.collections for r in c.unsettled]
+        result = {
+            "job_id": verify_id,
+            "state": current.state,
+            "divergent_rows": divergent,
+            "unsettled_ranges": len(unsettled),
+            "collections": len(current.collections),
+        }
+        await self._save(self.job.with_(verify=result))
+        if current.state != "done" or divergent or unsettled:
+            raise SwitchoverError(
+                f"verify {verify_id} did not find the target equal to the fenced source: "
+                f"state {current.state}, {divergent} divergent row(s), {len(unsettled)} "
+                f"unsettled range(s){': ' + current.reason if current.reason else ''}"
+            )
+
+    async def reverse(self) -> SwitchoverJob:
+        """Pause the task, create (or start again) the reverse flow, lift the fences. From the
+        moment the reverse task exists, failures are retried, never rolled back."""
+        job = self.job
+        link = await asyncio.to_thread(load_json, self.sup.store, job.task_id, LINK_KEY)
+        rearm = link is not None and bool(link.get("reverse_of"))
+        reverse_id = job.reverse_task_id or (
+            str(link["reverse_of"])
+            if rearm and link
+            else f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
+        )
+        await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=rearm))
+        reason = (
+            f"switched over to task {reverse_id} (job {job.job_id}, writes fenced on "
+            f"{job.source_cluster} at {(job.fenced_at or {}).get('time')})"
+        )
+        try:
+            # saved first: a roll back resumes the task only if it is not Running
+            await self._save(self.job.with_(original_paused=True))
+            await self.sup.pause(job.task_id, reason=reason)
+            if rearm:
+                await self._rearm(reverse_id)
+            else:
+                spec = dict((await self.sup.get(job.task_id)).spec)
+                await self.sup.create(reverse_request(spec, reverse_id))
+                await asyncio.to_thread(
+                    save_json, self.sup.store, reverse_id, LINK_KEY, {"reverse_of": job.task_id}
+                )
+        except Exception as exc:  # noqa: BLE001 - whatever stopped it, roll back or go on
+            if await self.reverse_exists(reverse_id):
+                log.warning("switchover %s: %s after the reverse task existed", job.job_id, exc)
+            else:
+                return await self.roll_back(f"the reverse task was not created: {exc}")
+        return await self.finish()
+
+    async def _rearm(self, original_id: str) -> None:
+        """The task reverses ``original_id`` (paused by an earlier switchover): that task runs
+        again, from its source's WAL end, as the same task (its id, selection and settings)."""
+        original = await self.sup.get(original_id)
+        spec = dict(original.spec)
+        request = reverse_request(
+            {
+                **spec,
+                "source_cluster": spec.get("target_cluster"),
+                "target_cluster": spec.get("source_cluster"),
+            },
+            original_id,
+        )
+        await self.sup.delete(original_id)
+        await self.sup.create(request)
+
+    async def reverse_exists(self, task_id: str) -> bool:
+        try:
+            task = await self.sup.get(task_id)
+        except ApiError:
+            return False
+        return task.state is TaskState.RUNNING or task.state is TaskState.INITIAL
+
+    async def finish(self) -> SwitchoverJob:
+        """Lift the fences (retried until they are: the reverse flow must write to A) and end
+        the job done."""
+        target = self.settings.cluster(self.job.target_cluster)
+        other = EtcdQuotaFence(self.job.target_cluster, target)
+        while True:
+            try:
+                await asyncio.to_thread(self.fence.lift)
+                await asyncio.to_thread(other.lift)
+                break
+            except FenceError as exc:
+                log.warning("switchover %s: fence not lifted yet: %s", self.job.job_id, exc)
+                await asyncio.sleep(2.0)
+        done = await self._finish_state("done", fence_set=False)
+        log.info(
+            "switchover %s done: %s -> %s, reverse task %s",
+            done.job_id,
+            done.source_cluster,
+            done.target_cluster,
+            done.reverse_task_id,
+        )
+        return done
+
+    async def _finish_state(self, state: str, **changes: Any) -> SwitchoverJob:
+        job = self.job.to(state, **changes)  # type: ignore[arg-type]
+        await self._save(job)
+        return job
+
+    async def roll_back(self, reason: str) -> SwitchoverJob:
+        """Undo what the job did: lift its fence, resume the task it paused, remove a reverse
+        task left half-created. Ends ``failed`` with ``rolled_back``."""
+        job = self.job
+        log.warning("switchover %s failed, rolling back: %s", job.job_id, reason)
+        problems: list[str] = []
+        if job.reverse_task_id and not job.rearm:
+            try:
+                await self.sup.delete(job.reverse_task_id, ignore_not_found=True)
+            except Exception as exc:  # noqa: BLE001 - a roll back tries every step
+                problems.append(f"reverse task not removed: {exc}")
+        if job.fence_set:
+            try:
+                await asyncio.to_thread(self.fence.lift)
+            except FenceError as exc:
+                problems.append(f"fence not lifted: {exc}")
+        if job.original_paused:
+            try:
+                task = await self.sup.get(job.task_id)
+                if task.state is not TaskState.RUNNING:
+                    await self.sup.resume(job.task_id)
+            except Exception as exc:  # noqa: BLE001 - a roll back tries every step
+                problems.append(f"task not resumed: {exc}")
+        full = reason if not problems else f"{reason}; roll back incomplete: {'; '.join(problems)}"
+        return await self._finish_state(
+            "failed",
+            reason=full,
+            rolled_back=not problems,
+            fence_set=bool(problems) and job.fence_set,
+        )
