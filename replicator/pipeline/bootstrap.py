@@ -122,13 +122,20 @@ def initial_position(
 
 
 def replicate_start(
-    store: MetaStore, task_id: str, source: WalSource, pchannel: str, saved: Position | None
+    store: MetaStore,
+    task_id: str,
+    source: WalSource,
+    pchannel: str,
+    saved: Position | None,
+    *,
+    at_end: bool = False,
 ) -> Position:
-    """The replicate channel's start: its saved position, else before its oldest record."""
+    """The replicate channel's start: its saved position, else before its oldest record (or,
+    ``at_end``, after its last one: a task started at the WAL's end)."""
     if saved is not None:
         return saved
-    earliest, _ = source.watermarks(pchannel)
-    start = _before(source, pchannel, earliest)
+    earliest, latest = source.watermarks(pchannel)
+    start = _before(source, pchannel, latest if at_end else earliest)
     store.save_position(task_id, start, None)
     return start
 

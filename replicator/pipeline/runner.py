@@ -288,6 +288,7 @@ class ReplicationRunner:
                 read.source,
                 self.rpc_channel,
                 read.saved.get(self.rpc_channel),
+                at_end=self.task.spec.get("start_at") == "end",
             )
         missing = [ch for ch in self._channels if ch not in read.saved]
         if missing:

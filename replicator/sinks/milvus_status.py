@@ -25,12 +25,16 @@ _MERR_NOT_FOUND = {100, 200, 202, 700, 800, 1600, 1603, 1700}
 _MERR_EXISTS = {702, 1602}  # index duplicates, alias already exists
 _MERR_UNSUPPORTED = {701, 3000}  # index type not supported, unsupported operation
 _MERR_REPLICAS = {304, 401, 903}  # resource group nodes, replica not available, node lacks
-_MERR_RETRIABLE = {1, 2, 4}  # service not ready, unavailable, request limit exceeded
+# service not ready, unavailable, request limit exceeded, quota exceeded: a target whose
+# writes are denied for now (quotaAndLimits: forceDeny while a switchover fences it, memory or
+# disk quotas) takes them once the quota lifts; the task retries and shows its lag meanwhile
+_MERR_RETRIABLE = {1, 2, 4, 9}
 
 # common.proto ErrorCode
 _LEGACY_NOT_FOUND = {4, 25, 28}  # CollectionNotExists, IndexNotExist, CollectionNameNotFound
 _LEGACY_REPLICAS = {46, 52}  # NoReplicaAvailable, InsufficientMemoryToLoad
-_LEGACY_RETRIABLE = {49, 56, 57}  # RateLimit, NotReadyServe, NotReadyCoordActivating
+# ForceDeny, RateLimit, NotReadyServe, NotReadyCoordActivating
+_LEGACY_RETRIABLE = {48, 49, 56, 57}
 
 _GRPC_REJECTIONS = {
     grpc.StatusCode.UNIMPLEMENTED: Rejection.UNIMPLEMENTED,

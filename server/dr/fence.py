@@ -112,9 +112,10 @@ class EtcdQuotaFence:
                     "cannot be seen in effect"
                 )
             name, field, is_int = target
-            missing = "-9223372036854775808" if is_int else '"\\u0000cdc-fence-probe"'
+            # matches no row whatever the collection holds
+            low, high = ("0", "1") if is_int else ('"a"', '"b"')
             try:
-                client.delete(name, filter=f"{field} in [{missing}]")
+                client.delete(name, filter=f"{field} > {high} and {field} < {low}")
             except MilvusException as exc:
                 if is_write_refusal(exc):
                     return True
@@ -124,10 +125,15 @@ class EtcdQuotaFence:
             client.close()
 
 
+# what Milvus answers a write while forceDeny is on: 2.3.5 says "quota exceeded[reason=the
+# writing has been deactivated by the administrator]" (code 9); other versions a rate limit
+REFUSALS = ("deactivated by the administrator", "quota exceeded", "deny to write", "rate limit")
+
+
 def is_write_refusal(exc: Exception) -> bool:
-    """A write refused by the cluster's quota (forceDeny): a rate-limit error."""
+    """A write refused by the cluster's quota (forceDeny)."""
     text = str(exc).lower()
-    return "deny to write" in text or "rate limit" in text or "ratelimit" in text
+    return any(refusal in text for refusal in REFUSALS)
 
 
 def _client_args(source: SourceSettings) -> dict[str, Any]:
@@ -143,23 +149,30 @@ def _client_args(source: SourceSettings) -> dict[str, Any]:
 def _a_collection(client: Any) -> tuple[str, str, bool] | None:
     """A collection of the default database: its name, primary key field, and whether the key
     is an integer."""
+    from pymilvus import DataType
+
     for name in client.list_collections():
         schema = client.describe_collection(name)
         for field in schema.get("fields", []):
             if field.get("is_primary"):
-                return name, field["name"], "INT" in str(field.get("type")).upper()
+                return name, field["name"], field.get("type") == DataType.INT64
     return None
 
 
-def wait_in_effect(fence: WriteFence, timeout: float, stop: Callable[[], bool]) -> float:
-    """Poll until the fence is in effect; returns the moment (seconds) it was first seen. A
-    FenceError after ``timeout`` seconds, or once ``stop`` says so."""
+def wait_in_effect(
+    fence: WriteFence, timeout: float, stop: Callable[[], bool], *, effect: bool = True
+) -> float:
+    """Poll until the fence is in effect (``effect`` False: until it is no longer); returns the
+    moment (seconds) it was first seen so. A FenceError after ``timeout`` seconds, or once
+    ``stop`` says so."""
     deadline = time.monotonic() + timeout
     while True:
-        if fence.in_effect():
+        if fence.in_effect() == effect:
             return time.time()
         if time.monotonic() >= deadline or stop():
-            raise FenceError(
-                f"writes were still accepted {timeout:g} s after setting {fence.label}"
-            )
-        time.sleep(0.5)
+            seen = "still accepted" if effect else "still refused"
+            raise FenceError(f"writes were {seen} {timeout:g} s after changing {fence.label}")
+        time.sleep(POLL_SECONDS)
+
+
+POLL_SECONDS = 0.2  # seconds between probes

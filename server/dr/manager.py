@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,19 @@ class SwitchoverRequest(TaskIdRequest):
 class FailoverRequest(TaskIdRequest):
     # seconds the export of what the target lacks may read the source's WAL
     export_seconds: float = Field(default=60.0, ge=0, le=3600)
+
+
+async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:
+    try:
+        return await work
+    except Exception:
+        with log_context(task_id=run.job.task_id):
+            log.exception(
+                "switchover %s stopped at %s; the next round takes it up",
+                run.job.job_id,
+                run.job.state,
+            )
+        return run.job
 
 
 class DisasterRecovery:
@@ -134,11 +148,13 @@ class DisasterRecovery:
         self._remember(job.task_id, "switchover", job.view())
 
     def _start(self, run: SwitchoverRun, step: str) -> None:
+        """Run the job (``step``: "run", "finish", or the reason of a roll back) as a task of
+        the loop; a job that ends on an error is left for the next ``recover`` round."""
         self._saved(run.job)
         work = run.run() if step == "run" else run.finish() if step == "finish" else None
         if work is None:
             work = run.roll_back(step)
-        self._runs[run.job.task_id] = asyncio.get_running_loop().create_task(work)
+        self._runs[run.job.task_id] = asyncio.get_running_loop().create_task(_logged(run, work))
 
     async def recover(self) -> None:
         """Finish or roll back the switchover jobs whose daemon is gone (this one, restarted,

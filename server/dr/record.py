@@ -49,6 +49,7 @@ class SwitchoverJob:
     fence_set: bool = False  # the job wrote the fence (it must lift it, whatever happens)
     fence: str = ""  # what the fence is
     fenced_at: dict[str, Any] | None = None
+    lifted_at: dict[str, Any] | None = None  # the source cluster seen taking writes again
     consistent_up_to: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None  # the verify job's id, state and differences
     reverse_task_id: str = ""

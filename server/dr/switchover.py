@@ -247,7 +247,16 @@ class SwitchoverRun:
             except FenceError as exc:
                 log.warning("switchover %s: fence not lifted yet: %s", self.job.job_id, exc)
                 await asyncio.sleep(2.0)
-        done = await self._finish_state("done", fence_set=False)
+        try:  # the reverse flow writes to the source cluster: see it take writes
+            lifted = await asyncio.to_thread(
+                lambda: wait_in_effect(self.fence, FENCE_WAIT, lambda: self.stopped, effect=False)
+            )
+        except FenceError as exc:
+            log.warning("switchover %s: %s", self.job.job_id, exc)
+            lifted = None
+        done = await self._finish_state(
+            "done", fence_set=False, lifted_at=None if lifted is None else moment(lifted)
+        )
         log.info(
             "switchover %s done: %s -> %s, reverse task %s",
             done.job_id,

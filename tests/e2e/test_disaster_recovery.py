@@ -1,0 +1,356 @@
+"""Disaster recovery end to end, on two real Milvus 2.3.5 clusters: ``a`` (WAL on the Kafka
+mock) and ``b`` (WAL in RocksMQ), named in one daemon's ``clusters``.
+
+- a switchover of a task a -> b while a writer keeps writing to a: the writer's acknowledged
+  rows are all on b, the job goes checking .. done, the reverse task b -> a carries b's new
+  writes to a, and a switchover of the reverse task brings the original back;
+- a switchover that cannot finish rolls back (fence lifted, task running and replicating);
+- a daemon killed mid-switchover finishes or rolls the job back when it starts again, and
+  leaves no fence on;
+- a failover answers what the target holds, and the rows the target lacks are in its export.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import etcd3
+import pytest
+from harness.services import wait_until
+from pymilvus import MilvusClient
+from pymilvus.exceptions import MilvusException
+
+from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal
+
+pytestmark = pytest.mark.e2e
+
+FENCE = "config/quotaAndLimits/limitWriting/forceDeny"
+
+
+def cluster(milvus, etcd_endpoint: str) -> dict:
+    config: dict = {
+        "etcd": {"address": [etcd_endpoint]},
+        "etcdRootPath": milvus.etcd_root_path,
+        "channelPrefix": milvus.chan_prefix,
+        "milvus": {"uri": milvus.uri},
+        "mqType": milvus.mq_type,
+    }
+    if milvus.mq_type == "kafka":
+        config["kafka"] = {"address": milvus.kafka_bootstrap}
+    else:
+        config["rocksmq"] = {"path": str(milvus.rocksmq_path)}
+    return config
+
+
+class Writer(threading.Thread):
+    """Inserts rows into a collection of ``uri`` one small batch at a time until stopped;
+    ``acknowledged`` holds the keys whose insert returned, ``refused`` counts refusals."""
+
+    def __init__(self, uri: str, collection: str, first: int) -> None:
+        super().__init__(daemon=True)
+        self.client = MilvusClient(uri=uri, dedicated=True)
+        self.collection = collection
+        self.next = first
+        self.acknowledged: set[int] = set()
+        self.refused = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            keys = list(range(self.next, self.next + 5))
+            try:
+                self.client.insert(self.collection, [_row(k) for k in keys])
+            except MilvusException:
+                self.refused += 1
+                time.sleep(0.2)
+                continue
+            self.acknowledged.update(keys)
+            self.next += 5
+            time.sleep(0.05)
+        self.client.close()
+
+
+def _row(key: int) -> dict:
+    vec = [float(key % 7)] + [0.5] * (DIM - 1)
+    return {"id": key, "vec": vec, "title": f"t{key}", "score": 0.5}
+
+
+@pytest.fixture
+def clusters(milvus_source, milvus_source_rocksmq, etcd_service):
+    """Both clusters' settings; every fence a test may leave is removed afterwards (the two
+    Milvus serve the rest of the session)."""
+    config = {
+        "a": cluster(milvus_source, etcd_service.endpoint),
+        "b": cluster(milvus_source_rocksmq, etcd_service.endpoint),
+    }
+    yield config
+    host, port = etcd_service.endpoint.rsplit(":", 1)
+    client = etcd3.client(host=host.split("//")[-1], port=int(port))
+    for milvus in (milvus_source, milvus_source_rocksmq):
+        client.delete(f"{milvus.etcd_root_path}/{FENCE}")
+    client.close()
+
+
+def fence_value(etcd_service, root: str) -> bytes | None:
+    host, port = etcd_service.endpoint.rsplit(":", 1)
+    client = etcd3.client(host=host.split("//")[-1], port=int(port))
+    try:
+        return client.get(f"{root}/{FENCE}")[0]
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def dr_daemon(daemon_factory, clusters):
+    return daemon_factory("dr", clusters=clusters, verify={"settleSeconds": 20}).start()
+
+
+def collection_on(milvus_uri: str, name: str, keys: range) -> MilvusClient:
+    client = MilvusClient(uri=milvus_uri, dedicated=True)
+    create_source_collection(client, name)
+    client.insert(name, [_row(k) for k in keys])
+    return client
+
+
+def create_task(daemon, task_id: str, source: str, target: str, collection: str) -> None:
+    reply = daemon.call(
+        "create",
+        {
+            "task_id": task_id,
+            "source_cluster": source,
+            "target_cluster": target,
+            "collection_infos": [{"name": collection}],
+        },
+    )
+    assert reply.code == 200, reply.message
+
+
+def task(daemon, task_id: str) -> dict:
+    reply = daemon.call("get", {"task_id": task_id})
+    assert reply.code == 200, reply.message
+    return reply.data["task"]
+
+
+def switchover_ends(daemon, task_id: str, timeout: float = 240) -> dict:
+    def finished() -> dict | None:
+        job = (task(daemon, task_id).get("progress") or {}).get("switchover") or {}
+        return job if job.get("state") in ("done", "failed") else None
+
+    return wait_until(finished, timeout, f"switchover of {task_id}", interval=0.5)
+
+
+FENCED = ("verifying", "reversing", "done", "failed")
+
+
+def job_state(daemon, task_id: str) -> str:
+    return ((task(daemon, task_id).get("progress") or {}).get("switchover") or {}).get("state", "")
+
+
+def consistent_known(daemon, task_id: str) -> dict:
+    return wait_until(
+        lambda: (task(daemon, task_id).get("progress") or {}).get("consistent_up_to"),
+        60,
+        f"consistent_up_to of {task_id}",
+    )
+
+
+def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write(
+    dr_daemon, clusters, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    name = f"dr_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(200))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    view = task(dr_daemon, ab)
+    assert (view["source_cluster"], view["target_cluster"]) == ("a", "b")
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+
+    # a lag above the figure asked: refused at once, nothing changes
+    refused = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 1e-6})
+    assert refused.code == 409 and "max_lag_seconds" in refused.message, refused.message
+    assert task(dr_daemon, ab)["state"] == "Running"
+    assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
+
+    writer = Writer(milvus_source.uri, name, first=10_000)
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acknowledged) >= 50, 60, "the writer's first rows")
+        asked = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+        assert asked.code == 200, asked.message
+        # the writer keeps trying through the fence; it stops (as an operator's writers move to
+        # b) once the job verifies, before a's fence is lifted
+        wait_until(lambda: job_state(dr_daemon, ab) in FENCED, 120, "the switchover fenced")
+    finally:
+        writer.stop.set()
+        writer.join(30)
+    job = switchover_ends(dr_daemon, ab)
+    assert job["state"] == "done", json.dumps(job)
+    assert job["job_id"] == asked.data["job_id"]
+    assert [s["state"] for s in job["steps"]] == [
+        "checking",
+        "fencing",
+        "draining",
+        "verifying",
+        "reversing",
+        "done",
+    ]
+    assert job["fenced_at"]["ts"] <= job["consistent_up_to"]["ts"], job
+    assert job["verify"]["divergent_rows"] == 0 and job["verify"]["state"] == "done", job
+    assert writer.refused > 0, "the writer was never refused: the fence did not stop it"
+    # every write a acknowledged is on b, and b holds nothing else
+    source_rows = rows(a, name, "id")
+    assert writer.acknowledged <= set(source_rows)
+    assert rows(b, name, "id") == source_rows
+    # the fence on a is lifted: the reverse flow writes there
+    assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
+
+    ba = job["reverse_task_id"]
+    original = task(dr_daemon, ab)
+    assert original["state"] == "Paused" and ba in original["reason"], original
+    reverse = task(dr_daemon, ba)
+    assert reverse["state"] == "Running"
+    assert (reverse["source_cluster"], reverse["target_cluster"]) == ("b", "a")
+
+    # production now writes to b: the reverse task carries it to a
+    b.insert(name, [_row(k) for k in range(50_000, 50_100)])
+    b.delete(name, filter="id < 20")
+    wait_equal(b, a, name, "id", timeout=120)
+
+    # and back: the switchover of the reverse task starts the original task again
+    consistent_known(dr_daemon, ba)
+    back = dr_daemon.call("switchover", {"task_id": ba, "max_lag_seconds": 30})
+    assert back.code == 200, back.message
+    job = switchover_ends(dr_daemon, ba)
+    assert job["state"] == "done", json.dumps(job)
+    assert job["reverse_task_id"] == ab and job["rearm"] is True
+    assert task(dr_daemon, ab)["state"] == "Running"
+    assert task(dr_daemon, ba)["state"] == "Paused"
+    listed = dr_daemon.call("list").data["tasks"]
+    assert sorted(t["task_id"] for t in listed if name in json.dumps(t)) == sorted([ab, ba])
+    a.insert(name, [_row(k) for k in range(60_000, 60_030)])
+    wait_equal(a, b, name, "id", timeout=120)
+    for fenced in (milvus_source, milvus_source_rocksmq):
+        assert fence_value(etcd_service, fenced.etcd_root_path) is None
+    a.close()
+    b.close()
+
+
+def test_a_switchover_that_cannot_finish_rolls_back(
+    dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    """The verify cannot finish within the job's timeout: the job fails, rolled back; a is no
+    longer fenced and the task goes on replicating."""
+    name = f"drr_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+    asked = dr_daemon.call(
+        "switchover", {"task_id": ab, "max_lag_seconds": 30, "timeout_seconds": 1}
+    )
+    assert asked.code == 200, asked.message
+    job = switchover_ends(dr_daemon, ab)
+    assert job["state"] == "failed" and job["rolled_back"] is True, job
+    assert "timed out" in job["reason"] or "writes were still accepted" in job["reason"], job
+    assert not job["reverse_task_id"]
+    assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
+    assert task(dr_daemon, ab)["state"] == "Running"
+    # a takes writes again (the fence may take a few seconds to lift in Milvus) and b gets them
+    wait_until(
+        lambda: a.insert(name, [_row(k) for k in range(900, 910)]), 60, "a insert after roll back"
+    )
+    wait_equal(a, b, name, "id", timeout=120)
+    a.close()
+    b.close()
+
+
+def test_a_daemon_killed_mid_switchover_leaves_no_fence_and_one_direction(
+    dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    name = f"drk_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+    asked = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+
+    def fenced() -> bool:
+        job = (task(dr_daemon, ab).get("progress") or {}).get("switchover") or {}
+        return job.get("state") in ("draining", "verifying") or job.get("state") == "done"
+
+    wait_until(fenced, 120, "the switchover past its fence", interval=0.1)
+    dr_daemon.kill()
+    dr_daemon.start()
+    job = switchover_ends(dr_daemon, ab)
+    tasks = {t["task_id"]: t for t in dr_daemon.call("list").data["tasks"]}
+    running = [t for t in tasks.values() if t["state"] == "Running" and name in json.dumps(t)]
+    assert len(running) == 1, tasks  # never both directions
+    if job["state"] == "failed":
+        assert job["rolled_back"] is True, job
+        assert running[0]["task_id"] == ab
+    else:
+        assert running[0]["task_id"] == job["reverse_task_id"]
+    wait_until(
+        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None,
+        30,
+        "the fence lifted",
+    )
+    a.close()
+    b.close()
+
+
+def test_failover_answers_what_the_target_holds_and_exports_the_rest(
+    dr_daemon, milvus_source, milvus_source_rocksmq, tmp_path
+):
+    """The task is failed over while a writer writes: every row on a is on b or in the
+    export, and the export holds no row older than consistent_up_to."""
+    name = f"drf_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+    writer = Writer(milvus_source.uri, name, first=20_000)
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acknowledged) >= 100, 60, "the writer's rows")
+        acknowledged = set(writer.acknowledged)  # before the failover: a has them
+        reply = dr_daemon.call("failover", {"task_id": ab})
+    finally:
+        writer.stop.set()
+        writer.join(30)
+    assert reply.code == 200, reply.message
+    answer = reply.data
+    consistent = answer["consistent_up_to"]
+    assert consistent and consistent["ts"] > 0, answer
+    view = task(dr_daemon, ab)
+    assert view["state"] == "Paused" and "failed over at" in view["reason"], view
+    assert view["progress"]["failover"]["consistent_up_to"] == consistent
+    export = answer["unreplicated"]
+    assert export["complete"] is True, export
+    lines = [json.loads(x) for x in Path(export["file"]).read_text().splitlines()]
+    assert all(line["ts"]["hybrid"] > consistent["ts"] for line in lines)
+    exported = {line["pk"] for line in lines if line["op"] == "insert"}
+    counted = export["by_collection"].get(f"default.{name}", {}).get("insert", 0)
+    assert counted == len([x for x in lines if x["op"] == "insert"])
+    on_b = set(rows(b, name, "id"))
+    # the task is stopped: what b holds no longer changes, and every row a acknowledged before
+    # the failover is on b or in the export, never lost in silence
+    missing = (acknowledged | set(range(100))) - on_b - exported
+    assert not missing, (
+        f"{len(missing)} rows of a neither on b nor exported: {sorted(missing)[:10]}"
+    )
+    a.close()
+    b.close()
