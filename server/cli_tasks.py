@@ -1,5 +1,6 @@
-"""``milvus-cdc task create|list|get|pause|resume|delete|backfill|verify``: a client of a running
-daemon's /v1 resources, printing tables (or the answers as JSON with ``--json``).
+"""``milvus-cdc task create|list|get|pause|resume|delete|backfill|verify`` (and
+``switchover|failover``, :mod:`server.cli_dr`): a client of a running daemon's /v1
+resources, printing tables (or the answers as JSON with ``--json``).
 
 The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
 (a wildcard host means this host; ``https`` when the configuration has ``tls.certFile``). The
@@ -138,7 +139,8 @@ def target_text(task: dict[str, Any]) -> str:
     if kafka:
         return f"kafka://{kafka.get('address')}/{kafka.get('topic')}"
     connect = task.get("milvus_connect_param") or {}
-    return str(connect.get("uri") or f"{connect.get('host')}:{connect.get('port')}")
+    address = str(connect.get("uri") or f"{connect.get('host')}:{connect.get('port')}")
+    return f"{task['target_cluster']} ({address})" if task.get("target_cluster") else address
 
 
 def collections_text(task: dict[str, Any]) -> str:
@@ -193,6 +195,7 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
         ("state", task["state"]),
         ("reason", task.get("reason") or DASH),
         ("runs on", task.get("owner") or DASH),
+        ("source", task.get("source_cluster") or DASH),
         ("target", target_text(task)),
         ("collections", collections_text(task)),
         ("replicate channel", (task.get("rpc_channel_info") or {}).get("name") or DASH),
@@ -208,6 +211,11 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
     verify = task.get("verify") or progress.get("verify")
     if verify:
         facts.append(("verify", verify_line(verify)))
+    switchover = task.get("switchover") or progress.get("switchover")
+    if switchover:
+        from server.cli_dr import switchover_line
+
+        facts.append(("switchover", switchover_line(switchover)))
     for mapping in task.get("name_mapping") or []:
         facts.append((f"database {mapping['source_db']}", f"-> {mapping['target_db']}"))
     width = max(len(k) for k, _ in facts)
@@ -347,6 +355,9 @@ def add_task_parser(commands: Any) -> None:
     verify.add_argument(
         "--repair", action="store_true", help="upsert missing and different rows, delete extra"
     )
+    from server.cli_dr import add_dr_parsers  # it builds on this module
+
+    add_dr_parsers(action)
     create = action("create", "create a task", with_id=False)
     create.add_argument("--body", metavar="FILE", help="the create request as JSON ('-': stdin)")
     create.add_argument("--target", metavar="URI", help="the target Milvus, http://host:19530")
@@ -374,17 +385,22 @@ def add_task_parser(commands: Any) -> None:
     )
 
 
+def announce_job(answer: dict[str, Any], args: argparse.Namespace, kind: str, out: TextIO) -> int:
+    """What a job's request answered, without --follow: the answer (--json) or a line."""
+    if args.json:
+        print(json.dumps(answer, indent=2), file=out)
+    else:
+        print(f"{kind} {answer['job_id']} of task {args.task_id} asked", file=out)
+    return 0
+
+
 def run_verify(client: DaemonClient, args: argparse.Namespace, out: TextIO) -> int:
     """Ask a verify; with ``--follow``, its progress and then its result (exit 0 only when it
     finished with nothing divergent or all of it repaired)."""
     body = {"collections": args.collection or ["*"], "repair": bool(args.repair)}
     answer = client.call("POST", f"/v1/tasks/{_quote(args.task_id)}/verify", body)
     if not args.follow:
-        if args.json:
-            print(json.dumps(answer, indent=2), file=out)
-        else:
-            print(f"verify {answer['job_id']} of task {args.task_id} asked", file=out)
-        return 0
+        return announce_job(answer, args, "verify", out)
     code = follow_job(client, args.task_id, "verify", verify_line, out, job_id=answer["job_id"])
     verify = client.task(args.task_id).get("verify") or {}
     for line in verify_result(verify):
@@ -513,6 +529,10 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
         return 0
     if command == "verify":
         return run_verify(client, args, out)
+    if command in ("switchover", "failover"):
+        from server.cli_dr import run_dr_command
+
+        return run_dr_command(client, args, out)
     if command == "create":
         answer = client.call("POST", "/v1/tasks", create_body(args))
     else:  # pause, resume

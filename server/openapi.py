@@ -188,6 +188,19 @@ def _schemas() -> dict[str, Any]:
                 "ranges_total, rows_compared, divergent_rows, repaired, collections (missing, "
                 "extra, different: count and up to 100 keys; unsettled ranges), notes, reason",
             },
+            "switchover": {
+                "type": ["object", "null"],
+                "description": "/v1 only: the task's last switchover job (README \"Disaster "
+                'recovery"): job_id, state (checking, fencing, draining, verifying, reversing, '
+                "done, failed), steps, fence, fenced_at, lifted_at, consistent_up_to, verify, "
+                "reverse_task_id, rearm, reason, rolled_back",
+            },
+            "failover": {
+                "type": ["object", "null"],
+                "description": "/v1 only: the task's failover: failed_over_at, "
+                "consistent_up_to, rpo_seconds, unreplicated (records, by_collection, file, "
+                "complete, problems)",
+            },
         },
     }
     position = {
@@ -229,13 +242,17 @@ def _schemas() -> dict[str, Any]:
                     "position",
                     "backfill",
                     "verify",
+                    "switchover",
+                    "failover",
                 ],
             },
             "request_data": {
                 "type": ["object", "null"],
                 "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
                 "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
-                "collections} (ours); verify: {task_id, collections, repair} (ours)",
+                "collections} (ours); verify: {task_id, collections, repair} (ours); "
+                "switchover: {task_id, max_lag_seconds, timeout_seconds} (ours); failover: "
+                "{task_id, export_seconds} (ours)",
             },
         },
     }
@@ -279,6 +296,34 @@ def _schemas() -> dict[str, Any]:
                     "default": False,
                     "description": "upsert missing and different rows from the source, delete "
                     "extra rows on the target",
+                },
+            },
+        },
+        "SwitchoverBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_lag_seconds": {
+                    "type": "number",
+                    "default": 30,
+                    "description": "refused (409) when the task's lag is above it",
+                },
+                "timeout_seconds": {
+                    "type": "number",
+                    "default": 600,
+                    "description": "the job rolls back when it has not reversed the flow by then",
+                },
+            },
+        },
+        "FailoverBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "export_seconds": {
+                    "type": "number",
+                    "default": 60,
+                    "description": "how long the export of what the target lacks may read the "
+                    "source's WAL (0: no export)",
                 },
             },
         },
@@ -498,6 +543,46 @@ def _paths() -> dict[str, Any]:
             "Verify started; its progress and result are under task.verify",
             "A verify of the task is running",
         ),
+        "/v1/tasks/{task_id}/switchover": _job_operation(
+            task_op,
+            "switchoverTask",
+            "Move production to the task's target cluster: fence the source, drain, verify, "
+            'reverse the flow (README "Disaster recovery")',
+            "SwitchoverBody",
+            "Switchover started; its steps are under task.switchover (job_id)",
+            "Refused, nothing changed: lag above max_lag_seconds, a target that is not a named "
+            "cluster, a task not Running here, or a switchover under way",
+        ),
+        "/v1/tasks/{task_id}/failover": {
+            **task_op,
+            "post": {
+                "operationId": "failoverTask",
+                "summary": "The source is lost: stop the task at once, answer what the target "
+                "holds (consistent_up_to) and export what it lacks",
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("FailoverBody")}},
+                },
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["task", "consistent_up_to", "unreplicated"],
+                            "properties": {
+                                "task": _ref("Task"),
+                                "consistent_up_to": {"type": ["object", "null"]},
+                                "rpo_seconds": _NULLABLE_NUMBER,
+                                "unreplicated": {"type": ["object", "null"]},
+                            },
+                        },
+                        "Failed over; the task is Paused",
+                    ),
+                    **_TASK_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem("A switchover of the task is under way"),
+                },
+            },
+        },
         "/cdc": {
             "post": {
                 "operationId": "cdc",

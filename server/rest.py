@@ -22,6 +22,12 @@
     POST   /v1/tasks/{task_id}/verify    202 {"task": task, "job_id": ...}
                                          (body: {"collections": ["*"], "repair": false},
                                          optional; 409 while a verify of the task runs)
+    POST   /v1/tasks/{task_id}/switchover
+                                         202 {"task": task, "job_id": ..., "switchover": job}
+                                         (body: {"max_lag_seconds": 30, "timeout_seconds":
+                                         600}, optional; 409 refused, nothing changed)
+    POST   /v1/tasks/{task_id}/failover  200 {"task": task, "consistent_up_to": ...,
+                                         "unreplicated": ...} (body: {"export_seconds": 60})
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
 "detail"}``: 400 invalid request, 401 no valid token (with ``WWW-Authenticate: Bearer``), 403 a
@@ -32,7 +38,8 @@ task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
 A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
 ``rows_per_second``, ``lag_samples``, ``retry``; ``backfill``: the progress of the task's
 backfill (null when it has none, or while the task is not running); ``verify``: the task's
-last verify job (null when it has none).
+last verify job (null when it has none); ``switchover`` and ``failover``: the task's last
+disaster-recovery job (README "Disaster recovery").
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from server.api_models import (
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
 from server.auth import Principal, audit, challenge
+from server.dr.manager import DisasterRecovery, FailoverRequest, SwitchoverRequest
 from server.errors import BadRequestError, UnavailableError
 from server.jobs import HISTORY_SECONDS, JOBS
 from server.supervisor import task_view
@@ -101,6 +109,8 @@ def rest_view(request: web.Request, task: TaskRecord, owners: Mapping[str, str])
         "retry": extras.get("retry"),
         "backfill": (view["progress"] or {}).get("backfill"),
         "verify": (view["progress"] or {}).get("verify"),
+        "switchover": (view["progress"] or {}).get("switchover"),
+        "failover": (view["progress"] or {}).get("failover"),
     }
 
 
@@ -246,6 +256,29 @@ async def verify_task(request: web.Request) -> web.Response:
     return json_response({"task": await one_view(request, task), "job_id": job_id}, status=202)
 
 
+def _disaster(request: web.Request) -> DisasterRecovery:
+    disaster = request.app[SUPERVISOR].disaster
+    if disaster is None:
+        raise UnavailableError("disaster recovery is not set up in this daemon")
+    return disaster
+
+
+@resource("switchover")
+async def switchover_task(request: web.Request) -> web.Response:
+    body = await _job_body(request, '{"max_lag_seconds": 30, "timeout_seconds": 600}')
+    answer = await _disaster(request).switchover(parse_model(SwitchoverRequest, body, "body"))
+    task = await request.app[SUPERVISOR].get(answer["task_id"])
+    return json_response({"task": await one_view(request, task), **answer}, status=202)
+
+
+@resource("failover")
+async def failover_task(request: web.Request) -> web.Response:
+    body = await _job_body(request, '{"export_seconds": 60}')
+    answer = await _disaster(request).failover(parse_model(FailoverRequest, body, "body"))
+    task = await request.app[SUPERVISOR].get(answer["task_id"])
+    return json_response({"task": await one_view(request, task), **answer})
+
+
 ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks", list_tasks),
     ("POST", "/tasks", create_task),
@@ -257,6 +290,8 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks/{task_id}/history", task_history),
     ("POST", "/tasks/{task_id}/backfill", backfill_task),
     ("POST", "/tasks/{task_id}/verify", verify_task),
+    ("POST", "/tasks/{task_id}/switchover", switchover_task),
+    ("POST", "/tasks/{task_id}/failover", failover_task),
     ("GET", "/fleet", fleet),
 ]
 

@@ -77,6 +77,7 @@ def export_unreplicated(
     selected = {
         cid: meta for cid, meta in catalog.items() if selection.selects(meta.db_name, meta.name)
     }
+    out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with open(partial, "w", encoding="utf-8") as file:
@@ -108,8 +109,11 @@ def _events_after(
     deadline: float,
 ) -> Iterator[tuple[CollectionEvent, RawRecord]]:
     source = context.source()
-    _, end = source.watermarks(pchannel, max(0.1, deadline - time.monotonic()))
-    reader = source.open_channel(pchannel, start)
+    earliest, end = source.watermarks(pchannel, max(0.1, deadline - time.monotonic()))
+    if end <= earliest:
+        return  # an empty channel
+    # an empty message id: the channel was empty when the task began (read from its start)
+    reader = source.open_channel(pchannel, start if start is not None and start.msg_id else None)
     try:
         while time.monotonic() < deadline:
             records = reader.read_batch(READ_BATCH, READ_WAIT)

@@ -253,6 +253,7 @@ class DisasterRecovery:
         context = cluster_context(self.settings, name, shared_readers=False)
         positions = await self.sup.positions(tid)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
+        # beside the backfill logs (data/failover by default); made absolute by the export
         out = Path(self.settings.backfill.logDir).parent / "failover" / f"{tid}-{stamp}.jsonl"
         result = await asyncio.to_thread(
             export_unreplicated, context, spec, positions, consistent, out, request.export_seconds

@@ -13,6 +13,8 @@ mock) and ``b`` (WAL in RocksMQ), named in one daemon's ``clusters``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import etcd3
 import pytest
+from harness.installed import daemon_command
 from harness.services import wait_until
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
@@ -222,10 +225,22 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     b.delete(name, filter="id < 20")
     wait_equal(b, a, name, "id", timeout=120)
 
-    # and back: the switchover of the reverse task starts the original task again
+    # and back, from the command line: the switchover of the reverse task starts the original
+    # task again
     consistent_known(dr_daemon, ba)
-    back = dr_daemon.call("switchover", {"task_id": ba, "max_lag_seconds": 30})
-    assert back.code == 200, back.message
+    command, installed = daemon_command()
+    environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
+    back = subprocess.run(
+        [*command, "task", "switchover", ba, "--follow", *dr_daemon.cli_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environ, **installed, "no_proxy": "127.0.0.1"},
+        check=False,
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert ": done" in back.stdout.splitlines()[-1], back.stdout
+    assert any(": verifying" in line for line in back.stdout.splitlines()), back.stdout
     job = switchover_ends(dr_daemon, ba)
     assert job["state"] == "done", json.dumps(job)
     assert job["reverse_task_id"] == ab and job["rearm"] is True
@@ -327,19 +342,19 @@ def test_failover_answers_what_the_target_holds_and_exports_the_rest(
     try:
         wait_until(lambda: len(writer.acknowledged) >= 100, 60, "the writer's rows")
         acknowledged = set(writer.acknowledged)  # before the failover: a has them
-        reply = dr_daemon.call("failover", {"task_id": ab})
+        status, _, answer = dr_daemon.request("POST", f"/v1/tasks/{ab}/failover", {})
     finally:
         writer.stop.set()
         writer.join(30)
-    assert reply.code == 200, reply.message
-    answer = reply.data
+    assert status == 200, answer
+    assert answer["task"]["state"] == "Paused", answer
     consistent = answer["consistent_up_to"]
     assert consistent and consistent["ts"] > 0, answer
     view = task(dr_daemon, ab)
     assert view["state"] == "Paused" and "failed over at" in view["reason"], view
     assert view["progress"]["failover"]["consistent_up_to"] == consistent
     export = answer["unreplicated"]
-    assert export["complete"] is True, export
+    assert export["complete"] is True, json.dumps(export)
     lines = [json.loads(x) for x in Path(export["file"]).read_text().splitlines()]
     assert all(line["ts"]["hybrid"] > consistent["ts"] for line in lines)
     exported = {line["pk"] for line in lines if line["op"] == "insert"}

@@ -1,0 +1,86 @@
+"""``milvus-cdc task switchover|failover``: the disaster-recovery requests from the command line
+(README "Disaster recovery"). ``switchover --follow`` prints each step of the job until it is
+done (exit 0) or failed (exit 1, with the reason and whether it was rolled back)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from server.cli_tasks import DaemonClient, _quote, announce_job, follow_job
+
+Action = Callable[[str, str], argparse.ArgumentParser]
+
+
+def add_dr_parsers(action: Action) -> None:
+    switchover = action(
+        "switchover",
+        "move production to the task's target cluster: fence, drain, verify, reverse the flow",
+    )
+    switchover.add_argument(
+        "--max-lag", type=float, default=30.0, metavar="S", help="refused above this lag (30)"
+    )
+    switchover.add_argument(
+        "--job-timeout", type=float, default=600.0, metavar="S", help="rolls back after (600)"
+    )
+    switchover.add_argument("--follow", action="store_true", help="print each step until it ends")
+    failover = action(
+        "failover", "the source is lost: stop the task, say what the target holds, export the rest"
+    )
+    failover.add_argument(
+        "--export-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long the export may read the source's WAL (0: none; default 60)",
+    )
+
+
+def switchover_line(job: dict[str, Any]) -> str:
+    """``switchover 3f2a...: verifying (fenced at 2026-...; consistent up to 2026-...)``"""
+    facts = []
+    if job.get("fenced_at"):
+        facts.append(f"fenced at {job['fenced_at']['time']}")
+    if job.get("consistent_up_to"):
+        facts.append(f"consistent up to {job['consistent_up_to']['time']}")
+    if job.get("verify"):
+        facts.append(f"verify {job['verify']['divergent_rows']} divergent")
+    if job.get("reverse_task_id"):
+        facts.append(f"reverse task {job['reverse_task_id']}")
+    if job.get("reason"):
+        facts.append(job["reason"])
+    if job.get("rolled_back"):
+        facts.append("rolled back")
+    detail = f" ({'; '.join(facts)})" if facts else ""
+    return f"switchover {job.get('job_id', '-')}: {job.get('state', '-')}{detail}"
+
+
+def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) -> int:
+    path = f"/v1/tasks/{_quote(args.task_id)}/{args.task_command}"
+    if args.task_command == "failover":
+        answer = client.call("POST", path, {"export_seconds": args.export_seconds})
+        if args.json:
+            print(json.dumps(answer, indent=2), file=out)
+            return 0
+        up_to = (answer.get("consistent_up_to") or {}).get("time", "unknown")
+        print(
+            f"task {args.task_id} failed over; the target holds every write up to {up_to}", file=out
+        )
+        export = answer.get("unreplicated")
+        if export:
+            print(f"{export['records']} record(s) after it, in {export['file']}", file=out)
+            for collection, kinds in export["by_collection"].items():
+                counts = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+                print(f"  {collection}: {counts}", file=out)
+            for problem in export["problems"]:
+                print(f"  not read: {problem}", file=out)
+        return 0
+    body = {"max_lag_seconds": args.max_lag, "timeout_seconds": args.job_timeout}
+    answer = client.call("POST", path, body)
+    if not args.follow:
+        return announce_job(answer, args, "switchover", out)
+    return follow_job(
+        client, args.task_id, "switchover", switchover_line, out, job_id=answer["job_id"]
+    )
