@@ -31,7 +31,12 @@ from server.api_models import (
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
 from server.auth import Authenticator, Principal, audit, challenge, permit
-from server.dr.manager import DisasterRecovery, FailoverRequest, SwitchoverRequest
+from server.dr.manager import (
+    DisasterRecovery,
+    FailbackRequest,
+    FailoverRequest,
+    SwitchoverRequest,
+)
 from server.engine import make_runner_factory
 from server.errors import (
     BadRequestError,
@@ -118,6 +123,10 @@ async def _failover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return await _disaster(sup).failover(parse_model(FailoverRequest, data))
 
 
+async def _failback(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+    return await _disaster(sup).failback(parse_model(FailbackRequest, data))
+
+
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
@@ -135,6 +144,7 @@ HANDLERS: dict[str, Handler] = {
     "verify": _verify,
     "switchover": _switchover,
     "failover": _failover,
+    "failback": _failback,
 }
 
 

@@ -1,6 +1,7 @@
-"""``milvus-cdc task switchover|failover``: the disaster-recovery requests from the command line
-(README "Disaster recovery"). ``switchover --follow`` prints each step of the job until it is
-done (exit 0) or failed (exit 1, with the reason and whether it was rolled back)."""
+"""``milvus-cdc task switchover|failover|failback``: the disaster-recovery requests from the
+command line (README "Disaster recovery"). ``switchover --follow`` prints each step of the job
+until it is done (exit 0) or failed (exit 1, with the reason and whether it was rolled back);
+``failback --follow`` until A is in sync with B (exit 0) or the failback failed (1)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ def add_dr_parsers(action: Action) -> None:
         "--job-timeout", type=float, default=600.0, metavar="S", help="rolls back after (600)"
     )
     switchover.add_argument("--follow", action="store_true", help="print each step until it ends")
+    failback = action(
+        "failback",
+        "re-seed a failed-over task's old source from its target, until both are equal",
+    )
+    failback.add_argument("--follow", action="store_true", help="print each step until it ends")
     failover = action(
         "failover", "the source is lost: stop the task, say what the target holds, export the rest"
     )
@@ -57,8 +63,27 @@ def switchover_line(job: dict[str, Any]) -> str:
     return f"switchover {job.get('job_id', '-')}: {job.get('state', '-')}{detail}"
 
 
+def failback_line(job: dict[str, Any]) -> str:
+    """``failback of ab: repairing (reverse task ab-back-1f2e; 12 repaired)``"""
+    facts = [f"reverse task {job.get('reverse_task_id')}"]
+    if job.get("repaired"):
+        facts.append(f"{job['repaired']} repaired")
+    if job.get("reason"):
+        facts.append(job["reason"])
+    return f"failback of {job.get('task_id')}: {job.get('state', '-')} ({'; '.join(facts)})"
+
+
 def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) -> int:
     path = f"/v1/tasks/{_quote(args.task_id)}/{args.task_command}"
+    if args.task_command == "failback":
+        answer = client.call("POST", path, {})
+        if not args.follow:
+            return announce_job(
+                {**answer, "job_id": answer["reverse_task_id"]}, args, "failback", out
+            )
+        return follow_job(
+            client, args.task_id, "failback", failback_line, out, finished=("in_sync", "failed")
+        )
     if args.task_command == "failover":
         answer = client.call("POST", path, {"export_seconds": args.export_seconds})
         if args.json:

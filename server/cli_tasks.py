@@ -279,27 +279,27 @@ def follow_job(
     out: TextIO,
     interval: float = 1.0,
     job_id: str = "",
+    finished: tuple[str, ...] = BACKFILL_FINISHED,
 ) -> int:
-    """Print the progress of the task's ``kind`` job (backfill, verify) until it is done (0) or
-    failed (1); a bar redrawn in place on a terminal, a line per change otherwise."""
+    """Print the progress of the task's ``kind`` job (backfill, verify) until it is in a
+    ``finished`` state: 0 for the first of them (done), else 1; a bar redrawn in place on a
+    terminal, a line per change otherwise."""
     terminal = out.isatty()
     last = ""
     while True:
         job = client.task(task_id).get(kind)
-        finished = bool(
-            job
-            and job.get("state") in BACKFILL_FINISHED
-            and (not job_id or job.get("job_id") == job_id)
+        ended = bool(
+            job and job.get("state") in finished and (not job_id or job.get("job_id") == job_id)
         )
         line = render(job) if job else f"{kind}: waiting for the task to run"
         if line != last:
             print(("\r" + line) if terminal else line, end="" if terminal else "\n", file=out)
             out.flush()
             last = line
-        if finished:
+        if ended:
             if terminal:
                 print(file=out)
-            return 0 if job and job["state"] == "done" else 1
+            return 0 if job and job["state"] == finished[0] else 1
         time.sleep(interval)
 
 
@@ -529,7 +529,7 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
         return 0
     if command == "verify":
         return run_verify(client, args, out)
-    if command in ("switchover", "failover"):
+    if command in ("switchover", "failover", "failback"):
         from server.cli_dr import run_dr_command
 
         return run_dr_command(client, args, out)

@@ -201,6 +201,11 @@ def _schemas() -> dict[str, Any]:
                 "consistent_up_to, rpo_seconds, unreplicated (records, by_collection, file, "
                 "complete, problems)",
             },
+            "failback": {
+                "type": ["object", "null"],
+                "description": "/v1 only: the task's failback: reverse_task_id, state (creating, "
+                "seeding, repairing, streaming, in_sync, failed), steps, repaired, verify, reason",
+            },
         },
     }
     position = {
@@ -244,6 +249,7 @@ def _schemas() -> dict[str, Any]:
                     "verify",
                     "switchover",
                     "failover",
+                    "failback",
                 ],
             },
             "request_data": {
@@ -252,7 +258,7 @@ def _schemas() -> dict[str, Any]:
                 "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
                 "collections} (ours); verify: {task_id, collections, repair} (ours); "
                 "switchover: {task_id, max_lag_seconds, timeout_seconds} (ours); failover: "
-                "{task_id, export_seconds} (ours)",
+                "{task_id, export_seconds} (ours); failback: {task_id} (ours)",
             },
         },
     }
@@ -580,6 +586,31 @@ def _paths() -> dict[str, Any]:
                     **_TASK_ERRORS,
                     **_CROSS_SITE,
                     "409": _problem("A switchover of the task is under way"),
+                },
+            },
+        },
+        "/v1/tasks/{task_id}/failback": {
+            **task_op,
+            "post": {
+                "operationId": "failbackTask",
+                "summary": "Re-seed a failed-over task's old source from its target: the "
+                "reverse task with a backfill, a repair, a verify (task.failback)",
+                "responses": {
+                    "202": _json(
+                        {
+                            "type": "object",
+                            "required": ["task", "reverse_task_id", "failback"],
+                            "properties": {
+                                "task": _ref("Task"),
+                                "reverse_task_id": {"type": "string"},
+                                "failback": {"type": "object"},
+                            },
+                        },
+                        "Failback started; its steps are under task.failback",
+                    ),
+                    **_TASK_ERRORS,
+                    **_CROSS_SITE,
+                    "409": _problem("The task did not fail over, or a failback is under way"),
                 },
             },
         },

@@ -28,6 +28,8 @@
                                          600}, optional; 409 refused, nothing changed)
     POST   /v1/tasks/{task_id}/failover  200 {"task": task, "consistent_up_to": ...,
                                          "unreplicated": ...} (body: {"export_seconds": 60})
+    POST   /v1/tasks/{task_id}/failback  202 {"task": task, "reverse_task_id": ...,
+                                         "failback": job} (409 unless the task failed over)
 
 Failures answer ``application/problem+json`` (RFC 9457): ``{"type", "title", "status",
 "detail"}``: 400 invalid request, 401 no valid token (with ``WWW-Authenticate: Bearer``), 403 a
@@ -38,8 +40,8 @@ task, 405, 409 state conflict, 413, 503 metastore down or daemon draining.
 A task is the view of ``get``/``list`` (never a secret) plus what the scheduled jobs know:
 ``rows_per_second``, ``lag_samples``, ``retry``; ``backfill``: the progress of the task's
 backfill (null when it has none, or while the task is not running); ``verify``: the task's
-last verify job (null when it has none); ``switchover`` and ``failover``: the task's last
-disaster-recovery job (README "Disaster recovery").
+last verify job (null when it has none); ``switchover``, ``failover`` and ``failback``: the
+task's last disaster-recovery jobs (README "Disaster recovery").
 """
 
 from __future__ import annotations
@@ -66,7 +68,12 @@ from server.api_models import (
 )
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
 from server.auth import Principal, audit, challenge
-from server.dr.manager import DisasterRecovery, FailoverRequest, SwitchoverRequest
+from server.dr.manager import (
+    DisasterRecovery,
+    FailbackRequest,
+    FailoverRequest,
+    SwitchoverRequest,
+)
 from server.errors import BadRequestError, UnavailableError
 from server.jobs import HISTORY_SECONDS, JOBS
 from server.supervisor import task_view
@@ -111,6 +118,7 @@ def rest_view(request: web.Request, task: TaskRecord, owners: Mapping[str, str])
         "verify": (view["progress"] or {}).get("verify"),
         "switchover": (view["progress"] or {}).get("switchover"),
         "failover": (view["progress"] or {}).get("failover"),
+        "failback": (view["progress"] or {}).get("failback"),
     }
 
 
@@ -279,6 +287,14 @@ async def failover_task(request: web.Request) -> web.Response:
     return json_response({"task": await one_view(request, task), **answer})
 
 
+@resource("failback")
+async def failback_task(request: web.Request) -> web.Response:
+    body = await _job_body(request, "{}")
+    answer = await _disaster(request).failback(parse_model(FailbackRequest, body, "body"))
+    task = await request.app[SUPERVISOR].get(answer["task_id"])
+    return json_response({"task": await one_view(request, task), **answer}, status=202)
+
+
 ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks", list_tasks),
     ("POST", "/tasks", create_task),
@@ -292,6 +308,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("POST", "/tasks/{task_id}/verify", verify_task),
     ("POST", "/tasks/{task_id}/switchover", switchover_task),
     ("POST", "/tasks/{task_id}/failover", failover_task),
+    ("POST", "/tasks/{task_id}/failback", failback_task),
     ("GET", "/fleet", fleet),
 ]
 

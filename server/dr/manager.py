@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,12 @@ from replicator.compare.gate import applied_ts
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.status import consistent_view
 from server.api_models import TaskIdRequest
+from server.dr.failback import FINISHED as FAILBACK_FINISHED
+from server.dr.failback import FailbackRun
 from server.dr.failover import export_unreplicated
 from server.dr.fence import EtcdQuotaFence, FenceError
 from server.dr.record import (
+    FAILBACK_KEY,
     FAILOVER_KEY,
     LINK_KEY,
     SwitchoverJob,
@@ -38,7 +42,7 @@ from server.dr.record import (
     save_json,
 )
 from server.dr.switchover import SwitchoverRun
-from server.errors import ConflictError
+from server.errors import ApiError, ConflictError
 from server.logs import log_context
 from server.settings import DEFAULT_SOURCE, CdcSettings
 
@@ -51,6 +55,10 @@ log = logging.getLogger(__name__)
 class SwitchoverRequest(TaskIdRequest):
     max_lag_seconds: float = Field(default=30.0, gt=0)
     timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+
+
+class FailbackRequest(TaskIdRequest):
+    pass
 
 
 class FailoverRequest(TaskIdRequest):
@@ -76,6 +84,7 @@ class DisasterRecovery:
         self.sup = supervisor
         self.settings = settings
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
+        self._failbacks: dict[str, asyncio.Task[None]] = {}  # task id -> its failback here
         self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
 
     # --- views -------------------------------------------------------------------------------
@@ -175,6 +184,7 @@ class DisasterRecovery:
                 continue
             if failover is not None:
                 self._remember(tid, "failover", failover)
+            await self._recover_failback(tid, me, alive)
             if job is None:
                 continue
             if job.finished or (tid in self._runs and not self._runs[tid].done()):
@@ -260,10 +270,81 @@ class DisasterRecovery:
         )
         return result.view()
 
+    # --- failback ----------------------------------------------------------------------------
+    async def failback(self, request: FailbackRequest) -> dict[str, Any]:
+        """Start re-seeding a failed-over task's old source from its target (409 when the task
+        did not fail over, or a failback of it is under way)."""
+        task = await self.sup.get(request.task_id)
+        tid = task.task_id
+        spec = dict(task.spec)
+        failover = await asyncio.to_thread(load_json, self.sup.store, tid, FAILOVER_KEY)
+        if failover is None or task.state is not TaskState.PAUSED:
+            raise ConflictError(
+                f"task {tid} has not failed over (a failback re-seeds the source of a task "
+                "that did: POST failover first)"
+            )
+        if not spec.get("source_cluster") or not spec.get("target_cluster"):
+            raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
+        running = self._failbacks.get(tid)
+        current = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
+        if (running is not None and not running.done()) or (
+            current is not None and current.get("state") not in FAILBACK_FINISHED
+        ):
+            raise ConflictError(f"task {tid}: a failback of it is under way")
+        now = time.time()
+        record = {
+            "task_id": tid,
+            "reverse_task_id": f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
+            "member": self.sup.fleet.member_id,
+            "state": "creating",
+            "steps": [{"state": "creating", "at": iso(now)}],
+            "started_at": iso(now),
+            "reason": "",
+        }
+        run = FailbackRun(self.sup, record, self._failback_saved)
+        await run.save()
+        try:
+            await run.create(spec)
+        except Exception as exc:
+            with contextlib.suppress(ApiError, MetaStoreError):
+                await self.sup.delete(run.reverse_id, ignore_not_found=True)
+            await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
+            raise
+        await run.save(state="seeding")
+        self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
+        with log_context(task_id=tid):
+            log.info(
+                "failback asked: reverse task %s seeds %s", run.reverse_id, spec["source_cluster"]
+            )
+        return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
+
+    def _failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
+        self._remember(task_id, "failback", record)
+
+    async def _recover_failback(self, tid: str, me: str, alive: set[str]) -> None:
+        try:
+            record = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
+        except MetaStoreError:
+            return
+        if record is None:
+            return
+        running = self._failbacks.get(tid)
+        if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
+            if running is None:
+                self._failback_saved(tid, record)
+            return
+        if record.get("member") != me and record.get("member") in alive:
+            self._failback_saved(tid, record)
+            return
+        record["member"] = me
+        run = FailbackRun(self.sup, record, self._failback_saved)
+        self._failback_saved(tid, record)
+        self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
+
     # --- links -------------------------------------------------------------------------------
     async def link(self, task_id: str) -> dict[str, Any] | None:
         return await asyncio.to_thread(load_json, self.sup.store, task_id, LINK_KEY)
 
     def stop(self) -> None:
-        for run in self._runs.values():
+        for run in [*self._runs.values(), *self._failbacks.values()]:
             run.cancel()

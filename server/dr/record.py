@@ -21,6 +21,7 @@ SWITCHOVER_KEY = "dr/switchover"
 # a task created by a switchover (the reverse flow) says which task it reverses
 LINK_KEY = "dr/link"
 FAILOVER_KEY = "dr/failover"
+FAILBACK_KEY = "dr/failback"
 
 State = Literal["checking", "fencing", "draining", "verifying", "reversing", "done", "failed"]
 FINISHED = ("done", "failed")
