@@ -235,6 +235,7 @@ SPARK_FILES = {
     "test_backfill_boundaries.py",
     "test_bulk_import.py",
     "test_demo.py",
+    "test_disaster_failback.py",
     "test_spark_scratch.py",
     "test_verify.py",
 }

@@ -1,0 +1,101 @@
+"""Failback end to end on two real Milvus 2.3.5 clusters (see test_disaster_recovery.py): a task
+a -> b fails over while a writer writes to a (so a keeps rows b never got), production moves
+to b, a comes back; the failback re-seeds a from b (a Spark backfill), removes a's unreplicated
+tail (a verify with repair), proves a equal to b, and a switchover then moves production home.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from harness.services import wait_until
+from pymilvus import MilvusClient
+
+from tests.e2e.test_disaster_recovery import (
+    Writer,
+    _row,
+    clusters,  # noqa: F401 - a fixture
+    collection_on,
+    consistent_known,
+    create_task,
+    dr_daemon,  # noqa: F401 - a fixture
+    switchover_ends,
+    task,
+)
+from tests.e2e.test_replication import rows, wait_equal
+
+pytestmark = pytest.mark.e2e
+
+
+def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
+    dr_daemon,  # noqa: F811
+    milvus_source,
+    milvus_source_rocksmq,
+):
+    name = f"drb_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(300))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+
+    # a is lost while it takes writes: the failover stops the task at once
+    writer = Writer(milvus_source.uri, name, first=10_000)
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acknowledged) >= 100, 60, "the writer's rows")
+        failed_over = dr_daemon.call("failover", {"task_id": ab, "export_seconds": 0})
+        assert failed_over.code == 200, failed_over.message
+        # a keeps taking writes b never sees: its unreplicated tail
+        wait_until(lambda: len(writer.acknowledged) >= 200, 60, "the tail on a")
+    finally:
+        writer.stop.set()
+        writer.join(30)
+    tail = set(rows(a, name, "id")) - set(rows(b, name, "id"))
+    assert tail, "a holds nothing b lacks: the test proves nothing"
+
+    # production on b: new rows, deleted rows, changed rows
+    b.insert(name, [_row(k) for k in range(50_000, 50_200)])
+    b.delete(name, filter="id < 30")
+    b.upsert(name, [{**_row(k), "title": "changed on b"} for k in range(100, 120)])
+
+    refused = dr_daemon.call("failback", {"task_id": f"{ab}-nope"})
+    assert refused.code == 404, refused.message
+    asked = dr_daemon.call("failback", {"task_id": ab})
+    assert asked.code == 200, asked.message
+    back = asked.data["reverse_task_id"]
+    again = dr_daemon.call("failback", {"task_id": ab})
+    assert again.code == 409, again.message
+
+    def finished() -> dict | None:
+        job = (task(dr_daemon, ab).get("progress") or {}).get("failback") or {}
+        return job if job.get("state") in ("in_sync", "failed") else None
+
+    job = wait_until(finished, 600, "the failback", interval=1.0)
+    assert job["state"] == "in_sync", json.dumps(job)
+    assert [s["state"] for s in job["steps"]][:4] == [
+        "creating",
+        "seeding",
+        "repairing",
+        "streaming",
+    ]
+    assert job["repaired"] >= len(tail), job  # at least the tail was removed
+    assert rows(a, name, "id") == rows(b, name, "id")
+    reverse = task(dr_daemon, back)
+    assert reverse["state"] == "Running"
+    assert (reverse["source_cluster"], reverse["target_cluster"]) == ("b", "a")
+
+    # home: the switchover of the reverse task starts the original task again
+    consistent_known(dr_daemon, back)
+    home = dr_daemon.call("switchover", {"task_id": back, "max_lag_seconds": 30})
+    assert home.code == 200, home.message
+    done = switchover_ends(dr_daemon, back)
+    assert done["state"] == "done" and done["reverse_task_id"] == ab, json.dumps(done)
+    assert task(dr_daemon, ab)["state"] == "Running"
+    a.insert(name, [_row(k) for k in range(70_000, 70_050)])
+    wait_equal(a, b, name, "id", timeout=120)
+    a.close()
+    b.close()
