@@ -24,6 +24,7 @@ import etcd3
 import pytest
 from harness.installed import daemon_command
 from harness.services import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
@@ -172,7 +173,15 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     view = task(dr_daemon, ab)
     assert (view["source_cluster"], view["target_cluster"]) == ("a", "b")
     wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    up_to = consistent_known(dr_daemon, ab)
+    assert abs(up_to["ts"] / 2**18 / 1000 - time.time()) < 30, up_to  # hybrid ms << 18
+    metrics = {
+        (family.name, sample.labels.get("task_id")): sample.value
+        for family in text_string_to_metric_families(dr_daemon.get("/metrics")[1].decode())
+        for sample in family.samples
+    }
+    assert metrics[("cdc_consistent_up_to_seconds", ab)] >= up_to["ts"] / 2**18 / 1000 - 1
+    assert 0 <= metrics[("cdc_rpo_seconds", ab)] < 30
 
     # a lag above the figure asked: refused at once, nothing changes
     refused = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 1e-6})

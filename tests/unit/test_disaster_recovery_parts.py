@@ -1,0 +1,171 @@
+"""The parts of disaster recovery that need no server: named clusters in the configuration and
+in create requests, consistent-up-to of channels and tasks, the switchover record, the reverse
+request, and how a fenced Milvus's refusal is read (the e2e tests run them on two real Milvus
+2.3.5: tests/e2e/test_disaster_recovery.py)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from replicator.hybrid_time import from_seconds, to_seconds
+from replicator.pipeline.status import (
+    CAUGHT_UP_MARGIN,
+    ChannelStatus,
+    consistent_view,
+    task_consistent_ts,
+)
+from replicator.sinks.milvus_status import status_retriable
+from server.api_models import CreateRequest, parse_model, public_view, validate_create
+from server.dr.fence import is_write_refusal
+from server.dr.record import SwitchoverJob
+from server.dr.switchover import reverse_request
+from server.errors import BadRequestError
+from server.settings import ConfigError, load_settings, secret_values
+
+CLUSTERS = {
+    "clusters": {
+        "east": {
+            "etcd": {"address": ["http://10.0.0.1:2379"], "rootPath": "east"},
+            "kafka": {"address": "10.0.0.1:9092"},
+            "milvus": {"uri": "http://10.0.0.1:19530", "username": "root", "password": "Ea5t-pw!"},
+        },
+        "west": {
+            "etcd": {"address": ["http://10.0.0.2:2379"], "rootPath": "west"},
+            "rocksmq": {"path": "/var/lib/milvus/rdb_data"},
+            "milvus": {"uri": "http://10.0.0.2:19530", "token": "We5t-token-xyz"},
+        },
+        "nomilvus": {"etcd": {"address": ["http://10.0.0.3:2379"]}},
+    }
+}
+
+
+def settings(extra: dict | None = None):
+    path = Path(tempfile.gettempdir()) / f"cdc-dr-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump({**CLUSTERS, **(extra or {})}))
+    try:
+        return load_settings(str(path), {})
+    finally:
+        path.unlink()
+
+
+def create(**data):
+    data.setdefault("collection_infos", [{"name": "*"}])
+    return validate_create(parse_model(CreateRequest, data), settings())
+
+
+# --- named clusters ----------------------------------------------------------------------------
+def test_a_task_between_named_clusters_takes_the_targets_endpoint_from_the_configuration():
+    spec = create(source_cluster="east", target_cluster="west")
+    assert (spec["source_cluster"], spec["target_cluster"]) == ("east", "west")
+    assert spec["milvus_connect_param"]["uri"] == "http://10.0.0.2:19530"
+    assert spec["milvus_connect_param"]["token"] == "We5t-token-xyz"
+    # the replicate channel is the source cluster's
+    assert spec["rpc_channel_info"]["name"] == "east-replicate-msg"
+    assert "We5t-token-xyz" not in str(public_view(spec))
+
+
+def test_the_default_source_is_not_stored_and_a_go_tool_body_is_unchanged():
+    spec = create(milvus_connect_param={"uri": "http://10.9.9.9:19530"})
+    assert "source_cluster" not in spec and "target_cluster" not in spec
+    spec = create(source_cluster="sourceConfig", milvus_connect_param={"uri": "http://t:19530"})
+    assert "source_cluster" not in spec
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"source_cluster": "north", "target_cluster": "west"}, "no cluster named 'north'"),
+        ({"source_cluster": "east", "target_cluster": "east"}, "'east' is the task's source"),
+        (
+            {"target_cluster": "west", "milvus_connect_param": {"uri": "http://x:19530"}},
+            "give one target",
+        ),
+        ({"source_cluster": "east", "target_cluster": "nomilvus"}, "nomilvus.milvus.uri"),
+        ({"target_cluster": "sourceConfig"}, "'sourceConfig' is the task's source"),
+        ({"source_cluster": "east", "target_cluster": "sourceConfig"}, "has no Milvus endpoint"),
+    ],
+)
+def test_a_bad_pair_of_clusters_is_refused_by_name(data, message):
+    with pytest.raises(BadRequestError, match=message):
+        create(**data)
+
+
+def test_cluster_names_are_checked_and_their_secrets_redacted():
+    with pytest.raises(ConfigError, match="not a cluster name"):
+        settings({"clusters": {"sourceConfig": {}}})
+    with pytest.raises(ConfigError, match="not a cluster name"):
+        settings({"clusters": {"bad name": {}}})
+    loaded = settings()
+    assert {"Ea5t-pw!", "We5t-token-xyz"} <= set(secret_values(loaded))
+    with pytest.raises(KeyError, match="clusters: east, nomilvus, west"):
+        loaded.cluster("north")
+    assert loaded.source_of({"source_cluster": "west"}).mq_type == "rocksmq"
+    assert loaded.source_of({}) is loaded.sourceConfig
+
+
+# --- consistent-up-to --------------------------------------------------------------------------
+def test_a_channel_is_consistent_up_to_its_applied_tick_or_while_caught_up_the_read_less_a_margin():
+    status = ChannelStatus("dml_0")
+    assert status.consistent_ts == 0
+    status.applied(from_seconds(1000.0))
+    assert status.consistent_ts == from_seconds(1000.0)
+    status.mark_caught_up(2000.0)
+    assert to_seconds(status.consistent_ts) == pytest.approx(2000.0 - CAUGHT_UP_MARGIN, abs=1e-3)
+    status.caught_up = False  # records arrived: only the applied tick counts again
+    assert status.consistent_ts == from_seconds(1000.0)
+
+
+def test_a_task_is_consistent_up_to_its_slowest_channel_and_unknown_while_one_is():
+    fast, slow, replicate = (
+        ChannelStatus("dml_0"),
+        ChannelStatus("dml_1"),
+        ChannelStatus("rpc", has_ticks=False),
+    )
+    fast.applied(from_seconds(1000.0))
+    assert task_consistent_ts([fast, slow, replicate]) == 0  # dml_1 has not told yet
+    slow.applied(from_seconds(990.0))
+    assert task_consistent_ts([fast, slow, replicate]) == from_seconds(990.0)
+    view = consistent_view(from_seconds(990.0))
+    assert view == {"ts": from_seconds(990.0), "time": "1970-01-01T00:16:30.000Z"}
+    assert consistent_view(0) is None
+
+
+# --- switchover ----------------------------------------------------------------------------------
+def test_a_switchover_record_keeps_its_steps_and_reads_back_as_written():
+    job = SwitchoverJob.new("t1", "host:8444", 30.0, 600.0, ("east", "west"))
+    job = job.to("fencing", fence_set=True).to("failed", reason="x", rolled_back=True)
+    assert [s["state"] for s in job.steps] == ["checking", "fencing", "failed"]
+    assert job.finished and job.finished_at >= job.started_at
+    assert SwitchoverJob.from_bytes(job.to_bytes()) == job
+    assert job.view()["started_at"].endswith("Z")
+
+
+def test_the_reverse_request_swaps_the_ends_keeps_the_selection_and_starts_at_the_end():
+    spec = create(
+        source_cluster="east",
+        target_cluster="west",
+        collection_infos=None,
+        db_collections={"shop": [{"name": "orders"}]},
+    )
+    request = reverse_request(spec, "t1-rev")
+    reverse = validate_create(request, settings())
+    assert (reverse["source_cluster"], reverse["target_cluster"]) == ("west", "east")
+    assert reverse["db_collections"] == spec["db_collections"]
+    assert reverse["start_at"] == "end"
+    assert reverse["milvus_connect_param"]["password"] == "Ea5t-pw!"
+
+
+def test_a_fenced_milvus_refusal_is_recognised_and_retried_by_tasks_writing_there():
+    # what Milvus 2.3.5 answered a write while quotaAndLimits.limitWriting.forceDeny was true
+    refusal = (
+        "<MilvusException: (code=9, message=quota exceeded[reason=the writing has been "
+        "deactivated by the administrator])>"
+    )
+    assert is_write_refusal(Exception(refusal))
+    assert not is_write_refusal(Exception("collection not found[collection=x]"))
+    assert status_retriable(9, 48)  # a task writing to a fenced target waits, never fails
