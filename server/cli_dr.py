@@ -26,6 +26,13 @@ def add_dr_parsers(action: Action) -> None:
     switchover.add_argument(
         "--job-timeout", type=float, default=600.0, metavar="S", help="rolls back after (600)"
     )
+    switchover.add_argument(
+        "--fence",
+        choices=("etcd", "operator"),
+        default="etcd",
+        help="etcd: the job stops writes on the source; operator: you stopped the writers and "
+        "the job waits for the source's WAL to be quiet",
+    )
     switchover.add_argument("--follow", action="store_true", help="print each step until it ends")
     failback = action(
         "failback",
@@ -102,7 +109,11 @@ def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) 
             for problem in export["problems"]:
                 print(f"  not read: {problem}", file=out)
         return 0
-    body = {"max_lag_seconds": args.max_lag, "timeout_seconds": args.job_timeout}
+    body = {
+        "max_lag_seconds": args.max_lag,
+        "timeout_seconds": args.job_timeout,
+        "fence": args.fence,
+    }
     answer = client.call("POST", path, body)
     if not args.follow:
         return announce_job(answer, args, "switchover", out)

@@ -319,6 +319,14 @@ def _schemas() -> dict[str, Any]:
                     "default": 600,
                     "description": "the job rolls back when it has not reversed the flow by then",
                 },
+                "fence": {
+                    "type": "string",
+                    "enum": ["etcd", "operator"],
+                    "default": "etcd",
+                    "description": "etcd: the job stops writes on the source "
+                    "(quotaAndLimits.limitWriting.forceDeny in its etcd); operator: the "
+                    "operator stopped the writers and the job waits for the WAL to be quiet",
+                },
             },
         },
         "FailoverBody": {

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 class SwitchoverRequest(TaskIdRequest):
     max_lag_seconds: float = Field(default=30.0, gt=0)
     timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+    # "etcd": the job stops writes on the source (quotaAndLimits.limitWriting.forceDeny in its
+    # etcd); "operator": the operator has stopped the writers (a cluster whose quotas are off),
+    # and the job waits for the source's WAL to be quiet
+    fence: Literal["etcd", "operator"] = "etcd"
 
 
 class FailbackRequest(TaskIdRequest):
@@ -146,6 +150,7 @@ class DisasterRecovery:
             request.max_lag_seconds,
             request.timeout_seconds,
             (spec["source_cluster"], spec["target_cluster"]),
+            request.fence,
         )
         await asyncio.to_thread(save_job, self.sup.store, job)
         self._start(SwitchoverRun(self.sup, self.settings, job, on_save=self._saved), "run")

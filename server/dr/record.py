@@ -45,6 +45,9 @@ class SwitchoverJob:
     max_lag_seconds: float
     timeout_seconds: float
     state: State = "checking"
+    # "etcd": the job fences the source (server/dr/fence.py); "operator": the operator stopped
+    # the writers and the job proves the source quiet from its WAL
+    fence_mode: str = "etcd"
     source_cluster: str = ""  # the task's source: the cluster fenced
     target_cluster: str = ""  # where production moves
     fence_set: bool = False  # the job wrote the fence (it must lift it, whatever happens)
@@ -64,10 +67,17 @@ class SwitchoverJob:
 
     @classmethod
     def new(
-        cls, task_id: str, member: str, max_lag: float, timeout: float, ends: tuple[str, str]
+        cls,
+        task_id: str,
+        member: str,
+        max_lag: float,
+        timeout: float,
+        ends: tuple[str, str],
+        fence_mode: str = "etcd",
     ) -> SwitchoverJob:
         now = time.time()
         return cls(
+            fence_mode=fence_mode,
             job_id=uuid.uuid4().hex[:12],
             task_id=task_id,
             member=member,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from metastore import TaskState
+from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 from server.api_models import CreateRequest, VerifyRequest
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL = 0.25  # seconds between looks at the task's consistent-up-to and the verify job
+QUIET_SECONDS = 5.0  # without a fence: how long the WAL must show no row change
+OPERATOR_FENCE = (
+    "none set by the job: the operator stopped the writers, and the job waited for the "
+    "source's WAL to show no row change of the task's collections"
+)
 FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its etcd config
 # every few seconds, its quota centre pushes the rates to the proxies every few more)
 
@@ -122,6 +128,11 @@ class SwitchoverRun:
 
     # --- the steps ---------------------------------------------------------------------------
     async def _fence(self) -> None:
+        if self.job.fence_mode == "operator":
+            await self._save(self.job.to("fencing", fence=OPERATOR_FENCE))
+            quiet = await self._quiet()
+            await self._save(self.job.with_(fenced_at=moment(quiet)))
+            return
         # saved before the key is written: whoever finds this job owns the fence
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
         await asyncio.to_thread(self.fence.set)
@@ -132,6 +143,27 @@ class SwitchoverRun:
             lambda: self.stopped,
         )
         await self._save(self.job.with_(fenced_at=moment(seen)))
+
+    async def _quiet(self) -> float:
+        """The operator stopped the writers: wait until the task's WAL shows no row change of
+        its collections for QUIET_SECONDS, read and applied to their end; the end of that
+        window (seconds) is the fence."""
+        while True:
+            runner = self.sup.runner_of(self.job.task_id)
+            if runner is None:
+                raise SwitchoverError(f"task {self.job.task_id} stopped running while fencing")
+            rows = runner.status()["rows"]
+            end = time.time() + QUIET_SECONDS
+            while time.time() < end or runner.consistent_ts() < from_seconds(end):
+                self._left(
+                    "waiting for the source to be quiet (the operator stops its writers; rows "
+                    f"kept arriving: {rows})"
+                )
+                await asyncio.sleep(POLL)
+                if runner.status()["rows"] != rows:
+                    break
+            else:
+                return end
 
     async def _drain(self) -> None:
         await self._save(self.job.to("draining"))
@@ -241,7 +273,8 @@ class SwitchoverRun:
         other = EtcdQuotaFence(self.job.target_cluster, target)
         while True:
             try:
-                await asyncio.to_thread(self.fence.lift)
+                if self.job.fence_mode != "operator":
+                    await asyncio.to_thread(self.fence.lift)
                 await asyncio.to_thread(other.lift)
                 break
             except FenceError as exc:

@@ -296,6 +296,45 @@ def test_a_switchover_that_cannot_finish_rolls_back(
     b.close()
 
 
+def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
+    dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    """``fence: operator`` (a cluster whose quotas are off): the job sets no fence; it waits
+    until the task's WAL shows no row change for a while, here after the writer stops."""
+    name = f"drq_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(dr_daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(dr_daemon, ab)
+    writer = Writer(milvus_source.uri, name, first=30_000)
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acknowledged) >= 50, 60, "the writer's rows")
+        asked = dr_daemon.call(
+            "switchover", {"task_id": ab, "max_lag_seconds": 30, "fence": "operator"}
+        )
+        assert asked.code == 200, asked.message
+        time.sleep(8)  # longer than the quiet window: the job must still be fencing
+        assert job_state(dr_daemon, ab) == "fencing"
+        assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
+    finally:
+        writer.stop.set()  # the operator stops the writers
+        writer.join(30)
+    stopped = time.time()
+    job = switchover_ends(dr_daemon, ab)
+    assert job["state"] == "done", json.dumps(job)
+    assert job["fence"].startswith("none set by the job") and not job["fence_set"]
+    # the quiet window began after the writer's last row
+    assert job["fenced_at"]["ts"] / 2**18 / 1000 >= stopped, job
+    assert writer.refused == 0
+    assert rows(b, name, "id") == rows(a, name, "id")
+    assert task(dr_daemon, job["reverse_task_id"])["state"] == "Running"
+    a.close()
+    b.close()
+
+
 def test_a_daemon_killed_mid_switchover_leaves_no_fence_and_one_direction(
     dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
 ):
