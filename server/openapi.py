@@ -327,6 +327,12 @@ def _schemas() -> dict[str, Any]:
                     "(quotaAndLimits.limitWriting.forceDeny in its etcd); operator: the "
                     "operator stopped the writers and the job waits for the WAL to be quiet",
                 },
+                "stale_check_seconds": {
+                    "type": "number",
+                    "default": 60,
+                    "description": "after done, a verify of the reverse task looks for writes "
+                    "of stale clients on the old primary (switchover.stale_check); 0: none",
+                },
             },
         },
         "FailoverBody": {

@@ -85,9 +85,10 @@ class FailbackRun:
     async def create(self, spec: dict[str, Any]) -> None:
         """Create the reverse task (its backfill starts with it)."""
         await self.sup.create(failback_request(spec, self.reverse_id))
-        await asyncio.to_thread(
-            save_json, self.sup.store, self.reverse_id, LINK_KEY, {"reverse_of": self.task_id}
-        )
+        for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):
+            await asyncio.to_thread(
+                save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": other}
+            )
 
     async def run(self) -> None:
         try:

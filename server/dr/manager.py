@@ -59,6 +59,9 @@ class SwitchoverRequest(TaskIdRequest):
     # etcd); "operator": the operator has stopped the writers (a cluster whose quotas are off),
     # and the job waits for the source's WAL to be quiet
     fence: Literal["etcd", "operator"] = "etcd"
+    # seconds after the switchover when a verify of the reverse task looks for writes of stale
+    # clients on the old primary (0: none)
+    stale_check_seconds: float = Field(default=60.0, ge=0, le=86400)
 
 
 class FailbackRequest(TaskIdRequest):
@@ -151,6 +154,7 @@ class DisasterRecovery:
             request.timeout_seconds,
             (spec["source_cluster"], spec["target_cluster"]),
             request.fence,
+            request.stale_check_seconds,
         )
         await asyncio.to_thread(save_job, self.sup.store, job)
         self._start(SwitchoverRun(self.sup, self.settings, job, on_save=self._saved), "run")

@@ -61,6 +61,10 @@ class SwitchoverJob:
     original_paused: bool = False  # the job paused the task (a roll back resumes it)
     reason: str = ""
     rolled_back: bool = False
+    # seconds after done when a verify of the reverse task looks for writes the reverse flow
+    # did not make on the old primary (0: never); its result
+    stale_check_seconds: float = 0.0
+    stale_check: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)  # state, at
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -74,10 +78,12 @@ class SwitchoverJob:
         timeout: float,
         ends: tuple[str, str],
         fence_mode: str = "etcd",
+        stale_check_seconds: float = 0.0,
     ) -> SwitchoverJob:
         now = time.time()
         return cls(
             fence_mode=fence_mode,
+            stale_check_seconds=stale_check_seconds,
             job_id=uuid.uuid4().hex[:12],
             task_id=task_id,
             member=member,

@@ -31,8 +31,16 @@ from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 from server.api_models import CreateRequest, VerifyRequest
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
-from server.dr.record import LINK_KEY, SwitchoverJob, load_json, moment, save_job, save_json
-from server.errors import ApiError
+from server.dr.record import (
+    LINK_KEY,
+    SwitchoverJob,
+    iso,
+    load_json,
+    moment,
+    save_job,
+    save_json,
+)
+from server.errors import ApiError, ConflictError
 from server.logs import log_context
 from server.settings import CdcSettings
 
@@ -182,9 +190,20 @@ class SwitchoverRun:
             )
             await asyncio.sleep(POLL)
 
+    async def _start_verify(self, task_id: str) -> str:
+        """Start a verify of ``task_id``; one already running (scheduled, or an earlier
+        switchover's stale-write check) is waited for first."""
+        while True:
+            try:
+                _, verify_id = await self.sup.verify(VerifyRequest(task_id=task_id))
+                return verify_id
+            except ConflictError:
+                self._left(f"waiting for the verify of task {task_id} under way")
+                await asyncio.sleep(POLL)
+
     async def _verify(self) -> None:
         await self._save(self.job.to("verifying"))
-        _, verify_id = await self.sup.verify(VerifyRequest(task_id=self.job.task_id))
+        verify_id = await self._start_verify(self.job.task_id)
         while True:
             current = self.sup.verify_job(self.job.task_id)
             if current is not None and current.job_id == verify_id and not current.active:
@@ -212,13 +231,9 @@ class SwitchoverRun:
         """Pause the task, create (or start again) the reverse flow, lift the fences. From the
         moment the reverse task exists, failures are retried, never rolled back."""
         job = self.job
-        link = await asyncio.to_thread(load_json, self.sup.store, job.task_id, LINK_KEY)
-        rearm = link is not None and bool(link.get("reverse_of"))
-        reverse_id = job.reverse_task_id or (
-            str(link["reverse_of"])
-            if rearm and link
-            else f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
-        )
+        other = job.reverse_task_id or await self._other_direction()
+        rearm = job.rearm if job.reverse_task_id else bool(other)
+        reverse_id = other or f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
         await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=rearm))
         reason = (
             f"switched over to task {reverse_id} (job {job.job_id}, writes fenced on "
@@ -233,15 +248,34 @@ class SwitchoverRun:
             else:
                 spec = dict((await self.sup.get(job.task_id)).spec)
                 await self.sup.create(reverse_request(spec, reverse_id))
-                await asyncio.to_thread(
-                    save_json, self.sup.store, reverse_id, LINK_KEY, {"reverse_of": job.task_id}
-                )
+            await self._link(job.task_id, reverse_id)
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, roll back or go on
             if await self.reverse_exists(reverse_id):
                 log.warning("switchover %s: %s after the reverse task existed", job.job_id, exc)
             else:
                 return await self.roll_back(f"the reverse task was not created: {exc}")
         return await self.finish()
+
+    async def _other_direction(self) -> str:
+        """The task flowing the other way between the same clusters, made by an earlier
+        switchover (or failback) of this pair and still stored; "" when there is none."""
+        link = await asyncio.to_thread(load_json, self.sup.store, self.job.task_id, LINK_KEY)
+        other = str((link or {}).get("reverse_of") or "")
+        if not other:
+            return ""
+        try:
+            await self.sup.get(other)
+        except ApiError:
+            return ""
+        return other
+
+    async def _link(self, one: str, other: str) -> None:
+        """Each of the two tasks names the other: the next switchover of either starts the
+        other again rather than creating a third."""
+        for task_id, reverse in ((one, other), (other, one)):
+            await asyncio.to_thread(
+                save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": reverse}
+            )
 
     async def _rearm(self, original_id: str) -> None:
         """The task reverses ``original_id`` (paused by an earlier switchover): that task runs
@@ -297,7 +331,54 @@ class SwitchoverRun:
             done.target_cluster,
             done.reverse_task_id,
         )
+        if done.stale_check_seconds:
+            return await self.check_stale_writes(done.stale_check_seconds)
         return done
+
+    async def check_stale_writes(self, after: float) -> SwitchoverJob:
+        """The old primary must take the reverse flow's writes, so nothing fences it any more: a
+        client still writing there writes rows the new primary never gets. ``after`` seconds
+        past the switchover, a verify of the reverse task compares the two; any row the old
+        primary holds differently (or lacks) is shown in ``stale_check`` and logged as a
+        warning, never kept silent."""
+        await asyncio.sleep(after)
+        reverse = self.job.reverse_task_id
+        check: dict[str, Any] = {"reverse_task_id": reverse, "asked_at": iso(time.time())}
+        self.deadline = time.monotonic() + self.job.timeout_seconds
+        try:
+            verify_id = await self._start_verify(reverse)
+            while True:
+                current = self.sup.verify_job(reverse)
+                if current is not None and current.job_id == verify_id and not current.active:
+                    break
+                await asyncio.sleep(POLL)
+            divergent = {
+                c.collection: {k: c.of(k).count for k in ("missing", "extra", "different")}
+                for c in current.collections
+                if c.divergent
+            }
+            check.update(
+                verify_job=verify_id,
+                state=current.state,
+                divergent_rows=sum(sum(v.values()) for v in divergent.values()),
+                collections=divergent,
+                reason=current.reason,
+            )
+        except (ApiError, SwitchoverError) as exc:
+            check.update(state="not_checked", reason=str(exc))
+        if check.get("divergent_rows"):
+            log.warning(
+                "switchover %s: %s holds %d row(s) %s does not, or holds them otherwise "
+                "(writes the reverse flow did not make: stale clients?): %s",
+                self.job.job_id,
+                self.job.source_cluster,
+                check["divergent_rows"],
+                self.job.target_cluster,
+                check["collections"],
+            )
+        checked = self.job.with_(stale_check=check)
+        await self._save(checked)
+        return checked
 
     async def _finish_state(self, state: str, **changes: Any) -> SwitchoverJob:
         job = self.job.to(state, **changes)  # type: ignore[arg-type]

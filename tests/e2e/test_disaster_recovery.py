@@ -193,7 +193,9 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     writer.start()
     try:
         wait_until(lambda: len(writer.acknowledged) >= 50, 60, "the writer's first rows")
-        asked = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+        asked = dr_daemon.call(
+            "switchover", {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 15}
+        )
         assert asked.code == 200, asked.message
         # the writer keeps trying through the fence; it stops (as an operator's writers move to
         # b) once the job verifies, before a's fence is lifted
@@ -221,6 +223,18 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     assert rows(b, name, "id") == source_rows
     # the fence on a is lifted: the reverse flow writes there
     assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
+    # a stale client writes to a after the switchover: the check after it shows the rows
+    a.insert(name, [_row(k) for k in range(90_000, 90_005)])
+
+    def stale_check() -> dict | None:
+        job = (task(dr_daemon, ab).get("progress") or {}).get("switchover") or {}
+        return job.get("stale_check")
+
+    check = wait_until(stale_check, 180, "the stale-write check", interval=0.5)
+    assert check["state"] == "done", check
+    assert check["collections"][f"default.{name}"]["extra"] == 5, check
+    assert check["divergent_rows"] == 5, check
+    a.delete(name, filter="id >= 90000 and id < 90005")
 
     ba = job["reverse_task_id"]
     original = task(dr_daemon, ab)
