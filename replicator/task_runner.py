@@ -37,6 +37,9 @@ class TaskRunner(Protocol):
         """The source time (hybrid ts) up to which each pchannel is on the target, as of now
         (a saved position of an idle channel may be older)."""
 
+    def hurry(self) -> None:
+        """Have idle channel readers return now, so ``consistent_ts`` is fresh (a drain)."""
+
     def consistent_ts(self) -> int:
         """The source time (hybrid ts) up to which every write of the task is on the target;
         0 while a channel has not told yet (``progress.consistent_up_to``)."""

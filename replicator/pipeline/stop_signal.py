@@ -36,6 +36,14 @@ class StopSignal(threading.Event):
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
+    def nudge(self) -> None:
+        """Call the listeners without setting the signal: the idle readers return at once
+        with what they have (the latest time tick), and go on."""
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            _call(listener)
+
     def set(self) -> None:
         super().set()
         with self._listeners_lock:

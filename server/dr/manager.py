@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -31,12 +32,13 @@ from server.dr.failback import FailbackRun
 from server.dr.failover import export_unreplicated
 from server.dr.fence import EtcdQuotaFence, FenceError
 from server.dr.record import (
+    DR_PREFIX,
     FAILBACK_KEY,
     FAILOVER_KEY,
     LINK_KEY,
+    SWITCHOVER_KEY,
     SwitchoverJob,
     iso,
-    load_job,
     load_json,
     save_job,
     save_json,
@@ -186,16 +188,17 @@ class DisasterRecovery:
         me = self.sup.fleet.member_id
         for task in tasks:
             tid = task.task_id
-            try:
-                job = await asyncio.to_thread(load_job, self.sup.store, tid)
-                failover = await asyncio.to_thread(load_json, self.sup.store, tid, FAILOVER_KEY)
+            try:  # one read per task: its dr/ records
+                records = await asyncio.to_thread(self.sup.store.list_state, tid, DR_PREFIX)
             except MetaStoreError:
                 continue
-            if failover is not None:
-                self._remember(tid, "failover", failover)
-            await self._recover_failback(tid, me, alive)
-            if job is None:
+            if FAILOVER_KEY in records:
+                self._remember(tid, "failover", json.loads(records[FAILOVER_KEY]))
+            if FAILBACK_KEY in records:
+                self._recover_failback(tid, json.loads(records[FAILBACK_KEY]), me, alive)
+            if SWITCHOVER_KEY not in records:
                 continue
+            job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
             if job.finished or (tid in self._runs and not self._runs[tid].done()):
                 if tid not in self._runs:
                     self._saved(job)
@@ -330,13 +333,7 @@ class DisasterRecovery:
     def _failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
         self._remember(task_id, "failback", record)
 
-    async def _recover_failback(self, tid: str, me: str, alive: set[str]) -> None:
-        try:
-            record = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
-        except MetaStoreError:
-            return
-        if record is None:
-            return
+    def _recover_failback(self, tid: str, record: dict[str, Any], me: str, alive: set[str]) -> None:
         running = self._failbacks.get(tid)
         if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
             if running is None:

@@ -17,6 +17,7 @@ from metastore import MetaStore
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 
+DR_PREFIX = "dr/"  # every record below is under it
 SWITCHOVER_KEY = "dr/switchover"
 # a task created by a switchover (the reverse flow) says which task it reverses
 LINK_KEY = "dr/link"
