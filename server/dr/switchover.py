@@ -397,9 +397,16 @@ class SwitchoverRun:
                 await self.sup.delete(job.reverse_task_id, ignore_not_found=True)
             except Exception as exc:  # noqa: BLE001 - a roll back tries every step
                 problems.append(f"reverse task not removed: {exc}")
+        lifted = None
         if job.fence_set:
             try:
                 await asyncio.to_thread(self.fence.lift)
+                # rolled back means the source takes writes again: see it
+                lifted = moment(
+                    await asyncio.to_thread(
+                        lambda: wait_in_effect(self.fence, FENCE_WAIT, lambda: False, effect=False)
+                    )
+                )
             except FenceError as exc:
                 problems.append(f"fence not lifted: {exc}")
         if job.original_paused:
@@ -413,6 +420,7 @@ class SwitchoverRun:
         return await self._finish_state(
             "failed",
             reason=full,
+            lifted_at=lifted,
             rolled_back=not problems,
             fence_set=bool(problems) and job.fence_set,
         )

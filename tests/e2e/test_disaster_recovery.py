@@ -431,3 +431,69 @@ def test_failover_answers_what_the_target_holds_and_exports_the_rest(
     )
     a.close()
     b.close()
+
+
+def test_a_fleet_member_takes_over_the_switchover_of_a_member_killed_mid_way(
+    daemon_factory, clusters, request, tmp_path, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    """Two daemons on one etcd metastore; the one running the task is killed while its
+    switchover drains or verifies: the other, once the dead one is no longer a live member,
+    rolls the job back (or finishes it), lifts the fence, and runs the one direction left."""
+    from test_fleet import SharedStore
+
+    store = SharedStore("etcd", request)
+    key = tmp_path / "fleet.key"
+
+    def member(name: str):
+        return daemon_factory(
+            name,
+            clusters=clusters,
+            verify={"settleSeconds": 20},
+            metaStoreConfig=store.config(),
+            secrets={"keyFile": str(key)},
+            fleet={"leaseSeconds": 3.0, "checkSeconds": 0.5, "memberId": name},
+        )
+
+    first = member("m1").start()
+    second = member("m2").start()
+    name = f"drm_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(first, ab, "a", "b", name)
+    owner_name = wait_until(lambda: task(first, ab)["owner"], 30, "the task's owner")
+    owner, survivor = (first, second) if owner_name == "m1" else (second, first)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(owner, ab)
+    elsewhere = survivor.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert elsewhere.code == 409 and owner_name in elsewhere.message, elsewhere.message
+    asked = owner.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+    wait_until(
+        lambda: job_state(owner, ab) in ("draining", "verifying"), 120, "the job past its fence"
+    )
+    owner.kill()
+    job = switchover_ends(survivor, ab, timeout=180)
+    assert job["member"] == survivor.config["fleet"]["memberId"], job
+    assert job["state"] in ("failed", "done"), job
+    if job["state"] == "failed":
+        assert job["rolled_back"] is True and "stopped while" in job["reason"], job
+    wait_until(
+        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None, 30, "no fence"
+    )
+
+    def one_direction() -> list[dict] | None:
+        tasks = survivor.call("list").data["tasks"]
+        mine = [t for t in tasks if name in json.dumps(t) and t["state"] == "Running"]
+        alone = len(mine) == 1 and mine[0]["owner"] == survivor.config["fleet"]["memberId"]
+        return mine if alone else None
+
+    (running,) = wait_until(one_direction, 60, "one direction running on the survivor")
+    if job["state"] == "failed":
+        assert running["task_id"] == ab
+        a.insert(name, [_row(k) for k in range(700, 720)])
+        wait_equal(a, b, name, "id", timeout=120)
+    else:
+        assert running["task_id"] == job["reverse_task_id"]
+    a.close()
+    b.close()
