@@ -76,6 +76,7 @@ def make_on_target(
         meta.shards,
         meta.consistency_level,
         schema_properties(meta.schema),
+        num_partitions=len(meta.partitions),
     )
     registry.mark_created(meta.collection_id)
 
@@ -194,6 +195,7 @@ class CollectionDdl:
             shards,
             consistency,
             schema_properties(event.schema),
+            num_partitions=len(event.partition_names) or (len(meta.partitions) if meta else 0),
         )
         self._registry.mark_created(event.collection_id)
         if created:

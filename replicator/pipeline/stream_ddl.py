@@ -350,7 +350,7 @@ def recreate_empty(target: MilvusTarget, db: str, name: str) -> None:
     described = target.describe_collection(db, name)
     partitions = [p for p in target.partitions(db, name) if p != "_default"]
     if has_partition_key(described.schema):
-        partitions = []  # made by the target itself (its default number of them)
+        partitions = []  # made by the target itself, as many as it had
     indexes = target.describe_indexes(db, name)
     aliases = target.aliases_of(db, name)
     loaded = target.load_state(db, name) in (_LOADED, _LOADING)
@@ -358,7 +358,12 @@ def recreate_empty(target: MilvusTarget, db: str, name: str) -> None:
     schema = schema_pb2.CollectionSchema()
     schema.CopyFrom(described.schema)
     target.create_collection(
-        db, name, schema, described.shards_num, int(described.consistency_level)
+        db,
+        name,
+        schema,
+        described.shards_num,
+        int(described.consistency_level),
+        num_partitions=int(described.num_partitions),
     )
     properties = [(p.key, p.value) for p in described.properties]
     if properties:

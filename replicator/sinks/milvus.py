@@ -218,13 +218,17 @@ class MilvusTarget:
         shards: int,
         consistency_level: int = 0,
         properties: KeyValues = (),
+        num_partitions: int = 0,
     ) -> bool:
-        """Create unless it exists (with its database); True when created."""
+        """Create unless it exists (with its database); True when created.
+        ``num_partitions``: a partition-key collection's partitions on the source (0: the
+        target's default, 64 on 2.3-2.5; a source made with num_partitions=4 keeps 4)."""
         self.ensure_database(db)
         if self.has_collection(db, name):
             return False
         schema = target_schema(source_schema)
         schema.name = name
+        keyed = has_partition_key(source_schema) and num_partitions > 0
         self._call(
             "CreateCollection",
             milvus_pb2.CreateCollectionRequest(
@@ -234,6 +238,7 @@ class MilvusTarget:
                 shards_num=max(1, shards),
                 consistency_level=consistency_level,
                 properties=_pairs(properties),
+                num_partitions=num_partitions if keyed else 0,
             ),
             f"create collection {db}.{name}",
         )

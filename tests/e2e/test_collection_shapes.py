@@ -192,6 +192,11 @@ def test_collection_shapes(daemon_factory, milvus_source, etcd_service, kafka_mo
         assert typed[7]["doc"]["nested"] == {"ok": False} and 4 not in typed
         for name in (names["types"], names["pkey"]):
             assert schema_of(target, name, lite) == schema_of(source, name, lite)
+        if not lite:  # the source's num_partitions (4), not the target's default (64)
+            source_partitions = source.describe_collection(names["pkey"])["num_partitions"]
+            assert source_partitions == 4
+            target_partitions = target.describe_collection(names["pkey"])["num_partitions"]
+            assert target_partitions == source_partitions
         assert set(target.list_partitions(names["parts"])) >= {"_default", "p_keep", "p_drop"}
         kept = target.query(
             names["parts"], filter="id >= 0", partition_names=["p_keep"], output_fields=["id"]
