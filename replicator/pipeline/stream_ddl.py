@@ -7,9 +7,11 @@ The runner decodes a :class:`StreamDdl` with ``decode_ddl``, applies it at the r
 the first copy) and calls :meth:`StreamDdlApplier.apply` once per broadcast. Every operation is
 idempotent: it reads the target's state first or treats "already exists" / "not found" as done,
 so applying it again after a crash changes nothing. What a target does not offer (Milvus Lite:
-AlterIndex, AddCollectionField, partition load, RBAC; Milvus 2.3: AlterDatabase, AlterIndex,
-AddCollectionField, TruncateCollection, privilege groups, RestoreRBAC) is skipped with a warning
-and reported as :attr:`Outcome.status` ``"skipped"``; the data is unaffected.
+AlterIndex, partition load, RBAC; Milvus 2.3: AlterDatabase, AlterIndex, TruncateCollection,
+privilege groups, RestoreRBAC) is skipped with a warning and reported as :attr:`Outcome.status`
+``"skipped"``; the data is unaffected. A field the target cannot add (AddCollectionField, which
+Milvus Lite and 2.3-2.5 lack) stops the task instead, naming the collection, the field and its
+type: the rows that follow carry the field and could not be written without it.
 
 Per operation (source names mapped to the task's target names by :class:`TaskNames`):
 
@@ -27,7 +29,8 @@ Per operation (source names mapped to the task's target names by :class:`TaskNam
   deleted where the target can), description and consistency level (not alterable through the
   public API: skipped with a warning), rename / move to another database (RenameCollection;
   the runner must then re-register the collection under its new name), schema (fields the
-  target lacks are added with AddCollectionField; nothing else of a schema is alterable).
+  target lacks are added with AddCollectionField, or the task stops naming them; nothing else
+  of a schema is alterable).
 - **TruncateCollection**: the target's TruncateCollection (2.6+, Milvus Lite). A target without
   it (2.3-2.5) gets the same result by **drop and re-create**: the collection is described
   first (schema, shards, consistency level, properties, description), with its partitions,
@@ -51,7 +54,7 @@ from typing import Any
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.codec import streaming_ddl as ddl
-from replicator.errors import Rejection, TargetRejectedError
+from replicator.errors import Rejection, TargetRejectedError, TaskFailedError
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.ddl_index import IndexDdl
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
@@ -303,13 +306,23 @@ class StreamDdlApplier:
         outcomes = []
         for f in new:
             f.fieldID = 0  # the target numbers its own fields
-            outcomes.append(
-                attempt(
-                    f"add field {f.name} to {db}.{name}",
-                    partial(self.target.add_collection_field, db, name, f),
-                    done_if=EXISTS,
-                )
+            outcome = attempt(
+                f"add field {f.name} to {db}.{name}",
+                partial(self.target.add_collection_field, db, name, f),
+                done_if=EXISTS,
             )
+            if outcome.status == "skipped":
+                # the source's rows carry the field from now on: none can be written without
+                # it, so the task stops here, naming what the target lacks (never a row
+                # written without the field)
+                kind = schema_pb2.DataType.Name(f.data_type)
+                raise TaskFailedError(
+                    f"collection {db}.{name}: the source added field {f.name} ({kind}), and the "
+                    "target cannot add a field (it does not offer AddCollectionField): the "
+                    "rows that follow carry it; add the field on the target (or use a target "
+                    "of Milvus 2.6+) and resume the task"
+                )
+            outcomes.append(outcome)
         return combine(outcomes, f"schema of {db}.{name}")
 
     def _rename(self, collection: TargetCollection, op: ddl.AlterCollection) -> Outcome:

@@ -23,6 +23,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from replicator.codec import streaming_ddl as ddl
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamDdl
+from replicator.errors import TaskFailedError
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
@@ -297,15 +298,20 @@ def test_alter_collection_properties(env: Env) -> None:
     assert described.status == "skipped" and "public API" in described.detail
 
 
-def test_alter_collection_schema_adds_fields_where_the_target_can(env: Env) -> None:
+def test_a_field_the_target_cannot_add_stops_the_task_naming_it(env: Env) -> None:
     schema = collection_schema("orders")
     schema.fields.add(fieldID=103, name="extra", data_type=schema_pb2.Int64, nullable=True)
     op_record = env.writer.alter_collection(
         COLLECTION_ID, VCHANNELS, ["schema", "properties"], schema=schema
     )[0]
-    outcome = env.applier.apply(env.apply(op_record))
-    # neither Milvus Lite nor 2.3.5 offers AddCollectionField
-    assert outcome.status == "skipped" and "does not offer" in outcome.detail
+    op = env.apply(op_record)
+    # neither Milvus Lite nor 2.3.5 offers AddCollectionField: the rows that follow would carry
+    # the field, so the task stops here, naming the collection, the field and its type
+    with pytest.raises(TaskFailedError) as failed:
+        env.applier.apply(op)
+    message = str(failed.value)
+    assert f"collection {env.db}.{env.name}" in message
+    assert "field extra (Int64)" in message and "AddCollectionField" in message
     assert env.names.field(COLLECTION_ID, 103) == "extra"  # the new schema is remembered
 
 
