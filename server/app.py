@@ -109,22 +109,16 @@ async def _verify(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"task_id": task.task_id, "job_id": job_id}
 
 
-def _disaster(sup: TaskSupervisor) -> DisasterRecovery:
-    if sup.disaster is None:  # the application sets it up with the supervisor
-        raise UnavailableError("disaster recovery is not set up in this daemon")
-    return sup.disaster
-
-
 async def _switchover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await _disaster(sup).switchover(parse_model(SwitchoverRequest, data))
+    return await sup.disaster_recovery().switchover(parse_model(SwitchoverRequest, data))
 
 
 async def _failover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await _disaster(sup).failover(parse_model(FailoverRequest, data))
+    return await sup.disaster_recovery().failover(parse_model(FailoverRequest, data))
 
 
 async def _failback(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await _disaster(sup).failback(parse_model(FailbackRequest, data))
+    return await sup.disaster_recovery().failback(parse_model(FailbackRequest, data))
 
 
 async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:

@@ -264,35 +264,47 @@ async def verify_task(request: web.Request) -> web.Response:
     return json_response({"task": await one_view(request, task), "job_id": job_id}, status=202)
 
 
-def _disaster(request: web.Request) -> DisasterRecovery:
-    disaster = request.app[SUPERVISOR].disaster
-    if disaster is None:
-        raise UnavailableError("disaster recovery is not set up in this daemon")
-    return disaster
+async def _disaster_answer(
+    request: web.Request,
+    example: str,
+    ask: Callable[[DisasterRecovery, dict[str, Any]], Awaitable[dict[str, Any]]],
+    status: int,
+) -> web.Response:
+    """A disaster-recovery request: its answer beside the task's view."""
+    body = await _job_body(request, example)
+    answer = await ask(request.app[SUPERVISOR].disaster_recovery(), body)
+    task = await request.app[SUPERVISOR].get(answer["task_id"])
+    return json_response({"task": await one_view(request, task), **answer}, status=status)
 
 
 @resource("switchover")
 async def switchover_task(request: web.Request) -> web.Response:
-    body = await _job_body(request, '{"max_lag_seconds": 30, "timeout_seconds": 600}')
-    answer = await _disaster(request).switchover(parse_model(SwitchoverRequest, body, "body"))
-    task = await request.app[SUPERVISOR].get(answer["task_id"])
-    return json_response({"task": await one_view(request, task), **answer}, status=202)
+    return await _disaster_answer(
+        request,
+        '{"max_lag_seconds": 30, "timeout_seconds": 600}',
+        lambda dr, body: dr.switchover(parse_model(SwitchoverRequest, body, "body")),
+        202,
+    )
 
 
 @resource("failover")
 async def failover_task(request: web.Request) -> web.Response:
-    body = await _job_body(request, '{"export_seconds": 60}')
-    answer = await _disaster(request).failover(parse_model(FailoverRequest, body, "body"))
-    task = await request.app[SUPERVISOR].get(answer["task_id"])
-    return json_response({"task": await one_view(request, task), **answer})
+    return await _disaster_answer(
+        request,
+        '{"export_seconds": 60}',
+        lambda dr, body: dr.failover(parse_model(FailoverRequest, body, "body")),
+        200,
+    )
 
 
 @resource("failback")
 async def failback_task(request: web.Request) -> web.Response:
-    body = await _job_body(request, "{}")
-    answer = await _disaster(request).failback(parse_model(FailbackRequest, body, "body"))
-    task = await request.app[SUPERVISOR].get(answer["task_id"])
-    return json_response({"task": await one_view(request, task), **answer}, status=202)
+    return await _disaster_answer(
+        request,
+        "{}",
+        lambda dr, body: dr.failback(parse_model(FailbackRequest, body, "body")),
+        202,
+    )
 
 
 ROUTES: list[tuple[str, str, Resource]] = [

@@ -71,6 +71,7 @@ from server.errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,
+    UnavailableError,
 )
 from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
@@ -574,6 +575,12 @@ class TaskSupervisor(TaskCreation):
     @property
     def store(self) -> MetaStore:
         return self._store
+
+    def disaster_recovery(self) -> DisasterRecovery:
+        """Switchover, failover and failback (a 503 when the application set none up)."""
+        if self.disaster is None:
+            raise UnavailableError("disaster recovery is not set up in this daemon")
+        return self.disaster
 
     def runner_of(self, task_id: str) -> TaskRunner | None:
         """The runner of a task running here."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from replicator.backfill.state import BackfillState
 from server.api_models import BackfillOption, CreateRequest, VerifyRequest
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
-from server.dr.switchover import reverse_request
+from server.dr.switchover import reverse_request, verify_ended
 from server.errors import ApiError, ConflictError
 
 if TYPE_CHECKING:
@@ -150,11 +150,7 @@ class FailbackRun:
         if not job_id or current is None or current.job_id != job_id:
             _, job_id = await self.sup.verify(VerifyRequest(task_id=self.reverse_id, repair=repair))
             await self.save(**{key: job_id})
-        while True:
-            current = self.sup.verify_job(self.reverse_id)
-            if current is not None and current.job_id == job_id and not current.active:
-                break
-            await asyncio.sleep(POLL)
+        current = await verify_ended(self.sup, self.reverse_id, job_id, poll=POLL)
         if current.state != "done":
             await self.save(state="failed", reason=f"verify {job_id}: {current.reason}")
             return None

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from metastore import TaskState
+from replicator.compare.state import VerifyJob
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 from server.api_models import CreateRequest, VerifyRequest
@@ -61,6 +62,23 @@ FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its 
 
 class SwitchoverError(Exception):
     """A step that cannot be done; the job rolls back (or, past the reverse task, retries)."""
+
+
+async def verify_ended(
+    supervisor: TaskSupervisor,
+    task_id: str,
+    job_id: str,
+    still: Callable[[], object] = lambda: None,
+    poll: float = POLL,
+) -> VerifyJob:
+    """The verify job ``job_id`` of ``task_id`` once it has ended; ``still`` is called between
+    looks (it raises to give up)."""
+    while True:
+        current = supervisor.verify_job(task_id)
+        if current is not None and current.job_id == job_id and not current.active:
+            return current
+        still()
+        await asyncio.sleep(poll)
 
 
 def reverse_request(spec: dict[str, Any], task_id: str) -> CreateRequest:
@@ -205,12 +223,9 @@ class SwitchoverRun:
     async def _verify(self) -> None:
         await self._save(self.job.to("verifying"))
         verify_id = await self._start_verify(self.job.task_id)
-        while True:
-            current = self.sup.verify_job(self.job.task_id)
-            if current is not None and current.job_id == verify_id and not current.active:
-                break
-            self._left(f"verifying (verify {verify_id})")
-            await asyncio.sleep(POLL)
+        current = await verify_ended(
+            self.sup, self.job.task_id, verify_id, lambda: self._left(f"verifying ({verify_id})")
+        )
         divergent = sum(c.divergent for c in current.collections)
         unsettled = [r for c in current.collections for r in c.unsettled]
         result = {
@@ -348,11 +363,7 @@ class SwitchoverRun:
         self.deadline = time.monotonic() + self.job.timeout_seconds
         try:
             verify_id = await self._start_verify(reverse)
-            while True:
-                current = self.sup.verify_job(reverse)
-                if current is not None and current.job_id == verify_id and not current.active:
-                    break
-                await asyncio.sleep(POLL)
+            current = await verify_ended(self.sup, reverse, verify_id)
             divergent = {
                 c.collection: {k: c.of(k).count for k in ("missing", "extra", "different")}
                 for c in current.collections
