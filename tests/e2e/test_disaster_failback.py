@@ -7,20 +7,17 @@ tail (a verify with repair), proves a equal to b, and a switchover then moves pr
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from harness.services import wait_until
-from pymilvus import MilvusClient
 
 from tests.e2e.test_disaster_recovery import (
     Writer,
     _row,
     clusters,  # noqa: F401 - a fixture
-    collection_on,
     consistent_known,
-    create_task,
     dr_daemon,  # noqa: F401 - a fixture
+    replicated,
     switchover_ends,
     task,
 )
@@ -34,13 +31,7 @@ def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
     milvus_source,
     milvus_source_rocksmq,
 ):
-    name = f"drb_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(300))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(dr_daemon, ab, "a", "b", name)
-    wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drb", range(300))
 
     # a is lost while it takes writes: the failover stops the task at once
     writer = Writer(milvus_source.uri, name, first=10_000)

@@ -124,6 +124,19 @@ def collection_on(milvus_uri: str, name: str, keys: range) -> MilvusClient:
     return client
 
 
+def replicated(daemon, milvus_a, milvus_b, prefix: str, keys: range) -> tuple:
+    """A collection of ``keys`` on a, a task a -> b replicating it, b equal to a and the
+    task's consistent-up-to known: (name, client of a, client of b, task id)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_a.uri, name, keys)
+    b = MilvusClient(uri=milvus_b.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(daemon, ab, "a", "b", name)
+    wait_equal(a, b, name, "id", timeout=120)
+    consistent_known(daemon, ab)
+    return name, a, b, ab
+
+
 def create_task(daemon, task_id: str, source: str, target: str, collection: str) -> None:
     reply = daemon.call(
         "create",
@@ -289,13 +302,7 @@ def test_a_switchover_that_cannot_finish_rolls_back(
 ):
     """The verify cannot finish within the job's timeout: the job fails, rolled back; a is no
     longer fenced and the task goes on replicating."""
-    name = f"drr_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(dr_daemon, ab, "a", "b", name)
-    wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drr", range(100))
     asked = dr_daemon.call(
         "switchover", {"task_id": ab, "max_lag_seconds": 30, "timeout_seconds": 1}
     )
@@ -320,13 +327,7 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
 ):
     """``fence: operator`` (a cluster whose quotas are off): the job sets no fence; it waits
     until the task's WAL shows no row change for a while, here after the writer stops."""
-    name = f"drq_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(dr_daemon, ab, "a", "b", name)
-    wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drq", range(100))
     writer = Writer(milvus_source.uri, name, first=30_000)
     writer.start()
     try:
@@ -357,13 +358,7 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
 def test_a_daemon_killed_mid_switchover_leaves_no_fence_and_one_direction(
     dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
 ):
-    name = f"drk_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(dr_daemon, ab, "a", "b", name)
-    wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drk", range(100))
     asked = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
     assert asked.code == 200, asked.message
 
@@ -397,13 +392,7 @@ def test_failover_answers_what_the_target_holds_and_exports_the_rest(
 ):
     """The task is failed over while a writer writes: every row on a is on b or in the
     export, and the export holds no row older than consistent_up_to."""
-    name = f"drf_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(dr_daemon, ab, "a", "b", name)
-    wait_equal(a, b, name, "id", timeout=120)
-    consistent_known(dr_daemon, ab)
+    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drf", range(100))
     writer = Writer(milvus_source.uri, name, first=20_000)
     writer.start()
     try:
