@@ -86,8 +86,17 @@ class _TaskCollector(Collector):
             "cdc_consistent_up_to_seconds)",
             labels=["task_id"],
         )
+        stale = GaugeMetricFamily(
+            "cdc_stale_write_rows",
+            "Rows the old primary of a switchover holds that the reverse flow did not write "
+            "(stale clients), by collection: extra, missing and different together",
+            labels=["task_id", "collection"],
+        )
         now = time.time()
         for task_id, status in progress.items():
+            watched = (status.get("stale_writes") or {}).get("collections") or {}
+            for name, found in sorted(watched.items()):
+                stale.add_metric([task_id, name], found["rows"])
             if up_to := status.get("consistent_up_to"):
                 seconds = to_seconds(up_to["ts"])
                 consistent.add_metric([task_id], seconds)
@@ -96,7 +105,7 @@ class _TaskCollector(Collector):
             for cause, count in sorted((status.get("skipped") or {}).items()):
                 skipped.add_metric([task_id, cause], count)
             imports.add_metric([task_id], len(status.get("imports_pending") or ()))
-        yield from (rows, size, lag, position, skipped, imports, consistent, rpo)
+        yield from (rows, size, lag, position, skipped, imports, consistent, rpo, stale)
         yield from _backfill_metrics(progress)
         yield from _verify_metrics(progress)
         yield from go_task_families(self._states(), progress)

@@ -116,9 +116,9 @@ def initial_position(
         ]
         lost = bool(created) and min(created) < earliest
         if created and not lost:
-            return _before(source, pchannel, min(created)), False
-        return _before(source, pchannel, latest), lost
-    return _before(source, pchannel, latest), False
+            return position_before_offset(source, pchannel, min(created)), False
+        return position_before_offset(source, pchannel, latest), lost
+    return position_before_offset(source, pchannel, latest), False
 
 
 def replicate_start(
@@ -135,12 +135,12 @@ def replicate_start(
     if saved is not None:
         return saved
     earliest, latest = source.watermarks(pchannel)
-    start = _before(source, pchannel, latest if at_end else earliest)
+    start = position_before_offset(source, pchannel, latest if at_end else earliest)
     store.save_position(task_id, start, None)
     return start
 
 
-def _before(source: WalSource, pchannel: str, offset: int) -> Position:
+def position_before_offset(source: WalSource, pchannel: str, offset: int) -> Position:
     """A position to resume after so that ``offset`` is read next; with an empty message id
     when that is the channel's first record (readers then start at the beginning)."""
     msg_id = source.position_before(offset)

@@ -11,23 +11,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from metastore import Position
-from replicator.codec.streaming import decode_any
 from replicator.events import CollectionEvent, Delete, Insert, RawRecord
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.runner import RunnerContext
-from replicator.pipeline.selection import TaskSelection
 from replicator.sinks.kafka_events import dumps, rows_of, ts_view
+from server.dr.wal_tail import changed_keys, primary_key_name, records_after, selected_collections
 
 log = logging.getLogger(__name__)
-
-READ_BATCH = 1000
-READ_WAIT = 0.5  # seconds a read of a channel waits before the channel counts as read
 
 
 @dataclass
@@ -68,18 +63,15 @@ def export_unreplicated(
     result = Unreplicated()
     deadline = time.monotonic() + budget
     try:
-        catalog = context.catalog()
+        selected = selected_collections(context, spec)
     except Exception as exc:  # noqa: BLE001 - the source is being lost: any failure is told
         result.complete = False
         result.problems.append(f"the source catalog cannot be read: {exc}")
         return result
-    selection = TaskSelection.from_spec(spec)
-    selected = {
-        cid: meta for cid, meta in catalog.items() if selection.selects(meta.db_name, meta.name)
-    }
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
+    source = context.source()
     with open(partial, "w", encoding="utf-8") as file:
         for pchannel in context.channels:
             if time.monotonic() >= deadline:
@@ -87,10 +79,10 @@ def export_unreplicated(
                 result.problems.append(f"{pchannel}: not read, out of time")
                 continue
             try:
-                for event, record in _events_after(
-                    context, pchannel, positions.get(pchannel), selected, deadline
+                for event, record in records_after(
+                    source, pchannel, positions.get(pchannel), selected, deadline
                 ):
-                    if event.ts > consistent_ts:
+                    if event is not None and event.ts > consistent_ts:
                         _write(file, event, record, selected, result)
                 result.channels_read.append(pchannel)
             except Exception as exc:  # noqa: BLE001 - a queue failing is the answer's news
@@ -99,34 +91,6 @@ def export_unreplicated(
     partial.replace(out)
     result.file = str(out)
     return result
-
-
-def _events_after(
-    context: RunnerContext,
-    pchannel: str,
-    start: Position | None,
-    selected: dict[int, CollectionMeta],
-    deadline: float,
-) -> Iterator[tuple[CollectionEvent, RawRecord]]:
-    source = context.source()
-    earliest, end = source.watermarks(pchannel, max(0.1, deadline - time.monotonic()))
-    if end <= earliest:
-        return  # an empty channel
-    # an empty message id: the channel was empty when the task began (read from its start)
-    reader = source.open_channel(pchannel, start if start is not None and start.msg_id else None)
-    try:
-        while time.monotonic() < deadline:
-            records = reader.read_batch(READ_BATCH, READ_WAIT)
-            for record in records:
-                event = decode_any(record, source.backend, lambda cid: cid in selected)
-                if isinstance(event, CollectionEvent) and event.collection_id in selected:
-                    yield event, record
-            last = records[-1].offset if records else None
-            if not records or (last is not None and last >= end - 1):
-                return
-        raise TimeoutError("not read to its end in time")
-    finally:
-        reader.close()
 
 
 def _write(
@@ -141,15 +105,16 @@ def _write(
     source = {"channel": record.pchannel, "position": record.offset}
     base = {"db": meta.db_name or "default", "collection": meta.name, "ts": ts_view(event.ts)}
     if isinstance(event, Insert):
-        pk = _primary_key(meta)
+        pk_name = primary_key_name(meta)
         for row in rows_of(event.request.fields_data, event.num_rows):
             line = {"op": "insert", **base, "partition": event.partition_name}
-            file.write(dumps({**line, "pk": row.get(pk), "row": row, "source": source}).decode())
+            file.write(
+                dumps({**line, "pk": row.get(pk_name), "row": row, "source": source}).decode()
+            )
             file.write("\n")
         result.counts[(name, "insert")] += event.num_rows
     elif isinstance(event, Delete):
-        keys = event.request.primary_keys
-        pks = list(keys.int_id.data) if keys.HasField("int_id") else list(keys.str_id.data)
+        pks = changed_keys(event, meta)
         for pk in pks:
             line = {"op": "delete", **base, "partition": event.partition_name}
             file.write(dumps({**line, "pk": pk, "row": None, "source": source}).decode())
@@ -160,13 +125,6 @@ def _write(
         file.write(dumps({"op": kind, **base, "source": source}).decode())
         file.write("\n")
         result.counts[(name, kind)] += 1
-
-
-def _primary_key(meta: CollectionMeta) -> str:
-    for f in meta.schema.fields:
-        if f.is_primary_key:
-            return str(f.name)
-    return ""
 
 
 def _snake(name: str) -> str:

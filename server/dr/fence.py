@@ -103,7 +103,7 @@ class EtcdQuotaFence:
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
-        client = MilvusClient(**_client_args(self.source), timeout=10)
+        client = MilvusClient(**client_args(self.source), timeout=10)
         try:
             target = _a_collection(client)
             if target is None:
@@ -136,7 +136,7 @@ def is_write_refusal(exc: Exception) -> bool:
     return any(refusal in text for refusal in REFUSALS)
 
 
-def _client_args(source: SourceSettings) -> dict[str, Any]:
+def client_args(source: SourceSettings) -> dict[str, Any]:
     param = milvus_param(source.milvus)
     args: dict[str, Any] = {"uri": param["uri"]}
     if param["token"]:

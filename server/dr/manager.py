@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable
@@ -42,6 +43,14 @@ from server.dr.record import (
     load_json,
     save_job,
     save_json,
+)
+from server.dr.stale_watch import (
+    ROUND_SECONDS,
+    WATCH_KEY,
+    StaleWriteWatch,
+    WatchState,
+    load_watch,
+    save_watch,
 )
 from server.dr.switchover import SwitchoverRun
 from server.errors import ApiError, ConflictError
@@ -95,6 +104,8 @@ class DisasterRecovery:
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
         self._failbacks: dict[str, asyncio.Task[None]] = {}  # task id -> its failback here
         self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
+        # reverse task id -> its stale-write watch here (server/dr/stale_watch.py)
+        self._watches: dict[str, tuple[asyncio.Task[None], threading.Event]] = {}
 
     # --- views -------------------------------------------------------------------------------
     def views(self, task_id: str) -> dict[str, Any]:
@@ -166,6 +177,8 @@ class DisasterRecovery:
 
     def _saved(self, job: SwitchoverJob) -> None:
         self._remember(job.task_id, "switchover", job.view())
+        if job.state == "done" and job.reverse_task_id:
+            self._watch(job.reverse_task_id)
 
     def _start(self, run: SwitchoverRun, step: str) -> None:
         """Run the job (``step``: "run", "finish", or the reason of a roll back) as a task of
@@ -196,6 +209,9 @@ class DisasterRecovery:
                 self._remember(tid, "failover", json.loads(records[FAILOVER_KEY]))
             if FAILBACK_KEY in records:
                 self._recover_failback(tid, json.loads(records[FAILBACK_KEY]), me, alive)
+            if WATCH_KEY in records and not self._watch(tid):  # shown as last saved
+                watch = WatchState.from_bytes(records[WATCH_KEY])
+                self._remember(tid, "stale_writes", watch.view())
             if SWITCHOVER_KEY not in records:
                 continue
             job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
@@ -347,10 +363,65 @@ class DisasterRecovery:
         self._failback_saved(tid, record)
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
 
+    # --- stale-write watch ---------------------------------------------------------------------
+    def _watch(self, task_id: str) -> bool:
+        """Run the stale-write watch of ``task_id`` here while the task runs here; whether it
+        runs here."""
+        current = self._watches.get(task_id)
+        if current is not None and not current[0].done():
+            return True
+        if self.sup.runner_of(task_id) is None:
+            return False
+        stop = threading.Event()
+        work = self._watching(task_id, stop)
+        self._watches[task_id] = (asyncio.get_running_loop().create_task(work), stop)
+        return True
+
+    async def _watching(self, task_id: str, stop: threading.Event) -> None:
+        from server.engine import cluster_context
+
+        state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
+        if state is None:
+            return
+        spec = dict((await self.sup.get(task_id)).spec)
+
+        def applied() -> int:
+            runner = self.sup.runner_of(task_id)
+            return runner.consistent_ts() if runner is not None else 0
+
+        def hurry() -> None:
+            if (runner := self.sup.runner_of(task_id)) is not None:
+                runner.hurry()
+
+        context = cluster_context(self.settings, state.watched, shared_readers=False)
+        watch = StaleWriteWatch(self.settings, context, spec, applied, hurry, stop)
+        with log_context(task_id=task_id):
+            log.info("watching %s for writes of stale clients", state.watched)
+            try:
+                while not stop.is_set() and self.sup.runner_of(task_id) is not None:
+                    before = state.to_bytes()
+                    try:
+                        await asyncio.to_thread(watch.round, state)
+                    except Exception as exc:  # noqa: BLE001 - a round failing is shown, retried
+                        state.problem = f"{type(exc).__name__}: {exc}"
+                        log.warning("stale-write watch round: %s", state.problem)
+                    if state.to_bytes() != before and self.sup.runner_of(task_id) is not None:
+                        await asyncio.to_thread(save_watch, self.sup.store, state)
+                    self._remember(task_id, "stale_writes", state.view())
+                    await asyncio.sleep(ROUND_SECONDS)
+            finally:
+                watch.close()
+
     # --- links -------------------------------------------------------------------------------
     async def link(self, task_id: str) -> dict[str, Any] | None:
         return await asyncio.to_thread(load_json, self.sup.store, task_id, LINK_KEY)
 
     def stop(self) -> None:
-        for run in [*self._runs.values(), *self._failbacks.values()]:
+        for _, stop in self._watches.values():
+            stop.set()
+        for run in [
+            *self._runs.values(),
+            *self._failbacks.values(),
+            *(work for work, _ in self._watches.values()),
+        ]:
             run.cancel()

@@ -41,6 +41,7 @@ from server.dr.record import (
     save_job,
     save_json,
 )
+from server.dr.stale_watch import arm, load_watch
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
 from server.settings import CdcSettings
@@ -316,9 +317,25 @@ class SwitchoverRun:
             return False
         return task.state is TaskState.RUNNING or task.state is TaskState.INITIAL
 
+    async def _arm_watch(self) -> None:
+        """The reverse task watches A's WAL for writes it does not make, from A's end now,
+        while A is still fenced (:mod:`stale_watch`)."""
+        reverse = self.job.reverse_task_id
+        current = await asyncio.to_thread(load_watch, self.sup.store, reverse)
+        if current is not None and current.job_id == self.job.job_id:
+            return
+        from server.engine import cluster_context
+
+        source = self.job.source_cluster
+        context = cluster_context(self.settings, source, shared_readers=False)
+        await asyncio.to_thread(
+            arm, self.sup.store, context, reverse, source, self.job.target_cluster, self.job.job_id
+        )
+
     async def finish(self) -> SwitchoverJob:
-        """Lift the fences (retried until they are: the reverse flow must write to A) and end
-        the job done."""
+        """Arm the reverse task's stale-write watch, lift the fences (retried until they are:
+        the reverse flow must write to A) and end the job done."""
+        await self._arm_watch()
         target = self.settings.cluster(self.job.target_cluster)
         other = EtcdQuotaFence(self.job.target_cluster, target)
         while True:

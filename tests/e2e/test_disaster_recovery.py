@@ -171,6 +171,25 @@ def job_state(daemon, task_id: str) -> str:
     return ((task(daemon, task_id).get("progress") or {}).get("switchover") or {}).get("state", "")
 
 
+def watched(daemon, task_id: str, enough) -> dict | None:
+    """The task's stale-write watch once ``enough`` says so of it."""
+    watch = (task(daemon, task_id).get("progress") or {}).get("stale_writes")
+    return watch if watch and enough(watch) else None
+
+
+def _seconds(moment: dict | None) -> float:
+    return moment["ts"] / 2**18 / 1000 if moment else 0.0
+
+
+def scraped(daemon) -> dict:
+    """/metrics as {(family, task_id, collection): value}."""
+    return {
+        (family.name, sample.labels.get("task_id"), sample.labels.get("collection")): sample.value
+        for family in text_string_to_metric_families(daemon.get("/metrics")[1].decode())
+        for sample in family.samples
+    }
+
+
 def consistent_known(daemon, task_id: str) -> dict:
     return wait_until(
         lambda: (task(daemon, task_id).get("progress") or {}).get("consistent_up_to"),
@@ -192,13 +211,9 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     wait_equal(a, b, name, "id", timeout=120)
     up_to = consistent_known(dr_daemon, ab)
     assert abs(up_to["ts"] / 2**18 / 1000 - time.time()) < 30, up_to  # hybrid ms << 18
-    metrics = {
-        (family.name, sample.labels.get("task_id")): sample.value
-        for family in text_string_to_metric_families(dr_daemon.get("/metrics")[1].decode())
-        for sample in family.samples
-    }
-    assert metrics[("cdc_consistent_up_to_seconds", ab)] >= up_to["ts"] / 2**18 / 1000 - 1
-    assert 0 <= metrics[("cdc_rpo_seconds", ab)] < 30
+    metrics = scraped(dr_daemon)
+    assert metrics[("cdc_consistent_up_to_seconds", ab, None)] >= _seconds(up_to) - 1
+    assert 0 <= metrics[("cdc_rpo_seconds", ab, None)] < 30
 
     # a lag above the figure asked: refused at once, nothing changes
     refused = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 1e-6})
@@ -240,8 +255,27 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     assert rows(b, name, "id") == source_rows
     # the fence on a is lifted: the reverse flow writes there
     assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
-    # a stale client writes to a after the switchover: the check after it shows the rows
+    ba = job["reverse_task_id"]
+    # a stale client writes to a after the switchover: five new rows, one row overwritten, one
+    # deleted. The reverse task's watch of a's WAL shows them, by kind; the check after the
+    # switchover (a verify) finds them too
     a.insert(name, [_row(k) for k in range(90_000, 90_005)])
+    a.upsert(name, [{**_row(30), "title": "written by a stale client"}])
+    a.delete(name, filter="id == 31")
+    qualified = f"default.{name}"
+    watch = wait_until(
+        lambda: watched(dr_daemon, ba, lambda w: w["stale_rows"] >= 7),
+        120,
+        "the stale-write watch",
+        interval=0.5,
+    )
+    assert watch["watching"] == "a" and watch["against"] == "b", watch
+    found = watch["collections"][qualified]
+    assert (found["extra"], found["different"], found["missing"]) == (5, 1, 1), watch
+    assert watch["stale_rows"] == 7 and watch["unchecked"] == 0, watch
+    assert {30, 31, 90_000} <= set(found["sample"]), watch
+    assert found["first_seen"] >= job["steps"][-1]["at"][:19], (found, job["steps"])
+    assert scraped(dr_daemon)[("cdc_stale_write_rows", ba, qualified)] == 7
 
     def stale_check() -> dict | None:
         job = (task(dr_daemon, ab).get("progress") or {}).get("switchover") or {}
@@ -249,21 +283,28 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
 
     check = wait_until(stale_check, 180, "the stale-write check", interval=0.5)
     assert check["state"] == "done", check
-    assert check["collections"][f"default.{name}"]["extra"] == 5, check
-    assert check["divergent_rows"] == 5, check
+    assert check["collections"][qualified] == {"missing": 1, "extra": 5, "different": 1}, check
+    assert check["divergent_rows"] == 7, check
     a.delete(name, filter="id >= 90000 and id < 90005")
-
-    ba = job["reverse_task_id"]
     original = task(dr_daemon, ab)
     assert original["state"] == "Paused" and ba in original["reason"], original
     reverse = task(dr_daemon, ba)
     assert reverse["state"] == "Running"
     assert (reverse["source_cluster"], reverse["target_cluster"]) == ("b", "a")
 
-    # production now writes to b: the reverse task carries it to a
+    # production now writes to b: the reverse task carries it to a (and mends 30 and 31)
     b.insert(name, [_row(k) for k in range(50_000, 50_100)])
-    b.delete(name, filter="id < 20")
+    b.delete(name, filter="id < 32")
     wait_equal(b, a, name, "id", timeout=120)
+    # the reverse flow's own writes are not stale: the count stays once the watch read them
+    written = time.time()
+    watch = wait_until(
+        lambda: watched(dr_daemon, ba, lambda w: _seconds(w["watched_up_to"]) > written + 1),
+        60,
+        "the watch past the reverse flow's writes",
+        interval=0.5,
+    )
+    assert watch["stale_rows"] == 7 and watch["keys_checked"] >= 100 + 32, watch
 
     # and back, from the command line: the switchover of the reverse task starts the original
     # task again

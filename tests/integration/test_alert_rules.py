@@ -77,6 +77,7 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
         "channels": [channel.view()],
         "skipped": {"unknown_collection": 1},
         "imports_pending": [],
+        "stale_writes": {"collections": {"default.c": {"rows": 0}}},
         "verify": {
             "state": "done",
             "finished_at": 1.0,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicator.compare.classify import RangeRead
 from replicator.hybrid_time import from_seconds, to_seconds
 from replicator.pipeline.status import (
     CAUGHT_UP_MARGIN,
@@ -23,6 +24,7 @@ from replicator.sinks.milvus_status import status_retriable
 from server.api_models import CreateRequest, parse_model, public_view, validate_create
 from server.dr.fence import is_write_refusal
 from server.dr.record import SwitchoverJob
+from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
 from server.dr.switchover import reverse_request
 from server.errors import BadRequestError
 from server.settings import ConfigError, load_settings, secret_values
@@ -169,3 +171,33 @@ def test_a_fenced_milvus_refusal_is_recognised_and_retried_by_tasks_writing_ther
     assert is_write_refusal(Exception(refusal))
     assert not is_write_refusal(Exception("collection not found[collection=x]"))
     assert status_retriable(9, 48)  # a task writing to a fenced target waits, never fails
+
+
+def _stale_state() -> WatchState:
+    return WatchState("b-to-a", "a", "b", "job1", "2026-11-27T00:00:00.000Z")
+
+
+def test_a_stale_key_read_again_counts_once_unless_its_rows_changed():
+    state = _stale_state()
+    # an upsert's delete and insert read in two rounds: the same key, the same two rows
+    first = RangeRead({30: 1, 31: 2}, {30: 9})  # 30 different, 31 missing on the watched side
+    counted = StaleWriteWatch._new(state, "default.c", first.divergence, first)
+    assert counted.keys == {30, 31}
+    again = StaleWriteWatch._new(state, "default.c", first.divergence, first)
+    assert not again
+    # the stale client writes key 30 once more, otherwise: a new stale write
+    changed = RangeRead({30: 1, 31: 2}, {30: 8})
+    assert StaleWriteWatch._new(state, "default.c", changed.divergence, changed).keys == {30}
+
+
+def test_the_watch_record_survives_a_round_trip_and_shows_what_it_found():
+    state = _stale_state()
+    state.stale["default.c"] = Found(extra=5, missing=1, sample=[90_000, "k"])
+    state.pending["default.c"] = [[1, 2], ["x", 3]]
+    state.counted["default.c"] = [[30, "1:9"]]
+    back = WatchState.from_bytes(state.to_bytes())
+    assert back == state
+    view = back.view()
+    assert view["stale_rows"] == 6 and view["keys_pending"] == 2
+    assert view["collections"]["default.c"]["rows"] == 6
+    assert "positions" not in view and "counted" not in view
