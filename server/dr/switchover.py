@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -61,8 +62,30 @@ FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its 
 # every few seconds, its quota centre pushes the rates to the proxies every few more)
 
 
+# Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py); never set
+# in service. "hold:<point>:<seconds>" holds the job there (a test kills the daemon meanwhile),
+# "fail:<point>" makes it fail there. Points: "fencing" (the fence key written, not yet seen in
+# effect), "draining", "verifying" (the verify job started), "reversing" (the task paused, the
+# reverse task not created), "reversed" (the reverse task created, the fences still on).
+FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
+
+
 class SwitchoverError(Exception):
     """A step that cannot be done; the job rolls back (or, past the reverse task, retries)."""
+
+
+async def injected_fault(point: str) -> None:
+    """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), a hold or
+    a failure."""
+    kind, _, rest = os.environ.get(FAULT_ENV, "").partition(":")
+    where, _, seconds = rest.partition(":")
+    if where != point:
+        return
+    if kind == "hold":
+        log.warning("switchover held at %s for %s s (%s)", point, seconds, FAULT_ENV)
+        await asyncio.sleep(float(seconds or 60))
+    elif kind == "fail":
+        raise SwitchoverError(f"a fault injected at {point} ({FAULT_ENV})")
 
 
 async def verify_ended(
@@ -163,6 +186,7 @@ class SwitchoverRun:
         # saved before the key is written: whoever finds this job owns the fence
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
         await asyncio.to_thread(self.fence.set)
+        await injected_fault("fencing")
         seen = await asyncio.to_thread(
             wait_in_effect,
             self.fence,
@@ -194,6 +218,7 @@ class SwitchoverRun:
 
     async def _drain(self) -> None:
         await self._save(self.job.to("draining"))
+        await injected_fault("draining")
         target = int((self.job.fenced_at or {}).get("ts") or 0)
         while True:
             runner = self.sup.runner_of(self.job.task_id)
@@ -224,6 +249,7 @@ class SwitchoverRun:
     async def _verify(self) -> None:
         await self._save(self.job.to("verifying"))
         verify_id = await self._start_verify(self.job.task_id)
+        await injected_fault("verifying")
         current = await verify_ended(
             self.sup, self.job.task_id, verify_id, lambda: self._left(f"verifying ({verify_id})")
         )
@@ -260,12 +286,14 @@ class SwitchoverRun:
             # saved first: a roll back resumes the task only if it is not Running
             await self._save(self.job.with_(original_paused=True))
             await self.sup.pause(job.task_id, reason=reason)
+            await injected_fault("reversing")
             if rearm:
                 await self._rearm(reverse_id)
             else:
                 spec = dict((await self.sup.get(job.task_id)).spec)
                 await self.sup.create(reverse_request(spec, reverse_id))
             await self._link(job.task_id, reverse_id)
+            await injected_fault("reversed")
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, roll back or go on
             if await self.reverse_exists(reverse_id):
                 log.warning("switchover %s: %s after the reverse task existed", job.job_id, exc)

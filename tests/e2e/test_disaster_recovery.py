@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -29,6 +30,7 @@ from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
+from server.dr.switchover import FAULT_ENV
 from server.settings import SourceSettings
 from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal
 
@@ -396,60 +398,153 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     b.close()
 
 
-def test_a_daemon_killed_mid_switchover_leaves_no_fence_and_one_direction(
-    dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
-):
-    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drk", range(100))
-    asked = dr_daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
-    assert asked.code == 200, asked.message
+# where a switchover job can be held or made to fail (server/dr/switchover.py FAULT_ENV); the
+# reverse task exists only from "reversed" on, and from there the job only goes forward
+POINTS = ("fencing", "draining", "verifying", "reversing", "reversed")
 
-    def fenced() -> bool:
-        job = (task(dr_daemon, ab).get("progress") or {}).get("switchover") or {}
-        return job.get("state") in ("draining", "verifying") or job.get("state") == "done"
 
-    wait_until(fenced, 120, "the switchover past its fence", interval=0.1)
-    dr_daemon.kill()
-    dr_daemon.start()
-    job = switchover_ends(dr_daemon, ab)
-    tasks = {t["task_id"]: t for t in dr_daemon.call("list").data["tasks"]}
+def faulty_daemon(daemon_factory, clusters, fault: str):
+    daemon = daemon_factory("dr", clusters=clusters, verify={"settleSeconds": 20})
+    daemon.env[FAULT_ENV] = fault
+    return daemon.start()
+
+
+def one_direction_left(daemon, name: str, job: dict, ab: str, etcd_service, milvus_source):
+    """Never both directions, never a fence left on: a rolled-back job leaves the task, a done
+    one the reverse task, running alone."""
+    tasks = {t["task_id"]: t for t in daemon.call("list").data["tasks"]}
     running = [t for t in tasks.values() if t["state"] == "Running" and name in json.dumps(t)]
-    assert len(running) == 1, tasks  # never both directions
-    if job["state"] == "failed":
-        assert job["rolled_back"] is True, job
-        assert running[0]["task_id"] == ab
-    else:
-        assert running[0]["task_id"] == job["reverse_task_id"]
+    assert len(running) == 1, tasks
+    expected = ab if job["state"] == "failed" else job["reverse_task_id"]
+    assert running[0]["task_id"] == expected, (job, tasks)
     wait_until(
         lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None,
         30,
         "the fence lifted",
     )
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_failure_at_each_step_rolls_back_or_goes_forward(
+    point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    daemon = faulty_daemon(daemon_factory, clusters, f"fail:{point}")
+    name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drx", range(100))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+    job = switchover_ends(daemon, ab)
+    if point == "reversed":  # the reverse task exists: forward, never back
+        assert job["state"] == "done", job
+    else:
+        assert job["state"] == "failed" and job["rolled_back"] is True, job
+        assert f"injected at {point}" in job["reason"], job
+        assert job["steps"][-2]["state"] == point, job["steps"]
+    one_direction_left(daemon, name, job, ab, etcd_service, milvus_source)
+    # the direction left carries writes (a fence takes a few seconds to lift in Milvus)
+    writable, other = (a, b) if job["state"] == "failed" else (b, a)
+    wait_until(lambda: writable.insert(name, [_row(k) for k in range(900, 910)]), 60, "a write")
+    wait_equal(writable, other, name, "id", timeout=120)
     a.close()
     b.close()
 
 
-def test_failover_answers_what_the_target_holds_and_exports_the_rest(
-    dr_daemon, milvus_source, milvus_source_rocksmq, tmp_path
+@pytest.mark.parametrize("point", POINTS)
+def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
+    point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
 ):
-    """The task is failed over while a writer writes: every row on a is on b or in the
-    export, and the export holds no row older than consistent_up_to."""
-    name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drf", range(100))
-    writer = Writer(milvus_source.uri, name, first=20_000)
-    writer.start()
-    try:
-        wait_until(lambda: len(writer.acknowledged) >= 100, 60, "the writer's rows")
-        acknowledged = set(writer.acknowledged)  # before the failover: a has them
-        status, _, answer = dr_daemon.request("POST", f"/v1/tasks/{ab}/failover", {})
-    finally:
-        writer.stop.set()
-        writer.join(30)
+    """``kill -9`` while the job is held at ``point``, then a restart: the job is rolled back
+    when the reverse task does not exist yet, else finished; never half."""
+    daemon = faulty_daemon(daemon_factory, clusters, f"hold:{point}:120")
+    name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drk", range(100))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+    wait_until(
+        lambda: f"switchover held at {point}" in daemon.log_text(), 120, f"the job at {point}"
+    )
+    daemon.kill()
+    del daemon.env[FAULT_ENV]
+    daemon.start()
+    job = switchover_ends(daemon, ab)
+    if point == "reversed":
+        assert job["state"] == "done", job
+    else:
+        assert job["state"] == "failed" and job["rolled_back"] is True, job
+        assert "stopped while" in job["reason"], job
+    one_direction_left(daemon, name, job, ab, etcd_service, milvus_source)
+    a.close()
+    b.close()
+
+
+class TimedWriter(Writer):
+    """A Writer that notes when each insert was acknowledged, by its own clock (this host's,
+    which the source's hybrid timestamps also come from): Milvus stamps a write before it
+    answers, so a write acknowledged at or before a moment has a timestamp at or before it."""
+
+    def __init__(self, uri: str, collection: str, first: int) -> None:
+        super().__init__(uri, collection, first)
+        self.stamps: dict[int, float] = {}  # key -> seconds when its insert returned
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            keys = list(range(self.next, self.next + 5))
+            try:
+                self.client.insert(self.collection, [_row(k) for k in keys], timeout=5)
+            except Exception:  # noqa: BLE001 - a lost cluster refuses in many ways
+                self.refused += 1
+                time.sleep(0.2)
+                continue
+            self.stamps.update(dict.fromkeys(keys, time.time()))
+            self.acknowledged.update(keys)
+            self.next += 5
+            time.sleep(0.05)
+        self.client.close()
+
+
+def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_answers(
+    daemon_factory, milvus_source_rocksmq, etcd_service, kafka_mock, tmp_path
+):
+    """The source Milvus (its own, WAL on the Kafka mock) is killed with ``kill -9`` under load;
+    the failover answers ``consistent_up_to``: every write acknowledged at or before it (by the
+    writer's own timestamps) is on b; every acknowledged write is on b or in the export of the
+    surviving queue; b takes writes."""
+    from harness.milvus_source import milvus_source as start_milvus
+
+    root = f"lost-{uuid.uuid4().hex[:8]}"
+    with start_milvus(
+        tmp_path / "lost", etcd_service.endpoint, kafka_mock.bootstrap, root_path=root
+    ) as lost:
+        daemon = daemon_factory(
+            "dr",
+            clusters={
+                "a": cluster(lost, etcd_service.endpoint),
+                "b": cluster(milvus_source_rocksmq, etcd_service.endpoint),
+            },
+        ).start()
+        name, a, b, ab = replicated(daemon, lost, milvus_source_rocksmq, "drf", range(100))
+        writer = TimedWriter(lost.uri, name, first=20_000)
+        writer.start()
+        try:
+            wait_until(lambda: len(writer.acknowledged) >= 150, 60, "the writer's rows")
+            os.kill(lost.pid, signal.SIGKILL)  # the source cluster is lost under load
+            time.sleep(1.0)
+            status, _, answer = daemon.request("POST", f"/v1/tasks/{ab}/failover", {})
+        finally:
+            writer.stop.set()
+            writer.join(30)
+        a.close()
     assert status == 200, answer
     assert answer["task"]["state"] == "Paused", answer
     consistent = answer["consistent_up_to"]
     assert consistent and consistent["ts"] > 0, answer
-    view = task(dr_daemon, ab)
+    view = task(daemon, ab)
     assert view["state"] == "Paused" and "failed over at" in view["reason"], view
     assert view["progress"]["failover"]["consistent_up_to"] == consistent
+    on_b = set(rows(b, name, "id"))
+    # every write acknowledged at or before consistent_up_to is on b
+    covered = {k for k, at in writer.stamps.items() if at <= _seconds(consistent)}
+    assert len(covered) >= 50, (len(covered), len(writer.stamps), consistent)
+    assert not covered - on_b, sorted(covered - on_b)[:10]
+    # the queue outlived the Milvus: what b lacks is in the export, nothing older than the point
     export = answer["unreplicated"]
     assert export["complete"] is True, json.dumps(export)
     lines = [json.loads(x) for x in Path(export["file"]).read_text().splitlines()]
@@ -457,14 +552,11 @@ def test_failover_answers_what_the_target_holds_and_exports_the_rest(
     exported = {line["pk"] for line in lines if line["op"] == "insert"}
     counted = export["by_collection"].get(f"default.{name}", {}).get("insert", 0)
     assert counted == len([x for x in lines if x["op"] == "insert"])
-    on_b = set(rows(b, name, "id"))
-    # the task is stopped: what b holds no longer changes, and every row a acknowledged before
-    # the failover is on b or in the export, never lost in silence
-    missing = (acknowledged | set(range(100))) - on_b - exported
-    assert not missing, (
-        f"{len(missing)} rows of a neither on b nor exported: {sorted(missing)[:10]}"
-    )
-    a.close()
+    missing = (writer.acknowledged | set(range(100))) - on_b - exported
+    assert not missing, f"{len(missing)} acknowledged rows neither on b nor exported"
+    # b takes writes
+    b.insert(name, [_row(k) for k in range(70_000, 70_010)])
+    wait_until(lambda: set(range(70_000, 70_010)) <= set(rows(b, name, "id")), 30, "b's rows")
     b.close()
 
 

@@ -59,6 +59,8 @@ class Daemon:
     client_tls: ssl.SSLContext | None = None
     # the host of the configured address (requests always go to 127.0.0.1)
     host: str = "127.0.0.1"
+    # set in the process's environment over the test's own (fault injection, for one)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_path(self) -> Path:
@@ -84,6 +86,7 @@ class Daemon:
         }
         env.update(installed)
         env["no_proxy"] = "127.0.0.1,localhost"
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 die_with_parent([*command, "serve", "--config", str(self.config_path)]),
