@@ -49,6 +49,7 @@ from server.dr.stale_watch import (
     WATCH_KEY,
     StaleWriteWatch,
     WatchState,
+    arm,
     load_watch,
     save_watch,
 )
@@ -368,6 +369,26 @@ class DisasterRecovery:
 
     def _failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
         self._remember(task_id, "failback", record)
+        reverse = str(record.get("reverse_task_id") or "")
+        if record.get("state") == "in_sync" and reverse:
+            asyncio.get_running_loop().create_task(self._watch_after_failback(reverse))
+
+    async def _watch_after_failback(self, reverse_id: str) -> None:
+        """A failback in sync: the old primary (the reverse task's target) is watched for
+        writes of stale clients from now on, as after a switchover."""
+        from server.engine import cluster_context
+
+        try:
+            if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
+                spec = dict((await self.sup.get(reverse_id)).spec)
+                watched, peer = spec["target_cluster"], spec["source_cluster"]
+                context = cluster_context(self.settings, watched, shared_readers=False)
+                await asyncio.to_thread(
+                    arm, self.sup.store, context, reverse_id, watched, peer, "failback"
+                )
+            self._watch(reverse_id)
+        except (ApiError, MetaStoreError) as exc:
+            log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
 
     def _recover_failback(self, tid: str, record: dict[str, Any], me: str, alive: set[str]) -> None:
         running = self._failbacks.get(tid)

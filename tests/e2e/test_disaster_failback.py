@@ -20,6 +20,7 @@ from tests.e2e.test_disaster_recovery import (
     replicated,
     switchover_ends,
     task,
+    watched,
 )
 from tests.e2e.test_replication import rows, wait_equal
 
@@ -78,6 +79,17 @@ def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
     reverse = task(dr_daemon, back)
     assert reverse["state"] == "Running"
     assert (reverse["source_cluster"], reverse["target_cluster"]) == ("b", "a")
+    # from in_sync on, a is watched for writes of stale clients, as after a switchover
+    a.insert(name, [_row(99_999)])
+    watch = wait_until(
+        lambda: watched(dr_daemon, back, lambda w: w["stale_rows"] >= 1),
+        120,
+        "the stale-write watch",
+        interval=0.5,
+    )
+    assert watch["collections"][f"default.{name}"]["extra"] == 1, watch
+    assert watch["collections"][f"default.{name}"]["sample"] == [99_999], watch
+    a.delete(name, filter="id == 99999")
 
     # home: the switchover of the reverse task starts the original task again
     consistent_known(dr_daemon, back)

@@ -96,13 +96,14 @@ def clusters(milvus_source, milvus_source_rocksmq, etcd_service):
         "b": cluster(milvus_source_rocksmq, etcd_service.endpoint),
     }
     yield config
-    # a fence a failed test left is lifted, and seen lifted (Milvus reads its etcd config every
-    # few seconds): the next test's writes must not be refused
+    # a fence a failed test left is lifted, and any fence seen lifted (Milvus reads its etcd
+    # config every few seconds, so a fence the job lifted may still hold): the next test's
+    # writes must not be refused
     for label, settings in config.items():
         fence = EtcdQuotaFence(label, SourceSettings(**settings))
         if fence.is_set():
             fence.lift()
-            wait_in_effect(fence, 60, lambda: False, effect=False)
+        wait_in_effect(fence, 60, lambda: False, effect=False)
 
 
 def fence_value(etcd_service, root: str) -> bytes | None:
