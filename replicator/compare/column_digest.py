@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from pymilvus import DataType
 
+from replicator.codec.wkb import wkb_to_wkt
 from replicator.compare.digest import (
     BYTE_VECTOR_KINDS,
     FLOAT_KINDS,
@@ -124,6 +125,16 @@ def _values(kind: str, field: Any) -> list[Any]:
         return [json.loads(raw) for raw in scalars.json_data.data]
     if kind == "ARRAY":
         return _array_cells(field)
+    if kind == "TIMESTAMPTZ":  # a server answers text (Milvus Lite: ISO 8601) or the number
+        if scalars.HasField("timestamptz_data"):
+            return list(scalars.timestamptz_data.data)
+        return list(scalars.string_data.data)
+    if kind == "GEOMETRY":  # answered as WKT; WKB is what a WAL holds
+        if scalars.HasField("geometry_data"):
+            return [wkb_to_wkt(raw) if raw else None for raw in scalars.geometry_data.data]
+        if scalars.HasField("geometry_wkt_data"):
+            return list(scalars.geometry_wkt_data.data)
+        return list(scalars.string_data.data)
     raise UnsupportedValueError(f"a column of {kind} value by value")
 
 
@@ -142,7 +153,7 @@ def column_parts(name: str, kind: str, field: Any, rows: int) -> Parts:
     valid = list(field.valid_data)
     if valid and kind in _VECTORS:
         raise UnsupportedValueError(f"a nullable {kind} column")
-    if valid or kind in ("JSON", "ARRAY"):
+    if valid or kind in ("JSON", "ARRAY", "TIMESTAMPTZ", "GEOMETRY"):
         # JSON "null" is a null, as pymilvus decodes it
         return _per_row(name, kind, _values(kind, field), valid)
     scalars = field.scalars

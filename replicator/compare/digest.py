@@ -9,6 +9,10 @@ tag and its value, every variable part length-prefixed, so no two different rows
     binary, float16,   the bytes as stored               JSON and dynamic fields, arrays:
     bfloat16 vectors                                     json.dumps(sort_keys=True), UTF-8
     sparse vectors     (index u32, value f32) pairs in index order
+    timestamptz        UTC microseconds, signed 8 bytes (a server answers ISO 8601 text in
+                       its own format and offset, or the number)
+    geometry           WKT with its numbers written back from the doubles they read as and
+                       single spaces ("POINT (1 2)" whatever the server's spacing or "1.0")
 
 The digest of a set of rows is their count and the sum, mod 2**128, of a 128-bit BLAKE2b hash
 of each encoding: adding is commutative, so the order rows are read in does not matter, and a
@@ -23,9 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -72,6 +78,40 @@ def _sparse_bytes(value: Any) -> bytes:
     return indices + values
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WKT_TOKEN = re.compile(r"[(),]|[^\s(),]+")
+
+
+def timestamptz_micros(value: Any) -> int:
+    """A Timestamptz as UTC microseconds: the number itself, or ISO 8601 text with an offset
+    (``Z`` or ``+hh:mm``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise UnsupportedValueError(f"a timestamptz as {type(value).__name__}")
+    moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    if moment.tzinfo is None:
+        raise UnsupportedValueError(f"a timestamptz without an offset: {value!r}")
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def canonical_wkt(value: Any) -> str:
+    """WKT with single spaces and every number as the shortest text of its double."""
+    if not isinstance(value, str):
+        raise UnsupportedValueError(f"a geometry as {type(value).__name__}")
+    out: list[str] = []
+    for part in _WKT_TOKEN.findall(value):
+        if part in "(),":
+            out.append(part)
+            continue
+        try:
+            out.append(repr(float(part)))
+        except ValueError:
+            out.append(part.upper())
+    return " ".join(out)
+
+
 def encode_value(kind: str, value: Any) -> tuple[bytes, bytes]:
     """(type tag, value bytes) of one field."""
     if value is None:
@@ -92,6 +132,10 @@ def encode_value(kind: str, value: Any) -> tuple[bytes, bytes]:
         return b"x", _vector_bytes(value)
     if kind == "SPARSE_FLOAT_VECTOR":
         return b"p", _sparse_bytes(value)
+    if kind == "TIMESTAMPTZ":
+        return b"t", _I64.pack(timestamptz_micros(value))
+    if kind == "GEOMETRY":
+        return b"g", canonical_wkt(value).encode()
     return b"j", _json(value)  # JSON, ARRAY, dynamic fields and kinds not listed
 
 

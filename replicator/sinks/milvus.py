@@ -2,8 +2,11 @@
 pymilvus ships), so any Milvus 2.3-2.6 or Milvus Lite works without changing its settings.
 
 DML goes as the source's column data: an Insert's ``fields_data`` become the target's
-``InsertRequest``/``UpsertRequest`` without visiting a row. Collections are created from the
-source's schema (system fields dropped, ``autoID`` off so the source's keys are kept).
+``InsertRequest``/``UpsertRequest`` without visiting a row, except a Geometry column, which a
+2.6 WAL holds as WKB and a target's insert takes as WKT (:mod:`wkb`). Collections are created
+from the source's schema (system fields dropped, ``autoID`` off so the source's keys are kept)
+and then described: a target that kept less of the schema than the source has stops the task
+before any row is written there (:mod:`schema_check`).
 """
 
 from __future__ import annotations
@@ -20,13 +23,21 @@ import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from metastore.fenced import Fence
-from replicator.errors import Rejection, SinkError, TargetRejectedError, TargetUnavailableError
+from replicator.codec.wkb import WkbError, geometry_columns_as_wkt
+from replicator.errors import (
+    Rejection,
+    SinkError,
+    TargetRejectedError,
+    TargetUnavailableError,
+    TaskFailedError,
+)
 from replicator.sinks.milvus_status import (
     GRPC_RETRIABLE,
     grpc_rejection,
     status_rejection,
     status_retriable,
 )
+from replicator.sinks.schema_check import require_fields
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +236,7 @@ class MilvusTarget:
         target's default, 64 on 2.3-2.5; a source made with num_partitions=4 keeps 4)."""
         self.ensure_database(db)
         if self.has_collection(db, name):
+            self._require_fields(db, name, source_schema)
             return False
         schema = target_schema(source_schema)
         schema.name = name
@@ -242,7 +254,14 @@ class MilvusTarget:
             ),
             f"create collection {db}.{name}",
         )
+        self._require_fields(db, name, source_schema)
         return True
+
+    def _require_fields(self, db: str, name: str, source: schema_pb2.CollectionSchema) -> None:
+        """The collection on the target holds every field of ``source``, or the task stops
+        before a row is written there (:mod:`schema_check`)."""
+        described = self.describe_collection(db, name)
+        require_fields(f"{db}.{name}", source, described.schema)
 
     def flush(self, db: str, collections: Sequence[str]) -> None:
         self._call(
@@ -685,11 +704,20 @@ class MilvusTarget:
             num_rows=num_rows,
         )
         merge_columns(request.fields_data, more)
-        self._call(
-            "Upsert" if upsert else "Insert",
-            request,
-            f"{'upsert' if upsert else 'insert'} {num_rows} rows into {db}.{collection}",
-        )
+        what = f"{'upsert' if upsert else 'insert'} {num_rows} rows into {db}.{collection}"
+        try:
+            geometry_columns_as_wkt(request.fields_data, f"{db}.{collection}")
+        except WkbError as exc:
+            raise TaskFailedError(f"{what}: {exc}") from None
+        try:
+            self._call("Upsert" if upsert else "Insert", request, what)
+        except TargetRejectedError as exc:
+            # a target's refusal need not say of which field (2.3.5: "%!s(<nil>) is not
+            # supported now" for a Geometry column): the reason names every column and type
+            columns = ", ".join(
+                f"{c.field_name} {schema_pb2.DataType.Name(c.type)}" for c in request.fields_data
+            )
+            raise TargetRejectedError(f"{exc} (columns: {columns})", exc.rejection) from None
 
     def delete(
         self, db: str, collection: str, partition: str, pk_name: str, keys: Iterable[int | str]

@@ -439,8 +439,10 @@ class StreamingWriter:
         cipher: tuple[int, bytes] | None = None,
         tag: str = "row",
         dim: int = VECTOR_DIM,
+        columns: Sequence[schema_pb2.FieldData] | None = None,
     ) -> Written:
-        """An Insert of ``pks`` with real columns; ``cipher=(ez_id, key)`` encrypts the body
+        """An Insert of ``pks`` with real columns (:func:`row_columns`, or ``columns`` of
+        another schema: harness/stream_columns.py); ``cipher=(ez_id, key)`` encrypts the body
         (XOR with the key, enough to make it unreadable) and adds ``_ch``."""
         tick = self.tso.next() if tt is None else tt
         body = msg_pb2.InsertRequest(
@@ -456,7 +458,7 @@ class StreamingWriter:
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
             version=msg_pb2.ColumnBased,
-            fields_data=row_columns(pks, dim=dim, tag=tag),
+            fields_data=row_columns(pks, dim=dim, tag=tag) if columns is None else columns,
         )
         payload = body.SerializeToString()
         head = header(
@@ -565,10 +567,19 @@ class StreamingWriter:
         *,
         collection_name: str = "",
         tag: str = "row",
+        columns: Sequence[schema_pb2.FieldData] | None = None,
     ) -> Txn:
         """An upsert as 2.6 writes it: one transaction with the Insert and the Delete."""
         txn = self.begin_txn(vchannel)
-        self.insert(vchannel, collection_id, pks, collection_name=collection_name, txn=txn, tag=tag)
+        self.insert(
+            vchannel,
+            collection_id,
+            pks,
+            collection_name=collection_name,
+            txn=txn,
+            tag=tag,
+            columns=columns,
+        )
         self.delete(vchannel, collection_id, pks, collection_name=collection_name, txn=txn)
         self.end_txn(txn)
         return txn

@@ -1,0 +1,244 @@
+"""Insert columns of every field type, as a Milvus 2.6 proxy appends them to the WAL, for
+:class:`harness.streaming_writer.StreamingWriter` (``insert(columns=...)``).
+
+A client sends rows; the proxy's insert task checks and completes them before the Insert is
+appended, and the WAL holds what it leaves. Derived from Milvus's Go code and the schema protos
+(pymilvus ``schema_pb2``), never from our decoder:
+
+- ``internal/proxy/util.go`` ``checkFieldsDataBySchema``: a field the client did not send that
+  is nullable or has a default value gets an empty column whose ``valid_data`` is all false;
+- ``internal/proxy/validate_util.go`` ``fillWithValue``: a nullable field's column is expanded
+  to one value per row (``fillWithNullValueImpl``: the zero value where ``valid_data`` is
+  false) and keeps ``valid_data``; a field with a default value gets the default where
+  ``valid_data`` is false (``fillWithDefaultValueImpl``), then ``valid_data`` all true if the
+  field is nullable, else none at all; a Geometry default is the field's WKT
+  (``default_value.string_data``) turned into WKB;
+- ``checkGeometryFieldData``: the client's WKT (``geometry_wkt_data``) becomes WKB in
+  ``geometry_data`` (``wkb.Marshal(geom, wkb.NDR)``: little-endian OGC WKB, 2D here);
+- Timestamptz: the client sends ISO 8601 text, the WAL column is ``timestamptz_data``, UTC
+  microseconds (``FillWithNullValue``/``FillWithDefaultValue`` work on ``TimestamptzData``, the
+  default read with ``GetTimestamptzData``);
+- ``checkAndFlattenStructFieldData``: an Array of Struct is not appended as one column but as
+  one column per sub-field, named ``<struct>[<sub>]`` (``typeutil.ConcatStructFieldName``; the
+  create task renames sub-fields the same way, ``transformStructFieldNames``), each an Array or
+  an ArrayOfVector (``vectors.vector_array``) with one entry per row;
+- value layouts (``schema.proto``): Int8/Int16/Int32 in ``int_data``; JSON as UTF-8 bytes; a
+  sparse row as little-endian (uint32 index, float32 value) pairs in index order, ``dim`` the
+  largest index + 1 (``CreateSparseFloatRow``); BinaryVector dim/8 bytes per row; Float16 and
+  BFloat16 two bytes per dimension (IEEE half; the high half of a float32); Int8Vector one.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from pymilvus.grpc_gen import schema_pb2 as S  # noqa: N812 - the protos, read as S.Int64
+
+Row = Mapping[str, Any]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_ARRAY_SLOT = {
+    S.Bool: "bool_data",
+    S.Int8: "int_data",
+    S.Int16: "int_data",
+    S.Int32: "int_data",
+    S.Int64: "long_data",
+    S.Float: "float_data",
+    S.Double: "double_data",
+    S.VarChar: "string_data",
+}
+_SCALAR_SLOT = {
+    **_ARRAY_SLOT,
+    S.JSON: "json_data",
+    S.Geometry: "geometry_data",
+    S.Timestamptz: "timestamptz_data",
+}
+_ZERO: dict[int, Any] = {
+    S.Bool: False,
+    S.VarChar: "",
+    S.JSON: b"",
+    S.Geometry: b"",
+    S.Float: 0.0,
+    S.Double: 0.0,
+}
+
+
+# --- client values to WAL values -----------------------------------------------------------------
+
+
+def wkt_to_wkb(text: str) -> bytes:
+    """OGC WKB, little endian, of a 2D ``POINT (x y)`` or ``POLYGON ((x y, ...), ...)``."""
+    name, _, body = text.strip().partition("(")
+    kind = name.strip().upper()
+    body = "(" + body
+
+    def coords(chunk: str) -> list[tuple[float, float]]:
+        pairs = [p.split() for p in chunk.strip("() ").split(",")]
+        return [(float(x), float(y)) for x, y in pairs]
+
+    if kind == "POINT":
+        ((x, y),) = coords(body)
+        return struct.pack("<BIdd", 1, 1, x, y)
+    if kind == "POLYGON":
+        rings = [r for r in body.strip()[1:-1].split(")") if r.strip(" ,(")]
+        out = struct.pack("<BII", 1, 3, len(rings))
+        for ring in rings:
+            points = coords(ring.strip(" ,"))
+            out += struct.pack("<I", len(points))
+            out += b"".join(struct.pack("<dd", x, y) for x, y in points)
+        return out
+    raise ValueError(f"not a 2D POINT or POLYGON: {text}")
+
+
+def iso_to_micros(text: str) -> int:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    delta = moment - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def sparse_row(values: Mapping[int, float]) -> bytes:
+    return b"".join(struct.pack("<If", i, v) for i, v in sorted(values.items()))
+
+
+def _wal_value(field: S.FieldSchema, value: Any) -> Any:
+    if field.data_type == S.JSON:
+        return json.dumps(value).encode()
+    if field.data_type == S.Geometry:
+        return wkt_to_wkb(value)
+    if field.data_type == S.Timestamptz:
+        return iso_to_micros(value)
+    return value
+
+
+def _default(field: S.FieldSchema) -> Any:
+    which = field.default_value.WhichOneof("data")
+    value = getattr(field.default_value, which)
+    if field.data_type == S.Geometry:
+        return wkt_to_wkb(value)
+    if field.data_type == S.JSON:
+        return bytes(value)
+    return value
+
+
+# --- columns -------------------------------------------------------------------------------------
+
+
+def _scalar_column(field: S.FieldSchema, rows: Sequence[Row]) -> S.FieldData:
+    column = S.FieldData(field_name=field.name, field_id=field.fieldID, type=field.data_type)
+    has_default = field.HasField("default_value")
+    valid = [row.get(field.name) is not None for row in rows]
+    filler = _default(field) if has_default else _ZERO.get(field.data_type, 0)
+    values = [
+        _wal_value(field, row[field.name]) if ok else filler
+        for row, ok in zip(rows, valid, strict=True)
+    ]
+    if field.data_type == S.Array:
+        array = column.scalars.array_data
+        array.element_type = field.element_type
+        for value in values:
+            cell = array.data.add()
+            getattr(cell, _ARRAY_SLOT[field.element_type]).data.extend(value or [])
+    else:
+        getattr(column.scalars, _SCALAR_SLOT[field.data_type]).data.extend(values)
+    if field.nullable:
+        column.valid_data.extend([True] * len(rows) if has_default else valid)
+    return column
+
+
+def _vector_column(field: S.FieldSchema, rows: Sequence[Row]) -> S.FieldData:
+    column = S.FieldData(field_name=field.name, field_id=field.fieldID, type=field.data_type)
+    values = [row[field.name] for row in rows]
+    vectors = column.vectors
+    if field.data_type == S.SparseFloatVector:
+        vectors.sparse_float_vector.contents.extend(sparse_row(v) for v in values)
+        vectors.sparse_float_vector.dim = max(max(v, default=0) + 1 for v in values)
+        vectors.dim = vectors.sparse_float_vector.dim
+        return column
+    dim = int(next(p.value for p in field.type_params if p.key == "dim"))
+    vectors.dim = dim
+    flat = [x for v in values for x in v]
+    if field.data_type == S.FloatVector:
+        vectors.float_vector.data.extend(flat)
+    elif field.data_type == S.BinaryVector:
+        vectors.binary_vector = bytes(flat)  # values given as dim/8 bytes per row
+    elif field.data_type == S.Float16Vector:
+        vectors.float16_vector = np.asarray(flat, dtype="<f2").tobytes()
+    elif field.data_type == S.BFloat16Vector:
+        words = np.asarray(flat, dtype="<f4").view("<u4") >> 16
+        vectors.bfloat16_vector = words.astype("<u2").tobytes()
+    elif field.data_type == S.Int8Vector:
+        vectors.int8_vector = np.asarray(flat, dtype="i1").tobytes()
+    else:
+        raise ValueError(f"no layout for {S.DataType.Name(field.data_type)}")
+    return column
+
+
+def _struct_columns(struct_field: S.StructArrayFieldSchema, rows: Sequence[Row]) -> list[Any]:
+    """One column per sub-field, flattened as the proxy leaves them; ``rows[i][struct]`` is a
+    list of dicts keyed by the sub-fields' short names."""
+    columns = []
+    for sub in struct_field.fields:
+        short = sub.name[len(struct_field.name) + 1 : -1]  # "<struct>[<short>]"
+        column = S.FieldData(field_name=sub.name, field_id=sub.fieldID, type=sub.data_type)
+        for row in rows:
+            items = [item[short] for item in row[struct_field.name]]
+            if sub.data_type == S.Array:
+                array = column.scalars.array_data
+                array.element_type = sub.element_type
+                getattr(array.data.add(), _ARRAY_SLOT[sub.element_type]).data.extend(items)
+            else:  # ArrayOfVector of FloatVector
+                dim = int(next(p.value for p in sub.type_params if p.key == "dim"))
+                array = column.vectors.vector_array
+                array.dim, array.element_type = dim, sub.element_type
+                column.vectors.dim = dim
+                cell = array.data.add(dim=dim)
+                cell.float_vector.data.extend(x for v in items for x in v)
+        columns.append(column)
+    return columns
+
+
+def wal_columns(schema: S.CollectionSchema, rows: Sequence[Row]) -> list[S.FieldData]:
+    """The Insert's ``fields_data`` for ``rows`` (dicts as a client inserts them: WKT text for
+    Geometry, ISO text for Timestamptz, ``None`` or no key for a null or a default)."""
+    columns: list[S.FieldData] = []
+    for field in schema.fields:
+        if field.fieldID < 100 or field.is_dynamic:
+            continue
+        if field.data_type >= S.BinaryVector:
+            columns.append(_vector_column(field, rows))
+        else:
+            columns.append(_scalar_column(field, rows))
+    for struct_field in schema.struct_array_fields:
+        columns.extend(_struct_columns(struct_field, rows))
+    return columns
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+
+def add_field(schema: S.CollectionSchema, name: str, data_type: int, **params: Any) -> Any:
+    """A field numbered after the last one; ``params``: ``element_type``, ``nullable``,
+    ``default`` (a ValueField slot and value), the rest type params (dim, max_length, ...)."""
+    field = schema.fields.add(fieldID=100 + len(schema.fields), name=name, data_type=data_type)
+    field.element_type = params.pop("element_type", 0)
+    field.nullable = params.pop("nullable", False)
+    default = params.pop("default", None)
+    if default is not None:
+        slot, value = default
+        setattr(field.default_value, slot, value)
+    for key, value in params.items():
+        field.type_params.add(key=key, value=str(value))
+    return field
+
+
+def base_schema(name: str, dim: int = 4) -> S.CollectionSchema:
+    """``id`` (Int64 key) and ``vec`` (FloatVector of ``dim``)."""
+    schema = S.CollectionSchema(name=name)
+    add_field(schema, "id", S.Int64).is_primary_key = True
+    add_field(schema, "vec", S.FloatVector, dim=dim)
+    return schema

@@ -1,0 +1,48 @@
+"""replicator/sinks/schema_check.py: what a target's collection lost of the source's schema."""
+
+from __future__ import annotations
+
+import pytest
+from pymilvus.grpc_gen import schema_pb2
+
+from replicator.errors import TaskFailedError
+from replicator.sinks.schema_check import lost_fields, require_fields
+
+
+def schema(*fields: tuple[str, int], dynamic: bool = False) -> schema_pb2.CollectionSchema:
+    out = schema_pb2.CollectionSchema(name="c", enable_dynamic_field=dynamic)
+    out.fields.add(fieldID=0, name="RowID", data_type=schema_pb2.Int64)
+    for i, (name, data_type) in enumerate(fields):
+        out.fields.add(fieldID=100 + i, name=name, data_type=data_type)
+    return out
+
+
+def test_a_target_holding_every_field_loses_nothing() -> None:
+    source = schema(("id", schema_pb2.Int64), ("g", schema_pb2.Geometry), dynamic=True)
+    source.fields.add(fieldID=102, name="$meta", data_type=schema_pb2.JSON, is_dynamic=True)
+    target = schema(("id", schema_pb2.Int64), ("g", schema_pb2.Geometry), dynamic=True)
+    del target.fields[0]  # a target lists no system field
+    assert lost_fields(source, target) == []
+
+
+def test_missing_retyped_unflagged_struct_and_dynamic_fields_are_named() -> None:
+    source = schema(
+        ("id", schema_pb2.Int64),
+        ("a", schema_pb2.Int32),
+        ("t", schema_pb2.Timestamptz),
+        ("n", schema_pb2.VarChar),
+        dynamic=True,
+    )
+    source.fields[-1].nullable = True
+    chunks = source.struct_array_fields.add(fieldID=200, name="chunks")
+    chunks.fields.add(name="chunks[x]", data_type=schema_pb2.Array, element_type=schema_pb2.Int8)
+    target = schema(("id", schema_pb2.Int64), ("t", schema_pb2.Int64), ("n", schema_pb2.VarChar))
+    assert lost_fields(source, target) == [
+        "a (Int32)",
+        "t (Timestamptz)",
+        "n (VarChar, nullable)",
+        "chunks (ArrayOfStruct: chunks[x] Array of Int8)",
+        "$meta (JSON, the dynamic field)",
+    ]
+    with pytest.raises(TaskFailedError, match=r"collection db\.c: .*a \(Int32\)"):
+        require_fields("db.c", source, target)
