@@ -148,6 +148,37 @@ function targetOf(task) {
   return task.target_cluster ? `${task.target_cluster} (${address})` : address;
 }
 
+// Disaster recovery: up to when the target holds every source write, the task's last
+// switchover, failover and failback, and writes of stale clients on an old primary.
+function recoveryFacts(progress) {
+  const facts = [];
+  const upTo = progress.consistent_up_to;
+  if (upTo) facts.push(["Consistent up to", upTo.time.replace("T", " ").replace("Z", " UTC")]);
+  const switchover = progress.switchover;
+  if (switchover) {
+    const reverse = switchover.reverse_task_id ? ` · reverse task ${switchover.reverse_task_id}` : "";
+    const why = switchover.reason ? ` · ${switchover.reason}` : "";
+    facts.push(["Switchover", `${switchover.state}${reverse}${why}`]);
+  }
+  const failover = progress.failover;
+  if (failover) {
+    const rpo = failover.rpo_seconds === null || failover.rpo_seconds === undefined ? "" : ` · RPO ${seconds(failover.rpo_seconds)}`;
+    facts.push(["Failover", `${failover.failed_over_at}${rpo}`]);
+  }
+  if (progress.failback) facts.push(["Failback", progress.failback.state]);
+  const stale = progress.stale_writes;
+  if (stale) {
+    const where = Object.keys(stale.collections || {}).join(", ");
+    facts.push([
+      "Stale writes",
+      stale.stale_rows
+        ? `${number(stale.stale_rows)} row(s) on ${stale.watching} not written by this task (${where})`
+        : `none seen on ${stale.watching}`,
+    ]);
+  }
+  return facts;
+}
+
 function renderDetail(task, positions) {
   const section = $("detail");
   if (!task) {
@@ -173,6 +204,7 @@ function renderDetail(task, positions) {
   for (const mapping of task.name_mapping || []) {
     facts.push([`Database ${mapping.source_db}`, `-> ${mapping.target_db}`]);
   }
+  facts.push(...recoveryFacts(task.progress || {}));
   $("detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   $("detail-collections").replaceChildren(...collectionsOf(task).map((n) => el("li", {}, el("code", {}, n))));
   const channels = (task.progress && task.progress.channels) || [];

@@ -12,6 +12,7 @@ mock) and ``b`` (WAL in RocksMQ), named in one daemon's ``clusters``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -193,6 +194,25 @@ def scraped(daemon) -> dict:
     }
 
 
+async def dashboard_facts(daemon, task_id: str, showing: str, workdir: Path) -> str:
+    """The facts the dashboard shows of a task once they include ``showing``."""
+    from harness.browser import chromium
+
+    async with chromium(workdir / "chromium") as browser:
+        page = await browser.new_page()
+        await page.open_dashboard(daemon.url, daemon.token)
+        row = f'#tasks tr[data-task-id="{task_id}"] code'
+        await page.wait_for(f"!!document.querySelector('{row}')")
+        await page.click(row)
+        facts = await page.wait_for(
+            f"document.getElementById('detail-id').textContent === '{task_id}'"
+            f" && document.getElementById('detail-facts').innerText.includes('{showing}')"
+            " && document.getElementById('detail-facts').innerText"
+        )
+        assert browser.exceptions == []
+        return str(facts)
+
+
 def consistent_known(daemon, task_id: str) -> dict:
     return wait_until(
         lambda: (task(daemon, task_id).get("progress") or {}).get("consistent_up_to"),
@@ -202,7 +222,7 @@ def consistent_known(daemon, task_id: str) -> dict:
 
 
 def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write(
-    dr_daemon, clusters, milvus_source, milvus_source_rocksmq, etcd_service
+    dr_daemon, clusters, milvus_source, milvus_source_rocksmq, etcd_service, tmp_path
 ):
     name = f"dr_{uuid.uuid4().hex[:8]}"
     a = collection_on(milvus_source.uri, name, range(200))
@@ -279,6 +299,9 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     assert {30, 31, 90_000} <= set(found["sample"]), watch
     assert found["first_seen"] >= job["steps"][-1]["at"][:19], (found, job["steps"])
     assert scraped(dr_daemon)[("cdc_stale_write_rows", ba, qualified)] == 7
+    facts = asyncio.run(dashboard_facts(dr_daemon, ba, "Stale writes", tmp_path))
+    assert f"7 row(s) on a not written by this task ({qualified})" in facts, facts
+    assert "Consistent up to" in facts, facts
 
     def stale_check() -> dict | None:
         job = (task(dr_daemon, ab).get("progress") or {}).get("switchover") or {}

@@ -3,6 +3,7 @@ shows them, its buttons pause, resume and delete through the API, and it renders
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -84,6 +85,12 @@ async def test_dashboard_shows_and_drives_real_tasks(
         )
         assert detail["hidden"] is False and detail["state"] == "Running"
         assert f"{lite.host}:{lite.port}" in detail["facts"]
+        # up to when the target holds every source write (the task's channels read to their end)
+        facts = await page.wait_for(
+            "document.getElementById('detail-facts').innerText.includes('Consistent up to')"
+            " && document.getElementById('detail-facts').innerText"
+        )
+        assert re.search(r"Consistent up to\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", facts)
         assert detail["collections"] == ["default.orders"]
         assert detail["tables"] == 3
         # the state history, newest first: the pause and resume clicked above, with the reason
