@@ -29,8 +29,9 @@ Per operation (source names mapped to the task's target names by :class:`TaskNam
   deleted where the target can), description and consistency level (not alterable through the
   public API: skipped with a warning), rename / move to another database (RenameCollection;
   the runner must then re-register the collection under its new name), schema (fields the
-  target lacks are added with AddCollectionField, or the task stops naming them; nothing else
-  of a schema is alterable).
+  target lacks are added with AddCollectionField, or the task stops naming them; a schema the
+  source made dynamic makes the target's dynamic through ``dynamicfield.enabled``, or the task
+  stops naming ``$meta``; nothing else of a schema is alterable).
 - **TruncateCollection**: the target's TruncateCollection (2.6+, Milvus Lite). A target without
   it (2.3-2.5) gets the same result by **drop and re-create**: the collection is described
   first (schema, shards, consistency level, properties, description), with its partitions,
@@ -63,6 +64,7 @@ from replicator.pipeline.names import TaskNames, database_mapper
 from replicator.sinks.milvus import MilvusTarget, has_partition_key, target_schema
 
 log = logging.getLogger(__name__)
+DYNAMIC_FIELD_PROPERTY = "dynamicfield.enabled"  # common.EnableDynamicSchemaKey
 
 _LOADED = 3  # common_pb2.LoadStateLoaded
 _LOADING = 2
@@ -299,11 +301,14 @@ class StreamDdlApplier:
         self, collection: TargetCollection, schema: schema_pb2.CollectionSchema
     ) -> Outcome:
         db, name = collection.db, collection.name
-        have = {f.name for f in self.target.describe_collection(db, name).schema.fields}
+        described = self.target.describe_collection(db, name).schema
+        have = {f.name for f in described.fields}
         new = [f for f in target_schema(schema).fields if f.name not in have]
-        if not new:
-            return Outcome("unchanged", f"schema of {db}.{name}")
         outcomes = []
+        if schema.enable_dynamic_field and not described.enable_dynamic_field:
+            outcomes.append(self._enable_dynamic_field(collection))
+        if not new and not outcomes:
+            return Outcome("unchanged", f"schema of {db}.{name}")
         for f in new:
             f.fieldID = 0  # the target numbers its own fields
             outcome = attempt(
@@ -324,6 +329,27 @@ class StreamDdlApplier:
                 )
             outcomes.append(outcome)
         return combine(outcomes, f"schema of {db}.{name}")
+
+    def _enable_dynamic_field(self, collection: TargetCollection) -> Outcome:
+        """The source made the collection dynamic (2.6: AlterCollection ``dynamicfield.enabled``
+        adds ``$meta``, nullable, default ``{}``): so must the target be, before a row with keys
+        outside the schema is written there. A target that cannot (Milvus Lite takes the
+        property and stays static; Milvus before 2.6 has no such property) stops the task,
+        naming ``$meta``."""
+        db, name = collection.db, collection.name
+        refused = ""
+        try:
+            self.target.alter_collection(db, name, [(DYNAMIC_FIELD_PROPERTY, "true")])
+        except TargetRejectedError as exc:
+            refused = f" ({exc})"
+        if not self.target.describe_collection(db, name).schema.enable_dynamic_field:
+            raise TaskFailedError(
+                f"collection {db}.{name}: the source enabled its dynamic field, and the target "
+                f"cannot hold field $meta (JSON, the dynamic field){refused}: the rows that "
+                "follow carry keys outside the schema; make the target's collection dynamic "
+                "(or use a target of Milvus 2.6+) and resume the task"
+            )
+        return Outcome("applied", f"dynamic field of {db}.{name}")
 
     def _rename(self, collection: TargetCollection, op: ddl.AlterCollection) -> Outcome:
         new_db = self.names.database(op.new_db_name) if op.new_db_name else collection.db

@@ -4,7 +4,8 @@ created (or found) on the target, before any of its rows is written.
 A target can accept a schema and keep less of it: Milvus Lite 3.2 creates a collection whose
 schema has struct-array fields without them (and a dynamic collection would then take their
 columns into ``$meta``); an older Milvus drops a flag it does not know (``nullable``), after
-which a null arrives as a zero. Rows written there would lose the field in silence, so the task
+which a null arrives as a zero; Milvus 2.3 keeps no function (a BM25 output is then a plain
+field no row fills). Rows written there would lose the field in silence, so the task
 stops instead, naming the collection, each field and its type (lesson: a task never loses rows
 in silence). A target that refuses the schema outright already says so in its answer.
 """
@@ -47,6 +48,35 @@ def lost_fields(
             lost.append(f"{struct_field.name} (ArrayOfStruct: {subs})")
     if source.enable_dynamic_field and not target.enable_dynamic_field:
         lost.append("$meta (JSON, the dynamic field)")
+    return lost + _lost_functions(source, target)
+
+
+def _function_view(function: schema_pb2.FunctionSchema) -> tuple[object, ...]:
+    return function.type, tuple(function.input_field_names), tuple(function.output_field_names)
+
+
+def _lost_functions(
+    source: schema_pb2.CollectionSchema, target: schema_pb2.CollectionSchema
+) -> list[str]:
+    """A function (BM25: text in, sparse vector out) the target does not hold as the source
+    does: its output field would be a plain field there, which no row the source writes fills
+    (a 2.6 WAL holds the function's input, not its output), so each such output is named with
+    its function. Compared by type, input and output names (a target numbers functions and
+    fields itself)."""
+    kept = {f.name: _function_view(f) for f in target.functions}
+    by_name = {f.name: f for f in source.fields}
+    lost = []
+    for function in source.functions:
+        if kept.get(function.name) == _function_view(function):
+            continue
+        kind = schema_pb2.FunctionType.Name(function.type)
+        inputs = ", ".join(function.input_field_names)
+        for output in function.output_field_names:
+            field = by_name.get(output)
+            type_name = _type_name(field) if field is not None else "?"
+            lost.append(
+                f"{output} ({type_name}, output of function {function.name}: {kind} of {inputs})"
+            )
     return lost
 
 

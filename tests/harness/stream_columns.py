@@ -25,7 +25,23 @@ appended, and the WAL holds what it leaves. Derived from Milvus's Go code and th
 - value layouts (``schema.proto``): Int8/Int16/Int32 in ``int_data``; JSON as UTF-8 bytes; a
   sparse row as little-endian (uint32 index, float32 value) pairs in index order, ``dim`` the
   largest index + 1 (``CreateSparseFloatRow``); BinaryVector dim/8 bytes per row; Float16 and
-  BFloat16 two bytes per dimension (IEEE half; the high half of a float32); Int8Vector one.
+  BFloat16 two bytes per dimension (IEEE half; the high half of a float32); Int8Vector one;
+- functions (BM25, VarChar in, sparse vector out): the proxy runs none but embedding functions
+  before the append (``genFunctionFields`` in ``internal/proxy/task_insert.go`` calls the
+  executor only when ``HasNonBM25Functions``; ``LackOfFieldsDataBySchema`` lets a BM25 output
+  be missing), and a 2.6 reader fills the output after reading the WAL (the querynode's
+  ``internal/querynodev2/pipeline/embedding_node.go`` appends it to the message's
+  ``FieldsData``, the streaming node's ``flushcommon/pipeline/flow_graph_embedding_node.go``
+  to its insert data): the WAL's Insert holds the text column, not the sparse one. The create
+  task numbers functions from 100 in schema order and fills ``input_field_ids`` /
+  ``output_field_ids`` from the field names (``assignFieldAndFunctionID``); the output field
+  is ``is_function_output``;
+- the dynamic field: the proxy appends ``$meta`` (JSON, ``is_dynamic``) after the user fields
+  when the schema enables it (``appendDynamicField``), and an Insert always carries its column:
+  the client's (``checkDynamicFieldData`` renames it ``$meta``), else one ``{}`` per row. 2.6
+  can enable it on an existing collection (``alterDynamicFieldTask``, AlterCollection
+  ``dynamicfield.enabled``): that ``$meta`` is nullable with the default value ``{}``, so its
+  column is filled like any such field (``valid_data`` all true).
 """
 
 from __future__ import annotations
@@ -202,12 +218,30 @@ def _struct_columns(struct_field: S.StructArrayFieldSchema, rows: Sequence[Row])
     return columns
 
 
+def _dynamic_column(
+    schema: S.CollectionSchema, meta: S.FieldSchema, rows: Sequence[Row]
+) -> S.FieldData:
+    """``$meta``: each row's keys outside the schema as one JSON object (``{}`` for none)."""
+    named = {f.name for f in schema.fields} | {s.name for s in schema.struct_array_fields}
+    column = S.FieldData(field_name=meta.name, field_id=meta.fieldID, type=S.JSON)
+    column.is_dynamic = True
+    for row in rows:
+        extra = {k: v for k, v in row.items() if k not in named}
+        column.scalars.json_data.data.append(json.dumps(extra, ensure_ascii=False).encode())
+    if meta.nullable:  # the 2.6 $meta of a collection made dynamic later: default {}
+        column.valid_data.extend([True] * len(rows))
+    return column
+
+
 def wal_columns(schema: S.CollectionSchema, rows: Sequence[Row]) -> list[S.FieldData]:
     """The Insert's ``fields_data`` for ``rows`` (dicts as a client inserts them: WKT text for
     Geometry, ISO text for Timestamptz, ``None`` or no key for a null or a default)."""
     columns: list[S.FieldData] = []
     for field in schema.fields:
-        if field.fieldID < 100 or field.is_dynamic:
+        if field.fieldID < 100 or field.is_function_output:
+            continue
+        if field.is_dynamic:
+            columns.append(_dynamic_column(schema, field, rows))
             continue
         if field.data_type >= S.BinaryVector:
             columns.append(_vector_column(field, rows))
@@ -234,6 +268,35 @@ def add_field(schema: S.CollectionSchema, name: str, data_type: int, **params: A
     for key, value in params.items():
         field.type_params.add(key=key, value=str(value))
     return field
+
+
+def add_bm25(schema: S.CollectionSchema, name: str, text: str, sparse: str) -> Any:
+    """A BM25 function from the VarChar ``text`` (analyzer enabled) to the sparse ``sparse``,
+    numbered and linked as the create task leaves it."""
+    by_name = {f.name: f for f in schema.fields}
+    by_name[text].type_params.add(key="enable_analyzer", value="true")
+    by_name[sparse].is_function_output = True
+    function = schema.functions.add(
+        id=100 + len(schema.functions), name=name, type=S.FunctionType.BM25
+    )
+    function.input_field_names.append(text)
+    function.input_field_ids.append(by_name[text].fieldID)
+    function.output_field_names.append(sparse)
+    function.output_field_ids.append(by_name[sparse].fieldID)
+    return function
+
+
+def add_dynamic_field(schema: S.CollectionSchema, *, since_2_6_alter: bool = False) -> Any:
+    """``$meta`` after the user fields; ``since_2_6_alter``: as 2.6 adds it to an existing
+    collection (nullable, default ``{}``) rather than as a create makes it."""
+    schema.enable_dynamic_field = True
+    meta = add_field(schema, "$meta", S.JSON)
+    meta.is_dynamic = True
+    meta.description = "dynamic schema"
+    if since_2_6_alter:
+        meta.nullable = True
+        meta.default_value.bytes_data = b"{}"
+    return meta
 
 
 def base_schema(name: str, dim: int = 4) -> S.CollectionSchema:

@@ -46,3 +46,24 @@ def test_missing_retyped_unflagged_struct_and_dynamic_fields_are_named() -> None
     ]
     with pytest.raises(TaskFailedError, match=r"collection db\.c: .*a \(Int32\)"):
         require_fields("db.c", source, target)
+
+
+def with_bm25(out: schema_pb2.CollectionSchema) -> schema_pb2.CollectionSchema:
+    function = out.functions.add(id=100, name="fts", type=schema_pb2.FunctionType.BM25)
+    function.input_field_names.append("text")
+    function.output_field_names.append("sparse")
+    return out
+
+
+def test_a_function_the_target_does_not_hold_names_its_output_and_the_function() -> None:
+    fields = (("id", schema_pb2.Int64), ("text", schema_pb2.VarChar))
+    source = with_bm25(schema(*fields, ("sparse", schema_pb2.SparseFloatVector)))
+    kept = with_bm25(schema(*fields, ("sparse", schema_pb2.SparseFloatVector)))
+    kept.functions[0].id = 0  # a target numbers functions itself (Lite: 0)
+    assert lost_fields(source, kept) == []
+    plain = schema(*fields, ("sparse", schema_pb2.SparseFloatVector))  # Milvus 2.3: no function
+    retargeted = with_bm25(schema(*fields, ("sparse", schema_pb2.SparseFloatVector)))
+    retargeted.functions[0].input_field_names[0] = "id"
+    expected = ["sparse (SparseFloatVector, output of function fts: BM25 of text)"]
+    assert lost_fields(source, plain) == expected
+    assert lost_fields(source, retargeted) == expected
