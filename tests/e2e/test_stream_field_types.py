@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -171,6 +172,27 @@ def target_row(got: dict[str, Any]) -> dict[str, Any]:
     return normalized(got)
 
 
+def wait_target_equal(
+    daemon: Any, task_id: str, differences: Callable[[], list[str]], what: str
+) -> None:
+    """Wait until ``differences`` finds none; else fail naming them and the task's state."""
+    problems: list[str] = []
+
+    def same() -> bool:
+        nonlocal problems
+        problems = differences()
+        return not problems
+
+    try:
+        wait_until(same, 60, what)
+    except ServiceStartError:
+        task = task_view(daemon, task_id)
+        raise AssertionError(
+            f"{len(problems)} differences: {problems[:12]}; task {task['state']}: "
+            f"{task.get('reason')}"
+        ) from None
+
+
 def load(client: MilvusClient, name: str) -> None:
     index = client.prepare_index_params()
     index.add_index("vec", index_type="FLAT", metric_type="L2")
@@ -221,21 +243,12 @@ def test_every_type_lite_holds_arrives_exact_with_upserts_and_deletes(
     wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
     load(target_client, name)
     expected = {pk: expected_row(row) for pk, row in source.items()}
-    problems: list[str] = []
-
-    def same() -> bool:
-        nonlocal problems
-        problems = differences(expected, target_client, name)
-        return not problems
-
-    try:
-        wait_until(same, 60, f"{name} equal to the source, field by field")
-    except ServiceStartError:
-        task = task_view(daemon, task_id)
-        raise AssertionError(
-            f"{len(problems)} differences: {problems[:12]}; task {task['state']}: "
-            f"{task.get('reason')}"
-        ) from None
+    wait_target_equal(
+        daemon,
+        task_id,
+        lambda: differences(expected, target_client, name),
+        f"{name} equal to the source, field by field",
+    )
     fields = {f["name"]: f for f in target_client.describe_collection(name)["fields"]}
     assert all(fields[f].get("nullable") for f in ("n_i32", "n_s", "n_j", "n_geo", "n_arr"))
     assert task_view(daemon, task_id)["state"] == "Running"

@@ -27,13 +27,14 @@ import uuid
 from typing import Any
 
 import pytest
-from harness.services import ServiceStartError, wait_until
+from harness.services import wait_until
 from harness.stream_columns import add_bm25, add_dynamic_field, add_field, base_schema, wal_columns
 from harness.streaming_ddl_writer import DdlWriter
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.grpc_gen import schema_pb2
 
 from tests.e2e.test_replication import rows
+from tests.e2e.test_stream_field_types import wait_target_equal
 from tests.e2e.test_streaming_source import start_task, task_view
 
 pytestmark = pytest.mark.e2e
@@ -153,10 +154,8 @@ def test_a_bm25_collection_arrives_with_its_function_and_answers_full_text_searc
     expected_sparse = {
         pk: row["sparse"] for pk, row in rows(target_client, reference, "id").items()
     }
-    problems: list[str] = []
 
-    def same() -> bool:
-        nonlocal problems
+    def bm25_differences() -> list[str]:
         got = rows(target_client, name, "id")
         problems = [f"missing {sorted(set(source) - set(got))}"] if set(source) - set(got) else []
         if set(got) - set(source):
@@ -166,15 +165,9 @@ def test_a_bm25_collection_arrives_with_its_function_and_answers_full_text_searc
                 problems.append(f"row {pk} text {got[pk]['text']!r} != {source[pk]['text']!r}")
             if got[pk]["sparse"] != expected_sparse[pk]:
                 problems.append(f"row {pk} sparse {got[pk]['sparse']} != {expected_sparse[pk]}")
-        return not problems
+        return problems
 
-    try:
-        wait_until(same, 60, f"{name} equal to the source, row by row")
-    except ServiceStartError:
-        task = task_view(daemon, task_id)
-        raise AssertionError(
-            f"{problems[:8]}; task {task['state']}: {task.get('reason')}"
-        ) from None
+    wait_target_equal(daemon, task_id, bm25_differences, f"{name} equal to the source, row by row")
     for word in QUERIES:
         holding = {pk for pk, row in source.items() if word in row["text"].lower().split()}
         assert holding, f"no row holds {word!r}: choose other words"
@@ -299,20 +292,12 @@ def test_keys_outside_the_schema_arrive_as_they_were_with_upserts_and_deletes(
     wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
     assert target_client.describe_collection(name)["enable_dynamic_field"]
     index_vec(target_client, name)
-    problems: list[str] = []
-
-    def same() -> bool:
-        nonlocal problems
-        problems = dynamic_differences(source, target_client, name)
-        return not problems
-
-    try:
-        wait_until(same, 60, f"{name} equal to the source, keys outside the schema included")
-    except ServiceStartError:
-        task = task_view(daemon, task_id)
-        raise AssertionError(
-            f"{problems[:8]}; task {task['state']}: {task.get('reason')}"
-        ) from None
+    wait_target_equal(
+        daemon,
+        task_id,
+        lambda: dynamic_differences(source, target_client, name),
+        f"{name} equal to the source, keys outside the schema included",
+    )
     assert task_view(daemon, task_id)["state"] == "Running"
 
 
@@ -407,18 +392,10 @@ def test_rows_of_a_2_6_dynamic_field_with_its_default_arrive_with_their_keys(
     wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
     assert target_client.describe_collection(name)["enable_dynamic_field"]
     index_vec(target_client, name)
-    problems: list[str] = []
-
-    def same() -> bool:
-        nonlocal problems
-        problems = dynamic_differences(source, target_client, name)
-        return not problems
-
-    try:
-        wait_until(same, 60, f"{name} equal to the source, keys outside the schema included")
-    except ServiceStartError:
-        task = task_view(daemon, task_id)
-        raise AssertionError(
-            f"{problems[:8]}; task {task['state']}: {task.get('reason')}"
-        ) from None
+    wait_target_equal(
+        daemon,
+        task_id,
+        lambda: dynamic_differences(source, target_client, name),
+        f"{name} equal to the source, keys outside the schema included",
+    )
     assert task_view(daemon, task_id)["state"] == "Running"
