@@ -18,11 +18,25 @@ from typing import Any
 
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
-from pymilvus.grpc_gen import common_pb2, milvus_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from replicator.backfill.ranges import Key
 
 TIMEOUT = 120.0
+DataType = schema_pb2.DataType
+# an array cell's ``ScalarField`` member for each element type a Milvus accepts
+_ARRAY_CELL = {
+    DataType.Bool: "bool_data",
+    DataType.Int8: "int_data",
+    DataType.Int16: "int_data",
+    DataType.Int32: "int_data",
+    DataType.Int64: "long_data",
+    DataType.Float: "float_data",
+    DataType.Double: "double_data",
+    DataType.VarChar: "string_data",
+    DataType.String: "string_data",
+    DataType.JSON: "json_data",
+}
 # status code of a query on a collection without rows (pymilvus answers it with no rows)
 EMPTY_COLLECTION = 26
 
@@ -86,8 +100,28 @@ def upsert_columns(
     request.fields_data.extend(page.fields)
     for field in request.fields_data:
         field.field_id = 0  # the target's field ids are its own: fields go by name
+        if field.type == DataType.Array:
+            type_empty_arrays(field, collection)
     response = _stub(client).Upsert(request, timeout=TIMEOUT)
     _check(response.status, f"upsert into {collection}")
+
+
+def type_empty_arrays(field: Any, collection: str) -> None:
+    """Give each empty array cell its element type. A 2.3.5 query answers an empty array as a
+    cell with no member set; upserted so, 2.3.5's proxy dereferences the missing member while
+    validating the array and the whole target process dies (SIGSEGV)."""
+    arrays = field.scalars.array_data
+    untyped = [cell for cell in arrays.data if cell.WhichOneof("data") is None]
+    if not untyped:
+        return
+    member = _ARRAY_CELL.get(arrays.element_type)
+    if member is None:
+        raise MilvusException(
+            message=f"collection {collection} field {field.field_name}: array of element type "
+            f"{DataType.Name(arrays.element_type)} cannot be copied (an empty cell has no type)"
+        )
+    for cell in untyped:
+        getattr(cell, member).SetInParent()
 
 
 def page_keys(page: ColumnPage) -> list[Key]:

@@ -9,6 +9,7 @@ held in memory, never the keys.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,14 +56,14 @@ class KeyRange:
 
 
 def literal(key: Key) -> str:
-    """A key as a literal of a Milvus expression (strings quoted, quotes and backslashes
-    escaped)."""
+    """A key as a literal of a Milvus expression: strings quoted and escaped by JSON's rules
+    (quotes, backslashes and control characters; Milvus refuses a raw NUL or newline inside a
+    string literal), other characters as they are."""
     if isinstance(key, bool):
         raise TypeError("a primary key is an int64 or a varchar")
     if isinstance(key, int):
         return str(key)
-    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    return json.dumps(key, ensure_ascii=False)
 
 
 def cut_ranges(keys: Iterable[Key], range_rows: int) -> list[KeyRange]:

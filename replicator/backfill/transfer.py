@@ -220,14 +220,29 @@ def rows_by_key(
     guarantee_ts: int = 0,
 ) -> list[dict[str, Any]]:
     """The rows of ``keys`` that exist (in ``partition`` when given), read as
-    ``MilvusRangeQuery`` reads, ``KEYS_PER_QUERY`` keys a query."""
+    ``MilvusRangeQuery`` reads, ``KEYS_PER_QUERY`` keys a query; as an upsert takes them back
+    (a repair's and a proof's writes), see ``writable``."""
     query = MilvusRangeQuery(client, collection, ["*"], partition, guarantee_ts)
     found: list[dict[str, Any]] = []
     ordered = list(keys)
     for start in range(0, len(ordered), KEYS_PER_QUERY):
         chunk = ordered[start : start + KEYS_PER_QUERY]
-        found += query.rows(f"{pk} in [{', '.join(literal(k) for k in chunk)}]", len(chunk))
+        rows = query.rows(f"{pk} in [{', '.join(literal(k) for k in chunk)}]", len(chunk))
+        found += [writable(row) for row in rows]
     return found
+
+
+def writable(row: dict[str, Any]) -> dict[str, Any]:
+    """A row pymilvus answered, as its upsert takes it: a binary vector comes as a list holding
+    one ``bytes`` (so may other byte vectors), which the upsert refuses ("should be a
+    binary_vector, but got a list"); it goes as the ``bytes``. No other field's value is a list
+    of bytes."""
+    return {
+        name: value[0]
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], bytes)
+        else value
+        for name, value in row.items()
+    }
 
 
 _LOWEST: dict[tuple[int, str], str] = {}

@@ -61,6 +61,25 @@ def schema_properties(schema: schema_pb2.CollectionSchema) -> list[tuple[str, st
     return [(p.key, p.value) for p in schema.properties if p.key != CONSISTENCY_PROPERTY]
 
 
+def held_schema(
+    record: schema_pb2.CollectionSchema, catalog: schema_pb2.CollectionSchema
+) -> schema_pb2.CollectionSchema:
+    """A CreateCollection record's schema with each field's flags as the source's catalog holds
+    them. A client may send Milvus 2.3 flags it does not know (``nullable``, a clustering key):
+    the record keeps them (protobuf carries unknown fields along), yet the source holds the
+    field without them: its catalog, which is what it describes, has none, and it refuses a
+    null. A target must not be asked for (or stopped over) a flag the source does not hold."""
+    held = {field.fieldID: field for field in catalog.fields}
+    schema = schema_pb2.CollectionSchema()
+    schema.CopyFrom(record)
+    for field in schema.fields:
+        kept = held.get(field.fieldID)
+        if kept is not None:
+            field.nullable = kept.nullable
+            field.is_clustering_key = kept.is_clustering_key
+    return schema
+
+
 def make_on_target(
     target: MilvusTarget,
     registry: CollectionRegistry,
@@ -164,22 +183,21 @@ class CollectionDdl:
         record has no consistency level: both come from ``meta``, the source catalog's entry,
         when it has one."""
         db = meta.db_name if meta is not None else event.db_name
+        schema = event.schema if meta is None else held_schema(event.schema, meta.schema)
         collection = self._registry.add(
-            event.collection_id, db, event.collection_name, event.schema, event.pchannels
+            event.collection_id, db, event.collection_name, schema, event.pchannels
         )
         if collection is None:
             return
         shards = len([v for v in event.vchannels if not v.endswith(VCHANNEL_OF_CONTROL)]) or 1
-        consistency = (
-            meta.consistency_level if meta is not None else schema_consistency(event.schema)
-        )
+        consistency = meta.consistency_level if meta is not None else schema_consistency(schema)
         self._state.remember_collection(
             CollectionMeta(
                 collection_id=event.collection_id,
                 db_id=0,
                 db_name=db or DEFAULT_DB,
                 name=event.collection_name,
-                schema=event.schema,
+                schema=schema,
                 vchannels=event.vchannels,
                 pchannels=event.pchannels,
                 shards=shards,
@@ -191,10 +209,10 @@ class CollectionDdl:
         created = self._target.create_collection(
             collection.db,
             collection.name,
-            event.schema,
+            schema,
             shards,
             consistency,
-            schema_properties(event.schema),
+            schema_properties(schema),
             num_partitions=len(event.partition_names) or (len(meta.partitions) if meta else 0),
         )
         self._registry.mark_created(event.collection_id)

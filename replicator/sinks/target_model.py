@@ -427,9 +427,20 @@ def field_view(f: schema_pb2.FieldSchema) -> dict[str, Any]:
     for flag in ("is_partition_key", "nullable", "is_clustering_key"):
         if getattr(f, flag, False):
             view[flag] = True
+    if f.HasField("default_value"):
+        view["default_value"] = _value(f.default_value)
     if f.description:
         view["description"] = f.description
     return view
+
+
+def _value(value: schema_pb2.ValueField) -> Any:
+    """A field's default value as JSON: its value (bytes as base64), None when unset."""
+    kind = value.WhichOneof("data")
+    if kind is None:
+        return None
+    found = getattr(value, kind)
+    return base64.b64encode(found).decode() if isinstance(found, bytes) else found
 
 
 def schema_view(schema: schema_pb2.CollectionSchema) -> dict[str, Any]:

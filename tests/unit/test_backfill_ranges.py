@@ -76,6 +76,9 @@ def test_filters_escape_varchar_keys():
     assert KeyRange(1, 10, 20, 5).filter("id") == "id >= 10 and id < 20"
     assert KeyRange(0, None, 7, 5).filter("id") == "id < 7"
     assert literal('a"b\\c') == '"a\\"b\\\\c"'
+    # control characters escaped (a raw NUL or newline breaks the expression), the rest kept
+    assert literal("a\x00b\n\t\x1f") == '"a\\u0000b\\n\\t\\u001f"'
+    assert literal("é中🙂") == '"é中🙂"'
     assert KeyRange(2, 'k"', None, 1).filter("key") == 'key >= "k\\""'
     assert KeyRange.from_json(KeyRange(3, "a", "b", 4).to_json()) == KeyRange(3, "a", "b", 4)
     assert KeyRange(3, 5, None, 1).describe() == "range 3 [5, +inf)"

@@ -100,3 +100,28 @@ def test_databases_and_the_json_round_trip():
     copy = restored.copy()
     create(copy, "more", "sales")
     assert "more" not in restored.state["databases"]["sales"]["collections"]  # a deep copy
+
+
+def test_a_field_s_default_value_and_element_type_are_in_the_schema_event():
+    s = schema_pb2.CollectionSchema.FromString(schema())
+    n = s.fields.add(fieldID=102, name="n", data_type=schema_pb2.DataType.Int64)
+    n.default_value.long_data = -(2**63)
+    s.fields.add(
+        fieldID=103, name="zero", data_type=schema_pb2.DataType.Int32
+    ).default_value.int_data = 0
+    text = s.fields.add(fieldID=104, name="t", data_type=schema_pb2.DataType.VarChar)
+    text.default_value.string_data = ""
+    s.fields.add(
+        fieldID=105,
+        name="tags",
+        data_type=schema_pb2.DataType.Array,
+        element_type=schema_pb2.DataType.VarChar,
+    )
+    request = milvus_pb2.CreateCollectionRequest(collection_name="d", schema=s.SerializeToString())
+    (change,) = TargetModel().handle("CreateCollection", request)[1]
+    fields = {f["name"]: f for f in change.detail["schema"]["fields"]}
+    assert fields["n"]["default_value"] == -(2**63)
+    assert fields["zero"]["default_value"] == 0  # a default of zero is a default, not none
+    assert fields["t"]["default_value"] == ""
+    assert fields["tags"]["element_type"] == "VarChar" and "default_value" not in fields["tags"]
+    assert "default_value" not in fields["id"]
