@@ -17,7 +17,8 @@ from typing import Any
 from replicator.events import Delete, Insert
 from replicator.pipeline.apply import DEFAULT_PARTITION, BatchApplier, TargetCollection, delete_keys
 from replicator.sinks.kafka import ChannelLog, KafkaTarget
-from replicator.sinks.kafka_events import row_key, rows_of, ts_view
+from replicator.sinks.kafka_columns import insert_events
+from replicator.sinks.kafka_events import row_key, ts_view
 from replicator.sinks.milvus import MilvusTarget
 
 
@@ -61,19 +62,21 @@ class EventWriter(BatchApplier):
                 self.stats.rows_deleted += len(keys)
                 self.stats.count(event, len(keys), event.request.ByteSize())
                 continue
-            rows = rows_of(event.request.fields_data, event.num_rows)
             partition = self._partition(collection, event.partition_name) or DEFAULT_PARTITION
-            for row in rows:
-                pk = row[pk_name]
-                paired = deleted.pop((pk, event.ts), None)
-                if paired is not None:
-                    value = _event("upsert", db, name, partition, pk, row, event.ts)
-                    self.log.replace(paired, value)
-                else:
-                    value = _event("insert", db, name, partition, pk, row, event.ts)
-                    self.log.add(topic, row_key(db, name, pk), value)
-            self.stats.rows_inserted += len(rows)
-            self.stats.count(event, len(rows), event.request.ByteSize())
+            rows = insert_events(
+                self.log,
+                topic,
+                db,
+                name,
+                partition,
+                pk_name,
+                event.request.fields_data,
+                event.num_rows,
+                event.ts,
+                deleted,
+            )
+            self.stats.rows_inserted += rows
+            self.stats.count(event, rows, event.request.ByteSize())
 
 
 def _event(

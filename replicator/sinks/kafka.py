@@ -22,7 +22,9 @@ Exactly once, for consumers reading with ``isolation.level=read_committed``:
 
 Any failure of a transaction stops the task's workers with :class:`SinkSessionLostError`; the
 runner connects again and starts over from what Kafka committed. The channel workers of a task
-share one target (one producer); transactions are serialized by a lock.
+share one target (one producer); transactions are serialized by a lock. A commit serializes its
+events before it takes the lock (while another channel's transaction commits) and produces them
+with ``produce_batch``, in their order.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from replicator.errors import (
     TargetRejectedError,
     TargetUnavailableError,
 )
+from replicator.sinks.kafka_columns import Event, Run, topic_runs
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_model import Change, TargetModel
@@ -110,7 +113,7 @@ class ChannelLog:
     def __init__(self, target: KafkaTarget, pchannel: str) -> None:
         self._target = target
         self.pchannel = pchannel
-        self.events: list[tuple[str, bytes, dict[str, Any]]] = []
+        self.events: list[Event] = []
 
     def add(self, topic: str, key: bytes, value: dict[str, Any]) -> int:
         self.events.append((topic, key, value))
@@ -163,6 +166,8 @@ class KafkaTarget(MilvusTarget):
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",  # what Java clients use for the same key
                 "message.max.bytes": 16 * 1024 * 1024,
+                # a report for a failed record only (_delivered): none for each of the others
+                "delivery.report.only.error": True,
             }
         )
         self.max_event_bytes = int(params.get("max_event_bytes") or MAX_EVENT_BYTES)
@@ -317,7 +322,7 @@ class KafkaTarget(MilvusTarget):
             self.model = changed
             return response
 
-    def _ddl_event(self, change: Change) -> tuple[str, bytes, dict[str, Any]]:
+    def _ddl_event(self, change: Change) -> Event:
         topic = self.ddl_topic or topic_for(self.topic, change.db, change.collection)
         what = change.op.split("_", 1)[1] if "_" in change.op else change.op
         name = str(
@@ -358,39 +363,41 @@ class KafkaTarget(MilvusTarget):
     def commit(
         self,
         pchannel: str,
-        events: Sequence[tuple[str, bytes, dict[str, Any]]],
+        events: Sequence[Event],
         position: Position | None,
         *,
         model: TargetModel | None = None,
     ) -> None:
-        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's)."""
+        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's).
+
+        The events are serialized before the lock is taken (another channel's transaction may
+        be committing meanwhile), then produced in batches, a batch per run of one topic, in
+        their order."""
         if not events and position is None and model is None:
             return
         if self.fence is not None:
             self.fence.check()
         commit_id = uuid.uuid4().hex
+        source = {
+            "channel": pchannel or None,
+            "position": position.msg_id.hex() if position is not None else None,
+            "commit": commit_id,
+        }
+        records: list[Run] | Exception
+        try:
+            records = topic_runs(events, source, self.max_event_bytes)
+        except Exception as exc:  # noqa: BLE001 - raised in the transaction, which it aborts
+            records = exc
         with self._lock:
             if model is None and time.monotonic() - self._model_written > MODEL_REFRESH_SECONDS:
                 model = self.model  # every change is committed at once: this is the committed one
             if self._closed:
                 raise SinkSessionLostError(f"kafka {self.address}: the target is closed")
             try:
+                if isinstance(records, Exception):
+                    raise records
                 self._producer.begin_transaction()
-                for topic, key, value in events:
-                    value["source"] = {
-                        "channel": pchannel or None,
-                        "position": position.msg_id.hex() if position is not None else None,
-                        "commit": commit_id,
-                    }
-                    data = dumps(value)
-                    if len(data) > self.max_event_bytes:
-                        raise TargetRejectedError(
-                            f"kafka: the event of {value.get('db')}.{value.get('collection')} "
-                            f"pk {value.get('pk')!r} is {len(data):,} bytes, more than "
-                            f"max_event_bytes ({self.max_event_bytes:,}): raise it (and the "
-                            "topic's max.message.bytes) to send it"
-                        )
-                    self._produce(topic, key, data)
+                self._produce_runs(records)
                 if model is not None:
                     record: dict[str, Any] = {"commit": commit_id, "state": model.state}
                     self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(record))
@@ -431,10 +438,29 @@ class KafkaTarget(MilvusTarget):
                 self.committed_positions[pchannel] = position
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
-        """A record's delivery report: a refusal that retrying cannot change is kept, and the
-        commit that fails with it stops the task with it."""
+        """A record's delivery report (only failed ones are reported): a refusal that retrying
+        cannot change is kept, and the commit that fails with it stops the task with it."""
         if error is not None and not error.retriable() and self._refused is None:
             self._refused = error
+
+    def _produce_runs(self, runs: list[Run]) -> None:
+        """Each run in one ``produce_batch`` call. When the local queue fills, librdkafka
+        refuses the message it is at and every one after it (never one in between: the order
+        holds), and those are given again once the queue drained; any other refusal fails the
+        transaction."""
+        for topic, messages in runs:
+            while messages:
+                queued = self._producer.produce_batch(topic, messages, on_delivery=self._delivered)
+                if queued == len(messages):
+                    break
+                first = next(i for i, m in enumerate(messages) if "_error" in m)
+                error = messages[first]["_error"]
+                if error.code() != KafkaError._QUEUE_FULL:  # type: ignore[attr-defined]
+                    raise KafkaException(error)
+                messages = messages[first:]
+                for message in messages:
+                    message.pop("_error", None)
+                self._producer.poll(0.1)
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:

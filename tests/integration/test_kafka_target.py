@@ -25,7 +25,9 @@ def schema() -> schema_pb2.CollectionSchema:
     return s
 
 
-def events(bootstrap: str, topic: str) -> list[dict]:
+def keyed_events(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
+    """Every committed event of ``topic`` with its key (read_committed, each partition to its
+    end)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -41,15 +43,19 @@ def events(bootstrap: str, topic: str) -> list[dict]:
         consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
         waiting, found = set(metadata.partitions), []
         while waiting:
-            for message in consumer.consume(100, 1.0):
+            for message in consumer.consume(500, 1.0):
                 if message.error() is not None:
                     if message.error().code() == KafkaError._PARTITION_EOF:
                         waiting.discard(message.partition())
                     continue
-                found.append(json.loads(message.value()))
+                found.append((message.key(), json.loads(message.value())))
         return found
     finally:
         consumer.close()
+
+
+def events(bootstrap: str, topic: str) -> list[dict]:
+    return [value for _, value in keyed_events(bootstrap, topic)]
 
 
 @pytest.fixture
