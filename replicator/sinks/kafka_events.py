@@ -18,7 +18,10 @@ Field values in ``row`` (see README, "Kafka targets"): integers, floats, boolean
 JSON; JSON fields as the JSON they hold; a dynamic field's keys as keys of the row; arrays as
 lists; float vectors as lists of floats (the float32 values, widened exactly); int8 vectors as
 lists of integers; binary, float16 and bfloat16 vectors as base64 of the bytes as Milvus stores
-them (little-endian); sparse vectors as ``{"indices": [...], "values": [...]}``; a null value
+them (little-endian); sparse vectors as ``{"indices": [...], "values": [...]}``; geometries as
+WKT text (a 2.6 WAL holds WKB); timestamptz values as ISO 8601 UTC text with microseconds; an
+array of structs (2.6: a WAL holds one column per sub-field, ``<struct>[<sub>]``) as a list of
+objects keyed by the sub-fields' names, their vectors as lists of floats; a null value
 (nullable field) as null. A field of a type this table does not name stops the task with a
 reason, never a silently missing value.
 """
@@ -27,15 +30,17 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 import orjson
 from pymilvus.grpc_gen import schema_pb2
 
+from replicator.codec.wkb import wkb_to_wkt
 from replicator.errors import TargetRejectedError
 from replicator.hybrid_time import to_seconds
 
@@ -138,6 +143,53 @@ def _int8_vectors(column: schema_pb2.FieldData) -> list[list[int]]:
     return [list(struct.unpack(f"<{dim}b", raw[i : i + dim])) for i in range(0, len(raw), dim)]
 
 
+def _geometry_values(column: schema_pb2.FieldData) -> list[Any]:
+    scalars = column.scalars
+    if scalars.HasField("geometry_wkt_data"):
+        return list(scalars.geometry_wkt_data.data)
+    return [wkb_to_wkt(raw) if raw else None for raw in scalars.geometry_data.data]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamptz_values(column: schema_pb2.FieldData) -> list[str]:
+    """UTC microseconds (what a 2.6 WAL holds) as ISO 8601 text."""
+    return [
+        (_EPOCH + timedelta(microseconds=micros)).isoformat(timespec="microseconds")[:-6] + "Z"
+        for micros in column.scalars.timestamptz_data.data
+    ]
+
+
+def _vector_arrays(column: schema_pb2.FieldData) -> list[list[list[float]]]:
+    """An ArrayOfVector (a struct's vector sub-field): each row's vectors."""
+    array = column.vectors.vector_array
+    if array.element_type != DataType.FloatVector:
+        raise TargetRejectedError(
+            f"field {column.field_name}: ArrayOfVector of "
+            f"{DataType.Name(array.element_type)} cannot be written to a Kafka target yet"
+        )
+    rows = []
+    for cell in array.data:
+        dim = cell.dim or array.dim
+        data = list(cell.float_vector.data)
+        rows.append([data[i : i + dim] for i in range(0, len(data), dim)] if dim else [])
+    return rows
+
+
+def _struct_values(column: schema_pb2.FieldData) -> list[list[dict[str, Any]]]:
+    """An ArrayOfStruct column with its sub-fields nested in it: each row's structs."""
+    subs = list(column.struct_arrays.fields)
+    if not subs:
+        return []
+    rows = len(subs[0].scalars.array_data.data or subs[0].vectors.vector_array.data)
+    per_sub = {_sub_name(column.field_name, s.field_name): column_values(s, rows) for s in subs}
+    return [
+        _structs(column.field_name, {sub: values[i] for sub, values in per_sub.items()}, i)
+        for i in range(rows)
+    ]
+
+
 _READERS: dict[int, Callable[[schema_pb2.FieldData], Sequence[Any]]] = {
     DataType.Bool: _scalars("bool_data"),
     DataType.Int8: _scalars("int_data"),
@@ -156,7 +208,43 @@ _READERS: dict[int, Callable[[schema_pb2.FieldData], Sequence[Any]]] = {
     DataType.BFloat16Vector: _fixed_width(lambda dim: dim * 2, _b64),
     DataType.SparseFloatVector: _sparse_values,
     DataType.Int8Vector: _int8_vectors,
+    DataType.Geometry: _geometry_values,
+    DataType.Timestamptz: _timestamptz_values,
+    DataType.ArrayOfVector: _vector_arrays,
+    DataType.ArrayOfStruct: _struct_values,
 }
+
+# a struct's sub-field as a 2.6 WAL names its column (typeutil.ConcatStructFieldName)
+_SUB_FIELD = re.compile(r"^(?P<struct>[^\[\]]+)\[(?P<sub>[^\[\]]+)\]$")
+
+
+def _sub_name(struct_name: str, column_name: str) -> str:
+    match = _SUB_FIELD.match(column_name)
+    return match["sub"] if match and match["struct"] == struct_name else column_name
+
+
+def _structs(name: str, lists: dict[str, list[Any] | None], row: int) -> list[dict[str, Any]]:
+    """Row ``row``'s structs of field ``name``, from each sub-field's list of that row."""
+    items = {sub: values or [] for sub, values in lists.items()}
+    if len({len(values) for values in items.values()}) > 1:
+        raise TargetRejectedError(
+            f"field {name}: row {row} has sub-fields of different lengths "
+            f"({', '.join(f'{sub} {len(values)}' for sub, values in items.items())})"
+        )
+    return [dict(zip(items, values, strict=True)) for values in zip(*items.values(), strict=True)]
+
+
+def _nest_structs(rows: list[dict[str, Any]]) -> None:
+    """Sub-field columns ``<struct>[<sub>]`` made one field ``<struct>``: a list of objects."""
+    if not rows:
+        return
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key in rows[0]:
+        if match := _SUB_FIELD.match(key):
+            groups.setdefault(match["struct"], []).append((match["sub"], key))
+    for struct_name, subs in groups.items():
+        for n, row in enumerate(rows):
+            row[struct_name] = _structs(struct_name, {sub: row.pop(key) for sub, key in subs}, n)
 
 
 def column_values(column: schema_pb2.FieldData, num_rows: int) -> list[Any]:
@@ -211,6 +299,8 @@ def rows_of(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> list[
         name = column.field_name
         for row, value in zip(rows, values, strict=True):
             row[name] = value
+    if any("[" in column.field_name for column in fields_data):
+        _nest_structs(rows)
     return rows
 
 

@@ -26,6 +26,11 @@ def _type_name(field: schema_pb2.FieldSchema) -> str:
     return name
 
 
+def _dim(field: schema_pb2.FieldSchema) -> str:
+    """A vector field's dimension ("" for other fields)."""
+    return next((p.value for p in field.type_params if p.key == "dim"), "")
+
+
 def lost_fields(
     source: schema_pb2.CollectionSchema, target: schema_pb2.CollectionSchema
 ) -> list[str]:
@@ -41,6 +46,11 @@ def lost_fields(
             lost.append(f"{field.name} ({_type_name(field)})")
         elif field.nullable and not kept.nullable:
             lost.append(f"{field.name} ({_type_name(field)}, nullable)")
+        elif _dim(field) != _dim(kept):
+            lost.append(
+                f"{field.name} ({_type_name(field)}, dim {_dim(field)}; the target's has dim "
+                f"{_dim(kept)})"
+            )
     structs = {s.name for s in target.struct_array_fields}
     for struct_field in source.struct_array_fields:
         if struct_field.name not in structs:

@@ -515,16 +515,19 @@ def test_a_rejected_write_fails_only_its_task_with_a_reason(
     source_client,
     target_client,
 ):
-    """The target refuses a task's rows (a collection of that name with another vector size was
-    already there): that task goes Failed naming channel, position and cause; another task
-    keeps replicating."""
+    """The target refuses a task's rows (a collection of that name was already there, its
+    titles shorter than the source's): that task goes Failed naming channel, position and
+    cause; another task keeps replicating. (A collection there that lacks a field or has
+    another vector size stops the task before any write: schema_check.)"""
     tag = uuid.uuid4().hex[:8]
     clash, fine = f"clash_{tag}", f"fine_{tag}"
     for name in (clash, fine):
         create_source_collection(source_client, name)
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
     schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM * 2)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("title", DataType.VARCHAR, max_length=4)  # "clash-0" does not fit
+    schema.add_field("score", DataType.DOUBLE)
     target_client.create_collection(clash, schema=schema)
 
     daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
@@ -543,7 +546,7 @@ def test_a_rejected_write_fails_only_its_task_with_a_reason(
     # channel, where it was reading, and the cause
     where = r"channel \S+-rootcoord-dml_\d+, reading (after position [0-9a-f]+|from the beginning)"
     assert re.search(where, reason), reason
-    assert clash in reason and "dim" in reason, reason
+    assert clash in reason and "length" in reason, reason
     wait_equal(source_client, target_client, fine, "id")
     source_client.insert(fine, make_rows(10, 10, "more"))
     wait_equal(source_client, target_client, fine, "id")

@@ -93,8 +93,8 @@ def test_null_values_of_nullable_fields_whether_the_column_is_full_or_compact():
 
 
 def test_a_type_without_an_encoding_stops_with_a_reason_never_a_silent_gap():
-    column = schema_pb2.FieldData(type=T.Geometry, field_name="shape")
-    with pytest.raises(TargetRejectedError, match="shape: type Geometry cannot be written"):
+    column = schema_pb2.FieldData(type=T.Decimal, field_name="price")
+    with pytest.raises(TargetRejectedError, match="price: type Decimal cannot be written"):
         rows_of([column], 1)
 
 
@@ -109,3 +109,43 @@ def test_keys_and_times():
     hybrid = (1_795_392_000_000 << 18) | 5
     assert ts_view(hybrid) == {"hybrid": hybrid, "time": "2026-11-23T00:00:00.000Z"}
     assert ts_view(None)["hybrid"] is None
+
+
+def test_2_6_geometry_timestamptz_and_struct_arrays_become_wkt_iso_text_and_objects():
+    """Columns as a 2.6 proxy leaves them in its WAL (harness/stream_columns.py, from Milvus's
+    Go code: Geometry as WKB, Timestamptz as UTC microseconds, an array of structs as one
+    column per sub-field) become what a client inserted, in the README's value format."""
+    from harness.stream_columns import add_field, base_schema, wal_columns
+
+    s = schema_pb2
+    schema = base_schema("c", dim=2)
+    add_field(schema, "geo", s.Geometry, nullable=True)
+    add_field(schema, "tz", s.Timestamptz)
+    chunks = schema.struct_array_fields.add(fieldID=200, name="chunks")
+    text = chunks.fields.add(fieldID=201, name="chunks[text]", data_type=s.Array)
+    text.element_type = s.VarChar
+    emb = chunks.fields.add(fieldID=202, name="chunks[emb]", data_type=s.ArrayOfVector)
+    emb.element_type = s.FloatVector
+    emb.type_params.add(key="dim", value="2")
+    rows = [
+        {
+            "id": 1,
+            "vec": [0.5, 1.5],
+            "geo": "POLYGON ((0 0, 4 0, 4 4, 0 0))",
+            "tz": "2026-11-27T09:30:00.123456+01:00",
+            "chunks": [{"text": "a", "emb": [1.0, 2.0]}, {"text": "b", "emb": [3.0, 4.5]}],
+        },
+        {"id": 2, "vec": [0.0, 0.0], "geo": None, "tz": "1969-12-31T23:59:59Z", "chunks": []},
+    ]
+    got = rows_of(wal_columns(schema, rows), 2)
+    assert got == [
+        {
+            "id": 1,
+            "vec": [0.5, 1.5],
+            "geo": "POLYGON ((0 0, 4 0, 4 4, 0 0))",
+            "tz": "2026-11-27T08:30:00.123456Z",
+            "chunks": rows[0]["chunks"],
+        },
+        {"id": 2, "vec": [0.0, 0.0], "geo": None, "tz": "1969-12-31T23:59:59.000000Z"}
+        | {"chunks": []},
+    ]

@@ -67,3 +67,13 @@ def test_a_function_the_target_does_not_hold_names_its_output_and_the_function()
     expected = ["sparse (SparseFloatVector, output of function fts: BM25 of text)"]
     assert lost_fields(source, plain) == expected
     assert lost_fields(source, retargeted) == expected
+
+
+def test_a_vector_of_another_dimension_is_named_with_both() -> None:
+    source = schema(("id", schema_pb2.Int64), ("vec", schema_pb2.FloatVector))
+    source.fields[-1].type_params.add(key="dim", value="8")
+    target = schema(("id", schema_pb2.Int64), ("vec", schema_pb2.FloatVector))
+    target.fields[-1].type_params.add(key="dim", value="16")
+    assert lost_fields(source, target) == ["vec (FloatVector, dim 8; the target's has dim 16)"]
+    target.fields[-1].type_params[0].value = "8"
+    assert lost_fields(source, target) == []
