@@ -8,14 +8,18 @@ they look up its last primary key (a point query) until it is there. Per batch:
 
 - replication lag = time the daemon reports the batch's rows written to the target (its
   writes are acknowledged by the target before they are counted; the daemon's `get` is polled
-  every 25 ms) - time the source write returned; at the end the target's count(*) must read
+  every `--ack-poll-ms`, 25 ms: at 10 ms the daemon spent about 5 CPU seconds a minute more
+  answering) - time the source write returned; at the end the target's count(*) must read
   every row;
 - baseline = time it is first seen on the source (consistency Strong, so the query waits for the
   source's own time tick) - the same write return: what a client of the source itself waits.
   Sampled: the prober takes the newest batch each time it is free.
 
 The daemon's own `lag_seconds` (source time tick vs what is on the target) is sampled from `get`
-every 0.5 s as well.
+every 0.5 s as well. At the end the daemon's own histograms of the loaded task are read from
+/metrics (replicator/pipeline/timings.py): per data event, its source time to its read, its
+read to the tick that releases it, its source time to the target's acknowledgement; per write,
+the target's write time. They do not depend on the bench's polling.
 
     python bench/lag.py [--rate 5000] [--seconds 60] [--tasks 1,10] [--out FILE.md]
 
@@ -134,9 +138,10 @@ class AckProber(threading.Thread):
     acknowledged before it is counted). Polling `get` costs the target nothing, where a query
     loop on Milvus Lite scans its growing collection. Also samples the daemon's lag_seconds."""
 
-    def __init__(self, daemon: Daemon, task_id: str, writer: Writer) -> None:
+    def __init__(self, daemon: Daemon, task_id: str, writer: Writer, poll: float) -> None:
         super().__init__(daemon=True)
         self.daemon_, self.task_id, self.writer = daemon, task_id, writer
+        self.poll = poll
         self.lags: list[float] = []
         self.reported: list[float] = []
         self.state = "Running"
@@ -160,12 +165,62 @@ class AckProber(threading.Thread):
                 i += 1
             if i >= len(self.writer.written) and not self.writer.is_alive():
                 return
-            time.sleep(0.025)
+            time.sleep(self.poll)
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# the daemon's histograms of where the lag goes, as /metrics names them
+TIMINGS = {
+    "cdc_read_delay_seconds": "(a) source time -> read by the channel worker",
+    "cdc_tick_wait_seconds": "(b) read -> the releasing time tick read",
+    "cdc_target_write_seconds": "(c) target write, per write request",
+    "cdc_apply_delay_seconds": "(a+b+c) source time -> acknowledged by the target",
+}
+
+
+def daemon_timings(daemon: Daemon, task_id: str) -> dict[str, dict[str, float]]:
+    """The task's lag histograms from the daemon's /metrics: count, mean and quantiles
+    (interpolated in the buckets, as Prometheus's histogram_quantile does)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = daemon.get("/metrics")
+    assert status == 200, body[:200]
+    found: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        if family.name not in TIMINGS:
+            continue
+        buckets: list[tuple[float, float]] = []
+        total = count = 0.0
+        for sample in family.samples:
+            if sample.labels.get("task_id") != task_id:
+                continue
+            if sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+            elif sample.name.endswith("_count"):
+                count = sample.value
+        buckets.sort()
+        row = {"count": count, "mean": total / count if count else 0.0}
+        for q in (0.5, 0.9, 0.99):
+            row[f"p{round(q * 100)}"] = _bucket_quantile(buckets, q, count)
+        found[family.name] = row
+    return found
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float, count: float) -> float:
+    rank, lower, below = q * count, 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank and cumulative > below:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / (cumulative - below)
+        lower, below = bound, cumulative
+    return lower
 
 
 def run(args, work: Path, tasks: int = 1) -> dict:
@@ -191,9 +246,10 @@ def run(args, work: Path, tasks: int = 1) -> dict:
 
         name = f"lag_{uuid.uuid4().hex[:8]}"
         create_collection(src_write, name, args.shards, args.dim)
-        daemon = start_daemon(
-            stack, work, etcd.endpoint, source, kafka={"address": kafka.bootstrap}
-        )
+        reader = {"address": kafka.bootstrap}
+        if args.fetch_wait_ms is not None:
+            reader["fetchWaitMs"] = args.fetch_wait_ms
+        daemon = start_daemon(stack, work, etcd.endpoint, source, kafka=reader)
         task_id = create_task(daemon, lite.uri, name)
         # the other tasks: an empty collection each, every task reading every channel
         others = [f"{name}_other{i}" for i in range(1, tasks)]
@@ -212,7 +268,7 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         src_probe.load_collection(name)
 
         writer = Writer(src_write, name, args.rate, args.seconds, args.dim)
-        target_prober = AckProber(daemon, task_id, writer)
+        target_prober = AckProber(daemon, task_id, writer, args.ack_poll_ms / 1000)
         source_prober = Prober(src_probe, name, writer, "Strong")
         assert daemon.process is not None
         pids = (source.pid, lite.pid, daemon.process.pid)
@@ -236,6 +292,7 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         )
         task = daemon.call("get", {"task_id": task_id}).data["task"]
         assert task["state"] == "Running", task
+        result["timings"] = daemon_timings(daemon, task_id)
         result.update(
             batch=writer.batch,
             batches=writer.count,
@@ -247,6 +304,11 @@ def run(args, work: Path, tasks: int = 1) -> dict:
             rows=task["progress"]["rows"],
         )
     return result
+
+
+def _options(args) -> str:
+    text = "" if args.fetch_wait_ms == 20 else f" --fetch-wait-ms {args.fetch_wait_ms}"
+    return text if args.ack_poll_ms == 25 else f"{text} --ack-poll-ms {args.ack_poll_ms:g}"
 
 
 def report(args, r: dict, total_s: float) -> str:
@@ -267,7 +329,7 @@ def report(args, r: dict, total_s: float) -> str:
         "# Replication lag under a steady write load",
         "",
         f"Command: `python bench/lag.py --rate {args.rate} --seconds {args.seconds:g} "
-        f"--shards {args.shards} --dim {args.dim} --target {args.target}`",
+        f"--shards {args.shards} --dim {args.dim} --target {args.target}{_options(args)}`",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
         f"Python {platform.python_version()}, {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores; whole script {total_s:.0f} s; services up in "
@@ -296,6 +358,19 @@ def report(args, r: dict, total_s: float) -> str:
         + " / ".join(f"{v:.0f}" for v in r["cpu"])
         + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores.",
         "",
+        "Inside the daemon, the loaded task's histograms from /metrics (seconds; quantiles "
+        "interpolated in the buckets, so to about a bucket's width: 25 ms up to 0.1 s, 50 ms "
+        "up to 0.5 s, then 0.1-0.25 s up to 1 s):",
+        "",
+        "| phase | n | mean | p50 | p90 | p99 |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {label} | {t['count']:.0f} | {t['mean']:.3f} | {t['p50']:.3f} | {t['p90']:.3f} "
+            f"| {t['p99']:.3f} |"
+            for name, label in TIMINGS.items()
+            if (t := r["timings"].get(name)) is not None
+        ),
+        "",
         "Aim: p99 replication lag under 1 s at 5,000 rows/s.",
     ]
     return "\n".join(lines) + "\n"
@@ -309,7 +384,8 @@ def by_task_count(args, results: list[dict], texts: list[str]) -> str:
         "# Replication lag with several tasks sharing the source's readers",
         "",
         f"Command: `python bench/lag.py --rate {args.rate} --seconds {args.seconds:g} "
-        f"--shards {args.shards} --dim {args.dim} --target {args.target} --tasks {args.tasks}`",
+        f"--shards {args.shards} --dim {args.dim} --target {args.target} --tasks {args.tasks}"
+        f"{_options(args)}`",
         "",
         "Each task count is a run of its own on fresh services (below). The first task "
         "replicates the loaded collection; each other task an empty collection of its own, "
@@ -362,6 +438,21 @@ def main() -> None:
         default="1",
         help="task counts to measure one after the other (e.g. 1,10): the first replicates "
         "the load, the others an empty collection each",
+    )
+    parser.add_argument(
+        "--ack-poll-ms",
+        type=float,
+        default=25,
+        help="how often the target side's prober asks the daemon for its progress",
+    )
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=20,
+        help="the daemon's sourceConfig.kafka.fetchWaitMs (default 20; the daemon's own is "
+        "500): the librdkafka mock holds every empty fetch this long where a Kafka broker "
+        "answers as soon as a record arrives, so a short wait makes the mock answer as a "
+        "broker does",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/lag.md"))
     args = parser.parse_args()

@@ -292,6 +292,7 @@ def create_app(
             supervisor.task_states,
             supervisor.fleet_view,
             heap.stats if heap is not None else None,
+            supervisor.timings,
         )
         await supervisor.start()
         await supervisor.disaster.recover()

@@ -7,12 +7,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
 from replicator.hybrid_time import to_seconds
+from replicator.pipeline.timings import TaskTimings
 from server.metrics_go import GoCompatMetrics, go_task_families
 
 Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
@@ -198,6 +199,50 @@ class _FleetCollector(Collector):
         yield from (members, tasks, left)
 
 
+_TIMINGS = {
+    "read_delay": (
+        "cdc_read_delay_seconds",
+        "Per data event: its source time (hybrid timestamp) to its read by the task's channel "
+        "worker (the source's write, the queue, the reader)",
+    ),
+    "tick_wait": (
+        "cdc_tick_wait_seconds",
+        "Per data event: its read to the read of the source time tick that makes it final",
+    ),
+    "target_write": (
+        "cdc_target_write_seconds",
+        "Per write to the target (the events the ticks of one read released): request to "
+        "acknowledgement",
+    ),
+    "apply_delay": (
+        "cdc_apply_delay_seconds",
+        "Per data event: its source time (hybrid timestamp) to the target's acknowledgement",
+    ),
+}
+
+
+class _TimingsCollector(Collector):
+    """Where each running task's lag goes (replicator/pipeline/timings.py), read at every
+    scrape."""
+
+    def __init__(self, timings: Callable[[], Mapping[str, TaskTimings]]) -> None:
+        self._timings = timings
+
+    def collect(self) -> Iterable[Metric]:
+        families = {
+            key: HistogramMetricFamily(name, text, labels=["task_id"])
+            for key, (name, text) in _TIMINGS.items()
+        }
+        for task_id, timings in sorted(self._timings().items()):
+            for key, view in timings.views().items():
+                buckets = [
+                    ("+Inf" if bound == float("inf") else f"{bound:g}", count)
+                    for bound, count in view.buckets
+                ]
+                families[key].add_metric([task_id], buckets, view.total)
+        yield from families.values()
+
+
 _HEAP_GAUGES = {
     "resident_bytes": "Resident memory of the daemon (RSS)",
     "malloc_arena_bytes": "Bytes malloc's arenas hold from the system (in use and free)",
@@ -237,9 +282,12 @@ class DaemonMetrics:
         task_states: Callable[[], Mapping[str, TaskState]] | None = None,
         fleet: Callable[[], Mapping[str, Any]] | None = None,
         heap: Callable[[], Mapping[str, int]] | None = None,
+        timings: Callable[[], Mapping[str, TaskTimings]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_TaskCollector(task_counts, progress, task_states or dict))
+        if timings is not None:
+            self.registry.register(_TimingsCollector(timings))
         if fleet is not None:
             self.registry.register(_FleetCollector(fleet))
         if heap is not None:

@@ -121,6 +121,12 @@ class PulsarSettings(_Section):
 
 class KafkaSettings(_Section):
     address: str = ""
+    # ours: the longest a caught-up channel reader's fetch waits at the broker (librdkafka's
+    # fetch.wait.max.ms, whose default it keeps). A Kafka broker answers as soon as a record
+    # arrives: this is the rate of empty fetches of a quiet channel, not lag, except on a
+    # broker that holds a fetch for the whole wait (librdkafka's mock cluster, which the
+    # tests and benchmarks use: bench/lag.py sets 20)
+    fetchWaitMs: int = Field(default=500, ge=1, le=60_000)
 
 
 class RocksmqSettings(_Section):

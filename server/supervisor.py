@@ -54,6 +54,7 @@ from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
 from replicator.pipeline.selection import selection_of
+from replicator.pipeline.timings import TaskTimings
 from replicator.sinks.targets import is_kafka
 from server import state_history
 from server.api_models import (
@@ -585,6 +586,16 @@ class TaskSupervisor(TaskCreation):
     def runner_of(self, task_id: str) -> TaskRunner | None:
         """The runner of a task running here."""
         return self._runners.get(task_id)
+
+    def timings(self) -> dict[str, TaskTimings]:
+        """Where the lag of each task running here goes (replicator/pipeline/timings.py);
+        runners that keep none (test doubles) are left out."""
+        found = {}
+        for task_id, runner in list(self._runners.items()):
+            timings = getattr(runner, "timings", None)
+            if isinstance(timings, TaskTimings):
+                found[task_id] = timings
+        return found
 
     async def live_members(self) -> set[str]:
         """The fleet members alive now (this daemon included)."""

@@ -29,6 +29,7 @@ Tests: ``tests/unit/test_checkpoint.py``, one per branch.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -80,6 +81,9 @@ class ChannelCheckpoint:
         self.bound = state.inflight_bound(pchannel)
         # records at or below it may be on the target already: their inserts go as upserts
         self.replay_until = self.bound
+        # the last batch: how long the target took to acknowledge it, and when it did
+        self.write_seconds = 0.0
+        self.written_at = 0.0
 
     def replaying(self, offset: int) -> bool:
         return offset <= self.replay_until
@@ -119,7 +123,10 @@ class ChannelCheckpoint:
                 last,
                 " as replay" if replay else "",
             )
+            started = time.monotonic()
             self._writer.apply(events, replay=replay)
+            self.write_seconds = time.monotonic() - started
+            self.written_at = time.time()
         if at is not None and (self.saved is None or at != self.saved.msg_id or ts > self.saved.ts):
             self._save(Position(self.backend, self.pchannel, at, ts))
 

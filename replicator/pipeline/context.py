@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from metastore import MetaStore
 from replicator.meta.catalog import CollectionMeta
@@ -16,6 +16,7 @@ from replicator.pipeline.imports import TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
+from replicator.pipeline.timings import TaskTimings
 from replicator.pipeline.wal_switch import OpenWal
 from replicator.sinks.milvus import MilvusTarget
 
@@ -37,6 +38,8 @@ class TaskContext:
     # nobody knows is history (of a collection dropped before the task)
     task_ts: int = 0
     read_ahead: int = 2  # read batches a channel reads ahead of the target
+    # where the lag goes (the runner's, kept across reconnects; shown on /metrics)
+    timings: TaskTimings = field(default_factory=TaskTimings)
 
     @classmethod
     def build(
@@ -53,6 +56,7 @@ class TaskContext:
         task_ts: int = 0,
         read_ahead: int = 2,
         imports: TaskImports | None = None,
+        timings: TaskTimings | None = None,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
@@ -74,4 +78,5 @@ class TaskContext:
             open_wal,
             task_ts,
             read_ahead,
+            timings if timings is not None else TaskTimings(),
         )

@@ -59,6 +59,7 @@ from replicator.pipeline.status import (
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
+from replicator.pipeline.timings import TaskTimings
 from replicator.pipeline.wal_switch import OpenWal
 from replicator.pipeline.worker import MAX_BACKOFF, ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
@@ -225,6 +226,7 @@ class ReplicationRunner:
         elif context.backfill is None:
             blocker = blocker or "this daemon launches no backfill jobs"
         self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
+        self.timings = TaskTimings()  # where the lag goes (/metrics), across reconnects
         self._stop = StopSignal()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
         self._failure_reported = False  # the runner ended on a failure (see ``finished``)
@@ -511,6 +513,7 @@ class ReplicationRunner:
             task_ts=from_seconds(self.task.created_at),
             read_ahead=context.read_ahead,
             imports=self.imports,
+            timings=self.timings,
         )
 
     def _run_workers(self, connection: _Connection) -> None:

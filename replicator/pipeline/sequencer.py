@@ -44,6 +44,7 @@ class Pending:
     # the offset of the record ``before`` precedes, when not this one's (a committed
     # transaction's bodies are re-read from its BeginTxn)
     anchor: int = -1
+    read_at: float = 0.0  # when the worker read it (time.time()), for its tick wait
 
     @property
     def resume_offset(self) -> int:

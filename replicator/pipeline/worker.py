@@ -39,6 +39,7 @@ from replicator.events import (
     Skipped,
     TimeTick,
 )
+from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import DEFAULT_DB
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
@@ -249,6 +250,7 @@ class ChannelWorker:
         """Decode one record and sequence it; True when it switched the channel's WAL."""
         seq = self.sequencer
         before = self._last.msg_id if self._last is not None else self._saved_msg_id()
+        read_at = time.time()
         self._last = record
         self._furthest = max(self._furthest, record.offset)
         event = decode_any(record, self.checkpoint.backend, self._wanted)
@@ -263,10 +265,12 @@ class ChannelWorker:
             # releases like a tick
             seq.add(Pending(record.offset, event, before))
         if isinstance(event, TimeTick) or switching:
-            return self._release(event.ts, record, read)
+            return self._release(event.ts, record, read, read_at)
+        if isinstance(event, (Insert, Delete)):
+            self.context.timings.read_delay.observe(read_at - to_seconds(event.ts))
         if meta_of(event) is None:  # 2.3-2.5
             if isinstance(event, (Insert, Delete)):
-                seq.add(Pending(record.offset, event, before))
+                seq.add(Pending(record.offset, event, before, read_at=read_at))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                 # DML older than the DDL goes first; a drop's barrier needs it applied
                 older = read.ready + seq.take_older(event.ts)
@@ -284,17 +288,21 @@ class ChannelWorker:
         else:
             if isinstance(event, StreamCreateCollection):
                 self._announce(event)
-            seq.add(Pending(record.offset, event, before))
+            seq.add(Pending(record.offset, event, before, read_at=read_at))
         return False
 
-    def _release(self, tick: int, record: RawRecord, read: _Read) -> bool:
-        """What a tick (or a switch copy) makes final: data joins the read's batch, 2.6 DDL
-        and control apply in tick order with it. True when the channel switched its WAL."""
+    def _release(self, tick: int, record: RawRecord, read: _Read, read_at: float) -> bool:
+        """What a tick (or a switch copy) read at ``read_at`` makes final: data joins the
+        read's batch, 2.6 DDL and control apply in tick order with it. True when the channel
+        switched its WAL."""
         seq = self.sequencer
         released = seq.release(tick)
+        tick_wait = self.context.timings.tick_wait
         for i, item in enumerate(released):
             if isinstance(item.event, (Insert, Delete)):
                 read.ready.append(item)
+                if item.read_at:
+                    tick_wait.observe(read_at - item.read_at)
                 continue
             self._write(read.ready, *self._durable_point(released[i:]))
             read.ready, read.changed = [], True
@@ -341,6 +349,12 @@ class ChannelWorker:
         stats = self.applier.stats
         before = stats.rows_inserted + stats.rows_deleted
         self.checkpoint.commit(batch, at, self.sequencer.tick if ts is None else ts)
+        if batch:
+            timings, written = self.context.timings, self.checkpoint.written_at
+            timings.target_write.observe(self.checkpoint.write_seconds)
+            for item in batch:
+                if isinstance(item.event, (Insert, Delete)):
+                    timings.apply_delay.observe(written - to_seconds(item.event.ts))
         self.status.rows += stats.rows_inserted + stats.rows_deleted - before
         self.status.bytes = stats.bytes
         self.status.collection_rows = dict(stats.collection_rows)

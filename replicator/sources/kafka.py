@@ -17,6 +17,13 @@ BACKEND = "kafka"
 _PARTITION = 0
 # seconds a watermark read waits for the broker unless told otherwise
 WATERMARK_TIMEOUT = 10.0
+# the longest a fetch of a caught-up reader waits at the broker for a record (librdkafka's
+# fetch.wait.max.ms, default 500; sourceConfig.kafka.fetchWaitMs). A Kafka broker answers a
+# waiting fetch as soon as a record arrives, so this costs a quiet channel one empty fetch per
+# wait and adds no lag; librdkafka's mock cluster (the tests' broker) holds every empty fetch
+# for the whole wait, however soon a record arrives, which at 500 ms adds 0-500 ms to every
+# record read (bench/results/lag.md): benchmarks on the mock set a short wait
+FETCH_WAIT_MS = 500
 
 
 def encode_offset(offset: int) -> bytes:
@@ -34,6 +41,7 @@ class KafkaChannelReader:
         self.pchannel = pchannel
         self._consumer = Consumer(
             {
+                "fetch.wait.max.ms": FETCH_WAIT_MS,  # the source's setting, if any, wins
                 **config,
                 # a group id is required by the client; nothing is ever committed under it
                 "group.id": f"milvus-cdc-{uuid.uuid4().hex}",
