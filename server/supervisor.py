@@ -287,12 +287,12 @@ class TaskSupervisor(TaskCreation):
     def _read_fleet(
         self,
     ) -> tuple[list[TaskRecord], dict[str, Lease], list[Any], MissingKeys | None]:
-        return (
-            self._store.list_tasks(),
-            self._store.leases(),
-            self._store.members(),
-            self._missing_keys(),
-        )
+        # the leases before the tasks: a task created meanwhile is then listed (hidden while
+        # it is being created) with no lease read, or not at all. Read the other way, a lease
+        # taken by a create just after the tasks were listed belonged to no task the round
+        # knew, and the round gave it up under the create (a create answered 503 FencedError)
+        leases = self._store.leases()
+        return (self._store.list_tasks(), leases, self._store.members(), self._missing_keys())
 
     async def renew(self) -> None:
         """Renew this member's registration and leases; the lease clock moves on from the

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.integration
 
 
 class ScriptedRunner:
+    finished = False  # a real runner's: it ended (fenced off, or its task deleted)
+
     def __init__(self, events: list, task, on_failure, fail_start: bool) -> None:
         self.events, self.task_id, self.on_failure = events, task.task_id, on_failure
         self.fail_start = fail_start
@@ -284,3 +286,54 @@ async def test_a_member_without_the_key_gives_up_the_lease_and_changes_nothing(
     assert store.leases()[task.task_id].owner == "a"
     await again.drain(budget=5)
     await wrong.drain(budget=5)
+
+
+async def test_a_round_racing_a_create_leaves_the_new_tasks_lease_alone(
+    make_supervisor, milvus_lite_service
+):
+    """The order two CI runs produced (a create answered 503 "lease token ... is no longer
+    held" 120 ms after it took the lease): a round listed the tasks, a create then stored its
+    task and took its lease, and the round read the leases: a lease of a task it had not
+    listed, which it gave up under the create. Here the round's listing is held until the
+    create has its lease, and the create until the round is over: the create succeeds."""
+    import inspect
+    import threading
+
+    events: list = []
+    a, _ = make_supervisor(events, fleet=FleetSettings(memberId="a"))
+    await a.renew()
+    first = await a.create(create_request(milvus_lite_service, "first"))
+    store = a._store
+    leased, round_over = threading.Event(), threading.Event()
+    list_tasks, acquire_lease = store.list_tasks, store.acquire_lease
+
+    def listing_before_the_create() -> list:
+        listed = list_tasks()
+        if any(frame.function == "_read_fleet" for frame in inspect.stack()):
+            leased.wait(10)  # the round's listing: the create takes its lease meanwhile
+        return listed
+
+    def lease_then_hold(*args: object) -> object:
+        lease = acquire_lease(*args)
+        if args[0] != first.task_id:  # the create's (a round renews the first task's)
+            leased.set()
+            round_over.wait(10)  # the round reads the leases and acts meanwhile
+        return lease
+
+    store.list_tasks = listing_before_the_create  # type: ignore[method-assign]
+    store.acquire_lease = lease_then_hold  # type: ignore[method-assign]
+
+    async def one_round() -> None:
+        await a.reconcile()
+        round_over.set()
+
+    creating = asyncio.create_task(a.create(create_request(milvus_lite_service, "second")))
+    await one_round()
+    store.list_tasks, store.acquire_lease = list_tasks, acquire_lease  # type: ignore[method-assign]
+    task = await asyncio.wait_for(creating, 20)
+    # its lease was left alone (a real runner's first write under it would have failed with
+    # FencedError; these stand-ins write nothing)
+    held = store.leases().get(task.task_id)
+    assert held is not None and held.owner == "a", store.leases()
+    assert held == a._fences[task.task_id].lease
+    assert ("start", task.task_id) in events
