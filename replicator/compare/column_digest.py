@@ -151,8 +151,8 @@ def column_parts(name: str, kind: str, field: Any, rows: int) -> Parts:
     """The encoded parts (``digest.encode_row``'s bytes for this field) of every row of a
     column."""
     valid = list(field.valid_data)
-    if valid and kind in _VECTORS:
-        raise UnsupportedValueError(f"a nullable {kind} column")
+    if kind in _VECTORS:
+        return _vector_parts(name, kind, field, valid)
     if valid or kind in ("JSON", "ARRAY", "TIMESTAMPTZ", "GEOMETRY"):
         # JSON "null" is a null, as pymilvus decodes it
         return _per_row(name, kind, _values(kind, field), valid)
@@ -169,17 +169,37 @@ def column_parts(name: str, kind: str, field: Any, rows: int) -> Parts:
         return _fixed(name, b"d", _as_rows(np.array(data, dtype="<f8"), rows))
     if kind in TEXT_KINDS:
         return _variable(name, b"s", [s.encode() for s in scalars.string_data.data])
-    if kind == "FLOAT_VECTOR":
-        data = np.array(field.vectors.float_vector.data, dtype="<f4")
-        return _fixed(name, b"v", _as_rows(data, rows))
-    if kind in BYTE_VECTOR_KINDS:
-        width = _byte_width(kind, field.vectors.dim)
-        data = np.frombuffer(_byte_vectors(kind, field), dtype=np.uint8)
-        return _fixed(name, b"x", data.reshape(rows, width))
-    if kind == "SPARSE_FLOAT_VECTOR":
-        contents = field.vectors.sparse_float_vector.contents
-        return _variable(name, b"p", [_sparse(c) for c in contents])
     raise UnsupportedValueError(f"a column of {kind}")
+
+
+def _vector_parts(name: str, kind: str, field: Any, valid: Sequence[bool] = ()) -> Parts:
+    """The parts of a vector column. A nullable one (``valid``) holds a vector for each valid
+    row only, or one for every row: either way a row not valid is a null."""
+    vectors = field.vectors
+    parts: Parts
+    if kind == "FLOAT_VECTOR":
+        floats = np.array(vectors.float_vector.data, dtype="<f4")
+        held = len(floats) // max(1, vectors.dim)
+        parts = _fixed(name, b"v", _as_rows(floats, held)) if held else []
+    elif kind in BYTE_VECTOR_KINDS:
+        width = _byte_width(kind, vectors.dim)
+        raw = np.frombuffer(_byte_vectors(kind, field), dtype=np.uint8)
+        held = len(raw) // max(1, width)
+        parts = _fixed(name, b"x", raw.reshape(held, width)) if held else []
+    else:  # SPARSE_FLOAT_VECTOR
+        parts = _variable(name, b"p", [_sparse(c) for c in vectors.sparse_float_vector.contents])
+    if not valid:
+        return parts
+    tag, data = encode_value(kind, None)
+    null = _header(name, tag) + LENGTH.pack(len(data)) + data
+    if len(parts) == len(valid):
+        return [part if ok else null for part, ok in zip(parts, valid, strict=True)]
+    if len(parts) != sum(valid):
+        raise UnsupportedValueError(
+            f"a nullable {kind} column of {len(parts)} vectors for {sum(valid)} valid rows"
+        )
+    held_parts = iter(parts)
+    return [next(held_parts) if ok else null for ok in valid]
 
 
 def _rows_of(field: Any) -> int:

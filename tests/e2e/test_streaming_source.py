@@ -62,7 +62,9 @@ def start_task(
     """Create a task replicating ``collections`` of the default database (``request``: other
     fields of the create request, e.g. db_collections) and wait until it has a position on
     every channel of the stream; its id."""
-    body: dict[str, object] = {"milvus_connect_param": {"uri": target_uri}}
+    body: dict[str, object] = {}
+    if "kafka_connect_param" not in request:
+        body["milvus_connect_param"] = {"uri": target_uri}
     if collections:
         body["collection_infos"] = [{"name": name} for name in collections]
     created = daemon.call("create", {**body, **request})

@@ -285,3 +285,28 @@ def test_no_columns_is_the_empty_digest() -> None:
     assert columns_digest([], SCALAR_KINDS) == Digest()
     empty = [scalar("id", DT.Int64, "long_data", []), float_vectors("vec", 3, [])]
     assert columns_digest(empty, SCALAR_KINDS) == Digest()
+
+
+@pytest.mark.parametrize("layout", ["valid rows only", "every row"])
+def test_nulls_of_a_nullable_vector_column_equal_none_in_the_rows(layout: str) -> None:
+    """A nullable vector column (2.6) holds a vector for each valid row, or for every row;
+    either way a null row digests as pymilvus's None (issue 31: no "unsupported")."""
+    kinds = {"id": "INT64", "vec": "FLOAT_VECTOR", "bits": "BINARY_VECTOR"}
+    rows = [
+        {"id": 1, "vec": [0.5, 1.0], "bits": None},
+        {"id": 2, "vec": None, "bits": b"\x0f"},
+        {"id": 3, "vec": [2.0, -1.0], "bits": b"\xf0"},
+    ]
+    vec_valid, bits_valid = [True, False, True], [False, True, True]
+    if layout == "every row":
+        vec = float_vectors("vec", 2, [[0.5, 1.0], [0.0, 0.0], [2.0, -1.0]])
+        bits = byte_vectors("bits", DT.BinaryVector, "binary_vector", 8, [b"\0", b"\x0f", b"\xf0"])
+    else:
+        vec = float_vectors("vec", 2, [[0.5, 1.0], [2.0, -1.0]])
+        bits = byte_vectors("bits", DT.BinaryVector, "binary_vector", 8, [b"\x0f", b"\xf0"])
+    vec.valid_data.extend(vec_valid)
+    bits.valid_data.extend(bits_valid)
+    columns = [scalar("id", DT.Int64, "long_data", [1, 2, 3]), vec, bits]
+    assert columns_digest(columns, kinds) == digest_rows(rows, kinds)
+    rows[1]["vec"] = [0.0, 0.0]  # a null is not a zero vector
+    assert columns_digest(columns, kinds) != digest_rows(rows, kinds)
