@@ -236,7 +236,7 @@ SPARK_FILES = {
     "test_bulk_import.py",
     "test_demo.py",
     "test_disaster_failback.py",
-    "test_field_types.py",
+    "test_field_types_backfill.py",
     "test_spark_scratch.py",
     "test_verify.py",
 }
