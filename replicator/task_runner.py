@@ -44,6 +44,10 @@ class TaskRunner(Protocol):
         """The source time (hybrid ts) up to which every write of the task is on the target;
         0 while a channel has not told yet (``progress.consistent_up_to``)."""
 
+    def read_to_end_since(self, moment: float) -> bool:
+        """Whether every channel read to its end after ``moment`` (seconds), or has something
+        waiting (its figure is then its applied tick, which no read moves)."""
+
     def unreachable(self, warnings: list[str]) -> None:
         """The endpoints (source queue, source etcd, target) the daemon cannot reach now, as
         warnings to show on the task; those shown before and not given again are withdrawn.

@@ -51,6 +51,7 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
+    CAUGHT_UP_MARGIN,
     ChannelStatus,
     TaskWarnings,
     consistent_view,
@@ -339,6 +340,14 @@ class ReplicationRunner:
         """End the workers' idle reads now: each reads the ticks that came meanwhile, so its
         applied time is fresh (an idle read otherwise waits up to 5 s for data)."""
         self._stop.nudge()
+
+    def read_to_end_since(self, moment: float) -> bool:
+        floor = from_seconds(moment - CAUGHT_UP_MARGIN)
+        return all(
+            not status.caught_up or status.caught_up_ts >= floor
+            for status in list(self.statuses.values())
+            if status.has_ticks
+        )
 
     def consistent_ts(self) -> int:
         """The source time up to which every write of the task is on the target (0: not known

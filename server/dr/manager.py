@@ -86,23 +86,23 @@ class FailoverRequest(TaskIdRequest):
     export_seconds: float = Field(default=60.0, ge=0, le=3600)
 
 
-HURRY_SECONDS = 2.0  # a failover's wait for the channels' latest figures, at most
+HURRY_SECONDS = 3.0  # a failover's wait for the channels' latest figures, at most
 
 
 async def _settled_consistent_ts(runner: TaskRunner) -> int:
     """The task's consistent-up-to once its channels have read what they can: idle channels
     read their latest ticks at once (``hurry``) instead of at the end of their idle wait (up to
     5 s), so the answer claims every write the target holds, not a few seconds less. It waits
-    until the figure stops moving (three looks 0.1 s apart), ``HURRY_SECONDS`` at most."""
+    until every channel has read to its end since (or has something waiting),
+    ``HURRY_SECONDS`` at most."""
+    asked = time.time()
     runner.hurry()
     deadline = time.monotonic() + HURRY_SECONDS
-    last, same = runner.consistent_ts(), 0
-    while same < 3 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        current = runner.consistent_ts()
-        same = same + 1 if current == last else 0
-        last = current
-    return last
+    while time.monotonic() < deadline:
+        if runner.read_to_end_since(asked):
+            break
+        await asyncio.sleep(0.05)
+    return runner.consistent_ts()
 
 
 async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:

@@ -549,6 +549,16 @@ def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_ans
         writer.start()
         try:
             wait_until(lambda: len(writer.acknowledged) >= 150, 60, "the writer's rows")
+            # the task has applied some of them (on a loaded machine it may lag seconds): the
+            # check below then covers at least 50 writes, whatever the lag. (A channel read to
+            # its end counts up to that read; once records wait for a tick the dead source
+            # never sends, only its applied tick counts, which is past the 60th write.)
+            sixtieth = sorted(writer.stamps.values())[59]
+            wait_until(
+                lambda: _seconds(consistent_known(daemon, ab)) >= sixtieth,
+                60,
+                "the task past the writer's 60th write",
+            )
             os.kill(lost.pid, signal.SIGKILL)  # the source cluster is lost under load
             time.sleep(1.0)
             status, _, answer = daemon.request("POST", f"/v1/tasks/{ab}/failover", {})
