@@ -264,6 +264,23 @@ def index_vec(client: MilvusClient, name: str) -> None:
     client.create_index(name, index)
 
 
+def dynamic_rows_arrive(
+    daemon: Any, task_id: str, target_client: MilvusClient, name: str, source: dict[int, dict]
+) -> None:
+    """The target's collection is dynamic and holds ``source``'s rows, keys outside the schema
+    included; the task still runs."""
+    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+    assert target_client.describe_collection(name)["enable_dynamic_field"]
+    index_vec(target_client, name)
+    wait_target_equal(
+        daemon,
+        task_id,
+        lambda: dynamic_differences(source, target_client, name),
+        f"{name} equal to the source, keys outside the schema included",
+    )
+    assert task_view(daemon, task_id)["state"] == "Running"
+
+
 def test_keys_outside_the_schema_arrive_as_they_were_with_upserts_and_deletes(
     daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
 ):
@@ -289,16 +306,7 @@ def test_keys_outside_the_schema_arrive_as_they_were_with_upserts_and_deletes(
     del source[16], source[17]
     stream.tick_all()
 
-    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
-    assert target_client.describe_collection(name)["enable_dynamic_field"]
-    index_vec(target_client, name)
-    wait_target_equal(
-        daemon,
-        task_id,
-        lambda: dynamic_differences(source, target_client, name),
-        f"{name} equal to the source, keys outside the schema included",
-    )
-    assert task_view(daemon, task_id)["state"] == "Running"
+    dynamic_rows_arrive(daemon, task_id, target_client, name, source)
 
 
 def test_a_collection_made_dynamic_by_2_6_after_its_creation(
@@ -389,13 +397,4 @@ def test_rows_of_a_2_6_dynamic_field_with_its_default_arrive_with_their_keys(
     del source[5]
     stream.tick_all()
 
-    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
-    assert target_client.describe_collection(name)["enable_dynamic_field"]
-    index_vec(target_client, name)
-    wait_target_equal(
-        daemon,
-        task_id,
-        lambda: dynamic_differences(source, target_client, name),
-        f"{name} equal to the source, keys outside the schema included",
-    )
-    assert task_view(daemon, task_id)["state"] == "Running"
+    dynamic_rows_arrive(daemon, task_id, target_client, name, source)
