@@ -5,8 +5,6 @@ reason naming it and commits nothing."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from confluent_kafka import Producer
 from pymilvus.grpc_gen import schema_pb2
@@ -15,7 +13,10 @@ from metastore import Position
 from replicator.errors import TargetRejectedError
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.kafka_columns import insert_events
-from tests.integration.test_kafka_target import keyed_events
+from tests.integration.test_kafka_target import (
+    keyed_events,
+    params,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.integration
 T = schema_pb2.DataType
@@ -32,17 +33,7 @@ def insert(pks: list[int], text: str = "x") -> list[schema_pb2.FieldData]:
     return [pk, title]
 
 
-@pytest.fixture
-def params(kafka_mock) -> dict:
-    suffix = uuid.uuid4().hex[:8]
-    return {
-        "address": kafka_mock.bootstrap,
-        "topic": f"events-{suffix}",
-        "positions_topic": f"positions-{suffix}",
-    }
-
-
-def test_bytes_and_dict_events_commit_as_json_with_their_source(params):
+def test_bytes_and_dict_events_commit_as_json_with_their_source(params):  # noqa: F811 - the imported fixture
     target = KafkaTarget(params, "task-col", "1.0")
     topic = target.row_topic("default", "c")
     try:
@@ -74,7 +65,7 @@ def test_bytes_and_dict_events_commit_as_json_with_their_source(params):
     assert len({e["source"]["commit"] for _, e in found}) == 1
 
 
-def test_a_bytes_event_too_large_stops_with_a_reason_and_commits_nothing(params):
+def test_a_bytes_event_too_large_stops_with_a_reason_and_commits_nothing(params):  # noqa: F811 - the imported fixture
     target = KafkaTarget({**params, "max_event_bytes": 200}, "task-col2", "1.0")
     topic = target.row_topic("default", "c")
     try:
@@ -89,7 +80,7 @@ def test_a_bytes_event_too_large_stops_with_a_reason_and_commits_nothing(params)
     assert read(params["address"], topic) == []
 
 
-def test_a_local_queue_that_fills_keeps_every_event_once_and_in_order(params):
+def test_a_local_queue_that_fills_keeps_every_event_once_and_in_order(params):  # noqa: F811 - the imported fixture
     """produce_batch refuses what does not fit (the message it is at and every one after it):
     those are given again once the queue drained, so one key's events stay in order."""
     target = KafkaTarget(params, "task-col3", "1.0")
