@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from replicator.fibers import Steps, pause
 from replicator.meta.catalog import AliasMeta
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.sinks.base import SinkError
@@ -48,7 +49,8 @@ class AliasMirror:
     def close(self) -> None:
         self._target.close()
 
-    def run(self) -> None:
+    def steps(self) -> Steps:
+        """The mirror as a fiber (:mod:`replicator.fibers`), woken by the task's stop."""
         since_verify = 0.0
         while not self._stop.is_set():
             if since_verify >= VERIFY_SECONDS:
@@ -61,7 +63,7 @@ class AliasMirror:
                 if message not in self._reported:  # once per cause, not every round
                     self._reported.add(message)
                     log.warning("aliases not mirrored yet, retrying: %s", message)
-            self._stop.wait(self._interval)
+            yield from pause(self._stop, self._interval)
             since_verify += self._interval
 
     def desired(self) -> dict[AliasKey, str]:

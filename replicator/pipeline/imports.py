@@ -47,6 +47,7 @@ from typing import Any
 from metastore import MetaStoreError
 from replicator.backfill.state import BackfillJob
 from replicator.codec.streaming_ddl import ImportJob
+from replicator.fibers import Steps, pause
 from replicator.hybrid_time import from_seconds
 from replicator.meta.imports import ImportPhase, SourceImport
 from replicator.pipeline.status import TaskWarnings
@@ -478,7 +479,8 @@ class ImportWatcher:
             self._serving(self._imports)
         return bool(self._imports.ready())
 
-    def run(self) -> None:
+    def steps(self) -> Steps:
+        """The watcher as a fiber (:mod:`replicator.fibers`), woken by the task's stop."""
         while not self._stop.is_set():
             try:
                 if self.poll():
@@ -491,4 +493,4 @@ class ImportWatcher:
                 if message not in self._reported:  # once per cause, not every round
                     self._reported.add(message)
                     log.warning("bulk imports not followed this round, retrying: %s", message)
-            self._stop.wait(self._interval)
+            yield from pause(self._stop, self._interval)

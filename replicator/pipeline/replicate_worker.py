@@ -9,19 +9,21 @@ then it is history of a collection since dropped, and skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from metastore import Position
 from replicator.codec.replicate import RpcEvent, decode_replicate
 from replicator.errors import Rejection, TargetRejectedError, TaskFailedError
 from replicator.events import FailedRecord
+from replicator.fibers import Steps
+from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_with_retries
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.pipeline.status import ChannelStatus
-from replicator.pipeline.worker import READ_TIMEOUT, read_with_retries
 from replicator.sources.base import ChannelReader
+from replicator.sources.prefetch import reading_ahead
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +51,24 @@ class ReplicateWorker:
         self._open_channel = open_channel
         self.selection = selection
 
-    def run(self) -> None:
-        read_with_retries(
+    def steps(self, wake: Callable[[], None]) -> Steps:
+        """The worker as a fiber (:mod:`replicator.fibers`) woken by ``wake``."""
+        yield from read_with_retries(
             self.checkpoint,
             self.status,
             self.context,
-            lambda start: self._open_channel(self.pchannel, start),
+            wake,
+            lambda start: reading_ahead(
+                self._open_channel(self.pchannel, start), READ_BATCH, self.context.read_ahead
+            ),
             self._consume,
         )
 
-    def _consume(self, reader: ChannelReader) -> bool:
-        while not self.context.stop.is_set():
-            for record in reader.read_batch(READ_BATCH, READ_TIMEOUT):
+    def _consume(self, reader: ChannelReader) -> Generator[float, None, bool]:
+        stop = self.context.stop
+        while not stop.is_set():
+            records = yield from next_batch(reader, stop, READ_BATCH, READ_TIMEOUT)
+            for record in records:
                 event = decode_replicate(record, self.checkpoint.backend)
                 if isinstance(event, FailedRecord):
                     raise TaskFailedError(

@@ -1,6 +1,8 @@
-"""The replication runner of one task: a thread that connects to the source and the target,
+"""The replication runner of one task: a fiber that connects to the source and the target,
 prepares the task (:mod:`bootstrap`, a pending backfill: :mod:`handover`), and runs a worker
-thread per source pchannel (:mod:`worker`, :mod:`replicate_worker`) until the task stops.
+fiber per source pchannel (:mod:`worker`, :mod:`replicate_worker`) until the task stops. The
+fibers of every task take turns on the daemon's pool of threads (:mod:`replicator.fibers`): a
+task waiting for records holds no thread.
 
 Source, target and metastore outages are retried with backoff (the task stays Running, its lag
 grows); what needs an operator (an undecodable record, a write the target rejects, a position
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from metastore import (
@@ -32,6 +35,7 @@ from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError, TaskFailedError, is_retriable
+from replicator.fibers import Fiber, FiberPool, Steps, pause, shared_pool
 from replicator.hybrid_time import from_seconds
 from replicator.log_context import log_context
 from replicator.meta.catalog import AliasMeta, CollectionMeta
@@ -43,6 +47,7 @@ from replicator.pipeline.bootstrap import (
     replicate_start,
     source_at,
 )
+from replicator.pipeline.channel_reads import MAX_BACKOFF
 from replicator.pipeline.checkpoint import ChannelCheckpoint, newer
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.handover import BackfillStage
@@ -62,7 +67,7 @@ from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.timings import TaskTimings
 from replicator.pipeline.wal_switch import OpenWal
-from replicator.pipeline.worker import MAX_BACKOFF, ChannelWorker
+from replicator.pipeline.worker import ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.targets import MILVUS_PARAM, connect_timeout, is_kafka, open_target
@@ -73,7 +78,7 @@ log = logging.getLogger(__name__)
 
 Worker = ChannelWorker | ReplicateWorker
 
-# seconds stop() waits for the runner's thread before letting it go
+# seconds stop() waits for the runner's fiber before letting it go
 STOP_WAIT = 1.0
 # seconds prepare() waits past the task's connect timeout for a source read to give up by itself
 # (and say why) before it answers without it
@@ -106,6 +111,8 @@ class RunnerContext:
     # asks the source whether it serves a completed import's segments (a copy waits for it);
     # None: the daemon cannot ask (no sourceConfig.milvus.uri) and imports wait for an operator
     import_serving: Callable[[TaskImports], None] | None = None
+    # the threads every task's fibers run on (one pool per daemon)
+    pool: FiberPool = field(default_factory=shared_pool)
 
 
 def _rows_copied(view: dict[str, Any] | None) -> dict[str, int] | None:
@@ -233,7 +240,8 @@ class ReplicationRunner:
         self._failure_reported = False  # the runner ended on a failure (see ``finished``)
         # set with _stop when an import is ready to copy: the workers stop, the runner goes on
         self._restart = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._fiber: Fiber | None = None
+        self._wake: Callable[[], None] = lambda: None  # the runner's fiber goes on
         self._loop: asyncio.AbstractEventLoop | None = None
         self._backfill: BackfillStage | None = None
 
@@ -300,24 +308,23 @@ class ReplicationRunner:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(
-            target=self._main, name=f"task-{self.task.task_id[:8]}", daemon=True
+        self._fiber = self.context.pool.spawn(
+            self._main, name=f"task-{self.task.task_id[:8]}", wake_on=self._stop
         )
-        self._thread.start()
 
     async def stop(self) -> None:
-        """Stop the workers (each saves its position) and wait for the runner's thread, at most
-        ``STOP_WAIT`` seconds: a thread still inside a blocking call then (a source or target
+        """Stop the workers (each saves its position) and wait for the runner's fiber, at most
+        ``STOP_WAIT`` seconds: a fiber still inside a blocking call then (a source or target
         that does not answer) is let go, its fence revoked, so it can write nothing when the
         call returns. Nothing is lost: what it read and did not save is read again by the next
         start, from the saved positions."""
         self._stop_requested = True
         self._stop.set()
-        thread = self._thread
-        if thread is None:
+        fiber = self._fiber
+        if fiber is None:
             return
-        await asyncio.to_thread(thread.join, STOP_WAIT)
-        if thread.is_alive():
+        await asyncio.to_thread(fiber.done.wait, STOP_WAIT)
+        if not fiber.done.is_set():
             self.fence.revoke()
             with log_context(task_id=self.task.task_id):
                 log.warning(
@@ -328,9 +335,9 @@ class ReplicationRunner:
 
     @property
     def finished(self) -> bool:
-        """The runner's thread has ended without reporting a failure (fenced off, or the task
+        """The runner's fiber has ended without reporting a failure (fenced off, or the task
         deleted): a failure is the supervisor's to record, through ``on_failure``."""
-        ended = self._thread is not None and not self._thread.is_alive()
+        ended = self._fiber is not None and self._fiber.done.is_set()
         return ended and not self._failure_reported
 
     def applied_ticks(self) -> dict[str, int]:
@@ -394,11 +401,12 @@ class ReplicationRunner:
             "backfill": None if self._backfill is None else self._backfill.view,
         }
 
-    # --- the task's main thread --------------------------------------------------------------
-    def _main(self) -> None:
+    # --- the task's main fiber ---------------------------------------------------------------
+    def _main(self, wake: Callable[[], None]) -> Steps:
+        self._wake = wake
         with log_context(task_id=self.task.task_id):
             try:
-                self._run()
+                yield from self._run()
             except TaskNotFoundError:
                 log.info("task deleted; runner stops")
             except (CdcError, MetaStoreError) as exc:
@@ -419,14 +427,14 @@ class ReplicationRunner:
         if self._loop is not None and not self._stop_requested:
             asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
 
-    def _run(self) -> None:
+    def _run(self) -> Steps:
         """Connect and run the workers; source, target and store outages are retried."""
         backoff = 1.0
         while not self._stop.is_set():
             try:
                 connection = self._connect()
                 try:
-                    self._run_workers(connection)
+                    yield from self._run_workers(connection)
                 finally:
                     connection.target.close()
                 if not self._restarts():
@@ -436,7 +444,7 @@ class ReplicationRunner:
                 if isinstance(exc, (TaskFailedError, TaskNotFoundError)) or not is_retriable(exc):
                     raise
                 log.warning("source or target unavailable, retrying in %.0f s: %s", backoff, exc)
-                self._stop.wait(backoff)
+                yield from pause(self._stop, backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
 
     def _copy_imports(self) -> None:
@@ -525,7 +533,7 @@ class ReplicationRunner:
             timings=self.timings,
         )
 
-    def _run_workers(self, connection: _Connection) -> None:
+    def _run_workers(self, connection: _Connection) -> Steps:
         task = self._task_context(connection)
         read = connection.read
         source = read.source
@@ -580,7 +588,7 @@ class ReplicationRunner:
                     selection=self.selection,
                 )
             )
-        self._run_threads(task, workers, watcher)
+        yield from self._run_fibers(task, workers, watcher)
 
     def _import_watcher(self, task: TaskContext) -> ImportWatcher | None:
         read = self.context.imports
@@ -616,62 +624,65 @@ class ReplicationRunner:
         log.info("backfill %s of %s asked to copy their bulk imports", job.job_id, ready)
         return stage.job()
 
-    def _run_threads(
+    def _run_fibers(
         self, task: TaskContext, workers: list[Worker], watcher: ImportWatcher | None = None
-    ) -> None:
-        """A thread per worker (and one each for the alias mirror and the import watcher); the
-        first error stops them all and is raised once every thread has ended."""
-        errors: list[Exception] = []
-        threads = []
+    ) -> Steps:
+        """A fiber per worker (and one each for the alias mirror and the import watcher); the
+        first error stops them all and is raised once every fiber has ended."""
+        errors: list[BaseException] = []
+        # (name, channel for the log, body)
+        bodies: list[tuple[str, str | None, Callable[[Callable[[], None]], Steps]]] = []
         if watcher is not None:
-            threads.append(
-                threading.Thread(
-                    target=self._watch, args=(watcher, errors), name="imports", daemon=True
-                )
-            )
+            bodies.append(("imports", None, lambda wake: watcher.steps()))
         if self.context.aliases is not None:
             # its own target connection: gRPC calls of the workers are not held up by it
-            alias_target = task.target.sibling()
-            mirror = AliasMirror(self.context.aliases, task.registry, alias_target, self._stop)
-            threads.append(
-                threading.Thread(target=self._mirror, args=(mirror,), name="aliases", daemon=True)
+            mirror = AliasMirror(
+                self.context.aliases, task.registry, task.target.sibling(), self._stop
             )
+            bodies.append(("aliases", None, lambda wake: self._mirror(mirror)))
+        bodies += [(w.pchannel, w.pchannel, w.steps) for w in workers]
+        task_id = self.task.task_id
 
-        def run(worker: Worker) -> None:
-            with log_context(task_id=self.task.task_id, channel=worker.pchannel):
-                try:
-                    worker.run()
-                except Exception as exc:  # noqa: BLE001 - any worker error stops the task
-                    errors.append(exc)
-                    self._stop.set()
-
-        threads += [
-            threading.Thread(target=run, args=(w,), name=f"{w.pchannel}", daemon=True)
-            for w in workers
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-
-    def _watch(self, watcher: ImportWatcher, errors: list[Exception]) -> None:
-        """The import watcher's thread: an error (the metastore) stops the task's workers like
-        a worker's error, so the runner retries or fails with it."""
-        with log_context(task_id=self.task.task_id):
-            try:
-                watcher.run()
-            except Exception as exc:  # noqa: BLE001 - any watcher error stops the task
-                errors.append(exc)
+        def ended(fiber: Fiber) -> None:
+            if fiber.error is not None:  # any error stops the task
+                errors.append(fiber.error)
                 self._stop.set()
+            self._wake()
 
-    def _mirror(self, mirror: AliasMirror) -> None:
-        with log_context(task_id=self.task.task_id):
-            try:
-                mirror.run()
-            finally:
-                mirror.close()
+        def logged(
+            channel: str | None, body: Callable[[Callable[[], None]], Steps]
+        ) -> Callable[[Callable[[], None]], Steps]:
+            def steps(wake: Callable[[], None]) -> Steps:
+                with log_context(task_id=task_id, channel=channel):
+                    yield from body(wake)
+
+            return steps
+
+        fibers = [
+            self.context.pool.spawn(
+                logged(channel, body),
+                name=f"{task_id[:8]}-{name}",
+                wake_on=self._stop,
+                on_done=ended,
+            )
+            for name, channel, body in bodies
+        ]
+        while not all(f.done.is_set() for f in fibers):
+            yield math.inf
+        if errors:
+            error = errors[0]
+            if isinstance(error, Exception):
+                raise error
+            raise TaskFailedError(f"a worker of the task ended on {error!r}") from error
+
+    def _mirror(self, mirror: AliasMirror) -> Steps:
+        """The alias mirror's fiber: its errors are its own (logged), not the task's."""
+        try:
+            yield from mirror.steps()
+        except Exception:
+            log.exception("the alias mirror stopped")
+        finally:
+            mirror.close()
 
     def _backfill_job(self, source: WalSource) -> BackfillJob | None:
         """The task's backfill job (its progress is shown from now on); None without one or

@@ -15,19 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
-from metastore import MetaStoreError, Position, PositionConflictError, TaskNotFoundError
+from metastore import Position
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced, StreamCreateCollection
-from replicator.errors import (
-    CdcError,
-    SinkSessionLostError,
-    TaskFailedError,
-    WalTruncatedError,
-    is_retriable,
-)
+from replicator.errors import TaskFailedError
 from replicator.events import (
     CreateCollection,
     Delete,
@@ -39,13 +33,15 @@ from replicator.events import (
     Skipped,
     TimeTick,
 )
+from replicator.fibers import Steps
 from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import DEFAULT_DB
+from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_with_retries
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
-from replicator.pipeline.status import ChannelState, ChannelStatus
+from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.wal_switch import SwitchFollower
 from replicator.sources.base import ChannelReader, WalSource
@@ -55,7 +51,6 @@ from replicator.sources.shared import IdleReader
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000
-READ_TIMEOUT = 0.2
 # how long a channel with nothing waiting for a tick lets ticks (and other collections' data)
 # gather on a shared reader: its applied time moves once per wait; anything else it must see
 # ends the wait at once, and so does the task's stop. The wait starts at the first figure and
@@ -67,54 +62,6 @@ IDLE_READ_SECONDS_MAX = 5.0
 # inside the queue's retention and a restart's re-read short, and few writes for a daemon with
 # many tasks (50 tasks x 16 channels: 27 saves a second)
 IDLE_SAVE_SECONDS = 30.0
-MAX_BACKOFF = 30.0
-
-
-def read_with_retries(
-    checkpoint: ChannelCheckpoint,
-    status: ChannelStatus,
-    context: TaskContext,
-    open_reader: Callable[[Position | None], ChannelReader],
-    consume: Callable[[ChannelReader], bool],
-) -> None:
-    """Open a reader after the saved position and ``consume`` it until the task stops (True
-    from ``consume``: go on from the saved position, on the WAL the source switched to). A
-    retriable failure of the source, target or metastore rewinds to the saved position after
-    a backoff; any other fails the task with a reason naming the channel."""
-    pchannel, backoff = checkpoint.pchannel, 1.0
-    start = checkpoint.saved
-    while not context.stop.is_set():
-        reader: ChannelReader | None = None
-        try:
-            reader = open_reader(start if start is not None and start.msg_id else None)
-            status.set_state(ChannelState.RUNNING)
-            if not consume(reader):
-                return
-            start = checkpoint.saved
-        except (TaskFailedError, TaskNotFoundError, PositionConflictError, SinkSessionLostError):
-            raise
-        except WalTruncatedError as exc:
-            raise TaskFailedError(f"channel {pchannel}: {exc}") from exc
-        except (CdcError, MetaStoreError) as exc:
-            if not is_retriable(exc):
-                raise TaskFailedError(
-                    f"channel {pchannel}, reading {_after(checkpoint.saved)}: {exc}"
-                ) from exc
-            status.caught_up = False  # what it read is not on the target: its lag shows it
-            status.set_state(ChannelState.RETRYING, str(exc))
-            log.warning("retrying in %.0f s: %s", backoff, exc)
-            start = checkpoint.rewind()  # re-read what was not committed
-            context.stop.wait(backoff)
-            backoff = min(MAX_BACKOFF, backoff * 2)
-        finally:
-            if reader is not None:
-                reader.close()
-
-
-def _after(saved: Position | None) -> str:
-    if saved is None or not saved.msg_id:  # a channel empty when the task began
-        return "from the beginning"
-    return f"after position {saved.msg_id.hex()} (ts {saved.ts})"
 
 
 @dataclass
@@ -165,18 +112,20 @@ class ChannelWorker:
         # 2.6 collections whose CreateCollection was read here but is not applied yet
         self._announced: set[int] = set()
 
-    def run(self) -> None:
-        read_with_retries(
+    def steps(self, wake: Callable[[], None]) -> Steps:
+        """The worker as a fiber (:mod:`replicator.fibers`) woken by ``wake``."""
+        yield from read_with_retries(
             self.checkpoint,
             self.status,
             self.context,
+            wake,
             lambda start: reading_ahead(
                 self.source.open_channel(self.pchannel, start), READ_BATCH, self.context.read_ahead
             ),
             self._consume,
         )
 
-    def _consume(self, reader: ChannelReader) -> bool:
+    def _consume(self, reader: ChannelReader) -> Generator[float, None, bool]:
         """Read until the task stops; True when the source switched its WAL and this channel
         now reads it from the new backend."""
         saved = self.checkpoint.saved
@@ -191,14 +140,14 @@ class ChannelWorker:
             else None
         )
         try:
-            return self._read_until_stopped(reader, idle_reader, seq)
+            return (yield from self._read_until_stopped(reader, idle_reader, seq))
         finally:
             if unwake is not None:
                 unwake()
 
     def _read_until_stopped(
         self, reader: ChannelReader, idle_reader: IdleReader | None, seq: ChannelSequencer
-    ) -> bool:
+    ) -> Generator[float, None, bool]:
         """The reading loop of :meth:`_consume` (``idle_reader``: ``reader`` when it can read
         idly)."""
         last_save = time.monotonic()
@@ -208,13 +157,14 @@ class ChannelWorker:
             read_started = time.time()
             # nothing waits for a tick: ticks need not wake it
             idle = idle_reader if idle_reader is not None and not seq.waiting() else None
+            stop = self.context.stop
             if idle is not None:
-                records = idle.read_batch_idle(READ_BATCH, idle_wait, self._wakes)
+                records = yield from next_batch(idle, stop, READ_BATCH, idle_wait, self._wakes)
                 idle_wait = min(idle_wait * 2, IDLE_READ_SECONDS_MAX)
                 if passed_over := idle.take_passed_over():  # other collections' data
                     self.skipped["not_selected"] += passed_over
             else:
-                records = reader.read_batch(READ_BATCH, READ_TIMEOUT)
+                records = yield from next_batch(reader, stop, READ_BATCH, READ_TIMEOUT)
                 idle_wait = IDLE_READ_SECONDS
             self.status.reader = "shared" if getattr(reader, "shared", False) else "own"
             for record in records:

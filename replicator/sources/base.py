@@ -7,7 +7,8 @@ the broker: the metastore is the only truth about progress.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from metastore import Position
 from replicator.errors import SourceUnavailableError, WalTruncatedError
@@ -29,6 +30,28 @@ class ChannelReader(Protocol):
         """Continue after ``position`` (from the beginning when None)."""
 
     def close(self) -> None: ...
+
+
+# which collections' data ends an idle read (see replicator.sources.shared)
+Wakes = Callable[[int], bool]
+
+
+@runtime_checkable
+class PolledReader(Protocol):
+    """A reader whose reads need not wait in the caller's thread (a fiber's, see
+    :mod:`replicator.fibers`): it calls its listener when records may have come, and ``poll``
+    answers at once."""
+
+    pchannel: str
+
+    def listen(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener`` (from any thread, cheaply) whenever a read may find something
+        new: the records a waiting ``read_batch`` would return for, or an idle read's wake-up
+        (None: nobody listens)."""
+
+    def poll(self, max_records: int, wakes: Wakes | None, last: bool) -> list[RawRecord] | None:
+        """What ``read_batch`` (``wakes`` None) or an idle read (see the shared readers) would
+        return now, or None when it would still wait; ``last``: its wait is over, answer."""
 
 
 class WalSource(Protocol):
@@ -53,7 +76,9 @@ class WalSource(Protocol):
 __all__ = [
     "READ_BYTES",
     "ChannelReader",
+    "PolledReader",
     "SourceUnavailableError",
+    "Wakes",
     "WalSource",
     "WalTruncatedError",
 ]

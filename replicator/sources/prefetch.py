@@ -3,17 +3,19 @@
 A channel worker spends most of a catch-up waiting for the target to acknowledge a write; with
 the reader in front of it running ahead, the next batch is read (and its bytes are in memory)
 by the time the write returns. At most ``depth`` batches wait, each at most about READ_BYTES,
-so memory stays bounded.
+so memory stays bounded. A fiber reads it without waiting (``listen`` and ``poll``): the
+reading thread calls the listener after each batch it queues.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import ChannelReader
+from replicator.sources.base import ChannelReader, Wakes
 
 _PUT_WAIT = 0.1
 
@@ -30,6 +32,7 @@ class PrefetchingReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leftover: list[RawRecord] = []  # of a batch read ahead, not yet asked for
+        self._listener: Callable[[], None] | None = None
         self._start()
 
     def _start(self) -> None:
@@ -59,9 +62,21 @@ class PrefetchingReader:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=_PUT_WAIT)
-                return
             except queue.Full:
                 continue
+            listener = self._listener
+            if listener is not None:
+                listener()
+            return
+
+    def listen(self, listener: Callable[[], None] | None) -> None:
+        self._listener = listener
+
+    def poll(self, max_records: int, wakes: Wakes | None, last: bool) -> list[RawRecord] | None:
+        """A read that does not wait (every record ends an idle read of a reader of its own:
+        ``wakes`` changes nothing)."""
+        records = self.read_batch(max_records, 0)
+        return records if records or last else None
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         """Up to ``max_records`` of the records read ahead (the rest of a larger batch is
@@ -69,7 +84,7 @@ class PrefetchingReader:
         consumer."""
         if not self._leftover:
             try:
-                item = self._queue.get(timeout=timeout)
+                item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
             except queue.Empty:
                 return []
             if isinstance(item, BaseException):

@@ -46,7 +46,7 @@ from typing import Protocol, runtime_checkable
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import READ_BYTES, ChannelReader, WalSource
+from replicator.sources.base import READ_BYTES, ChannelReader, Wakes, WalSource
 from replicator.sources.prefetch import PrefetchingReader
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,6 @@ _BEGINNING = -1  # the cursor of a reader that starts at the beginning of the ch
 # record of that collection's data, a negative number for anything else (every idle
 # subscriber wakes for it)
 Kind = Callable[[RawRecord], int | None]
-# which collections' data wakes an idle subscriber
-Wakes = Callable[[int], bool]
 
 
 def every_record_wakes(record: RawRecord) -> int | None:
@@ -173,7 +171,7 @@ class SharedChannel:
             self._space.notify()
             self._wake_all()
 
-    def open_private(self, cursor: Cursor) -> ChannelReader:
+    def open_private(self, cursor: Cursor) -> PrefetchingReader:
         """A reader of a subscriber's own, after its cursor, reading ahead as an unshared
         task's would."""
         return PrefetchingReader(self._open(cursor), READ_RECORDS, depth=self._depth)
@@ -209,30 +207,55 @@ class SharedChannel:
         when the buffer no longer holds what it needs."""
         with self._lock:
             subscription.wakes = wakes
-            if wakes is not None:
-                if subscription in self._attached and not subscription.wake_pending:
+            if self._would_wait(subscription, wakes):
+                if wakes is not None:
                     subscription.woken.wait(timeout)
-                first, end = self._after(subscription, max_records)
-                records = self._idle_view(subscription, first, end, wakes)
-            else:
-                first, end = self._after(subscription, max_records)
-                if first == end and subscription in self._attached:
+                else:
                     self._data.wait(timeout)
-                    first, end = self._after(subscription, max_records)
-                records = self._records[first:end]
-            if records:
-                subscription.cursor = Cursor.of(records[-1])
-                self._space.notify()  # the reader may read ahead again
-            subscription.took_all = subscription.cursor.offset >= self._newest_offset()
-            if subscription.took_all:
-                subscription.wake_pending = False
-            return records
+            return self._take(subscription, max_records, wakes)
+
+    def poll(
+        self, subscription: Subscription, max_records: int, wakes: Wakes | None, last: bool
+    ) -> list[RawRecord] | None:
+        """What :meth:`take` would return now, or None when it would still wait (``last``:
+        the wait is over, answer); the subscriber's listener says when to ask again."""
+        with self._lock:
+            subscription.wakes = wakes
+            if not last and self._would_wait(subscription, wakes):
+                return None
+            return self._take(subscription, max_records, wakes)
+
+    def _would_wait(self, subscription: Subscription, wakes: Wakes | None) -> bool:
+        """Under the lock: would a read wait (attached, and nothing it wants buffered)?"""
+        if subscription not in self._attached:
+            return False
+        if wakes is not None:
+            return not subscription.wake_pending
+        first, end = self._after(subscription, 1)
+        return first == end
+
+    def _take(
+        self, subscription: Subscription, max_records: int, wakes: Wakes | None
+    ) -> list[RawRecord]:
+        first, end = self._after(subscription, max_records)
+        if wakes is not None:
+            records = self._idle_view(subscription, first, end, wakes)
+        else:
+            records = self._records[first:end]
+        if records:
+            subscription.cursor = Cursor.of(records[-1])
+            self._space.notify()  # the reader may read ahead again
+        subscription.took_all = subscription.cursor.offset >= self._newest_offset()
+        if subscription.took_all:
+            subscription.wake_pending = False
+        return records
 
     def wake(self, subscription: Subscription) -> None:
         """End a subscriber's idle wait now (its task stops)."""
         with self._lock:
             subscription.wake_pending = True
             subscription.woken.notify()
+            subscription.call_listener()
 
     def release(self, subscription: Subscription) -> None:
         """Let a subscriber go from the buffer (it goes on reading on its own or elsewhere)."""
@@ -332,15 +355,20 @@ class SharedChannel:
         self.stats.bytes_read += sum(len(r.payload) for r in batch)
         self._evict()
         self._data.notify_all()
-        if kinds:
-            everyone = min(kinds) < 0
-            for subscription in self._attached:
-                if subscription.wake_pending:
-                    continue
-                wakes = subscription.wakes
-                if everyone or wakes is None or _wanted(wakes, kinds):
-                    subscription.wake_pending = True
-                    subscription.woken.notify()
+        everyone = bool(kinds) and min(kinds) < 0
+        for subscription in self._attached:
+            wakes = subscription.wakes
+            woken = wakes is None  # a plain read: any record ends its wait
+            if (
+                kinds
+                and not subscription.wake_pending
+                and (everyone or wakes is None or _wanted(wakes, kinds))
+            ):
+                subscription.wake_pending = True
+                subscription.woken.notify()
+                woken = True
+            if woken:
+                subscription.call_listener()
 
     def _evict(self) -> None:
         """Drop the oldest records while the buffer is over the window, never one the leader
@@ -366,10 +394,12 @@ class SharedChannel:
         self._data.notify_all()
         for subscription in self._attached:
             subscription.woken.notify()
+            subscription.call_listener()
 
     def _detach(self, subscription: Subscription, why: str) -> None:
         self._attached.discard(subscription)
         subscription.woken.notify()  # an idle subscriber waiting for records learns at once
+        subscription.call_listener()
         self.stats.detached += 1
         log.info(
             "%s: a task's reader continues on its own after offset %d: %s",
@@ -499,11 +529,13 @@ class Subscription:
         # data records of collections it does not want that idle reads left out (see
         # SharedChannel._idle_view), not yet counted by its task
         self.passed_over = 0
+        # what a fiber reading it is woken by (see listen)
+        self.listener: Callable[[], None] | None = None
         self._channel = channel
-        self._own: ChannelReader | None = None
+        self._own: PrefetchingReader | None = None
         self._closed = False
         if not channel.try_attach(self):
-            self._own = channel.open_private(cursor)
+            self._open_own()
 
     @property
     def shared(self) -> bool:
@@ -532,19 +564,55 @@ class Subscription:
         count, self.passed_over = self.passed_over, 0
         return count
 
+    def listen(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener`` when a read would stop waiting (see :class:`PolledReader`):
+        called by the shared reader under the channel's lock, it must only signal."""
+        with self._channel._lock:
+            self.listener = listener
+        own = self._own
+        if own is not None:
+            own.listen(listener)
+
+    def call_listener(self) -> None:
+        listener = self.listener
+        if listener is not None:
+            listener()
+
+    def poll(self, max_records: int, wakes: Wakes | None, last: bool) -> list[RawRecord] | None:
+        """What a read (``wakes`` None) or an idle read would return now; None when it would
+        still wait and ``last`` is False."""
+        if self._own is None:
+            records = self._channel.poll(self, max_records, wakes, last)
+            if records is None or records or self._channel.is_attached(self):
+                return records
+            self._open_own()
+        records = self._read_own(max_records, 0)
+        return records if records or last else None
+
     def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:
             records = self._channel.take(self, max_records, timeout, wakes)
             if records or self._channel.is_attached(self):
                 return records
-            self._own = self._channel.open_private(self.cursor)  # detached: read on its own
+            self._open_own()
         # on its own every record wakes it, and a wake() does not reach it: short waits
-        records = self._own.read_batch(max_records, min(timeout, READ_TIMEOUT_OWN))
+        return self._read_own(max_records, min(timeout, READ_TIMEOUT_OWN))
+
+    def _open_own(self) -> None:
+        """Detached: read on its own, after the cursor."""
+        own = self._channel.open_private(self.cursor)
+        own.listen(self.listener)
+        self._own = own
+
+    def _read_own(self, max_records: int, timeout: float) -> list[RawRecord]:
+        own = self._own
+        assert own is not None
+        records = own.read_batch(max_records, timeout)
         self.took_all = len(records) < max_records
         if records:
             self.cursor = Cursor.of(records[-1])
         if self._channel.try_attach(self):
-            own, self._own = self._own, None
+            self._own = None
             own.close()
             self._channel.stats.rejoined += 1
         return records
@@ -556,7 +624,7 @@ class Subscription:
             own.close()
         self.cursor = self._channel.cursor_of(position)
         if not self._channel.try_attach(self):
-            self._own = self._channel.open_private(self.cursor)
+            self._open_own()
 
     def close(self) -> None:
         if self._closed:
