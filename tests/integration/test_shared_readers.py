@@ -18,6 +18,7 @@ from replicator.errors import SourceUnavailableError
 from replicator.events import RawRecord
 from replicator.sources import shared as shared_module
 from replicator.sources.kafka import KafkaSource, encode_offset
+from replicator.sources.prefetch import PrefetchingReader
 from replicator.sources.shared import RECORD_OVERHEAD, SharedSource
 
 pytestmark = pytest.mark.integration
@@ -366,3 +367,76 @@ def test_an_idle_read_leaves_out_a_tick_another_tick_follows_and_ends_when_woken
         assert ended and ended[0] - woken_at < 5, "wake() did not end the idle wait"
     finally:
         reader.close()
+
+
+def test_a_polled_subscriber_is_told_when_to_read_and_never_waits(kafka_mock, topic):
+    """A fiber's reads (``listen`` and ``poll``): a poll answers at once, None while a read
+    would still wait; the listener is called for what would end that wait (for an idle read,
+    only a record it wants; for a plain read, any record), and not for the rest; a reader of
+    its own (read-ahead) calls it for every batch it has read."""
+
+    def kind(record: RawRecord) -> int | None:
+        payload = record.payload
+        if payload.startswith(b"tick"):
+            return None
+        return int(payload[1:].split(b".")[0]) if payload.startswith(b"c") else -1
+
+    def wants_7(collection_id: int) -> bool:
+        return collection_id == 7
+
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    reader = shared.open_channel(topic, at(topic, 299))
+    channel = shared.channel(topic)
+    told = threading.Event()
+    reader.listen(told.set)
+    try:
+        assert reader.poll(100, wants_7, False) == []  # attached: it looks at what is buffered
+        assert reader.poll(100, wants_7, False) is None  # then it would wait
+        told.clear()
+        produce(kafka_mock.bootstrap, topic, [b"tick0", b"c3."])
+        deadline = time.monotonic() + 30
+        while channel.stats.records_read < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.stats.records_read == 2
+        time.sleep(0.2)
+        assert not told.is_set(), "a tick or unwanted data told the idle reader"
+        assert reader.poll(100, wants_7, False) is None
+        produce(kafka_mock.bootstrap, topic, [b"c7."])
+        assert told.wait(30)
+        assert [r.payload for r in reader.poll(100, wants_7, False) or []] == [b"tick0", b"c7."]
+        assert reader.take_passed_over() == 1
+        # the wait is over (``last``): what there is, even nothing
+        assert reader.poll(100, wants_7, True) == []
+        # a plain read is told of any record, a tick too
+        assert reader.poll(100, None, False) is None
+        told.clear()
+        produce(kafka_mock.bootstrap, topic, [b"tick1"])
+        assert told.wait(30)
+        assert [r.payload for r in reader.poll(100, None, False) or []] == [b"tick1"]
+        # wake() (the task stops, or hurries) tells an idle reader and ends its wait
+        told.clear()
+        reader.wake()
+        assert told.is_set()
+        assert reader.poll(100, wants_7, False) == []
+    finally:
+        reader.close()
+    own = PrefetchingReader(KafkaSource(kafka_mock.bootstrap).open_channel(topic, None), 100)
+    told.clear()
+    own.listen(told.set)
+    try:
+        assert told.wait(30)
+        records: list[RawRecord] = []
+        deadline = time.monotonic() + 30
+        while len(records) < 304 and time.monotonic() < deadline:
+            batch = own.poll(100, None, False)
+            if batch is None:
+                told.clear()
+                if own.poll(100, None, False) is None:  # nothing came in between
+                    told.wait(1)
+                continue
+            records += batch
+        assert [r.offset for r in records] == list(range(304))
+        assert own.poll(100, None, False) is None
+        assert own.poll(100, None, True) == []
+    finally:
+        own.close()
