@@ -8,6 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from harness.services import ServiceStartError, wait_until
@@ -313,6 +314,45 @@ def test_inserts_upserts_and_deletes_reach_the_target(
     # drop on the source drops on the target
     source_client.drop_collection(name)
     wait_until(lambda: not target_milvus.has_collection(name), 60, "target collection dropped")
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no thread count for process {pid}")
+
+
+def test_ten_tasks_run_on_about_the_threads_of_one(
+    daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_lite_service, source_client
+):
+    """A daemon's threads follow the source's channels, not tasks x channels: nine more tasks,
+    each reading every DML channel, add a few threads at most (before the fibers, each added a
+    thread per channel and four more), and the tasks replicate, a collection created after its
+    task too."""
+    names = [f"thr_{i}_{uuid.uuid4().hex[:6]}" for i in range(10)]
+    daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+    assert daemon.process is not None
+    create_source_collection(source_client, names[0])
+    first = create_task(daemon, milvus_lite_service.uri, names[0])
+    wait_until(lambda: shared_everywhere(daemon, first), 60, "the first task reading")
+    one = threads_of(daemon.process.pid)
+    others = [create_task(daemon, milvus_lite_service.uri, name) for name in names[1:]]
+    wait_until(lambda: all(shared_everywhere(daemon, t) for t in others), 90, "every task reading")
+    ten = threads_of(daemon.process.pid)
+    # a thread per task and source channel, as before the fibers, made it 119 -> 299
+    assert ten - one <= 20, f"1 task: {one} threads, 10 tasks: {ten}"
+    create_source_collection(source_client, names[1])
+    for name in names[:2]:
+        source_client.insert(name, make_rows(0, 50, name))
+    target = MilvusClient(uri=milvus_lite_service.uri, dedicated=True)
+    try:
+        for name in names[:2]:
+            assert len(wait_equal(source_client, target, name, "id")) == 50
+    finally:
+        target.close()
+    for task_id in [first, *others]:
+        assert daemon.call("get", {"task_id": task_id}).data["task"]["state"] == "Running"
 
 
 def test_rocksmq_source_replicates_and_resumes(
