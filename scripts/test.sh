@@ -6,10 +6,11 @@
 # unit, integration (real etcd, MariaDB, Milvus Lite started on free loopback ports) and e2e.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
 # The tests run in two pytest-xdist workers (CDC_TEST_WORKERS, default 2; 0 runs them in this
-# one process), a test file per worker at a time and the files that run Spark in one worker
-# (tests/conftest.py), each worker with its own services (etcd, MariaDB, Kafka mock, Milvus) on
-# free ports. With workers, CDC_TEST_TIME_SCALE (default 2) lengthens the leases of the lease
-# tests, which a loaded machine once made expire between two writes.
+# one process), the tests of the files that run Spark one after the other in one worker and every
+# other test in whichever worker is free (tests/conftest.py), each worker with its own services
+# (etcd, MariaDB, Kafka mock, Milvus) on free ports. With workers, CDC_TEST_TIME_SCALE (default
+# 2) lengthens the leases of the lease tests, which a loaded machine once made expire between two
+# writes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the checkout's virtualenv (scripts/venv.sh); PYTHON=... picks another interpreter

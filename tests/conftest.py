@@ -226,9 +226,16 @@ def milvus_source_rocksmq(
 
 
 # ---------------------------------------------------------------------------------------------
-# Test workers (CDC_TEST_WORKERS, pytest-xdist with --dist loadgroup): a test file runs in one
-# worker, as a whole, and the files that run Spark jobs share one group, so two Spark drivers
-# never compete for the two cores while each waits for its own copy.
+# Test workers (CDC_TEST_WORKERS, pytest-xdist with --dist loadgroup): the tests of the files that
+# run Spark jobs are one group, run by one worker one after the other, so two Spark drivers never
+# compete for the two cores while each waits for its own copy; every other test is handed out on
+# its own to whichever worker is free, which keeps both busy to the end. xdist hands out the
+# largest group first (by number of tests): the Spark group, then the rest in collection order.
+#
+# The scheduler below makes the group from the node ids. xdist's own loadgroup reads xdist_group
+# marks into the node ids, which pytest 9 no longer lets a plugin change (Node.nodeid is
+# read-only): with marks, every test was a group of its own and the Spark files ran on both
+# workers at once.
 
 SPARK_FILES = {
     "test_backfill.py",
@@ -242,8 +249,20 @@ SPARK_FILES = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        name = item.path.name
-        group = "spark" if name in SPARK_FILES else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))
+def xdist_group_of(nodeid: str) -> str:
+    """The group of a test: "spark" for the tests of SPARK_FILES, else its node id."""
+    path = nodeid.split("::", 1)[0]
+    return "spark" if path.rsplit("/", 1)[-1] in SPARK_FILES else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return SparkGroupScheduling(config, log)
