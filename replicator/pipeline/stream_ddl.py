@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -80,6 +81,8 @@ class StreamDdlApplier:
         self.rbac = rbac
         self._indexes = IndexDdl(target, names)
         self._rbac = RbacDdl(target, names)
+        # truncates begun and not done: what re-creating each collection takes
+        self._truncating: dict[tuple[str, str], EmptyCopy] = {}
 
     def apply(self, op: ddl.DdlOp) -> Outcome:
         if isinstance(op, ddl.NotReplicated):
@@ -368,32 +371,64 @@ class StreamDdlApplier:
         )
 
     def _truncate_collection(self, op: ddl.TruncateCollection) -> Outcome:
+        """Truncate, or drop and re-create where the target has no TruncateCollection. What
+        re-creating needs is read before anything changes and kept until the truncate is
+        done: a truncate that fails half-way (Milvus Lite under load: "Directory not empty"),
+        leaving the collection gone, is applied again from it when the record is read again,
+        instead of failing the task on a collection it can no longer describe."""
         collection = self._collection(op)
         if collection is None:
             return Outcome("not_selected", "truncate")
         db, name = collection.db, collection.name
+        copy = self._truncating.get((db, name))
+        if copy is None:
+            copy = self._truncating[(db, name)] = EmptyCopy.of(self.target, db, name)
+        outcome = Outcome("applied", f"truncate {db}.{name}")
         try:
             self.target.truncate_collection(db, name)
         except TargetRejectedError as exc:
-            if not unsupported(exc):
+            gone = exc.rejection is Rejection.NOT_FOUND  # by an earlier try, half-way
+            if not (unsupported(exc) or gone):
                 raise
-            recreate_empty(self.target, db, name)
-            return Outcome("applied", f"truncate {db}.{name} (dropped and re-created)")
-        return Outcome("applied", f"truncate {db}.{name}")
+            recreate_empty(self.target, db, name, copy)
+            outcome = Outcome("applied", f"truncate {db}.{name} (dropped and re-created)")
+        del self._truncating[(db, name)]
+        return outcome
 
 
-def recreate_empty(target: MilvusTarget, db: str, name: str) -> None:
-    """Truncate on a target without TruncateCollection: drop and re-create ``db.name`` with its
-    schema, shards, consistency level, description, properties, partitions, indexes, aliases
-    and load state (see the module docstring for why not delete-by-filter)."""
-    described = target.describe_collection(db, name)
-    partitions = [p for p in target.partitions(db, name) if p != "_default"]
-    if has_partition_key(described.schema):
-        partitions = []  # made by the target itself, as many as it had
-    indexes = target.describe_indexes(db, name)
-    aliases = target.aliases_of(db, name)
-    loaded = target.load_state(db, name) in (_LOADED, _LOADING)
-    target.drop_collection(db, name)  # with its aliases
+@dataclass(frozen=True)
+class EmptyCopy:
+    """What it takes to make a collection again, empty: its schema, shards, consistency
+    level, description, properties, partitions, indexes, aliases and load state."""
+
+    described: Any
+    partitions: list[str]
+    indexes: list[Any]
+    aliases: list[str]
+    loaded: bool
+
+    @classmethod
+    def of(cls, target: MilvusTarget, db: str, name: str) -> EmptyCopy:
+        described = target.describe_collection(db, name)
+        partitions = [p for p in target.partitions(db, name) if p != "_default"]
+        if has_partition_key(described.schema):
+            partitions = []  # made by the target itself, as many as it had
+        return cls(
+            described,
+            partitions,
+            target.describe_indexes(db, name),
+            target.aliases_of(db, name),
+            target.load_state(db, name) in (_LOADED, _LOADING),
+        )
+
+
+def recreate_empty(target: MilvusTarget, db: str, name: str, copy: EmptyCopy) -> None:
+    """Truncate on a target without TruncateCollection: drop ``db.name`` (when it is still
+    there) and make it again from ``copy`` (see the module docstring for why not
+    delete-by-filter)."""
+    if target.has_collection(db, name):
+        target.drop_collection(db, name)  # with its aliases
+    described = copy.described
     schema = schema_pb2.CollectionSchema()
     schema.CopyFrom(described.schema)
     target.create_collection(
@@ -407,18 +442,19 @@ def recreate_empty(target: MilvusTarget, db: str, name: str) -> None:
     properties = [(p.key, p.value) for p in described.properties]
     if properties:
         target.alter_collection(db, name, properties)
-    for partition in partitions:
+    for partition in copy.partitions:
         target.create_partition(db, name, partition)
-    for index in indexes:
+    for index in copy.indexes:
         params = [(p.key, p.value) for p in index.params]
         target.create_index(db, name, index.field_name, index.index_name, params)
-    for alias in aliases:
+    for alias in copy.aliases:
         target.create_alias(db, alias, name)
-    if loaded:
+    if copy.loaded:
         target.load(db, name)
 
 
 __all__ = [
+    "EmptyCopy",
     "Outcome",
     "StreamDdlApplier",
     "TaskNames",

@@ -23,7 +23,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from replicator.codec import streaming_ddl as ddl
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamDdl
-from replicator.errors import TaskFailedError
+from replicator.errors import TargetUnavailableError, TaskFailedError
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
@@ -349,6 +349,39 @@ def test_truncate_keeps_indexes_aliases_and_load_state(env: Env) -> None:
     assert count_rows(env) == 1
     assert env.applier.apply(op).status == "applied"  # truncating again: still empty
     assert count_rows(env) == 0
+
+
+def test_a_truncate_that_failed_half_way_is_finished_when_applied_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Milvus Lite under load once dropped the collection and then failed the truncate
+    ("[Errno 39] Directory not empty"); the record, read again, found no collection to
+    describe and failed the task. Applied again, the truncate now makes the collection from
+    what it read before the first try: empty, with its index, alias and load state."""
+    w = env.writer
+    env.run(w.create_index(COLLECTION_ID, 101, 555, "vec_idx", FLAT), twice=False)
+    env.run(w.alter_alias(SRC_DB, (COLLECTION_ID, "orders"), "current"), twice=False)
+    insert_rows(env, [1, 2, 3])
+    assert count_rows(env) == 3
+    op = env.apply(w.writer.truncate_collection(COLLECTION_ID, VCHANNELS, [7])[0])
+    target = env.target
+
+    def half_way(db: str, name: str) -> None:
+        target.drop_collection(db, name)
+        raise TargetUnavailableError("truncate collection: [Errno 39] Directory not empty")
+
+    monkeypatch.setattr(target, "truncate_collection", half_way)
+    with pytest.raises(TargetUnavailableError):
+        env.applier.apply(op)
+    assert not target.has_collection(env.db, env.name)
+    monkeypatch.undo()
+    assert env.applier.apply(op).status == "applied"
+    assert count_rows(env) == 0
+    assert [i.field_name for i in target.describe_indexes(env.db, env.name)] == ["vector"]
+    assert target.aliases_of(env.db, env.name) == ["current"]
+    assert load_state(env).endswith("Loaded")
+    insert_rows(env, [4])
+    assert count_rows(env) == 1
 
 
 # --- RBAC --------------------------------------------------------------------------------------
