@@ -2,7 +2,7 @@
 
 The task's saved positions carry the source time tick (a hybrid timestamp: physical
 milliseconds << 18) up to which each DML channel is on the target. A channel with nothing to
-apply saves its moving position only now and then (``IDLE_SAVE_SECONDS``), so when the task
+apply saves its moving position only now and then (:mod:`save_budget`), so when the task
 runs in this daemon its runner's in-memory figures (``live``) are read as well: per channel the
 later of the two counts. The task has applied
 everything of a collection written before ``ts`` once the applied tick of every pchannel the

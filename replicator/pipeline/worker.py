@@ -40,6 +40,7 @@ from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_wit
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
+from replicator.pipeline.save_budget import IDLE_SAVE_SECONDS, IDLE_SAVES
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
 from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
@@ -58,10 +59,6 @@ READ_BATCH = 1000
 # something shows its applied time sooner; one that stays quiet costs less).
 IDLE_READ_SECONDS = 1.0
 IDLE_READ_SECONDS_MAX = 5.0
-# a channel with nothing to apply saves its moving position this often: enough to keep it well
-# inside the queue's retention and a restart's re-read short, and few writes for a daemon with
-# many tasks (50 tasks x 16 channels: 27 saves a second)
-IDLE_SAVE_SECONDS = 30.0
 
 
 @dataclass
@@ -178,8 +175,11 @@ class ChannelWorker:
                 and not seq.waiting()
                 and (self._furthest < 0 or (last is not None and last.offset >= self._furthest))
             )
+            # nothing to apply: a save now and then, as the daemon's budget allows (save_budget)
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
-            if read.commit_at is not None and (read.ready or read.changed or due):
+            if read.commit_at is not None and (
+                read.ready or read.changed or (due and IDLE_SAVES.take())
+            ):
                 self._write(read.ready, read.commit_at)
                 last_save = time.monotonic()
             if caught_up:  # once what it read is on the target
