@@ -12,6 +12,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import TaskState
+from replicator.fibers import FiberPool, shared_pool
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.timings import TaskTimings
 from server.metrics_go import GoCompatMetrics, go_task_families
@@ -107,9 +108,31 @@ class _TaskCollector(Collector):
                 skipped.add_metric([task_id, cause], count)
             imports.add_metric([task_id], len(status.get("imports_pending") or ()))
         yield from (rows, size, lag, position, skipped, imports, consistent, rpo, stale)
+        yield from _pool_metrics(shared_pool())
         yield from _backfill_metrics(progress)
         yield from _verify_metrics(progress)
         yield from go_task_families(self._states(), progress)
+
+
+def _pool_metrics(pool: FiberPool) -> Iterable[Metric]:
+    """The threads every task's loops take turns on (:mod:`replicator.fibers`)."""
+    threads = GaugeMetricFamily(
+        "cdc_pool_threads",
+        "Threads of the daemon's pool that every task's loops (fibers) run on: 8, more while "
+        "steps block",
+    )
+    threads.add_metric([], pool.threads)
+    fibers = GaugeMetricFamily(
+        "cdc_fibers",
+        "Task loops alive on the daemon's pool: runners, channel workers, import watchers, "
+        "alias mirrors",
+    )
+    fibers.add_metric([], pool.fibers)
+    grown = CounterMetricFamily(
+        "cdc_pool_threads_added", "Threads the pool added beyond its core while steps blocked"
+    )
+    grown.add_metric([], pool.grown)
+    return (threads, fibers, grown)
 
 
 def _backfill_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:

@@ -342,6 +342,14 @@ def test_ten_tasks_run_on_about_the_threads_of_one(
     ten = threads_of(daemon.process.pid)
     # a thread per task and source channel, as before the fibers, made it 119 -> 299
     assert ten - one <= 20, f"1 task: {one} threads, 10 tasks: {ten}"
+    pool = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(daemon.get("/metrics")[1].decode())
+        for sample in family.samples
+        if sample.name.startswith(("cdc_pool_", "cdc_fibers"))
+    }
+    assert pool["cdc_fibers"] >= 10 * 2, pool  # a runner and a channel worker at least, each
+    assert 8 <= pool["cdc_pool_threads"] < ten, pool
     create_source_collection(source_client, names[1])
     for name in names[:2]:
         source_client.insert(name, make_rows(0, 50, name))
