@@ -95,9 +95,10 @@ def covers(job: BackfillJob, source_label: str) -> bool:
 
 
 class TaskImports:
-    """The imports of one task (see the module docstring); used by the runner's thread, the
-    watcher's thread and a 2.6 worker, so every change holds a lock (the metastore is written
-    after it is released: ``progress`` reads the items from the event loop)."""
+    """The imports of one task (see the module docstring); used by the runner's fiber, the
+    watcher's fiber and a 2.6 worker (on the pool's threads), so every change holds a lock
+    (the metastore is written after it is released: ``progress`` reads the items from the
+    event loop)."""
 
     def __init__(
         self, state: RunnerState, warnings: TaskWarnings, task_id: str, blocker: str = ""

@@ -1,8 +1,9 @@
 """The event that stops a task's workers, able to wake a worker asleep elsewhere.
 
-A channel worker reading idly waits on its shared channel's condition, not on the stop event,
-for up to several seconds. It registers a wake-up with :meth:`StopSignal.when_set`, so a task
-stops (pause, delete, hand-over, drain) as soon as it is asked, not at the end of the wait.
+A channel worker reading idly waits for its shared channel to call it back (it is a fiber,
+:mod:`replicator.fibers`), not on the stop event, for up to several seconds. Its fiber and its
+reader register wake-ups with :meth:`StopSignal.when_set`, so a task stops (pause, delete,
+hand-over, drain) as soon as it is asked, not at the end of the wait.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ _LOADING = 2
 
 class StreamDdlApplier:
     """Applies 2.6 DDL operations to one target; ``rbac`` is the task's
-    ``extra_info.enable_user_role``. Blocking (gRPC): call it from the worker thread."""
+    ``extra_info.enable_user_role``. Blocking (gRPC): call it from the worker's fiber."""
 
     def __init__(self, target: MilvusTarget, names: TaskNames, *, rbac: bool = False) -> None:
         self.target = target
