@@ -78,6 +78,20 @@ def all_types_schema(name: str) -> schema_pb2.CollectionSchema:
     return schema
 
 
+def add_chunks(schema: Any, first_id: int) -> None:
+    """An Array of Struct "chunks" (text[] and emb[] of 2-float vectors), field ids from
+    ``first_id``, as pymilvus's schema protos lay it out."""
+    chunks = schema.struct_array_fields.add(fieldID=first_id, name="chunks")
+    text = chunks.fields.add(fieldID=first_id + 1, name="chunks[text]", data_type=S.Array)
+    text.element_type = S.VarChar
+    text.type_params.add(key="max_length", value="32")
+    text.type_params.add(key="max_capacity", value="4")
+    emb = chunks.fields.add(fieldID=first_id + 2, name="chunks[emb]", data_type=S.ArrayOfVector)
+    emb.element_type = S.FloatVector
+    emb.type_params.add(key="dim", value="2")
+    emb.type_params.add(key="max_capacity", value="4")
+
+
 def micros(text: str) -> int:
     return iso_to_micros(text)
 
@@ -275,15 +289,7 @@ def refused_schemas(suffix: str) -> dict[str, tuple[schema_pb2.CollectionSchema,
     name = f"chunks_{suffix}"
     schema = base_schema(name)
     schema.enable_dynamic_field = True  # where Lite would put the flattened columns
-    chunks = schema.struct_array_fields.add(fieldID=200, name="chunks")
-    text = chunks.fields.add(fieldID=201, name="chunks[text]", data_type=S.Array)
-    text.element_type = S.VarChar
-    text.type_params.add(key="max_length", value="32")
-    text.type_params.add(key="max_capacity", value="4")
-    emb = chunks.fields.add(fieldID=202, name="chunks[emb]", data_type=S.ArrayOfVector)
-    emb.element_type = S.FloatVector
-    emb.type_params.add(key="dim", value="2")
-    emb.type_params.add(key="max_capacity", value="4")
+    add_chunks(schema, 200)
     out[name] = (schema, "chunks", "ArrayOfStruct")
     # only scalar sub-fields: Lite would take their columns into $meta without a word
     name = f"tags_{suffix}"
@@ -419,15 +425,7 @@ def test_every_type_reaches_a_kafka_target_as_the_client_wrote_it(
     name = f"ktypes_{uuid.uuid4().hex[:6]}"
     topic = f"events_{name}"
     schema = all_types_schema(name)
-    chunks = schema.struct_array_fields.add(fieldID=300, name="chunks")
-    text = chunks.fields.add(fieldID=301, name="chunks[text]", data_type=S.Array)
-    text.element_type = S.VarChar
-    text.type_params.add(key="max_length", value="32")
-    text.type_params.add(key="max_capacity", value="4")
-    emb = chunks.fields.add(fieldID=302, name="chunks[emb]", data_type=S.ArrayOfVector)
-    emb.element_type = S.FloatVector
-    emb.type_params.add(key="dim", value="2")
-    emb.type_params.add(key="max_capacity", value="4")
+    add_chunks(schema, 300)
     daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
     target = {"kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic}}
     task_id = start_task(daemon, "", stream, name, **target)

@@ -50,6 +50,15 @@ def at(topic: str, offset: int) -> Position:
     return Position("kafka", topic, encode_offset(offset), 0)
 
 
+def payload_kind(record: RawRecord) -> int | None:
+    """The kind of the test records: "tick..." a tick, "c<id>." data of collection <id>,
+    anything else -1."""
+    payload = record.payload
+    if payload.startswith(b"tick"):
+        return None
+    return int(payload[1:].split(b".")[0]) if payload.startswith(b"c") else -1
+
+
 @pytest.fixture
 def topic(kafka_mock) -> str:
     name = f"shared-{uuid.uuid4().hex[:8]}"
@@ -216,16 +225,10 @@ def test_an_idle_subscriber_sleeps_through_what_it_does_not_want(kafka_mock, top
     data of collections it does not want: they wait in the buffer and come, in order, with the
     next record it wants, or when the wait ends."""
 
-    def kind(record: RawRecord) -> int | None:  # "tick", "c<id>" (data), anything else
-        payload = record.payload
-        if payload.startswith(b"tick"):
-            return None
-        return int(payload[1:].split(b".")[0]) if payload.startswith(b"c") else -1
-
     def wants(collection_id: int) -> bool:
         return collection_id == 7
 
-    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=payload_kind)
     reader = shared.open_channel(topic, at(topic, 299))  # at the end of what is written
     channel = shared.channel(topic)
     got: list[RawRecord] = []
@@ -375,16 +378,10 @@ def test_a_polled_subscriber_is_told_when_to_read_and_never_waits(kafka_mock, to
     only a record it wants; for a plain read, any record), and not for the rest; a reader of
     its own (read-ahead) calls it for every batch it has read."""
 
-    def kind(record: RawRecord) -> int | None:
-        payload = record.payload
-        if payload.startswith(b"tick"):
-            return None
-        return int(payload[1:].split(b".")[0]) if payload.startswith(b"c") else -1
-
     def wants_7(collection_id: int) -> bool:
         return collection_id == 7
 
-    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=kind)
+    shared = SharedSource(KafkaSource(kafka_mock.bootstrap), kind=payload_kind)
     reader = shared.open_channel(topic, at(topic, 299))
     channel = shared.channel(topic)
     told = threading.Event()
