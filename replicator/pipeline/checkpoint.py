@@ -18,10 +18,13 @@ never doubled. Deletes and DDL are idempotent anyway. Every failure branch then 
 - a WAL switch: the bound counted offsets of the old queue; it is reset with the position
   that names the new queue.
 
-A target that writes in transactions (a Kafka target, ``durable``) needs no replay rule: the
-batch's events and the position ``P`` are committed together before step 3, so a crash leaves
-either both or neither; a rewind then starts after the newer of the metastore's position and
-the target's (see :mod:`replicator.sinks.kafka`).
+A target that writes in transactions (a Kafka target, ``durable``) needs no replay rule and no
+in-flight bound: the batch's events and the position ``P`` are committed together before
+step 3, so a crash leaves either both or neither; a rewind then starts after the newer of the
+metastore's position and the target's (see :mod:`replicator.sinks.kafka`), and drops the
+events not committed yet (they are read again). While a channel works through a backlog
+(``more``), its commits are grouped: one transaction and one save for up to ``GROUP_EVENTS``
+events or ``GROUP_SECONDS``, instead of one a read.
 
 Tests: ``tests/unit/test_checkpoint.py``, one per branch.
 """
@@ -40,6 +43,11 @@ from replicator.pipeline.task_state import RunnerState
 
 log = logging.getLogger(__name__)
 
+# a transactional target's commits during a backlog: one for up to this many events (about
+# 10 MB of JSON for small rows) or this long, whichever comes first
+GROUP_EVENTS = 20_000
+GROUP_SECONDS = 1.0
+
 
 class BatchWriter(Protocol):
     def apply(self, events: Sequence[Insert | Delete], *, replay: bool = False) -> None:
@@ -54,6 +62,12 @@ class DurableLog(Protocol):
 
     def committed(self) -> Position | None:
         """The channel's last position the target committed."""
+
+    def pending(self) -> int:
+        """The events written since the last commit."""
+
+    def discard(self) -> None:
+        """Drop the events written since the last commit (they are read again)."""
 
 
 class ChannelCheckpoint:
@@ -84,6 +98,10 @@ class ChannelCheckpoint:
         # the last batch: how long the target took to acknowledge it, and when it did
         self.write_seconds = 0.0
         self.written_at = 0.0
+        # a durable target's position not committed yet (a commit grouped with the next
+        # reads of a backlog), and since when
+        self.deferred: Position | None = None
+        self._deferred_at = 0.0
 
     def replaying(self, offset: int) -> bool:
         return offset <= self.replay_until
@@ -99,19 +117,25 @@ class ChannelCheckpoint:
         covers (possibly written by the failed attempt) is replayed as upserts."""
         self.replay_until = max(self.replay_until, self.bound)
         if self.durable is not None:
+            self.durable.discard()
+            self.deferred = None
             committed = self.durable.committed()
             if committed is not None and newer(committed, self.saved, self._offset_of):
                 return committed  # the metastore's save after the target's commit failed
         return self.saved
 
-    def commit(self, batch: Sequence[Pending], at: bytes | None, ts: int) -> None:
+    def commit(
+        self, batch: Sequence[Pending], at: bytes | None, ts: int, *, more: bool = False
+    ) -> bool:
         """Write ``batch`` (bound first), then save the position ``at`` (with tick ``ts``);
-        ``at`` None: the batch only (the position moves with a later commit)."""
+        ``at`` None: the batch only (the position moves with a later commit). ``more``: the
+        channel has more of a backlog to read; a durable target's commit may then wait for it
+        (see ``GROUP_EVENTS``). False when the position waits so (``deferred``)."""
         if batch:
             assert self._writer is not None, "a channel without a writer has no data"
             offsets = [p.offset for p in batch]
             first, last = min(offsets), max(offsets)
-            if last > self.bound:
+            if last > self.bound and self.durable is None:
                 self._state.set_inflight_bound(self.pchannel, last)
                 self.bound = last
             replay = self.replaying(first)
@@ -127,12 +151,31 @@ class ChannelCheckpoint:
             self._writer.apply(events, replay=replay)
             self.write_seconds = time.monotonic() - started
             self.written_at = time.time()
+        position = self.deferred
         if at is not None and (self.saved is None or at != self.saved.msg_id or ts > self.saved.ts):
-            self._save(Position(self.backend, self.pchannel, at, ts))
+            position = Position(self.backend, self.pchannel, at, ts)
+        if position is None:
+            return True
+        if more and self._may_wait():
+            if self.deferred is None:
+                self._deferred_at = time.monotonic()
+            self.deferred = position
+            return False
+        self._save(position)
+        return True
+
+    def _may_wait(self) -> bool:
+        """May a durable target's commit wait for the next read of a backlog?"""
+        if self.durable is None:
+            return False
+        if self.deferred is not None and time.monotonic() - self._deferred_at >= GROUP_SECONDS:
+            return False
+        return self.durable.pending() < GROUP_EVENTS
 
     def _save(self, position: Position) -> None:
         if self.durable is not None:
             self.durable.commit(position)
+        self.deferred = None
         self._store.save_position(self._task_id, position, self.saved)
         log.debug("saved position %s ts %d", position.msg_id.hex(), position.ts)
         self.saved = position

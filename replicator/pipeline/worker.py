@@ -36,7 +36,12 @@ from replicator.events import (
 from replicator.fibers import Steps
 from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import DEFAULT_DB
-from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_with_retries
+from replicator.pipeline.channel_reads import (
+    READ_TIMEOUT,
+    more_buffered,
+    next_batch,
+    read_with_retries,
+)
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
@@ -177,16 +182,19 @@ class ChannelWorker:
             )
             # nothing to apply: a save now and then, as the daemon's budget allows (save_budget)
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
+            committed = True
             if read.commit_at is not None and (
                 read.ready or read.changed or (due and IDLE_SAVES.take())
             ):
-                self._write(read.ready, read.commit_at)
+                # a backlog (more read already): a durable target may group it with the next
+                backlog = bool(records) and more_buffered(reader)
+                committed = self._write(read.ready, read.commit_at, more=backlog)
                 last_save = time.monotonic()
             if caught_up:  # once what it read is on the target
                 self.status.mark_caught_up(read_started)
             else:
                 self.status.caught_up = False
-            if read.applied_to:
+            if read.applied_to and committed:
                 self.status.applied(read.applied_to)
             self.status.read_ts = max(self.status.read_ts, seq.tick)
             self.status.skipped = {**self.sequenced.counts(), **self.skipped}
@@ -194,6 +202,8 @@ class ChannelWorker:
         last = self._last
         if last is not None and not seq.waiting() and last.offset > self.checkpoint.saved_offset():
             self._write([], last.msg_id)
+        elif self.checkpoint.deferred is not None:  # a grouped commit still open
+            self._write([], None)
         return False
 
     def _dispatch(self, record: RawRecord, read: _Read) -> bool:
@@ -295,10 +305,15 @@ class ChannelWorker:
         below = min(p.event.ts for p in rest) - 1
         return first.before, max(below, saved.ts if saved is not None else 0)
 
-    def _write(self, batch: list[Pending], at: bytes | None, ts: int | None = None) -> None:
+    def _write(
+        self, batch: list[Pending], at: bytes | None, ts: int | None = None, *, more: bool = False
+    ) -> bool:
+        """Commit ``batch`` and the position ``at`` (see ``ChannelCheckpoint.commit``); False
+        when a durable target's commit waits for more of a backlog."""
         stats = self.applier.stats
         before = stats.rows_inserted + stats.rows_deleted
-        self.checkpoint.commit(batch, at, self.sequencer.tick if ts is None else ts)
+        tick = self.sequencer.tick if ts is None else ts
+        committed = self.checkpoint.commit(batch, at, tick, more=more)
         if batch:
             timings, written = self.context.timings, self.checkpoint.written_at
             timings.target_write.observe(self.checkpoint.write_seconds)
@@ -310,6 +325,7 @@ class ChannelWorker:
         self.status.collection_rows = dict(stats.collection_rows)
         self.status.bytes_by_type = dict(stats.bytes_by_type)
         self.status.position = self.checkpoint.saved
+        return committed
 
     def _wanted(self, collection_id: int) -> bool:
         """Decode this collection's data? Selected and known, or announced by a 2.6

@@ -133,6 +133,12 @@ class ChannelLog:
         """The channel's last position Kafka committed (this connection's or before it)."""
         return self._target.committed_positions.get(self.pchannel)
 
+    def pending(self) -> int:
+        return len(self.events)
+
+    def discard(self) -> None:
+        self.events = []
+
 
 class KafkaTarget(MilvusTarget):
     """A ``kafka_connect_param`` target. Its metadata calls are answered by the model (see

@@ -53,6 +53,9 @@ class PolledReader(Protocol):
         """What ``read_batch`` (``wakes`` None) or an idle read (see the shared readers) would
         return now, or None when it would still wait; ``last``: its wait is over, answer."""
 
+    def more_buffered(self) -> bool:
+        """Were records left waiting, to be taken at once, by the last read (a backlog)?"""
+
 
 class WalSource(Protocol):
     backend: str

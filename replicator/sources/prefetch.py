@@ -78,6 +78,9 @@ class PrefetchingReader:
         records = self.read_batch(max_records, 0)
         return records if records or last else None
 
+    def more_buffered(self) -> bool:
+        return bool(self._leftover) or not self._queue.empty()
+
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         """Up to ``max_records`` of the records read ahead (the rest of a larger batch is
         kept for the next call); an error of the underlying reader is raised here, in the

@@ -589,6 +589,10 @@ class Subscription:
         records = self._read_own(max_records, 0)
         return records if records or last else None
 
+    def more_buffered(self) -> bool:
+        own = self._own
+        return own.more_buffered() if own is not None else not self.took_all
+
     def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:
             records = self._channel.take(self, max_records, timeout, wakes)

@@ -197,9 +197,13 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
             missing = sorted(set(expected) - set(rebuilt.rows))
             extra = sorted(set(rebuilt.rows) - set(expected))
             changed = [k for k in expected if k in rebuilt.rows and rebuilt.rows[k] != expected[k]]
+            # the task as the daemon sees it (its channels' states and positions), to tell a
+            # stalled channel from a lost commit
+            task = daemon.call("get", {"task_id": task_id}).body
             pytest.fail(
                 f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
                 f"extra {extra[:10]}, {len(changed)} changed {changed[:5]}; log {daemon.log_path}"
+                f"; the task: {json.dumps(task)[:4000]}"
             )
         row_events = rebuilt.row_events()
         pairs = Counter((e["pk"], e["ts"]["hybrid"]) for e in row_events)

@@ -29,6 +29,7 @@ from metastore import (
 from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.errors import TargetUnavailableError
 from replicator.events import Delete, Insert
+from replicator.pipeline import checkpoint as checkpoint_module
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.sequencer import Pending
 from replicator.pipeline.task_state import RunnerState
@@ -309,11 +310,13 @@ class TransactionalTable(Table):
         super().__init__()
         self.open: list[tuple[list[Insert | Delete], bool]] = []
         self.positions: list[Position] = []
+        self.transactions = 0
 
     def apply(self, events: Sequence[Insert | Delete], *, replay: bool = False) -> None:
         self.open.append((list(events), replay))
 
     def commit(self, position: Position | None) -> None:
+        self.transactions += 1
         for events, _replay in self.open:
             Table.apply(self, events, replay=False)  # a transaction never half-commits
         self.open.clear()
@@ -322,6 +325,12 @@ class TransactionalTable(Table):
 
     def committed(self) -> Position | None:
         return self.positions[-1] if self.positions else None
+
+    def pending(self) -> int:
+        return sum(len(events) for events, _ in self.open)
+
+    def discard(self) -> None:
+        self.open.clear()
 
 
 def durable_checkpoint(store: FlakyStore, table: TransactionalTable) -> ChannelCheckpoint:
@@ -368,3 +377,61 @@ def test_a_store_save_failing_after_the_target_committed_rewinds_to_the_target_p
     commit(checkpoint, [record(o) for o in range(10, 12)])  # the next records, not 5..9 again
     assert table.doubled() == [] and sorted(table.copies) == list(range(12))
     assert saved_offset(store) == 11
+
+
+def test_a_backlog_is_committed_in_one_transaction_and_one_save(store: FlakyStore) -> None:
+    """Reads that leave more of a backlog buffered (``more``) wait for the next: one
+    transaction and one position save for all of them, none before."""
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    for lo in (0, 3, 6):
+        batch = [record(o) for o in range(lo, lo + 3)]
+        assert not checkpoint.commit(batch, msg_id(lo + 2), 1002 + lo, more=True)
+        assert table.transactions == 0 and saved_offset(store) == -1
+        assert checkpoint.deferred is not None and offset_of(checkpoint.deferred.msg_id) == lo + 2
+    assert checkpoint.commit([record(9)], msg_id(9), 1009)  # the read that drained it
+    assert table.transactions == 1 and sorted(table.copies) == list(range(10))
+    assert saved_offset(store) == 9 and checkpoint.deferred is None
+    # a transactional target keeps no in-flight bound (nothing is replayed as upserts)
+    assert RunnerState(store, TASK).inflight_bound(CHANNEL) == -1  # type: ignore[arg-type]
+
+
+def test_a_grouped_commit_ends_at_its_size_or_its_time(
+    store: FlakyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    monkeypatch.setattr(checkpoint_module, "GROUP_EVENTS", 5)
+    assert not checkpoint.commit([record(o) for o in range(3)], msg_id(2), 1002, more=True)
+    assert checkpoint.commit([record(o) for o in range(3, 6)], msg_id(5), 1005, more=True)
+    assert table.transactions == 1 and saved_offset(store) == 5
+    monkeypatch.setattr(checkpoint_module, "GROUP_SECONDS", 0.0)
+    assert not checkpoint.commit([record(6)], msg_id(6), 1006, more=True)  # the first waits
+    assert checkpoint.commit([record(7)], msg_id(7), 1007, more=True)  # then its time is up
+    assert table.transactions == 2 and saved_offset(store) == 7 and table.doubled() == []
+
+
+def test_a_milvus_target_never_waits_for_more(store: FlakyStore) -> None:
+    table = Table()
+    checkpoint = restart(store, table)
+    assert checkpoint.commit([record(0), record(1)], msg_id(1), 1001, more=True)
+    assert saved_offset(store) == 1 and table.copies == Counter({0: 1, 1: 1})
+
+
+@pytest.mark.parametrize("failure", ["before_position", "grouped"])
+def test_a_rewind_drops_the_events_a_transactional_target_did_not_commit(
+    store: FlakyStore, failure: str
+) -> None:
+    """Events written to the open transaction and then a failure (the source, a DDL): reading
+    again after the rewind must not commit them twice."""
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    if failure == "before_position":  # a channel's first records, before a DDL's commit
+        checkpoint.commit(read_after(checkpoint, 4), None, 1004)
+    else:
+        assert not checkpoint.commit(read_after(checkpoint, 4), msg_id(4), 1004, more=True)
+    resume = checkpoint.rewind()
+    assert resume is None and checkpoint.deferred is None
+    commit(checkpoint, read_after(checkpoint, 6))  # 0..6 read again from the start
+    assert table.doubled() == [] and sorted(table.copies) == list(range(7))
+    assert saved_offset(store) == 6
