@@ -59,7 +59,8 @@ class TargetModel:
 
     ``{"databases": {db: {"properties": {..}, "aliases": {alias: collection},
     "collections": {name: {"schema": b64, "shards": n, "consistency": n, "properties": {..},
-    "partitions": [..], "indexes": {name: {"field": f, "params": {..}}}, "loaded": bool}}}}}``
+    "partitions": [..], "indexes": {name: {"field": f, "params": {..}}}, "loaded": bool,
+    "num_partitions": n (a partition-key collection's, when the create gave it)}}}}}``
     """
 
     def __init__(self, state: dict[str, Any] | None = None) -> None:
@@ -188,6 +189,9 @@ class TargetModel:
             "consistency_level": common_pb2.ConsistencyLevel.Name(r.consistency_level),
             "properties": properties,
         }
+        if r.num_partitions:  # a partition key's partitions, as the source has them
+            collections[r.collection_name]["num_partitions"] = r.num_partitions
+            detail["num_partitions"] = r.num_partitions
         return common_pb2.Status(), [Change("create_collection", db, r.collection_name, detail)]
 
     def _DescribeCollection(self, r: Any) -> tuple[Any, list[Change]]:
@@ -202,7 +206,7 @@ class TargetModel:
             consistency_level=collection["consistency"],
             properties=_kv(collection["properties"]),
             aliases=sorted(aliases),
-            num_partitions=len(collection["partitions"]),
+            num_partitions=collection.get("num_partitions") or len(collection["partitions"]),
         ), []
 
     def _DropCollection(self, r: Any) -> tuple[Any, list[Change]]:

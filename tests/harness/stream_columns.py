@@ -235,11 +235,14 @@ def _dynamic_column(
 
 def wal_columns(schema: S.CollectionSchema, rows: Sequence[Row]) -> list[S.FieldData]:
     """The Insert's ``fields_data`` for ``rows`` (dicts as a client inserts them: WKT text for
-    Geometry, ISO text for Timestamptz, ``None`` or no key for a null or a default)."""
+    Geometry, ISO text for Timestamptz, ``None`` or no key for a null or a default), without
+    an auto_id key's column."""
     columns: list[S.FieldData] = []
     for field in schema.fields:
         if field.fieldID < 100 or field.is_function_output:
             continue
+        if field.is_primary_key and field.autoID:
+            continue  # the client sends none: harness/stream_proxy.py appends the proxy's
         if field.is_dynamic:
             columns.append(_dynamic_column(schema, field, rows))
             continue

@@ -440,10 +440,12 @@ class StreamingWriter:
         tag: str = "row",
         dim: int = VECTOR_DIM,
         columns: Sequence[schema_pb2.FieldData] | None = None,
+        row_ids: Sequence[int] | None = None,
     ) -> Written:
         """An Insert of ``pks`` with real columns (:func:`row_columns`, or ``columns`` of
         another schema: harness/stream_columns.py); ``cipher=(ez_id, key)`` encrypts the body
-        (XOR with the key, enough to make it unreadable) and adds ``_ch``."""
+        (XOR with the key, enough to make it unreadable) and adds ``_ch``. ``row_ids``: the
+        proxy's row ids (default: the keys, which must then be integers)."""
         tick = self.tso.next() if tt is None else tt
         body = msg_pb2.InsertRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.Insert, timestamp=tick),
@@ -454,7 +456,7 @@ class StreamingWriter:
             collectionID=collection_id,
             partitionID=partition_id,
             segmentID=segment_id,
-            rowIDs=list(pks),
+            rowIDs=list(pks if row_ids is None else row_ids),
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
             version=msg_pb2.ColumnBased,
@@ -502,12 +504,15 @@ class StreamingWriter:
         self,
         vchannel: str,
         collection_id: int,
-        pks: Sequence[int],
+        pks: Sequence[int] | Sequence[str],
         *,
         collection_name: str = "",
+        partition_id: int = -1,
+        partition_name: str = "",
         tt: int | None = None,
         txn: Txn | None = None,
     ) -> Written:
+        """A Delete of ``pks`` (integers or strings); ``partition_id`` -1: every partition."""
         tick = self.tso.next() if tt is None else tt
         body = msg_pb2.DeleteRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.Delete, timestamp=tick),
@@ -515,11 +520,15 @@ class StreamingWriter:
             db_name="default",
             collection_name=collection_name,
             collectionID=collection_id,
-            partitionID=-1,
+            partitionID=partition_id,
+            partition_name=partition_name,
             timestamps=[tick] * len(pks),
             num_rows=len(pks),
         )
-        body.primary_keys.int_id.data.extend(pks)
+        if pks and isinstance(pks[0], str):
+            body.primary_keys.str_id.data.extend(pks)  # type: ignore[arg-type]
+        else:
+            body.primary_keys.int_id.data.extend(pks)  # type: ignore[arg-type]
         head = header("DeleteMessageHeader", collection_id=collection_id, rows=len(pks))
         return self.append(
             vchannel_pchannel(vchannel),

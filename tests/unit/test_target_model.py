@@ -53,6 +53,22 @@ def test_a_collection_is_created_once_and_described_as_created():
     assert rejection(model, "CreateCollection", again) is Rejection.ALREADY_EXISTS
 
 
+def test_a_partition_key_collection_keeps_its_partition_count():
+    """The create's num_partitions (a partition key's partitions, as the source has them) is
+    in the schema event and described back, also after a restart; absent when the create gave
+    none."""
+    model = TargetModel()
+    keyed = milvus_pb2.CreateCollectionRequest(
+        collection_name="k", schema=schema(), shards_num=1, num_partitions=4
+    )
+    (change,) = model.handle("CreateCollection", keyed)[1]
+    assert change.detail["num_partitions"] == 4
+    describe = milvus_pb2.DescribeCollectionRequest(collection_name="k")
+    restarted = TargetModel.from_json(model.to_json())
+    assert restarted.handle("DescribeCollection", describe)[0].num_partitions == 4
+    assert "num_partitions" not in create(model)[0].detail
+
+
 def test_partitions_indexes_aliases_and_drops_answer_like_milvus():
     model = TargetModel()
     create(model)
