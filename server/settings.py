@@ -425,6 +425,10 @@ class CdcSettings(BaseSettings):
     logFormat: Literal["auto", "json", "console"] = "auto"
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
+    # ours: how long a thread runs Python before one waiting for the interpreter lock takes it
+    # (sys.setswitchinterval); Python's 5 ms made a Kafka target's catch-up spend a fifth of
+    # its CPU handing the lock between channels (bench/results/kafka_sink.md)
+    gilSwitchMs: float = Field(default=50.0, gt=0, le=1000)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     backfill: BackfillSettings = Field(default_factory=BackfillSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)

@@ -226,3 +226,18 @@ def test_config_show_prints_the_merged_configuration_redacted():
     shown = yaml.safe_load(result.stdout)
     assert shown["maxTaskNum"] == 5
     assert shown["metaStoreConfig"]["etcd"]["password"] == "******"
+
+
+def test_the_interpreter_lock_turn_is_set_from_gil_switch_ms():
+    from server.daemon import tune_interpreter
+
+    before = sys.getswitchinterval()
+    try:
+        tune_interpreter(load_settings(None, {"CDC_GILSWITCHMS": "20"}))
+        assert sys.getswitchinterval() == pytest.approx(0.020)
+        tune_interpreter(load_settings(None, {}))  # the default
+        assert sys.getswitchinterval() == pytest.approx(0.050)
+    finally:
+        sys.setswitchinterval(before)
+    with pytest.raises(ConfigError, match="gilSwitchMs"):
+        load_settings(None, {"CDC_GILSWITCHMS": "0"})
