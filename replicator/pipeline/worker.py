@@ -76,6 +76,23 @@ class _Read:
     changed: bool = False  # DDL or control applied: save the position
 
 
+def commit_action(
+    read: _Read, grouped: bool, backlog: bool, idle_due: bool
+) -> tuple[list[Pending], bytes | None] | None:
+    """What a channel commits after a read, as ``_write``'s batch and position; None: nothing
+    yet. Released data, applied DDL or control, or an open group of a backlog (``grouped``) go
+    with the read's position; an idle channel saves it now and then, as the daemon's budget
+    allows (save_budget). An open group whose backlog ended in a read that released nothing
+    (time ticks only) is committed as it is: its events must not wait for the next write."""
+    if read.commit_at is not None and (
+        read.ready or read.changed or grouped or (idle_due and IDLE_SAVES.take())
+    ):
+        return read.ready, read.commit_at
+    if grouped and not backlog:
+        return [], None
+    return None
+
+
 class ChannelWorker:
     sequencer: ChannelSequencer  # one per reading (from the saved position's tick)
 
@@ -180,15 +197,13 @@ class ChannelWorker:
                 and not seq.waiting()
                 and (self._furthest < 0 or (last is not None and last.offset >= self._furthest))
             )
-            # nothing to apply: a save now and then, as the daemon's budget allows (save_budget)
+            # a backlog (more read already): a durable target may group it with the next reads
+            backlog = bool(records) and more_buffered(reader)
             due = time.monotonic() - last_save > IDLE_SAVE_SECONDS
             committed = True
-            if read.commit_at is not None and (
-                read.ready or read.changed or (due and IDLE_SAVES.take())
-            ):
-                # a backlog (more read already): a durable target may group it with the next
-                backlog = bool(records) and more_buffered(reader)
-                committed = self._write(read.ready, read.commit_at, more=backlog)
+            action = commit_action(read, self.checkpoint.deferred is not None, backlog, due)
+            if action is not None:
+                committed = self._write(*action, more=backlog)
                 last_save = time.monotonic()
             if caught_up:  # once what it read is on the target
                 self.status.mark_caught_up(read_started)

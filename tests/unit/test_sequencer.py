@@ -115,14 +115,16 @@ def test_rolled_back_and_expired_transactions_are_dropped():
     rolled = writer.begin_txn(V0)
     writer.insert(V0, COLL, [1], txn=rolled)
     writer.end_txn(rolled, commit=False)
-    expiring = writer.begin_txn(V0, keepalive_ms=5)
+    # a keepalive far beyond the test's own time (the writer's clock is the wall clock: a
+    # 5 ms keepalive expired before the first tick on a loaded machine)
+    expiring = writer.begin_txn(V0, keepalive_ms=60_000)
     writer.insert(V0, COLL, [2], txn=expiring)
     writer.insert(V0, COLL, [3])
     writer.time_tick(P0)
     assert keys(feed.feed()) == [("insert", [3])]
     assert feed.seq.waiting()  # the second one is still open: it may commit
-    # 1 s later (in hybrid time) it has outlived its 5 ms keepalive
-    writer.time_tick(P0, tt=writer.tso.next() + (1000 << 18))
+    # 2 min later (in hybrid time) it has outlived its 1 min keepalive
+    writer.time_tick(P0, tt=writer.tso.next() + (120_000 << 18))
     assert feed.feed() == []
     assert not feed.seq.waiting()
     assert (feed.seq.stats.rolled_back, feed.seq.stats.expired) == (1, 1)
