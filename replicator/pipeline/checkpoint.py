@@ -127,7 +127,8 @@ class ChannelCheckpoint:
     def commit(
         self, batch: Sequence[Pending], at: bytes | None, ts: int, *, more: bool = False
     ) -> bool:
-        """Write ``batch`` (bound first), then save the position ``at`` (with tick ``ts``);
+        """Write ``batch`` (a Milvus target's in-flight bound first), then save the position
+        ``at`` (with tick ``ts``);
         ``at`` None: the batch only (the position moves with a later commit). ``more``: the
         channel has more of a backlog to read; a durable target's commit may then wait for it
         (see ``GROUP_EVENTS``). False when the position waits so (``deferred``)."""
