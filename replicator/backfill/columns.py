@@ -87,17 +87,31 @@ def query_columns(
     return ColumnPage(list(data), fields)
 
 
+def generated_fields(client: MilvusClient, collection: str) -> frozenset[str]:
+    """The fields a function of ``collection`` fills (a BM25 output): a query answers them, but
+    a write must leave them out (Milvus refuses them: "BM25 output field 'sparse' is generated;
+    provide its source text instead") and the target computes them from their input."""
+    fields = client.describe_collection(collection)["fields"]
+    return frozenset(f["name"] for f in fields if f.get("is_function_output"))
+
+
 def upsert_columns(
-    client: MilvusClient, db: str, collection: str, partition: str | None, page: ColumnPage
+    client: MilvusClient,
+    db: str,
+    collection: str,
+    partition: str | None,
+    page: ColumnPage,
+    generated: frozenset[str] = frozenset(),
 ) -> None:
-    """Upsert ``page``'s rows, as the source answered them, into ``collection``."""
+    """Upsert ``page``'s rows, as the source answered them, into ``collection``, without the
+    ``generated`` fields (see :func:`generated_fields`)."""
     request = milvus_pb2.UpsertRequest(
         db_name=db,
         collection_name=collection,
         partition_name=partition or "",
         num_rows=len(page.keys),
     )
-    request.fields_data.extend(page.fields)
+    request.fields_data.extend(f for f in page.fields if f.field_name not in generated)
     for field in request.fields_data:
         field.field_id = 0  # the target's field ids are its own: fields go by name
         if field.type == DataType.Array:

@@ -19,7 +19,13 @@ from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
-from replicator.backfill.columns import ColumnPage, page_keys, query_columns, upsert_columns
+from replicator.backfill.columns import (
+    ColumnPage,
+    generated_fields,
+    page_keys,
+    query_columns,
+    upsert_columns,
+)
 from replicator.backfill.pages import MAX_BATCH, read_pages, read_unchecked, window_filter
 from replicator.backfill.proof import Run, prove_range
 from replicator.backfill.ranges import Key, literal
@@ -156,9 +162,11 @@ class SourceRange:
         expr: str,
         partition: str | None,
         guarantee_ts: int = 0,
+        generated: frozenset[str] = frozenset(),
     ) -> None:
         self.client, self.collection, self.pk = client, collection, pk
         self.expr, self.partition, self.guarantee_ts = expr, partition, guarantee_ts
+        self.generated = generated  # left out of the rows (the target computes them)
 
     def alive_keys(self) -> Iterator[Key]:
         for page in pages_by_key(
@@ -176,7 +184,13 @@ class SourceRange:
 
     def rows(self, keys: list[Key]) -> list[dict[str, Any]]:
         return rows_by_key(
-            self.client, self.collection, self.pk, keys, self.partition, self.guarantee_ts
+            self.client,
+            self.collection,
+            self.pk,
+            keys,
+            self.partition,
+            self.guarantee_ts,
+            self.generated,
         )
 
     def count_unwritten(self, after: Key | None, upto: Key | None, runs: list[Run]) -> int:
@@ -218,21 +232,23 @@ def rows_by_key(
     keys: Iterable[Key],
     partition: str | None = None,
     guarantee_ts: int = 0,
+    generated: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """The rows of ``keys`` that exist (in ``partition`` when given), read as
     ``MilvusRangeQuery`` reads, ``KEYS_PER_QUERY`` keys a query; as an upsert takes them back
-    (a repair's and a proof's writes), see ``writable``."""
+    (a repair's and a proof's writes), see ``writable``, without the ``generated`` fields
+    (``columns.generated_fields``)."""
     query = MilvusRangeQuery(client, collection, ["*"], partition, guarantee_ts)
     found: list[dict[str, Any]] = []
     ordered = list(keys)
     for start in range(0, len(ordered), KEYS_PER_QUERY):
         chunk = ordered[start : start + KEYS_PER_QUERY]
         rows = query.rows(f"{pk} in [{', '.join(literal(k) for k in chunk)}]", len(chunk))
-        found += [writable(row) for row in rows]
+        found += [writable(row, generated) for row in rows]
     return found
 
 
-def writable(row: dict[str, Any]) -> dict[str, Any]:
+def writable(row: dict[str, Any], generated: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A row pymilvus answered, as its upsert takes it: a binary vector comes as a list holding
     one ``bytes`` (so may other byte vectors), which the upsert refuses ("should be a
     binary_vector, but got a list"); it goes as the ``bytes``. No other field's value is a list
@@ -242,6 +258,7 @@ def writable(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], bytes)
         else value
         for name, value in row.items()
+        if name not in generated
     }
 
 
@@ -339,6 +356,7 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
     batch, seen = int(work["batch_rows"]), int(work.get("guarantee_ts") or 0)
     rows = added = 0
     try:
+        generated = generated_fields(source, name)  # a BM25 output: the target computes it
         for partition in work["partitions"] or [None]:
 
             def write(page: list[dict[str, Any]], partition: str | None = partition) -> None:
@@ -356,10 +374,10 @@ def copy_range(work: dict[str, Any]) -> dict[str, int]:
             everything = every_key_filter(source, name, pk)
             pages = read_unchecked(query, page_keys, pk, work["filter"], batch, everything)
             for page in read_ahead(pages):
-                upsert_columns(target, target_db, target_name, partition, page)
+                upsert_columns(target, target_db, target_name, partition, page, generated)
                 written.update(page.keys)
                 rows += len(page.keys)
-            side = SourceRange(source, name, pk, work["filter"], partition, seen)
+            side = SourceRange(source, name, pk, work["filter"], partition, seen, generated)
             added += prove_range(side, pk, written, write)
     except BaseException:
         forget_clients()

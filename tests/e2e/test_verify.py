@@ -45,7 +45,7 @@ def wait_verify(daemon: Daemon, task_id: str, job_id: str, timeout: float = 300)
         return None
 
     verify = wait_until(finished, timeout, "the verify to finish", interval=0.5)
-    assert verify["state"] == "done", verify
+    assert verify["state"] == "done", f"{verify.get('reason')}: {verify}"
     return verify
 
 
