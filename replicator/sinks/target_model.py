@@ -428,7 +428,7 @@ def field_view(f: schema_pb2.FieldSchema) -> dict[str, Any]:
     params = _pairs(f.type_params)
     if params:
         view["params"] = params
-    for flag in ("is_partition_key", "nullable", "is_clustering_key"):
+    for flag in ("is_partition_key", "nullable", "is_clustering_key", "is_function_output"):
         if getattr(f, flag, False):
             view[flag] = True
     if f.HasField("default_value"):
@@ -447,9 +447,40 @@ def _value(value: schema_pb2.ValueField) -> Any:
     return base64.b64encode(found).decode() if isinstance(found, bytes) else found
 
 
-def schema_view(schema: schema_pb2.CollectionSchema) -> dict[str, Any]:
+def function_view(function: schema_pb2.FunctionSchema) -> dict[str, Any]:
+    """A function (BM25: a VarChar in, a sparse vector out) as the DDL events show it. Its
+    output is in no row event: a 2.6 WAL holds the input only, and a consumer computes it."""
+    view: dict[str, Any] = {
+        "name": function.name,
+        "type": schema_pb2.FunctionType.Name(function.type),
+        "input_field_names": list(function.input_field_names),
+        "output_field_names": list(function.output_field_names),
+    }
+    params = _pairs(function.params)
+    if params:
+        view["params"] = params
+    return view
+
+
+def struct_view(struct: schema_pb2.StructArrayFieldSchema) -> dict[str, Any]:
+    """An Array of Struct: its sub-fields under the names Milvus gives them
+    (``<struct>[<sub>]``); its rows' values are lists of objects keyed by the short names."""
     return {
+        "name": struct.name,
+        "field_id": struct.fieldID,
+        "type": "ArrayOfStruct",
+        "fields": [field_view(f) for f in struct.fields],
+    }
+
+
+def schema_view(schema: schema_pb2.CollectionSchema) -> dict[str, Any]:
+    view: dict[str, Any] = {
         "fields": [field_view(f) for f in schema.fields],
         "enable_dynamic_field": schema.enable_dynamic_field,
         "description": schema.description,
     }
+    if schema.struct_array_fields:
+        view["struct_array_fields"] = [struct_view(s) for s in schema.struct_array_fields]
+    if schema.functions:
+        view["functions"] = [function_view(f) for f in schema.functions]
+    return view

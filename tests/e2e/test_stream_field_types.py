@@ -411,6 +411,16 @@ def with_chunks(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "chunks": chunks}
 
 
+def start_kafka_task(
+    daemon_factory: Any, etcd_service: Any, kafka_mock: Any, stream: Any, name: str
+) -> tuple[Any, str]:
+    """A daemon reading ``stream`` and its task replicating ``name`` into the topic
+    ``events_<name>``."""
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    target = {"kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": f"events_{name}"}}
+    return daemon, start_task(daemon, "", stream, name, **target)
+
+
 def test_every_type_reaches_a_kafka_target_as_the_client_wrote_it(
     daemon_factory, etcd_service, kafka_mock, stream
 ):
@@ -423,12 +433,10 @@ def test_every_type_reaches_a_kafka_target_as_the_client_wrote_it(
     w = stream.writer
     coll = 61101
     name = f"ktypes_{uuid.uuid4().hex[:6]}"
-    topic = f"events_{name}"
+    topic = f"events_{name}"  # start_kafka_task's
     schema = all_types_schema(name)
     add_chunks(schema, 300)
-    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
-    target = {"kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic}}
-    task_id = start_task(daemon, "", stream, name, **target)
+    daemon, task_id = start_kafka_task(daemon_factory, etcd_service, kafka_mock, stream, name)
     v0, v1 = stream.vchannels(coll, 2)
     w.create_collection(coll, name, [v0, v1], schema=schema)
     stream.tick_all()
@@ -452,7 +460,26 @@ def test_every_type_reaches_a_kafka_target_as_the_client_wrote_it(
             sparse = row["sparse"]
             row = {**row, "sparse": dict(zip(sparse["indices"], sparse["values"], strict=True))}
             got[pk] = target_row(row)
-        return compared(expected, got)
+        problems = compared(expected, got)
+        created = [e for e in rebuilt.ddl if e["op"] == "create_collection"]
+        structs = created[0]["schema"].get("struct_array_fields") if created else None
+        # the struct's sub-fields under the names Milvus gives them, with their types
+        subs = [
+            (f["name"], f["type"], f.get("element_type"), f.get("params"))
+            for struct in structs or []
+            for f in struct["fields"]
+        ]
+        want = [
+            ("chunks[text]", "Array", "VarChar", {"max_length": "32", "max_capacity": "4"}),
+            ("chunks[emb]", "ArrayOfVector", "FloatVector", {"dim": "2", "max_capacity": "4"}),
+        ]
+        if [s["name"] for s in structs or []] != ["chunks"] or subs != want:
+            problems.append(f"the create_collection event's struct_array_fields: {structs}")
+        fields = {f["name"]: f for f in created[0]["schema"]["fields"]} if created else {}
+        for nullable in ("n_i32", "n_s", "n_j", "n_geo", "n_arr", "dn_i32"):
+            if not fields.get(nullable, {}).get("nullable"):
+                problems.append(f"{nullable} not nullable in the schema event: {fields}")
+        return problems
 
     wait_target_equal(daemon, task_id, event_differences, f"{topic} rebuilding the source")
     assert task_view(daemon, task_id)["state"] == "Running"

@@ -34,7 +34,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.grpc_gen import schema_pb2
 
 from tests.e2e.test_replication import rows
-from tests.e2e.test_stream_field_types import wait_target_equal
+from tests.e2e.test_stream_field_types import start_kafka_task, wait_target_equal
 from tests.e2e.test_streaming_source import start_task, task_view
 
 pytestmark = pytest.mark.e2e
@@ -173,6 +173,68 @@ def test_a_bm25_collection_arrives_with_its_function_and_answers_full_text_searc
         assert holding, f"no row holds {word!r}: choose other words"
         assert full_text_hits(target_client, name, word) == holding, word
         assert full_text_hits(target_client, reference, word) == holding, word
+    assert task_view(daemon, task_id)["state"] == "Running"
+
+
+def test_a_bm25_collection_reaches_a_kafka_target_with_its_function_and_its_text(
+    daemon_factory, etcd_service, kafka_mock, stream
+):
+    """A Kafka target's ``create_collection`` event names the function (type, input, output)
+    and marks its output field; the row events carry the text the client wrote, through upserts
+    and deletes, and no output (the WAL holds none): a consumer computes it from the text, as a
+    Milvus target does."""
+    from tests.e2e.test_kafka_sink import Rebuilt
+
+    w = stream.writer
+    coll = 64101
+    name = f"kbm25_{uuid.uuid4().hex[:6]}"
+    topic = f"events_{name}"  # start_kafka_task's
+    schema = bm25_schema(name)
+    daemon, task_id = start_kafka_task(daemon_factory, etcd_service, kafka_mock, stream, name)
+    v0, v1 = stream.vchannels(coll, 2)
+    w.create_collection(coll, name, [v0, v1], schema=schema)
+    stream.tick_all()
+    source = {pk: bm25_row(pk) for pk in range(20)}
+    for vchannel, pks in ((v0, range(10)), (v1, range(10, 20))):
+        w.insert(vchannel, coll, list(pks), columns=wal_columns(schema, [source[p] for p in pks]))
+    upserted = {pk: bm25_row(pk, gen=1) for pk in (1, 2)}
+    w.upsert(v0, coll, [1, 2], columns=wal_columns(schema, list(upserted.values())))
+    source.update(upserted)
+    w.delete(v1, coll, [15])
+    del source[15]
+    stream.tick_all()
+    function = {
+        "name": FUNCTION,
+        "type": "BM25",
+        "input_field_names": ["text"],
+        "output_field_names": ["sparse"],
+    }
+
+    def event_differences() -> list[str]:
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        got = rebuilt.rows
+        problems = [f"missing {sorted(set(source) - set(got))}"] if set(source) - set(got) else []
+        if set(got) - set(source):
+            problems.append(f"extra {sorted(set(got) - set(source))}")
+        problems += [
+            f"row {pk}: {got[pk]} != {source[pk]}"
+            for pk in sorted(set(source) & set(got))
+            if got[pk] != source[pk]  # id, vec and text; no sparse
+        ]
+        created = [e for e in rebuilt.ddl if e["op"] == "create_collection"]
+        if not created:
+            return [*problems, "no create_collection event"]
+        view = created[0]["schema"]
+        if view.get("functions") != [function]:
+            problems.append(f"functions {view.get('functions')} != {[function]}")
+        fields = {f["name"]: f for f in view["fields"]}
+        if not fields["sparse"].get("is_function_output"):
+            problems.append(f"sparse not marked as the function's output: {fields['sparse']}")
+        if fields["text"].get("params", {}).get("enable_analyzer") != "true":
+            problems.append(f"text without its analyzer: {fields['text']}")
+        return problems
+
+    wait_target_equal(daemon, task_id, event_differences, f"{topic} holding {name}'s text")
     assert task_view(daemon, task_id)["state"] == "Running"
 
 
