@@ -16,6 +16,7 @@ Int8Vector at create, and creates a collection with an Array of Struct without t
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -59,6 +60,7 @@ def all_types_schema(name: str) -> schema_pb2.CollectionSchema:
     for field, data_type in [("i64", S.Int64), ("f", S.Float), ("d", S.Double), ("j", S.JSON)]:
         add_field(schema, field, data_type)
     add_field(schema, "s", S.VarChar, max_length=64)
+    add_field(schema, "ja", S.JSON)  # a JSON array (a 2.6 proxy takes any JSON value)
     for short, element in ELEMENTS.items():
         params = {"max_length": 16} if element == S.VarChar else {}
         add_field(schema, f"arr_{short}", S.Array, element_type=element, max_capacity=4, **params)
@@ -113,6 +115,7 @@ def client_row(pk: int, gen: int = 0) -> dict[str, Any]:
         "d": v / 7 + 1e-9,
         "s": f"s-{v}-ü",
         "j": {"k": v, "l": [1, "x", None], "o": {"f": 0.5}},
+        "ja": ["x", v, [True, None], {"f": v / 4}],
         "arr_bool": [True, v % 3 == 0],
         "arr_i8": [-128, 127, v % 100],
         "arr_i16": [-32768, v],
@@ -194,7 +197,10 @@ def wait_target_equal(
 
     def same() -> bool:
         nonlocal problems
-        problems = differences()
+        try:
+            problems = differences()
+        except Exception as exc:  # noqa: BLE001 - shown if it lasts
+            problems = [f"reading failed: {exc!r}"]
         return not problems
 
     try:
@@ -483,3 +489,95 @@ def test_every_type_reaches_a_kafka_target_as_the_client_wrote_it(
 
     wait_target_equal(daemon, task_id, event_differences, f"{topic} rebuilding the source")
     assert task_view(daemon, task_id)["state"] == "Running"
+
+
+# --- JSON values that are not objects ----------------------------------------------------------
+
+# A 2.6 proxy takes any JSON value into a JSON field: its check is a length limit only
+# (``internal/proxy/validate_util.go`` ``checkJSONFieldData``); 2.3.5 refused all but objects.
+JSON_ARRAYS = [[1, "x", {"a": [2, None]}], [], [[1.5, -0.0], True], [2**64 - 1, -(2**63)]]
+JSON_SCALARS = [7, -(2**63), 2**64 - 1, 1.5, 5e-324, "text ü", "", True, False]
+
+
+def json_rows(values: list[Any], first: int = 0) -> dict[int, dict[str, Any]]:
+    return {
+        first + i: {"id": first + i, "vec": [float(i), 0.5, 1.0, -1.0], "j": value}
+        for i, value in enumerate(values)
+    }
+
+
+def typed_json(value: Any) -> str:
+    """A JSON value with its types kept: 1, 1.0 and true differ."""
+    return json.dumps(value, sort_keys=True)
+
+
+def test_json_that_is_not_an_object_arrives_as_it_was(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """Arrays into Milvus Lite (which holds no other JSON value: its server refuses a number or
+    a string, "Expected bytes, got a 'int' object"), arrays, numbers, strings and booleans into
+    a Kafka target; upserted (an array becoming a number) and deleted too."""
+    from tests.e2e.test_kafka_sink import committed_ids, read_topic
+
+    w = stream.writer
+    suffix = uuid.uuid4().hex[:6]
+    lite_name, kafka_name = f"jarr_{suffix}", f"jall_{suffix}"
+    schemas = {}
+    for name in (lite_name, kafka_name):
+        schemas[name] = base_schema(name)
+        add_field(schemas[name], "j", S.JSON)
+    daemon, kafka_task = start_kafka_task(
+        daemon_factory, etcd_service, kafka_mock, stream, kafka_name
+    )
+    lite_task = start_task(daemon, milvus_lite_service.uri, stream, lite_name)
+    sources = {lite_name: json_rows(JSON_ARRAYS), kafka_name: json_rows(JSON_ARRAYS + JSON_SCALARS)}
+    for coll, name in ((62001, lite_name), (62002, kafka_name)):
+        v0, v1 = stream.vchannels(coll, 2)
+        w.create_collection(coll, name, [v0, v1], schema=schemas[name])
+        stream.tick_all()
+        rows_ = sources[name]
+        half = sorted(rows_)[: len(rows_) // 2]
+        for vchannel, pks in ((v0, half), (v1, sorted(set(rows_) - set(half)))):
+            batch = [rows_[pk] for pk in pks]
+            w.insert(vchannel, coll, pks, columns=wal_columns(schemas[name], batch))
+        changed = {0: {**rows_[0], "j": [0]} if name == lite_name else {**rows_[0], "j": 42}}
+        w.upsert(v0, coll, [0], columns=wal_columns(schemas[name], list(changed.values())))
+        rows_.update(changed)
+        w.delete(v1, coll, [1])
+        del rows_[1]
+        stream.tick_all()
+
+    def lite_differences() -> list[str]:
+        held = target_client.query(
+            lite_name, filter="id >= 0", output_fields=["j"], consistency_level="Strong"
+        )  # not ``rows``: it makes floats of a list's numbers
+        got = {r["id"]: typed_json(r["j"]) for r in held}
+        want = {pk: typed_json(r["j"]) for pk, r in sources[lite_name].items()}
+        return [] if got == want else [f"{got} != {want}"]
+
+    def kafka_differences() -> list[str]:
+        got: dict[int, str] = {}
+        commits = committed_ids(kafka_mock.bootstrap, kafka_task)
+        records = read_topic(kafka_mock.bootstrap, f"events_{kafka_name}")
+        events = [v for _, _, v in records if v["source"]["commit"] in commits and "row" in v]
+        for event in events:  # not ``Rebuilt``: it makes floats of a list's numbers
+            if event["op"] == "delete":
+                got.pop(event["pk"], None)
+            else:
+                got[event["pk"]] = typed_json(event["row"]["j"])
+        want = {pk: typed_json(r["j"]) for pk, r in sources[kafka_name].items()}
+        return [
+            f"row {pk}: {got.get(pk)} != {want.get(pk)}"
+            for pk in set(got) | set(want)
+            if got.get(pk) != want.get(pk)
+        ]
+
+    wait_until(lambda: target_client.has_collection(lite_name), 60, f"{lite_name} on the target")
+    index_vec = target_client.prepare_index_params()
+    index_vec.add_index("vec", index_type="FLAT", metric_type="L2")
+    target_client.create_index(lite_name, index_vec)
+    target_client.load_collection(lite_name)
+    wait_target_equal(daemon, lite_task, lite_differences, f"{lite_name}'s arrays on Milvus Lite")
+    wait_target_equal(daemon, kafka_task, kafka_differences, f"{kafka_name}'s values in Kafka")
+    assert task_view(daemon, lite_task)["state"] == "Running"
+    assert task_view(daemon, kafka_task)["state"] == "Running"
