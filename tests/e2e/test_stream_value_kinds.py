@@ -1,0 +1,233 @@
+"""Values of a 2.6 stream beyond the every-type collection (issue 31): JSON that is not an
+object, and vectors of bytes, on the targets that hold them (Milvus Lite, a real Milvus 2.3.5, a
+Kafka topic). The stream is written as in test_stream_field_types.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from harness.services import wait_until
+from harness.stream_columns import add_field, base_schema, wal_columns
+from pymilvus import MilvusClient
+from pymilvus.grpc_gen import schema_pb2
+
+from tests.e2e.test_stream_field_types import compared, start_kafka_task, wait_target_equal
+from tests.e2e.test_streaming_source import start_task, task_view
+
+pytestmark = pytest.mark.e2e
+
+S = schema_pb2
+
+
+def event_rows(bootstrap: str, topic: str, task_id: str) -> dict[Any, dict[str, Any]]:
+    """The rows a consumer of ``topic`` holds after the task's committed row events, values as
+    the events carry them (not ``test_kafka_sink.Rebuilt``: it makes floats of a list's
+    numbers)."""
+    from tests.e2e.test_kafka_sink import committed_ids, read_topic
+
+    commits = committed_ids(bootstrap, task_id)
+    held: dict[Any, dict[str, Any]] = {}
+    for _, _, event in read_topic(bootstrap, topic):
+        if event["source"]["commit"] not in commits or "row" not in event:
+            continue
+        if event["op"] == "delete":
+            held.pop(event["pk"], None)
+        else:
+            held[event["pk"]] = event["row"]
+    return held
+
+
+def index_and_load(client: MilvusClient, name: str, field: str, kind: str, metric: str) -> None:
+    """Once the stream made ``name`` on the target: an index on ``field``, then load it."""
+    wait_until(lambda: client.has_collection(name), 60, f"{name} on the target")
+    index = client.prepare_index_params()
+    index.add_index(field, index_type=kind, metric_type=metric)
+    client.create_index(name, index)
+    client.load_collection(name)
+
+
+# --- JSON values that are not objects ----------------------------------------------------------
+
+# A 2.6 proxy takes any JSON value into a JSON field: its check is a length limit only
+# (``internal/proxy/validate_util.go`` ``checkJSONFieldData``); 2.3.5 refused all but objects.
+JSON_ARRAYS = [[1, "x", {"a": [2, None]}], [], [[1.5, -0.0], True], [2**64 - 1, -(2**63)]]
+JSON_SCALARS = [7, -(2**63), 2**64 - 1, 1.5, 5e-324, "text ü", "", True, False]
+
+
+def json_rows(values: list[Any], first: int = 0) -> dict[int, dict[str, Any]]:
+    return {
+        first + i: {"id": first + i, "vec": [float(i), 0.5, 1.0, -1.0], "j": value}
+        for i, value in enumerate(values)
+    }
+
+
+def typed_json(value: Any) -> str:
+    """A JSON value with its types kept: 1, 1.0 and true differ."""
+    return json.dumps(value, sort_keys=True)
+
+
+def test_json_that_is_not_an_object_arrives_as_it_was(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """Arrays into Milvus Lite (which holds no other JSON value: its server refuses a number or
+    a string, "Expected bytes, got a 'int' object"), arrays, numbers, strings and booleans into
+    a Kafka target; upserted (an array becoming a number) and deleted too."""
+    w = stream.writer
+    suffix = uuid.uuid4().hex[:6]
+    lite_name, kafka_name = f"jarr_{suffix}", f"jall_{suffix}"
+    schemas = {}
+    for name in (lite_name, kafka_name):
+        schemas[name] = base_schema(name)
+        add_field(schemas[name], "j", S.JSON)
+    daemon, kafka_task = start_kafka_task(
+        daemon_factory, etcd_service, kafka_mock, stream, kafka_name
+    )
+    lite_task = start_task(daemon, milvus_lite_service.uri, stream, lite_name)
+    sources = {lite_name: json_rows(JSON_ARRAYS), kafka_name: json_rows(JSON_ARRAYS + JSON_SCALARS)}
+    for coll, name in ((62001, lite_name), (62002, kafka_name)):
+        v0, v1 = stream.vchannels(coll, 2)
+        w.create_collection(coll, name, [v0, v1], schema=schemas[name])
+        stream.tick_all()
+        rows_ = sources[name]
+        half = sorted(rows_)[: len(rows_) // 2]
+        for vchannel, pks in ((v0, half), (v1, sorted(set(rows_) - set(half)))):
+            batch = [rows_[pk] for pk in pks]
+            w.insert(vchannel, coll, pks, columns=wal_columns(schemas[name], batch))
+        changed = {0: {**rows_[0], "j": [0]} if name == lite_name else {**rows_[0], "j": 42}}
+        w.upsert(v0, coll, [0], columns=wal_columns(schemas[name], list(changed.values())))
+        rows_.update(changed)
+        w.delete(v0, coll, [1])  # on the vchannel of its insert, as Milvus routes a key
+        del rows_[1]
+        stream.tick_all()
+
+    def lite_differences() -> list[str]:
+        held = target_client.query(
+            lite_name, filter="id >= 0", output_fields=["j"], consistency_level="Strong"
+        )  # not ``rows``: it makes floats of a list's numbers
+        got = {r["id"]: typed_json(r["j"]) for r in held}
+        want = {pk: typed_json(r["j"]) for pk, r in sources[lite_name].items()}
+        return [] if got == want else [f"{got} != {want}"]
+
+    def kafka_differences() -> list[str]:
+        held = event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task)
+        got = {pk: typed_json(row["j"]) for pk, row in held.items()}
+        want = {pk: typed_json(r["j"]) for pk, r in sources[kafka_name].items()}
+        return [
+            f"row {pk}: {got.get(pk)} != {want.get(pk)}"
+            for pk in set(got) | set(want)
+            if got.get(pk) != want.get(pk)
+        ]
+
+    index_and_load(target_client, lite_name, "vec", "FLAT", "L2")
+    wait_target_equal(daemon, lite_task, lite_differences, f"{lite_name}'s arrays on Milvus Lite")
+    wait_target_equal(daemon, kafka_task, kafka_differences, f"{kafka_name}'s values in Kafka")
+    assert task_view(daemon, lite_task)["state"] == "Running"
+    assert task_view(daemon, kafka_task)["state"] == "Running"
+
+
+# --- vectors of bytes --------------------------------------------------------------------------
+
+
+def byte_vector_row(pk: int, gen: int = 0) -> dict[str, Any]:
+    """A row as a client writes it: 16-bit binary vectors as 2 bytes, float16 and bfloat16
+    vectors as floats they hold exactly, int8 vectors as integers."""
+    v = pk + 100 * gen
+    return {
+        "id": pk,
+        "vec": [float(v), 0.5, -1.0, 2.0],
+        "bin": bytes([v % 256, (v * 7 + 1) % 256]),
+        "half": [v / 4, -0.5, 65504.0, 0.0],
+        "brain": [float(v), -2.0, 3.0e38, 0.5],
+        "small": [v % 128, -128, 127, -(v % 100)],
+    }
+
+
+def byte_vectors_schema(name: str) -> schema_pb2.CollectionSchema:
+    schema = base_schema(name)
+    add_field(schema, "bin", S.BinaryVector, dim=16)
+    add_field(schema, "half", S.Float16Vector, dim=4)
+    add_field(schema, "brain", S.BFloat16Vector, dim=4)
+    add_field(schema, "small", S.Int8Vector, dim=4)
+    return schema
+
+
+def as_event(row: dict[str, Any]) -> dict[str, Any]:
+    """A client's row as a Kafka event holds it (README "Kafka targets"): the bytes Milvus
+    stores, little-endian, in base64; an Int8Vector as its integers."""
+    half = np.asarray(row["half"], dtype="<f2").tobytes()
+    brain = (np.asarray(row["brain"], dtype="<f4").view("<u4") >> 16).astype("<u2").tobytes()
+    return {
+        **row,
+        "bin": base64.b64encode(row["bin"]).decode(),
+        "half": base64.b64encode(half).decode(),
+        "brain": base64.b64encode(brain).decode(),
+    }
+
+
+def test_vectors_of_bytes_reach_kafka_and_a_2_3_target_byte_for_byte(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream
+):
+    """BinaryVector, Float16Vector, BFloat16Vector and Int8Vector from a 2.6 stream: into a
+    Kafka target, each row as the client wrote it, through inserts a read merges into one write
+    (two Inserts of 6 and 4 rows: protobuf's ``MergeFrom`` once kept only the last one's bytes),
+    upserts and deletes; a BinaryVector into a real Milvus 2.3.5 (one vector field: 2.3 holds no
+    more), byte for byte."""
+    w = stream.writer
+    suffix = uuid.uuid4().hex[:6]
+    kafka_name, milvus_name = f"vbytes_{suffix}", f"vbin_{suffix}"
+    schemas = {kafka_name: byte_vectors_schema(kafka_name), milvus_name: base_schema(milvus_name)}
+    del schemas[milvus_name].fields[1:]  # the key only, then the binary vector
+    add_field(schemas[milvus_name], "bin", S.BinaryVector, dim=16)
+    daemon, kafka_task = start_kafka_task(
+        daemon_factory, etcd_service, kafka_mock, stream, kafka_name
+    )
+    milvus_task = start_task(daemon, milvus_source_rocksmq.uri, stream, milvus_name)
+    sources: dict[str, dict[int, dict[str, Any]]] = {}
+    for coll, name in ((62101, kafka_name), (62102, milvus_name)):
+        keep = {f.name for f in schemas[name].fields}
+        written = {
+            pk: {k: v for k, v in byte_vector_row(pk).items() if k in keep} for pk in range(20)
+        }
+        v0, v1 = stream.vchannels(coll, 2)
+        w.create_collection(coll, name, [v0, v1], schema=schemas[name])
+        stream.tick_all()
+        for vchannel, pks in ((v0, range(6)), (v0, range(6, 10)), (v1, range(10, 20))):
+            batch = [written[pk] for pk in pks]
+            w.insert(vchannel, coll, list(pks), columns=wal_columns(schemas[name], batch))
+        upserted = {
+            pk: {k: v for k, v in byte_vector_row(pk, 1).items() if k in keep} for pk in (2, 3)
+        }
+        w.upsert(v0, coll, [2, 3], columns=wal_columns(schemas[name], list(upserted.values())))
+        written.update(upserted)
+        w.delete(v1, coll, [12])
+        del written[12]
+        sources[name] = written
+        stream.tick_all()
+
+    def kafka_differences() -> list[str]:
+        got = event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task)
+        want = {pk: as_event(row) for pk, row in sources[kafka_name].items()}
+        return compared(want, got)
+
+    def milvus_differences() -> list[str]:
+        held = client.query(
+            milvus_name, filter="id >= 0", output_fields=["bin"], consistency_level="Strong"
+        )
+        got = {r["id"]: {"id": r["id"], "bin": bytes(r["bin"][0])} for r in held}
+        want = {pk: {"id": pk, "bin": row["bin"]} for pk, row in sources[milvus_name].items()}
+        return compared(want, got)
+
+    wait_target_equal(daemon, kafka_task, kafka_differences, f"{kafka_name}'s vectors in Kafka")
+    client = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    try:
+        index_and_load(client, milvus_name, "bin", "BIN_FLAT", "HAMMING")
+        wait_target_equal(daemon, milvus_task, milvus_differences, f"{milvus_name} on 2.3.5")
+    finally:
+        client.close()
+    assert task_view(daemon, kafka_task)["state"] == "Running"
+    assert task_view(daemon, milvus_task)["state"] == "Running"
