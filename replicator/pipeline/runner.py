@@ -485,6 +485,7 @@ class ReplicationRunner:
         read = self._read_source()
         target = self.context.target_factory(self.task)
         target.fence = self.fence
+        target.warn = self.warnings.warn
         if isinstance(target, KafkaTarget):
             try:
                 self._adopt(read, target.committed_positions)

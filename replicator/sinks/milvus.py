@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,7 +37,7 @@ from replicator.sinks.milvus_status import (
     status_rejection,
     status_retriable,
 )
-from replicator.sinks.schema_check import require_fields
+from replicator.sinks.schema_check import dropped_flags, require_fields
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,8 @@ class MilvusTarget:
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
         # set by a task's runner: no call once it is closed, and none outlasting its lease
         self.fence: Fence | None = None
+        # set by a task's runner: a note for the task's warnings (progress.warnings)
+        self.warn: Callable[[str], None] | None = None
         self._metadata: list[tuple[str, str]] = []
         if connect.get("token"):
             self._metadata.append(
@@ -262,6 +264,16 @@ class MilvusTarget:
         before a row is written there (:mod:`schema_check`)."""
         described = self.describe_collection(db, name)
         require_fields(f"{db}.{name}", source, described.schema)
+        for field, flag in dropped_flags(source, described.schema):
+            note = (
+                f"collection {db}.{name}: the target keeps no {flag} for field {field} (it "
+                "made the field without it); the rows are exact, but the target's clustering "
+                "compaction will not use the field"
+            )
+            if self.warn is not None:
+                self.warn(note)
+            else:
+                log.warning("%s", note)
 
     def flush(self, db: str, collections: Sequence[str]) -> None:
         self._call(

@@ -6,7 +6,7 @@ import pytest
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TaskFailedError
-from replicator.sinks.schema_check import lost_fields, require_fields
+from replicator.sinks.schema_check import dropped_flags, lost_fields, require_fields
 
 
 def schema(*fields: tuple[str, int], dynamic: bool = False) -> schema_pb2.CollectionSchema:
@@ -77,3 +77,14 @@ def test_a_vector_of_another_dimension_is_named_with_both() -> None:
     assert lost_fields(source, target) == ["vec (FloatVector, dim 8; the target's has dim 16)"]
     target.fields[-1].type_params[0].value = "8"
     assert lost_fields(source, target) == []
+
+
+def test_a_clustering_key_the_target_dropped_is_a_flag_not_a_lost_field() -> None:
+    source = schema(("id", schema_pb2.Int64), ("k", schema_pb2.Int64), ("v", schema_pb2.Int64))
+    source.fields[2].is_clustering_key = True
+    dropped = schema(("id", schema_pb2.Int64), ("k", schema_pb2.Int64), ("v", schema_pb2.Int64))
+    assert lost_fields(source, dropped) == []  # every row is held exactly: no stop
+    assert dropped_flags(source, dropped) == [("k", "clustering key")]
+    kept = schema(("id", schema_pb2.Int64), ("k", schema_pb2.Int64), ("v", schema_pb2.Int64))
+    kept.fields[2].is_clustering_key = True
+    assert dropped_flags(source, kept) == []
