@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+import grpc
 from pymilvus import MilvusClient
 
 from metastore import MetaStore, TaskState
@@ -27,6 +28,7 @@ from replicator.backfill.job import plan_collection
 from replicator.backfill.ranges import KeyRange
 from replicator.backfill.state import CollectionPlan, CollectionRef
 from replicator.backfill.transfer import connect
+from replicator.compare.digest import Digest
 from replicator.compare.gate import LiveApplied, applied_ts, now_ts
 from replicator.compare.reader import ensure_loaded, schema_of
 from replicator.compare.spark_launch import RangeDigests, SparkDigests, SparkVerifyError
@@ -34,6 +36,7 @@ from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
 from replicator.log_context import log_context
 from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, TaskSelection
+from replicator.sinks.milvus_status import GRPC_RETRIABLE
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +209,7 @@ class VerifyRun:
             nonlocal result
             if self.stop.is_set():
                 return
-            outcome = verifier.verify(key_range, firsts.get(key_range.index))
+            outcome = verify_retrying(verifier, key_range, firsts.get(key_range.index), self.stop)
             with lock:
                 result = _account(result, outcome)
                 self._save(self.job.with_collection(result))
@@ -261,6 +264,40 @@ class VerifyRun:
         log.info("%s", note)
         self._save(self.job.with_(notes=[*self.job.notes, note]))
         return found
+
+
+# a range whose read failed on a connection (a server restarting, a GOAWAY) is read again
+RANGE_TRIES = 3
+RANGE_BACKOFF = 2.0  # seconds, times the attempt
+
+
+def verify_retrying(
+    verifier: CollectionVerifier,
+    key_range: KeyRange,
+    digests: tuple[Digest | None, Digest | None] | None,
+    stop: threading.Event,
+    tries: int = RANGE_TRIES,
+) -> RangeOutcome:
+    """``verifier.verify`` of one range, read again (up to ``tries`` times in all) when a call
+    failed on its connection (gRPC UNAVAILABLE, DEADLINE_EXCEEDED, ...) rather than on its
+    request: a verify reads and its repair writes idempotently, so a second attempt is
+    safe. Any other failure, or the last one, ends the job with its reason."""
+    for attempt in range(1, tries + 1):
+        try:
+            return verifier.verify(key_range, digests if attempt == 1 else None)
+        except grpc.RpcError as exc:
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            if code not in GRPC_RETRIABLE or attempt == tries or stop.is_set():
+                raise
+            log.warning(
+                "%s: a read failed (%s); reading the range again (attempt %d of %d)",
+                key_range.describe(),
+                code,
+                attempt + 1,
+                tries,
+            )
+            stop.wait(RANGE_BACKOFF * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def sample_ranges(ranges: list[KeyRange], fraction: float, rnd: random.Random) -> list[KeyRange]:
