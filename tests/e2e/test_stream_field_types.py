@@ -374,6 +374,8 @@ def test_a_2_3_target_stops_the_task_on_fields_it_cannot_hold(
         ("maybe", S.Int32, {"nullable": True}, "nullable"),
         ("place", S.Geometry, {}, "Geometry"),
         ("moment", S.Timestamptz, {}, "Timestamptz"),
+        ("sparse", S.SparseFloatVector, {}, "SparseFloatVector"),
+        ("small", S.Int8Vector, {"dim": 4}, "Int8Vector"),
     ]:
         name = f"{field}_{suffix}"
         schema = base_schema(name)
@@ -381,7 +383,13 @@ def test_a_2_3_target_stops_the_task_on_fields_it_cannot_hold(
         cases[name] = (schema, field, type_name)
     uri = milvus_source_rocksmq.uri
     tasks = {name: start_task(daemon, uri, stream, name) for name in cases}
-    rows_of = {"maybe": None, "place": "POINT (1 2)", "moment": "2026-01-01T00:00:00+00:00"}
+    rows_of = {
+        "maybe": None,
+        "place": "POINT (1 2)",
+        "moment": "2026-01-01T00:00:00+00:00",
+        "sparse": {1: 0.5},
+        "small": [1, -2, 3, -4],
+    }
     for i, (name, (schema, field, _)) in enumerate(cases.items()):
         coll = 63001 + i
         (v0,) = stream.vchannels(coll, 1)
