@@ -1,6 +1,6 @@
 """Values of a 2.6 stream beyond the every-type collection (issue 31): JSON that is not an
-object, and vectors of bytes, on the targets that hold them (Milvus Lite, a real Milvus 2.3.5, a
-Kafka topic). The stream is written as in test_stream_field_types.py."""
+object, vectors of bytes and nullable vectors, on the targets that hold them (Milvus Lite, a real
+Milvus 2.3.5, a Kafka topic). The stream is written as in test_stream_field_types.py."""
 
 from __future__ import annotations
 
@@ -22,6 +22,45 @@ from tests.e2e.test_streaming_source import start_task, task_view
 pytestmark = pytest.mark.e2e
 
 S = schema_pb2
+
+
+def held(client: MilvusClient, name: str, field: str, where: str = "id >= 0") -> list:
+    """``(id, value of field)`` of the rows the target holds, values as pymilvus answers them
+    (not ``test_replication.rows``: it makes floats of a list's numbers)."""
+    found = client.query(name, filter=where, output_fields=[field], consistency_level="Strong")
+    return [(r["id"], r[field]) for r in found]
+
+
+def write_story(
+    stream: Any,
+    coll: int,
+    schema: schema_pb2.CollectionSchema,
+    rows: dict[int, dict[str, Any]],
+    batches: list[tuple[int, range]],
+    upserts: tuple[int, dict[int, dict[str, Any]]],
+    deletes: tuple[int, list[int]],
+) -> None:
+    """A collection of two vchannels on ``stream``: made, then ``rows`` inserted in ``batches``
+    (vchannel index, keys; several on one vchannel before a tick are merged by a read), then
+    ``upserts`` and ``deletes`` (each on one vchannel: that of its keys' inserts), then a tick.
+    ``rows`` ends as the source holds it."""
+    w = stream.writer
+    vchannels = stream.vchannels(coll, 2)
+    w.create_collection(coll, schema.name, vchannels, schema=schema)
+    stream.tick_all()
+    for index, pks in batches:
+        batch = [rows[pk] for pk in pks]
+        w.insert(vchannels[index], coll, list(pks), columns=wal_columns(schema, batch))
+    index, upserted = upserts
+    w.upsert(
+        vchannels[index], coll, list(upserted), columns=wal_columns(schema, [*upserted.values()])
+    )
+    rows.update(upserted)
+    index, gone = deletes
+    w.delete(vchannels[index], coll, gone)
+    for pk in gone:
+        del rows[pk]
+    stream.tick_all()
 
 
 def event_rows(bootstrap: str, topic: str, task_id: str) -> dict[Any, dict[str, Any]]:
@@ -106,10 +145,7 @@ def test_json_that_is_not_an_object_arrives_as_it_was(
         stream.tick_all()
 
     def lite_differences() -> list[str]:
-        held = target_client.query(
-            lite_name, filter="id >= 0", output_fields=["j"], consistency_level="Strong"
-        )  # not ``rows``: it makes floats of a list's numbers
-        got = {r["id"]: typed_json(r["j"]) for r in held}
+        got = {pk: typed_json(value) for pk, value in held(target_client, lite_name, "j")}
         want = {pk: typed_json(r["j"]) for pk, r in sources[lite_name].items()}
         return [] if got == want else [f"{got} != {want}"]
 
@@ -177,7 +213,6 @@ def test_vectors_of_bytes_reach_kafka_and_a_2_3_target_byte_for_byte(
     (two Inserts of 6 and 4 rows: protobuf's ``MergeFrom`` once kept only the last one's bytes),
     upserts and deletes; a BinaryVector into a real Milvus 2.3.5 (one vector field: 2.3 holds no
     more), byte for byte."""
-    w = stream.writer
     suffix = uuid.uuid4().hex[:6]
     kafka_name, milvus_name = f"vbytes_{suffix}", f"vbin_{suffix}"
     schemas = {kafka_name: byte_vectors_schema(kafka_name), milvus_name: base_schema(milvus_name)}
@@ -193,32 +228,19 @@ def test_vectors_of_bytes_reach_kafka_and_a_2_3_target_byte_for_byte(
         written = {
             pk: {k: v for k, v in byte_vector_row(pk).items() if k in keep} for pk in range(20)
         }
-        v0, v1 = stream.vchannels(coll, 2)
-        w.create_collection(coll, name, [v0, v1], schema=schemas[name])
-        stream.tick_all()
-        for vchannel, pks in ((v0, range(6)), (v0, range(6, 10)), (v1, range(10, 20))):
-            batch = [written[pk] for pk in pks]
-            w.insert(vchannel, coll, list(pks), columns=wal_columns(schemas[name], batch))
         upserted = {
             pk: {k: v for k, v in byte_vector_row(pk, 1).items() if k in keep} for pk in (2, 3)
         }
-        w.upsert(v0, coll, [2, 3], columns=wal_columns(schemas[name], list(upserted.values())))
-        written.update(upserted)
-        w.delete(v1, coll, [12])
-        del written[12]
+        batches = [(0, range(6)), (0, range(6, 10)), (1, range(10, 20))]
+        write_story(stream, coll, schemas[name], written, batches, (0, upserted), (1, [12]))
         sources[name] = written
-        stream.tick_all()
 
     def kafka_differences() -> list[str]:
-        got = event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task)
         want = {pk: as_event(row) for pk, row in sources[kafka_name].items()}
-        return compared(want, got)
+        return compared(want, event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task))
 
     def milvus_differences() -> list[str]:
-        held = client.query(
-            milvus_name, filter="id >= 0", output_fields=["bin"], consistency_level="Strong"
-        )
-        got = {r["id"]: {"id": r["id"], "bin": bytes(r["bin"][0])} for r in held}
+        got = {pk: {"id": pk, "bin": bytes(v[0])} for pk, v in held(client, milvus_name, "bin")}
         want = {pk: {"id": pk, "bin": row["bin"]} for pk, row in sources[milvus_name].items()}
         return compared(want, got)
 
@@ -231,3 +253,95 @@ def test_vectors_of_bytes_reach_kafka_and_a_2_3_target_byte_for_byte(
         client.close()
     assert task_view(daemon, kafka_task)["state"] == "Running"
     assert task_view(daemon, milvus_task)["state"] == "Running"
+
+
+# --- nullable vectors (Milvus 2.6.18 and later) ------------------------------------------------
+
+
+def nullable_vectors_schema(name: str) -> schema_pb2.CollectionSchema:
+    schema = base_schema(name)
+    add_field(schema, "nv", S.FloatVector, dim=3, nullable=True)
+    add_field(schema, "nb", S.BinaryVector, dim=16, nullable=True)
+    add_field(schema, "ns", S.SparseFloatVector, nullable=True)
+    add_field(schema, "ni", S.Int8Vector, dim=2, nullable=True)
+    return schema
+
+
+def nullable_vector_row(pk: int, gen: int = 0, *, nulls: bool | None = None) -> dict[str, Any]:
+    """Every third row (or every row, ``nulls``) null in each nullable vector."""
+    null = pk % 3 == (gen % 3) if nulls is None else nulls
+    v = pk + 100 * gen
+    return {
+        "id": pk,
+        "vec": [float(v), 1.0, 0.5, -1.0],
+        "nv": None if null else [v / 2, -1.5, 0.25],
+        "nb": None if null else bytes([v % 256, 255 - v % 256]),
+        "ns": None if null else {v % 5: 1.5, 10 + v: -0.5},
+        "ni": None if null else [v % 100, -(v % 100)],
+    }
+
+
+def nullable_event(row: dict[str, Any]) -> dict[str, Any]:
+    """A client's row as a Kafka event holds it: a null as null."""
+    return {
+        **row,
+        "nb": None if row["nb"] is None else base64.b64encode(row["nb"]).decode(),
+        "ns": None
+        if row["ns"] is None
+        else {"indices": sorted(row["ns"]), "values": [row["ns"][i] for i in sorted(row["ns"])]},
+    }
+
+
+def test_nullable_vectors_reach_kafka_as_nulls_beside_their_vectors(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """Nullable FloatVector, BinaryVector, SparseFloatVector and Int8Vector columns laid out as a
+    2.6 proxy appends them (a vector for each valid row only; an Insert of null rows only holds
+    none): into Kafka each null as null and each vector in its row, through inserts a read
+    merges, an Insert whose rows are all null, upserts turning nulls into vectors and back, and
+    deletes; the FloatVector into Milvus Lite, each vector in its row (Lite 3.2.2 answers a null
+    vector as a zero vector, as it does to its own clients)."""
+    suffix = uuid.uuid4().hex[:6]
+    kafka_name, lite_name = f"nvk_{suffix}", f"nvl_{suffix}"
+    schemas = {kafka_name: nullable_vectors_schema(kafka_name), lite_name: base_schema(lite_name)}
+    add_field(schemas[lite_name], "nv", S.FloatVector, dim=3, nullable=True)
+    daemon, kafka_task = start_kafka_task(
+        daemon_factory, etcd_service, kafka_mock, stream, kafka_name
+    )
+    lite_task = start_task(daemon, milvus_lite_service.uri, stream, lite_name)
+    sources: dict[str, dict[int, dict[str, Any]]] = {}
+    for coll, name in ((62201, kafka_name), (62202, lite_name)):
+        keep = {f.name for f in schemas[name].fields}
+
+        def row_of(pk: int, gen: int = 0, nulls: bool | None = None, keep=keep) -> dict:
+            return {k: v for k, v in nullable_vector_row(pk, gen, nulls=nulls).items() if k in keep}
+
+        written = {pk: row_of(pk) for pk in range(12)}
+        written.update({pk: row_of(pk, nulls=True) for pk in range(12, 16)})
+        # the last Insert's rows are all null: the dim, no vector
+        batches = [(0, range(5)), (0, range(5, 8)), (1, range(8, 12)), (1, range(12, 16))]
+        upserted = {pk: row_of(pk, gen=1) for pk in (0, 1)}  # 0: null -> vector, 1: -> null
+        write_story(stream, coll, schemas[name], written, batches, (0, upserted), (1, [9]))
+        sources[name] = written
+
+    def kafka_differences() -> list[str]:
+        want = {pk: nullable_event(row) for pk, row in sources[kafka_name].items()}
+        return compared(want, event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task))
+
+    def lite_differences() -> list[str]:
+        got = dict(held(target_client, lite_name, "nv"))
+        problems = [f"keys {sorted(got)}"] if set(got) != set(sources[lite_name]) else []
+        for pk, row in sources[lite_name].items():
+            want = row["nv"]
+            if pk in got and want is not None and got[pk] != want:
+                problems.append(f"row {pk}: {got[pk]} != {want}")
+        return problems
+
+    wait_target_equal(daemon, kafka_task, kafka_differences, f"{kafka_name}'s nullable vectors")
+    index_and_load(target_client, lite_name, "vec", "FLAT", "L2")
+    wait_target_equal(daemon, lite_task, lite_differences, f"{lite_name}'s vectors on Lite")
+    nulls = [pk for pk, row in sources[lite_name].items() if row["nv"] is None]
+    answered = dict(held(target_client, lite_name, "nv", f"id in {nulls}"))
+    assert answered == {pk: [0.0, 0.0, 0.0] for pk in nulls}
+    assert task_view(daemon, kafka_task)["state"] == "Running"
+    assert task_view(daemon, lite_task)["state"] == "Running"

@@ -26,6 +26,13 @@ appended, and the WAL holds what it leaves. Derived from Milvus's Go code and th
   sparse row as little-endian (uint32 index, float32 value) pairs in index order, ``dim`` the
   largest index + 1 (``CreateSparseFloatRow``); BinaryVector dim/8 bytes per row; Float16 and
   BFloat16 two bytes per dimension (IEEE half; the high half of a float32); Int8Vector one;
+- a nullable vector field (Milvus 2.6.18 and later; ``pkg/util/typeutil/nullable_vector.go``:
+  "ValidData has one entry per logical row, while vector data only contains valid rows"): the
+  column is *not* expanded (``FillWithNullValue`` fills scalars only), ``fillWithValue`` gives
+  it an all-true ``valid_data`` when the client sent none, and ``checkAligned`` wants as many
+  vectors as valid rows; ``msg_pack.go`` ``genInsertMsgsByPartition`` copies a row's vector
+  only when it is not null (``typeutil.AppendFieldData``) and always sets ``vectors.dim``, so
+  a message whose rows are all null holds the dim and no data;
 - functions (BM25, VarChar in, sparse vector out): the proxy runs none but embedding functions
   before the append (``genFunctionFields`` in ``internal/proxy/task_insert.go`` calls the
   executor only when ``HasNonBM25Functions``; ``LackOfFieldsDataBySchema`` lets a BM25 output
@@ -168,15 +175,23 @@ def _scalar_column(field: S.FieldSchema, rows: Sequence[Row]) -> S.FieldData:
 
 def _vector_column(field: S.FieldSchema, rows: Sequence[Row]) -> S.FieldData:
     column = S.FieldData(field_name=field.name, field_id=field.fieldID, type=field.data_type)
-    values = [row[field.name] for row in rows]
+    if field.nullable:  # compact: a vector for each valid row only
+        valid = [row.get(field.name) is not None for row in rows]
+        column.valid_data.extend(valid)
+        values = [row[field.name] for row, ok in zip(rows, valid, strict=True) if ok]
+    else:
+        values = [row[field.name] for row in rows]
     vectors = column.vectors
     if field.data_type == S.SparseFloatVector:
-        vectors.sparse_float_vector.contents.extend(sparse_row(v) for v in values)
-        vectors.sparse_float_vector.dim = max(max(v, default=0) + 1 for v in values)
-        vectors.dim = vectors.sparse_float_vector.dim
+        if values:
+            vectors.sparse_float_vector.contents.extend(sparse_row(v) for v in values)
+            vectors.sparse_float_vector.dim = max(max(v, default=0) + 1 for v in values)
+            vectors.dim = vectors.sparse_float_vector.dim
         return column
     dim = int(next(p.value for p in field.type_params if p.key == "dim"))
     vectors.dim = dim
+    if not values:
+        return column  # every row null: the dim, no data
     flat = [x for v in values for x in v]
     if field.data_type == S.FloatVector:
         vectors.float_vector.data.extend(flat)
