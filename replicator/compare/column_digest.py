@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from pymilvus import DataType
+from pymilvus.client.entity_helper import extract_struct_array_from_column_data
 
 from replicator.codec.wkb import wkb_to_wkt
 from replicator.compare.digest import (
@@ -151,6 +152,13 @@ def column_parts(name: str, kind: str, field: Any, rows: int) -> Parts:
     """The encoded parts (``digest.encode_row``'s bytes for this field) of every row of a
     column."""
     valid = list(field.valid_data)
+    if field.WhichOneof("field") == "struct_arrays":
+        # an Array of Struct: each row's list of objects as pymilvus gives it a query's rows
+        # (sub-fields by their short names), so the digest is the one of those rows
+        structs = [
+            extract_struct_array_from_column_data(field.struct_arrays, i) for i in range(rows)
+        ]
+        return _per_row(name, kind, structs, ())
     if kind in _VECTORS:
         return _vector_parts(name, kind, field, valid)
     if valid or kind in ("JSON", "ARRAY", "TIMESTAMPTZ", "GEOMETRY"):
@@ -206,6 +214,9 @@ def _rows_of(field: Any) -> int:
     """How many rows a column holds."""
     if len(field.valid_data):
         return len(field.valid_data)
+    if field.WhichOneof("field") == "struct_arrays":
+        subs = field.struct_arrays.fields
+        return _rows_of(subs[0]) if subs else 0
     scalars, vectors = field.scalars, field.vectors
     if field.HasField("scalars"):
         attr = scalars.WhichOneof("data")
@@ -216,6 +227,8 @@ def _rows_of(field: Any) -> int:
             return int(len(vectors.float_vector.data) // max(1, vectors.dim))
         if attr == "sparse_float_vector":
             return len(vectors.sparse_float_vector.contents)
+        if attr == "vector_array":  # a struct's sub-field of vectors: a cell per row
+            return len(vectors.vector_array.data)
         if attr:
             width = _byte_width(_VECTOR_KIND[attr], vectors.dim)
             return int(len(getattr(vectors, attr)) // max(1, width))

@@ -25,6 +25,7 @@ schema does not name (a dynamic field) is encoded as JSON.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -56,7 +57,19 @@ class UnsupportedValueError(TypeError):
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(
+        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_plain
+    ).encode()
+
+
+def _plain(value: Any) -> Any:
+    """A value JSON has no type for, as a struct's sub-field of vectors holds it (pymilvus
+    answers float16 and bfloat16 elements as numpy values, binary ones as bytes)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise UnsupportedValueError(f"a value of {type(value).__name__} in a JSON document")
 
 
 def _vector_bytes(value: Any) -> bytes:

@@ -53,3 +53,37 @@ def test_columns_digest_as_their_rows() -> None:
         [struct.pack("<BIdd", 1, 1, 1, 2.5), struct.pack("<BII", 1, 3, 1) + ring]
     )
     assert columns_digest(_columns(micros, wkb), KINDS) == digest_rows(rows, KINDS)
+
+
+def _chunks(rows: list[list[dict] | None]) -> schema_pb2.FieldData:
+    """An Array of Struct column as a 2.6 query answers it (schema.proto ``StructArrayField``):
+    one sub-field column per struct field, named ``<struct>[<sub>]``, a cell per row: the
+    texts as an Array of VarChar, the vectors as an ArrayOfVector of FloatVector."""
+    column = schema_pb2.FieldData(field_name="chunks", type=schema_pb2.ArrayOfStruct)
+    text = column.struct_arrays.fields.add(field_name="chunks[text]", type=schema_pb2.Array)
+    text.scalars.array_data.element_type = schema_pb2.VarChar
+    emb = column.struct_arrays.fields.add(field_name="chunks[emb]", type=schema_pb2.ArrayOfVector)
+    emb.vectors.dim = 2
+    emb.vectors.vector_array.dim, emb.vectors.vector_array.element_type = 2, schema_pb2.FloatVector
+    for items in rows:
+        text.scalars.array_data.data.add().string_data.data.extend(i["text"] for i in items or [])
+        cell = emb.vectors.vector_array.data.add(dim=2)
+        cell.float_vector.data.extend(x for i in items or [] for x in i["emb"])
+    return column
+
+
+def test_an_array_of_struct_digests_as_the_rows_a_client_wrote() -> None:
+    """Was refused ("a column of ARRAY_OF_STRUCT"): a verify of a collection with one failed."""
+    kinds = {"id": "INT64"}  # a struct is no field of the schema's list: digested as JSON
+    rows = [
+        {"id": 1, "chunks": [{"text": "a", "emb": [0.5, -1.0]}, {"text": "ü", "emb": [2.0, 0.25]}]},
+        {"id": 2, "chunks": []},
+    ]
+    key = schema_pb2.FieldData(field_name="id", type=schema_pb2.Int64)
+    key.scalars.long_data.data.extend([1, 2])
+    columns = [key, _chunks([r["chunks"] for r in rows])]
+    assert columns_digest(columns, kinds) == digest_rows(rows, kinds)
+    changed = [dict(rows[0], chunks=[{"text": "a", "emb": [0.5, -1.0]}]), rows[1]]
+    assert columns_digest([key, _chunks([r["chunks"] for r in changed])], kinds) != (
+        columns_digest(columns, kinds)
+    )
