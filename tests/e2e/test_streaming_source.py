@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from harness.services import ServiceStartError, wait_until
@@ -92,7 +93,15 @@ def wait_for_collection(client: MilvusClient, name: str, timeout: float = 60) ->
     client.create_index(name, index)
 
 
-def wait_rows(client: MilvusClient, name: str, expected: dict[int, str], timeout: float = 90):
+def wait_rows(
+    client: MilvusClient,
+    name: str,
+    expected: dict[int, str],
+    timeout: float = 90,
+    daemon: Any = None,
+):
+    """Wait until the target's ``name`` holds ``expected`` (key -> tag); else fail naming the
+    keys, and with ``daemon``, the last lines of its log that say what its tasks waited on."""
     got: dict = {}
 
     def same() -> bool:
@@ -106,7 +115,14 @@ def wait_rows(client: MilvusClient, name: str, expected: dict[int, str], timeout
         missing = sorted(set(expected) - set(got))[:10]
         extra = sorted(set(got) - set(expected))[:10]
         wrong = [pk for pk in expected if pk in got and got[pk] != expected[pk]][:10]
-        raise AssertionError(f"missing {missing}, extra {extra}, wrong {wrong}") from None
+        told = f"missing {missing}, extra {extra}, wrong {wrong}"
+        if daemon is not None:
+            said = [
+                line for line in daemon.log_text().splitlines() if '"level": "INFO"' not in line
+            ]
+            waits = [line for line in daemon.log_text().splitlines() if "barrier" in line]
+            told += "; daemon log:\n" + "\n".join([*waits[-12:], *said[-12:]])
+        raise AssertionError(told) from None
     return rows(client, name, "id")
 
 
@@ -327,7 +343,7 @@ def test_2_6_ddl_indexes_load_aliases_properties_and_truncate(
     w.insert(vchannels[0], coll, range(1000, 1010))
     w.insert(vchannels[1], coll, range(1010, 1030))
     stream.tick_all()
-    wait_rows(target_milvus, name, after)
+    wait_rows(target_milvus, name, after, daemon=daemon)
     assert alias in target_milvus.list_aliases(name)["aliases"]
     assert task_view(daemon, task_id)["state"] == "Running"
 
