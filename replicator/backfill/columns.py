@@ -87,12 +87,17 @@ def query_columns(
     return ColumnPage(list(data), fields)
 
 
-def generated_fields(client: MilvusClient, collection: str) -> frozenset[str]:
-    """The fields a function of ``collection`` fills (a BM25 output): a query answers them, but
-    a write must leave them out (Milvus refuses them: "BM25 output field 'sparse' is generated;
-    provide its source text instead") and the target computes them from their input."""
-    fields = client.describe_collection(collection)["fields"]
+def function_outputs(fields: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """Of a collection's fields as pymilvus describes them, those a function fills (a BM25
+    output): a query answers them, but a write must leave them out (Milvus refuses them: "BM25
+    output field 'sparse' is generated; provide its source text instead") and the target
+    computes them from their input."""
     return frozenset(f["name"] for f in fields if f.get("is_function_output"))
+
+
+def generated_fields(client: MilvusClient, collection: str) -> frozenset[str]:
+    """:func:`function_outputs` of ``collection``."""
+    return function_outputs(client.describe_collection(collection)["fields"])
 
 
 def upsert_columns(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pymilvus import MilvusClient
 
+from replicator.backfill.columns import function_outputs
 from replicator.backfill.ranges import Key, KeyRange
 from replicator.backfill.transfer import pages_by_key
 from replicator.compare.digest import Digest, FieldKinds, digest_hashes, row_hash
@@ -26,13 +27,16 @@ class Schema:
     pk: str
     kinds: FieldKinds
     partition_key: bool
+    # fields a function fills (a BM25 output): compared, but a repair's write leaves them out
+    generated: frozenset[str] = frozenset()
 
 
 def schema_of(client: MilvusClient, collection: str) -> Schema:
     fields = client.describe_collection(collection)["fields"]
     kinds = {f["name"]: getattr(f["type"], "name", str(f["type"])) for f in fields}
     pk = next(f["name"] for f in fields if f.get("is_primary"))
-    return Schema(pk, kinds, any(f.get("is_partition_key") for f in fields))
+    partition_key = any(f.get("is_partition_key") for f in fields)
+    return Schema(pk, kinds, partition_key, function_outputs(fields))
 
 
 def ensure_loaded(client: MilvusClient, collection: str, side: str) -> str | None:

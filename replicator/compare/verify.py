@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from pymilvus import MilvusClient
 
-from replicator.backfill.columns import generated_fields
 from replicator.backfill.ranges import Key, KeyRange, literal
 from replicator.backfill.state import CollectionPlan
 from replicator.backfill.transfer import KEYS_PER_QUERY, rows_by_key
@@ -187,12 +186,11 @@ class CollectionVerifier:
         source_name, target_name = self._names
         pk = self.schema.pk
         written = 0
-        generated = generated_fields(self.source, source_name)  # the target computes them
         copy = sorted(found.missing | found.different, key=str)
         partitions: list[str | None] = [*self.plan.partitions] or [None]
         for partition in partitions:
             rows = (
-                rows_by_key(self.source, source_name, pk, copy, partition, 0, generated)
+                rows_by_key(self.source, source_name, pk, copy, partition, 0, self.schema.generated)
                 if copy
                 else []
             )

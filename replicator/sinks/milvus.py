@@ -37,9 +37,14 @@ from replicator.sinks.milvus_status import (
     status_rejection,
     status_retriable,
 )
-from replicator.sinks.schema_check import dropped_flags, require_fields
+from replicator.sinks.schema_check import dropped_clustering_keys, require_fields
 
 log = logging.getLogger(__name__)
+
+
+def _log_warning(text: str) -> None:
+    log.warning("%s", text)
+
 
 _SYSTEM_FIELD_IDS = (0, 1)  # RowID, Timestamp
 _MAX_MESSAGE = 512 * 1024 * 1024
@@ -166,8 +171,8 @@ class MilvusTarget:
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
         # set by a task's runner: no call once it is closed, and none outlasting its lease
         self.fence: Fence | None = None
-        # set by a task's runner: a note for the task's warnings (progress.warnings)
-        self.warn: Callable[[str], None] | None = None
+        # a note for the operator: a task's runner sets its warnings (progress.warnings)
+        self.warn: Callable[[str], None] = _log_warning
         self._metadata: list[tuple[str, str]] = []
         if connect.get("token"):
             self._metadata.append(
@@ -264,16 +269,12 @@ class MilvusTarget:
         before a row is written there (:mod:`schema_check`)."""
         described = self.describe_collection(db, name)
         require_fields(f"{db}.{name}", source, described.schema)
-        for field, flag in dropped_flags(source, described.schema):
-            note = (
-                f"collection {db}.{name}: the target keeps no {flag} for field {field} (it "
-                "made the field without it); the rows are exact, but the target's clustering "
-                "compaction will not use the field"
+        for field in dropped_clustering_keys(source, described.schema):
+            self.warn(
+                f"collection {db}.{name}: the target keeps no clustering key for field {field} "
+                "(it made the field without it); the rows are exact, but the target's "
+                "clustering compaction will not use the field"
             )
-            if self.warn is not None:
-                self.warn(note)
-            else:
-                log.warning("%s", note)
 
     def flush(self, db: str, collections: Sequence[str]) -> None:
         self._call(

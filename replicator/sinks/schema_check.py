@@ -90,16 +90,15 @@ def _lost_functions(
     return lost
 
 
-def dropped_flags(
+def dropped_clustering_keys(
     source: schema_pb2.CollectionSchema, target: schema_pb2.CollectionSchema
-) -> list[tuple[str, str]]:
-    """Flags of the source's fields that the target kept no trace of, though it holds every
-    row exactly: a clustering key (Milvus Lite 3.2 and 2.3-2.4 make the field without it, in
-    silence). Not a reason to stop: no value depends on it, but the target's clustering
-    compaction will not use it. Each as ``(field name, flag)``."""
+) -> list[str]:
+    """The source's clustering-key fields that the target made without the flag, though it
+    holds every row exactly (Milvus Lite 3.2 and 2.3-2.4 do so in silence). Not a reason to
+    stop: no value depends on it, but the target's clustering compaction will not use it."""
     held = {f.name: f for f in target.fields}
     return [
-        (field.name, "clustering key")
+        field.name
         for field in source.fields
         if field.is_clustering_key and field.name in held and not held[field.name].is_clustering_key
     ]

@@ -6,7 +6,7 @@ import pytest
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TaskFailedError
-from replicator.sinks.schema_check import dropped_flags, lost_fields, require_fields
+from replicator.sinks.schema_check import dropped_clustering_keys, lost_fields, require_fields
 
 
 def schema(*fields: tuple[str, int], dynamic: bool = False) -> schema_pb2.CollectionSchema:
@@ -84,7 +84,7 @@ def test_a_clustering_key_the_target_dropped_is_a_flag_not_a_lost_field() -> Non
     source.fields[2].is_clustering_key = True
     dropped = schema(("id", schema_pb2.Int64), ("k", schema_pb2.Int64), ("v", schema_pb2.Int64))
     assert lost_fields(source, dropped) == []  # every row is held exactly: no stop
-    assert dropped_flags(source, dropped) == [("k", "clustering key")]
+    assert dropped_clustering_keys(source, dropped) == ["k"]
     kept = schema(("id", schema_pb2.Int64), ("k", schema_pb2.Int64), ("v", schema_pb2.Int64))
     kept.fields[2].is_clustering_key = True
-    assert dropped_flags(source, kept) == []
+    assert dropped_clustering_keys(source, kept) == []
