@@ -34,7 +34,8 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.grpc_gen import schema_pb2
 
 from tests.e2e.test_replication import rows
-from tests.e2e.test_stream_field_types import start_kafka_task, wait_target_equal
+from tests.e2e.test_stream_field_types import compared, start_kafka_task, wait_target_equal
+from tests.e2e.test_stream_value_kinds import write_story
 from tests.e2e.test_streaming_source import start_task, task_view
 
 pytestmark = pytest.mark.e2e
@@ -185,24 +186,13 @@ def test_a_bm25_collection_reaches_a_kafka_target_with_its_function_and_its_text
     Milvus target does."""
     from tests.e2e.test_kafka_sink import Rebuilt
 
-    w = stream.writer
-    coll = 64101
     name = f"kbm25_{uuid.uuid4().hex[:6]}"
     topic = f"events_{name}"  # start_kafka_task's
-    schema = bm25_schema(name)
     daemon, task_id = start_kafka_task(daemon_factory, etcd_service, kafka_mock, stream, name)
-    v0, v1 = stream.vchannels(coll, 2)
-    w.create_collection(coll, name, [v0, v1], schema=schema)
-    stream.tick_all()
     source = {pk: bm25_row(pk) for pk in range(20)}
-    for vchannel, pks in ((v0, range(10)), (v1, range(10, 20))):
-        w.insert(vchannel, coll, list(pks), columns=wal_columns(schema, [source[p] for p in pks]))
     upserted = {pk: bm25_row(pk, gen=1) for pk in (1, 2)}
-    w.upsert(v0, coll, [1, 2], columns=wal_columns(schema, list(upserted.values())))
-    source.update(upserted)
-    w.delete(v1, coll, [15])
-    del source[15]
-    stream.tick_all()
+    batches = [(0, range(10)), (1, range(10, 20))]
+    write_story(stream, 64101, bm25_schema(name), source, batches, (0, upserted), (1, [15]))
     function = {
         "name": FUNCTION,
         "type": "BM25",
@@ -213,13 +203,11 @@ def test_a_bm25_collection_reaches_a_kafka_target_with_its_function_and_its_text
     def event_differences() -> list[str]:
         rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
         got = rebuilt.rows
-        problems = [f"missing {sorted(set(source) - set(got))}"] if set(source) - set(got) else []
-        if set(got) - set(source):
-            problems.append(f"extra {sorted(set(got) - set(source))}")
+        problems = compared(source, got)  # id, vec and text
         problems += [
-            f"row {pk}: {got[pk]} != {source[pk]}"
-            for pk in sorted(set(source) & set(got))
-            if got[pk] != source[pk]  # id, vec and text; no sparse
+            f"row {pk} has {sorted(set(row) - set(source[pk]))}"  # no sparse
+            for pk, row in got.items()
+            if pk in source and set(row) - set(source[pk])
         ]
         created = [e for e in rebuilt.ddl if e["op"] == "create_collection"]
         if not created:

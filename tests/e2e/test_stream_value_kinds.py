@@ -24,6 +24,11 @@ pytestmark = pytest.mark.e2e
 S = schema_pb2
 
 
+def events_differ(bootstrap: str, name: str, task_id: str, want: dict[Any, dict]) -> list[str]:
+    """:func:`compared` of ``want`` with what the events of ``name``'s topic hold."""
+    return compared(want, event_rows(bootstrap, f"events_{name}", task_id))
+
+
 def held(client: MilvusClient, name: str, field: str, where: str = "id >= 0") -> list:
     """``(id, value of field)`` of the rows the target holds, values as pymilvus answers them
     (not ``test_replication.rows``: it makes floats of a list's numbers)."""
@@ -237,7 +242,7 @@ def test_vectors_of_bytes_reach_kafka_and_a_2_3_target_byte_for_byte(
 
     def kafka_differences() -> list[str]:
         want = {pk: as_event(row) for pk, row in sources[kafka_name].items()}
-        return compared(want, event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task))
+        return events_differ(kafka_mock.bootstrap, kafka_name, kafka_task, want)
 
     def milvus_differences() -> list[str]:
         got = {pk: {"id": pk, "bin": bytes(v[0])} for pk, v in held(client, milvus_name, "bin")}
@@ -326,7 +331,7 @@ def test_nullable_vectors_reach_kafka_as_nulls_beside_their_vectors(
 
     def kafka_differences() -> list[str]:
         want = {pk: nullable_event(row) for pk, row in sources[kafka_name].items()}
-        return compared(want, event_rows(kafka_mock.bootstrap, f"events_{kafka_name}", kafka_task))
+        return events_differ(kafka_mock.bootstrap, kafka_name, kafka_task, want)
 
     def lite_differences() -> list[str]:
         got = dict(held(target_client, lite_name, "nv"))
