@@ -98,7 +98,7 @@ def report(args, results: list[dict], total_s: float) -> str:
     lines += [
         "",
         "What the daemon's memory was made of at its largest scrape of `cdc_heap_*` (1 s apart; "
-        "server/heap.py), MB (Python: millions of object blocks):",
+        "server/runtime/heap.py), MB (Python: millions of object blocks):",
         "",
         "| backlog rows | resident | malloc arenas | of them in use | free | malloc mapped "
         "| resident - arenas - mapped (libraries, Python's arenas, stacks; less the arenas' "

@@ -161,7 +161,7 @@ class RssSampler(threading.Thread):
 
 
 class HeapSampler(threading.Thread):
-    """The daemon's ``cdc_heap_*`` metrics (server/heap.py) every ``interval`` s; keeps the
+    """The daemon's ``cdc_heap_*`` metrics (server/runtime/heap.py) every ``interval`` s; keeps the
     scrape with the largest resident size: what the memory was made of at its peak."""
 
     def __init__(self, daemon: Daemon, interval: float = 1.0) -> None:
@@ -397,7 +397,8 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
         "--memory",
         type=json.loads,
         default={},
-        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' (server/heap.py)",
+        help="the daemon's memory settings as JSON, e.g. '{\"trimSeconds\": 0}' "
+        "(server/runtime/heap.py)",
     )
     parser.add_argument(
         "--read-chan-len",

@@ -6,7 +6,7 @@ check the same ``Fence`` (``replicator/sinks/milvus.py``). The fence closes thre
 - **revoked**: the supervisor let the runner go (a blocking call to a source that does not
   answer outlived the stop's wait); whatever the runner does when its call returns, it can no
   longer write, so a later runner of the task never finds a position saved behind its back;
-- **a lost lease** (a fleet of daemons, ``server/fleet.py``): every store write carries the
+- **a lost lease** (a fleet of daemons, ``server/tasks/fleet.py``): every store write carries the
   task's lease, and the store refuses it once another daemon holds the task (the token check
   happens inside the store's transaction, so it holds even for a daemon that does not know yet);
 - **a lease that may have run out**: the daemon's ``LeaseClock`` says until when its leases are

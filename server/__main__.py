@@ -2,6 +2,6 @@
 
 import sys
 
-from server.cli import main
+from server.cli.main import main
 
 sys.exit(main(default_command="serve"))

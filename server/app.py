@@ -1,7 +1,8 @@
 """The HTTP application: ``POST /cdc`` (the Go milvus-cdc protocol), the /v1 REST resources
-(server/rest.py), the dashboard at ``/``, ``/openapi.json``, health and metrics; the scheduled
-jobs (server/jobs.py) run while it runs. Who may call what is server/auth.py's business: the
-task routes ask for a token, health, this document and the dashboard's static files do not."""
+(server/http/rest.py), the dashboard at ``/``, ``/openapi.json``, health and metrics; the scheduled
+jobs (server/runtime/jobs.py) run while it runs. Who may call what is server/http/auth.py's
+business: the task routes ask for a token, health, this document and the dashboard's static
+files do not."""
 
 from __future__ import annotations
 
@@ -18,9 +19,32 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from metastore import MetaStoreError
 from metastore.sealed import SealedMetaStore
 from replicator import RunnerFactory
-from server import dashboard, rest
-from server.api_common import failure_answer, positions_view, read_json
-from server.api_models import (
+from replicator.config.secret_keys import open_task_store, seal_stored_secrets
+from replicator.config.settings import CdcSettings, unused_settings
+from replicator.config.stores import describe_metastore
+from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
+from server.dr.manager import (
+    DisasterRecovery,
+    FailbackRequest,
+    FailoverRequest,
+    SwitchoverRequest,
+)
+from server.errors import (
+    BadRequestError,
+    MethodNotAllowedError,
+    UnauthorizedError,
+    UnavailableError,
+)
+from server.http import dashboard, rest
+from server.http.auth import Authenticator, Principal, audit, challenge, permit
+from server.http.common import failure_answer, positions_view, read_json
+from server.http.openapi import openapi_endpoint
+from server.logs import SecretRedactor
+from server.runtime.heap import HeapKeeper
+from server.runtime.jobs import JOBS, install_jobs
+from server.runtime.metrics import DaemonMetrics
+from server.tasks.engine import make_runner_factory
+from server.tasks.requests import (
     BackfillRequest,
     CreateRequest,
     DeleteRequest,
@@ -29,31 +53,8 @@ from server.api_models import (
     VerifyRequest,
     parse_model,
 )
-from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
-from server.auth import Authenticator, Principal, audit, challenge, permit
-from server.dr.manager import (
-    DisasterRecovery,
-    FailbackRequest,
-    FailoverRequest,
-    SwitchoverRequest,
-)
-from server.engine import make_runner_factory
-from server.errors import (
-    BadRequestError,
-    MethodNotAllowedError,
-    UnauthorizedError,
-    UnavailableError,
-)
-from server.heap import HeapKeeper
-from server.jobs import JOBS, install_jobs
-from server.logs import SecretRedactor
-from server.metrics import DaemonMetrics
-from server.openapi import openapi_endpoint
-from server.secret_keys import open_task_store, seal_stored_secrets
-from server.settings import CdcSettings, unused_settings
-from server.stores import describe_metastore
-from server.supervisor import TargetChecker, TaskSupervisor, task_view
-from server.target_check import check_target_reachable
+from server.tasks.supervisor import TargetChecker, TaskSupervisor, task_view
+from server.tasks.target_check import check_target_reachable
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from metastore import MetaStore
-from server.auth import Authenticator
-from server.metrics import DaemonMetrics
-from server.settings import CdcSettings
-from server.supervisor import TaskSupervisor
+from replicator.config.settings import CdcSettings
+from server.http.auth import Authenticator
+from server.runtime.metrics import DaemonMetrics
+from server.tasks.supervisor import TaskSupervisor
 
 
 @dataclass

@@ -16,11 +16,11 @@ import sys
 
 from aiohttp import web
 
+from replicator.config.settings import CdcSettings, TlsSettings
 from server.app import LIFECYCLE, create_app
-from server.auth import listen_host
-from server.heap import HeapKeeper
+from server.http.auth import listen_host
 from server.logs import SecretRedactor
-from server.settings import CdcSettings, TlsSettings
+from server.runtime.heap import HeapKeeper
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from server.secret_keys import open_task_store
-    from server.settings import CdcSettings, ConfigError, load_settings, milvus_param
+    from replicator.config.secret_keys import open_task_store
+    from replicator.config.settings import CdcSettings, ConfigError, load_settings, milvus_param
 
     try:
         if args.settings_stdin:

@@ -139,7 +139,7 @@ _UNREACHABLE = re.compile(r".+ unreachable since \S+, retrying")
 
 
 def unreachable_warning(role: str, label: str, since: float) -> str:
-    """The warning of an endpoint a running task cannot reach (server/reachability.py)."""
+    """The warning of an endpoint a running task cannot reach (server/tasks/reachability.py)."""
     when = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return f"{role} {label} unreachable since {when}, retrying"
 

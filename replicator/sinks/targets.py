@@ -12,7 +12,7 @@ from replicator.sinks.milvus import MilvusTarget
 
 KAFKA_PARAM = "kafka_connect_param"
 MILVUS_PARAM = "milvus_connect_param"
-DEFAULT_CONNECT_TIMEOUT = 10  # seconds (server/api_models.py fills it into every stored task)
+DEFAULT_CONNECT_TIMEOUT = 10  # seconds (server/tasks/requests.py fills it into every stored task)
 
 
 def is_kafka(spec: Mapping[str, Any]) -> bool:

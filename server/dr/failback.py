@@ -28,13 +28,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from replicator.backfill.state import BackfillState
-from server.api_models import BackfillOption, CreateRequest, VerifyRequest
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.switchover import reverse_request, verify_ended
 from server.errors import ApiError, ConflictError
+from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
 
 if TYPE_CHECKING:
-    from server.supervisor import TaskSupervisor
+    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 

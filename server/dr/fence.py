@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from server.settings import SourceSettings, milvus_param
-from server.stores import etcd_client_for
+from replicator.config.settings import SourceSettings, milvus_param
+from replicator.config.stores import etcd_client_for
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from pydantic import Field
 
 from metastore import MetaStoreError, TaskRecord, TaskState
 from replicator.compare.gate import applied_ts
+from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.status import consistent_view
-from server.api_models import TaskIdRequest
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.failover import export_unreplicated
@@ -56,11 +56,11 @@ from server.dr.stale_watch import (
 from server.dr.switchover import SwitchoverRun
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
-from server.settings import DEFAULT_SOURCE, CdcSettings
+from server.tasks.requests import TaskIdRequest
 
 if TYPE_CHECKING:
     from replicator.task_runner import TaskRunner
-    from server.supervisor import TaskSupervisor
+    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class DisasterRecovery:
     ) -> dict[str, Any] | None:
         if not request.export_seconds:
             return None
-        from server.engine import cluster_context
+        from server.tasks.engine import cluster_context
 
         name = spec.get("source_cluster") or DEFAULT_SOURCE
         context = cluster_context(self.settings, name, shared_readers=False)
@@ -376,7 +376,7 @@ class DisasterRecovery:
     async def _watch_after_failback(self, reverse_id: str) -> None:
         """A failback in sync: the old primary (the reverse task's target) is watched for
         writes of stale clients from now on, as after a switchover."""
-        from server.engine import cluster_context
+        from server.tasks.engine import cluster_context
 
         try:
             if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
@@ -419,7 +419,7 @@ class DisasterRecovery:
         return True
 
     async def _watching(self, task_id: str, stop: threading.Event) -> None:
-        from server.engine import cluster_context
+        from server.tasks.engine import cluster_context
 
         state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
         if state is None:

@@ -46,12 +46,12 @@ from replicator.compare.classify import KINDS, Divergence, RangeRead, settled
 from replicator.compare.digest import row_hash
 from replicator.compare.gate import now_ts
 from replicator.compare.reader import Schema, schema_of
+from replicator.config.settings import CdcSettings
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.runner import RunnerContext
 from server.dr.fence import client_args
 from server.dr.record import iso, moment
 from server.dr.wal_tail import changed_keys, end_positions, records_after, selected_collections
-from server.settings import CdcSettings
 
 log = logging.getLogger(__name__)
 

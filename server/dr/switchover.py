@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from metastore import TaskState
 from replicator.compare.state import VerifyJob
+from replicator.config.settings import CdcSettings
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
-from server.api_models import CreateRequest, VerifyRequest
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
 from server.dr.record import (
     LINK_KEY,
@@ -45,10 +45,10 @@ from server.dr.record import (
 from server.dr.stale_watch import arm, load_watch
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
-from server.settings import CdcSettings
+from server.tasks.requests import CreateRequest, VerifyRequest
 
 if TYPE_CHECKING:
-    from server.supervisor import TaskSupervisor
+    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class SwitchoverRun:
         current = await asyncio.to_thread(load_watch, self.sup.store, reverse)
         if current is not None and current.job_id == self.job.job_id:
             return
-        from server.engine import cluster_context
+        from server.tasks.engine import cluster_context
 
         source = self.job.source_cluster
         context = cluster_context(self.settings, source, shared_readers=False)

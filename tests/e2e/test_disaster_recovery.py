@@ -30,9 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
+from replicator.config.settings import SourceSettings
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.switchover import FAULT_ENV
-from server.settings import SourceSettings
 from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal
 
 pytestmark = pytest.mark.e2e

@@ -21,11 +21,11 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 from metastore import Position
 from replicator.backfill.handover import group_start
+from replicator.config.settings import EtcdSettings
+from replicator.config.stores import etcd_client_for
 from replicator.events import RawRecord
 from replicator.meta.catalog import CollectionMeta, SourceCatalog
 from replicator.sources.kafka import KafkaSource
-from server.settings import EtcdSettings
-from server.stores import etcd_client_for
 from tests.e2e.test_replication import create_source_collection, make_rows
 
 pytestmark = pytest.mark.e2e

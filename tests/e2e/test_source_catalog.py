@@ -9,9 +9,9 @@ import uuid
 import pytest
 from pymilvus import DataType, MilvusClient
 
+from replicator.config.settings import EtcdSettings
+from replicator.config.stores import etcd_client_for
 from replicator.meta.catalog import SourceCatalog
-from server.settings import EtcdSettings
-from server.stores import etcd_client_for
 from tests.e2e.test_replication import source_database
 
 pytestmark = pytest.mark.e2e

@@ -15,6 +15,8 @@ from pymilvus import MilvusClient
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.codec.streaming import decode_any
+from replicator.config.settings import EtcdSettings
+from replicator.config.stores import etcd_client_for
 from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection
 from replicator.meta.catalog import SourceCatalog
@@ -23,8 +25,6 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import TaskSelection
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sources.kafka import KafkaSource
-from server.settings import EtcdSettings
-from server.stores import etcd_client_for
 from tests.e2e.test_replication import (
     create_source_collection,
     make_rows,

@@ -36,8 +36,7 @@ from harness.services import (
     _running,
     wait_until,
 )
-from server import local_milvus
-from server.demo import MILVUS_ENV_PREFIXES
+from server.demo import MILVUS_ENV_PREFIXES, local_milvus
 
 DEFAULT_ROOT_PATH = "by-dev"
 DML_CHANNEL_NUM = 16  # rootCoord.dmlChannelNum in the wheel's template

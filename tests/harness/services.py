@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from server import local_milvus
+from server.demo import local_milvus
 
 T = TypeVar("T")
 

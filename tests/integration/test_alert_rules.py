@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 from test_grafana_dashboard import exported, labels_used
 
 from replicator.pipeline.status import ChannelStatus
-from server.metrics import DaemonMetrics
+from server.runtime.metrics import DaemonMetrics
 
 pytestmark = pytest.mark.integration
 

@@ -265,7 +265,7 @@ def test_health_metrics_and_http_errors(daemon, milvus_lite_service):
     assert 'cdc_tasks{state="Initial"} 1.0' in text
     assert 'cdc_requests_total{code="404",request_type="get"} 1.0' in text
     assert 'cdc_request_duration_seconds_count{request_type="create"} 1.0' in text
-    # the daemon's memory by kind (server/heap.py): its RSS as the kernel counts it
+    # the daemon's memory by kind (server/runtime/heap.py): its RSS as the kernel counts it
     heap = {
         sample.name: sample.value
         for family in text_string_to_metric_families(text)

@@ -28,12 +28,12 @@ from rocksdict import Options, Rdict
 from metastore import Position, TaskRecord, TaskState
 from metastore.fenced import Fence, FencedStore
 from metastore.sql import SqlMetaStore, sqlite_url
+from replicator.config.settings import load_settings
 from replicator.errors import SourceUnavailableError
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
-from server.api_models import CreateRequest, parse_model
 from server.errors import NotFoundError, UnavailableError
-from server.settings import load_settings
-from server.supervisor import CREATING, TaskSupervisor
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.supervisor import CREATING, TaskSupervisor
 
 pytestmark = pytest.mark.integration
 

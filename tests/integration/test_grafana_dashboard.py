@@ -14,7 +14,7 @@ from harness.task_bodies import create_body
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.metrics import DaemonMetrics
+from server.runtime.metrics import DaemonMetrics
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from harness.task_bodies import create_body
 
 from metastore import TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
-from server.api_models import CreateRequest, parse_model
-from server.jobs import TransientRetrier
-from server.settings import RetrySettings, load_settings
-from server.supervisor import PAUSED_BY_USER, TaskSupervisor
-from server.target_check import check_target_reachable
+from replicator.config.settings import RetrySettings, load_settings
+from server.runtime.jobs import TransientRetrier
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.supervisor import PAUSED_BY_USER, TaskSupervisor
+from server.tasks.target_check import check_target_reachable
 
 pytestmark = pytest.mark.integration
 

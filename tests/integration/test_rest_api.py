@@ -8,7 +8,7 @@ from harness.task_bodies import create_body
 
 from metastore import Position
 from metastore.sql import SqlMetaStore, sqlite_url
-from server.openapi import openapi_document
+from server.http.openapi import openapi_document
 
 pytestmark = pytest.mark.integration
 

@@ -257,8 +257,8 @@ def store_config(request, tmp_path, root_path):
 
 
 def test_secrets_rotate_command(store_config, tmp_path):
-    from server.secret_keys import key_source, open_task_store
-    from server.settings import load_settings
+    from replicator.config.secret_keys import key_source, open_task_store
+    from replicator.config.settings import load_settings
 
     key_file = tmp_path / "cdc-secret.key"
     config_path = tmp_path / "cdc.yaml"
@@ -298,8 +298,8 @@ def test_secrets_rotate_command(store_config, tmp_path):
 
 
 def test_a_daemon_makes_no_key_of_its_own_when_the_store_holds_secrets(store_config, tmp_path):
-    from server.secret_keys import open_task_store
-    from server.settings import load_settings
+    from replicator.config.secret_keys import open_task_store
+    from replicator.config.settings import load_settings
 
     def configured(key_file: Path) -> tuple[Any, Path]:
         config_path = tmp_path / f"{key_file.stem}.yaml"

@@ -14,10 +14,10 @@ from metastore import TaskState
 from metastore.keyring import KeyRing
 from metastore.sealed import MissingKeys, SealedMetaStore
 from metastore.sql import SqlMetaStore, sqlite_url
-from server.api_models import CreateRequest, parse_model
-from server.settings import FleetSettings, load_settings
-from server.supervisor import TaskSupervisor
-from server.target_check import check_target_reachable
+from replicator.config.settings import FleetSettings, load_settings
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.supervisor import TaskSupervisor
+from server.tasks.target_check import check_target_reachable
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Tokens and roles (server/auth.py) and their settings, without a server."""
+"""Tokens and roles (server/http/auth.py) and their settings, without a server."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import logging
 
 import pytest
 
-from server.auth import ANONYMOUS, Authenticator, Principal, challenge, listen_host
-from server.errors import ForbiddenError, UnauthorizedError
-from server.settings import (
+from replicator.config.settings import (
     AuthSettings,
     ConfigError,
     load_settings,
@@ -17,6 +15,8 @@ from server.settings import (
     scrub_secret_environment,
     secret_values,
 )
+from server.errors import ForbiddenError, UnauthorizedError
+from server.http.auth import ANONYMOUS, Authenticator, Principal, challenge, listen_host
 
 ADMIN = "a" * 20
 VIEWER = "v" * 20

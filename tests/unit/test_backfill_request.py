@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.api_models import BackfillRequest, CreateRequest, parse_model, validate_create
+from replicator.config.settings import load_settings
 from server.errors import BadRequestError
-from server.settings import load_settings
+from server.tasks.requests import BackfillRequest, CreateRequest, parse_model, validate_create
 
 WITH_SOURCE = load_settings(None, {"CDC_SOURCECONFIG__MILVUS__URI": "http://source:19530"})
 WITHOUT_SOURCE = load_settings(None, {})

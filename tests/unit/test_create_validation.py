@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from metastore.sql import mysql_url_from_source
+from replicator.config.settings import load_settings
 from replicator.pipeline.selection import TaskSelection, selection_of, selections_overlap
-from server.api_models import (
+from server.errors import BadRequestError
+from server.tasks.requests import (
     CreateRequest,
     parse_model,
     public_view,
     target_identity,
     validate_create,
 )
-from server.errors import BadRequestError
-from server.settings import load_settings
 
 SETTINGS = load_settings(None, {})
 TARGET = {"host": "milvus-b", "port": 19530}

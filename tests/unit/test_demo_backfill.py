@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server import demo
+from server.demo import walkthrough as demo
 
 
 def test_without_java_the_backfill_is_skipped_with_the_reason(monkeypatch):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from server.settings import load_settings
+from replicator.config.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = REPO / "deployment"
@@ -176,11 +176,11 @@ def test_the_image_build_installs_the_dashboard_files(tmp_path):
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "milvus-cdc = server.cli:entrypoint" in archive.read(entry_points).decode()
-    page = (REPO / "server" / "dashboard" / "index.html").read_text()
+    page = (REPO / "server" / "http" / "dashboard" / "index.html").read_text()
     referenced = re.findall(r'(?:href|src)="/dashboard/([^"]+)"', page)
     assert referenced
     for name in ["index.html", *referenced]:
-        assert f"server/dashboard/{name}" in names, name
+        assert f"server/http/dashboard/{name}" in names, name
 
 
 # --- systemd -------------------------------------------------------------------------------------

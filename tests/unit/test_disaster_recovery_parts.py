@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from replicator.compare.classify import RangeRead
+from replicator.config.settings import ConfigError, load_settings, secret_values
 from replicator.hybrid_time import from_seconds, to_seconds
 from replicator.pipeline.status import (
     CAUGHT_UP_MARGIN,
@@ -21,13 +22,12 @@ from replicator.pipeline.status import (
     task_consistent_ts,
 )
 from replicator.sinks.milvus_status import status_retriable
-from server.api_models import CreateRequest, parse_model, public_view, validate_create
 from server.dr.fence import is_write_refusal
 from server.dr.record import SwitchoverJob
 from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
 from server.dr.switchover import reverse_request
 from server.errors import BadRequestError
-from server.settings import ConfigError, load_settings, secret_values
+from server.tasks.requests import CreateRequest, parse_model, public_view, validate_create
 
 CLUSTERS = {
     "clusters": {

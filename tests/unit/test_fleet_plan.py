@@ -1,10 +1,11 @@
-"""One member's round (server/fleet.py ``plan_round``): what it stops, releases, starts and takes,
+"""One member's round (server/tasks/fleet.py):
+what it stops, releases, starts and takes,
 from what the store says and what it runs."""
 
 from __future__ import annotations
 
 from metastore import Lease, TaskState
-from server.fleet import plan_round
+from server.tasks.fleet import plan_round
 
 R, P = TaskState.RUNNING, TaskState.PAUSED
 

@@ -1,4 +1,4 @@
-"""The daemon's malloc: freed memory malloc keeps is given back to the system (server/heap.py)."""
+"""Freed memory malloc keeps is given back to the system (server/runtime/heap.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import ctypes
 
 import pytest
 
-from server.heap import HeapKeeper, _rss_bytes
-from server.metrics import DaemonMetrics
-from server.settings import MemorySettings
+from replicator.config.settings import MemorySettings
+from server.runtime.heap import HeapKeeper, _rss_bytes
+from server.runtime.metrics import DaemonMetrics
 
 CHUNK = 64 * 1024  # under malloc's mmap threshold: served from, and freed into, an arena
 CHUNKS = 3200  # 200 MB

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.jobs import ProgressSampler, backoff_seconds, is_transient
-from server.settings import RetrySettings, load_settings
+from replicator.config.settings import RetrySettings, load_settings
+from server.runtime.jobs import ProgressSampler, backoff_seconds, is_transient
 
 
 def test_backoff_grows_by_the_multiplier_up_to_the_cap():

@@ -1,4 +1,5 @@
-"""The key ring and its envelope (metastore/keyring.py); the key file (server/secret_keys.py)."""
+"""The key ring and its envelope (metastore/keyring.py); the key file
+(replicator/config/secret_keys.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import stat
 import pytest
 
 from metastore.keyring import KeyRing, KeyRingError, SecretUnreadableError, is_sealed
-from server.secret_keys import KeyFile, key_source, write_key_file
-from server.settings import ConfigError, SecretsSettings
+from replicator.config.secret_keys import KeyFile, key_source, write_key_file
+from replicator.config.settings import ConfigError, SecretsSettings
 
 SECRET = "Pa55-wörd-✓"
 

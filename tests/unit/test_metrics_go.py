@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from metastore import TaskState
 from replicator.pipeline.status import ChannelStatus
-from server.metrics import DaemonMetrics
+from server.runtime.metrics import DaemonMetrics
 
 # name -> label names, as the Go tool declares them (zilliztech/milvus-cdc server/metrics)
 GO_METRICS = {

@@ -2,7 +2,7 @@
 exactly the routes the application serves.
 
 After an intended API change, regenerate the pin and review the diff:
-    PYTHONPATH=. python3 -c 'import json, server.openapi as o;
+    PYTHONPATH=. python3 -c 'import json, server.http.openapi as o;
     print(json.dumps(o.openapi_document(), indent=2, sort_keys=True))' \
     > tests/unit/snapshots/openapi.json
 """
@@ -13,9 +13,9 @@ import json
 import re
 from pathlib import Path
 
+from replicator.config.settings import load_settings
 from server.app import create_app
-from server.openapi import openapi_document
-from server.settings import load_settings
+from server.http.openapi import openapi_document
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "openapi.json"
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from server.settings import CdcSettings, ConfigError, load_settings, redacted
+from replicator.config.settings import CdcSettings, ConfigError, load_settings, redacted
 
 REPO = Path(__file__).resolve().parents[2]
 CDC_YAML = REPO / "configs" / "cdc.yaml"

@@ -10,10 +10,10 @@ import pytest
 
 from metastore import TaskRecord, TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
-from server.api_models import CreateRequest, parse_model, validate_create
-from server.engine import make_runner_factory
+from replicator.config.settings import CdcSettings, unused_settings
 from server.errors import BadRequestError
-from server.settings import CdcSettings, unused_settings
+from server.tasks.engine import make_runner_factory
+from server.tasks.requests import CreateRequest, parse_model, validate_create
 
 TARGET = {"host": "milvus-b", "port": 19530}
 

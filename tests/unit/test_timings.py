@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from replicator.pipeline.timings import BUCKETS, LatencyHistogram, TaskTimings
-from server.metrics import DaemonMetrics
+from server.runtime.metrics import DaemonMetrics
 
 
 def test_histogram_counts_by_upper_bound_and_clamps_negative_values() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from replicator.compare.classify import Divergence, RangeRead, classify, sample, settled
 from replicator.compare.state import SAMPLE_KEYS, CollectionResult, KindResult, VerifyJob
-from server.cli_verify import verify_line, verify_result
+from server.cli.verify import verify_line, verify_result
 
 AWKWARD = ['q"uote', "back\\slash", "sp ace", "ünï-🙂"]
 

@@ -16,17 +16,17 @@ from replicator.backfill.ranges import cut_ranges
 from replicator.compare.gate import applied_ts, now_ts, wait_applied
 from replicator.compare.job import sample_ranges
 from replicator.compare.state import VerifyJob
+from replicator.config.settings import load_settings
 from replicator.hybrid_time import physical_ms
-from server.api_models import (
+from server.errors import BadRequestError
+from server.runtime.verify_schedule import HOUR, Schedule, due, schedule_of
+from server.tasks.requests import (
     CreateRequest,
     VerifyRequest,
     parse_model,
     validate_create,
     validate_verify,
 )
-from server.errors import BadRequestError
-from server.settings import load_settings
-from server.verify_schedule import HOUR, Schedule, due, schedule_of
 
 WITH_SOURCE = load_settings(None, {"CDC_SOURCECONFIG__MILVUS__URI": "http://source:19530"})
 WITHOUT_SOURCE = load_settings(None, {})

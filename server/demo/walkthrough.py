@@ -62,7 +62,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from server.local_milvus import (
+from server.demo.local_milvus import (
     NotInstalledError,
     default_cache_root,
     healthz,
@@ -76,7 +76,7 @@ from server.local_milvus import (
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".milvus-cdc-demo"
 ROOT_PATH = "by-dev"  # the source's etcd.rootPath and channel prefix (Milvus's defaults)
 COLLECTION = "demo_items"
@@ -774,7 +774,3 @@ def main(argv: list[str] | None = None) -> int:
             if child.name.startswith("source"):
                 remove_outside_files(child.pid)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document served at ``/openapi.json``.
 
-Request bodies come from the same pydantic models that validate them (server/api_models.py);
+Request bodies come from the same pydantic models that validate them (server/tasks/requests.py);
 answers are described here. tests/unit/test_openapi.py pins the document and checks that it
 names every route the application serves, so a change to the API shows up as a change to the
 pinned file.
@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from server.api_models import CreateRequest
+from server.tasks.requests import CreateRequest
 
 API_VERSION = "1.0.0"
 REF = "#/components/schemas/{model}"
@@ -712,7 +712,7 @@ def _paths() -> dict[str, Any]:
 
 def _secured(paths: dict[str, Any]) -> dict[str, Any]:
     """Every operation but health, this document and the dashboard's page asks for a token
-    (server/auth.py); the /v1 ones answer 401 as a problem."""
+    (server/http/auth.py); the /v1 ones answer 401 as a problem."""
     for path, item in paths.items():
         for method, operation in item.items():
             if method == "parameters":

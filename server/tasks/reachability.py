@@ -1,5 +1,5 @@
 """Can this daemon reach what its running tasks read and write? Probed every few seconds (a job
-of server/jobs.py): the source's queue and etcd (the daemon's ``sourceConfig``) and each
+of server/runtime/jobs.py): the source's queue and etcd (the daemon's ``sourceConfig``) and each
 running task's target, each distinct endpoint once per round, in parallel, with a timeout.
 
 An endpoint that does not answer puts a warning on every running task that uses it, in its
@@ -30,15 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from replicator.config.settings import SourceSettings
+from replicator.config.stores import etcd_client_for
 from replicator.pipeline.status import unreachable_warning
-from server.settings import SourceSettings
-from server.stores import etcd_client_for
-from server.target_check import check_target_reachable, describe_target
+from server.tasks.target_check import check_target_reachable, describe_target
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 2.0
-_QUIET = logging.getLogger("server.reachability.kafka")  # librdkafka's retry noise, dropped
+_QUIET = logging.getLogger("server.tasks.reachability.kafka")  # librdkafka's retry noise, dropped
 _QUIET.setLevel(logging.CRITICAL)
 
 Probe = Callable[[float], None]  # raises when the endpoint does not answer within the timeout

@@ -1,7 +1,7 @@
 """Scheduled verification: a task verified every ``intervalHours`` (its create's
 ``verify.intervalHours``, else the daemon's ``verify.intervalHours``; 0: never), each time over
 a random ``sampleFraction`` of the key ranges, so the cost of a run is bounded and every range
-is drawn sooner or later. Run by the scheduler (server/jobs.py) every
+is drawn sooner or later. Run by the scheduler (server/runtime/jobs.py) every
 ``verify.scheduleCheckSeconds``; only Running tasks are verified (a stopped task applies
 nothing, so its ranges could not settle).
 """
@@ -15,12 +15,12 @@ from typing import Any
 
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
+from replicator.config.settings import VerifySettings
 from replicator.sinks.targets import is_kafka
-from server.api_models import VerifyRequest
 from server.errors import ApiError
 from server.logs import log_context
-from server.settings import VerifySettings
-from server.supervisor import TaskSupervisor
+from server.tasks.requests import VerifyRequest
+from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 

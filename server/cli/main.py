@@ -1,5 +1,5 @@
-"""``milvus-cdc``: run the daemon, manage its tasks (``task``, server/cli_tasks.py), check what
-it connects to (``check``, server/check.py), or look at its configuration."""
+"""``milvus-cdc``: run the daemon, manage its tasks (``task``, server/cli/tasks.py), check what
+it connects to (``check``, server/cli/check.py), or look at its configuration."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import os
 import sys
 
 from metastore import MetaStoreError
-from server.check import add_check_parser, run_check_command
-from server.cli_events import add_events_parser, run_events_command
-from server.cli_secrets import add_secrets_parser, run_secrets_command
-from server.cli_tasks import CliError, add_task_parser, run_task_command
-from server.logs import configure_logging
-from server.settings import (
+from replicator.config.settings import (
     ConfigError,
     load_settings,
     redacted,
     scrub_secret_environment,
     secret_values,
 )
+from server.cli.check import add_check_parser, run_check_command
+from server.cli.events import add_events_parser, run_events_command
+from server.cli.secrets import add_secrets_parser, run_secrets_command
+from server.cli.tasks import CliError, add_task_parser, run_task_command
+from server.logs import configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:

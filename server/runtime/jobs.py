@@ -7,10 +7,10 @@ progress sampling    every ``progressSampleSeconds``: each running task's rows a
 metastore health     every ``metastoreCheckSeconds``: a ping with a timeout; ``cdc_metastore_up``
                      and the ``metastore_watch`` part of /readyz; changes are logged.
 scheduled verify     every ``verify.scheduleCheckSeconds``: a verify of each Running task whose
-                     interval has passed (server/verify_schedule.py).
+                     interval has passed (server/runtime/verify_schedule.py).
 reachability         every ``reachabilitySeconds``: the source's queue and etcd and each running
                      task's target are probed; one that does not answer is a warning on the
-                     tasks that use it, withdrawn when it answers (server/reachability.py);
+                     tasks that use it, withdrawn when it answers (server/tasks/reachability.py);
                      ``cdc_endpoint_up``.
 transient retry      every ``retry.checkSeconds``: a task in Failed whose reason contains one of
                      ``retry.transientReasons`` is resumed (the same call as the API's resume)
@@ -43,15 +43,20 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
+from replicator.config.settings import (
+    RetrySettings,
+    SchedulerSettings,
+    SourceSettings,
+    VerifySettings,
+)
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
 from server.app_state import METRICS, STORE, SUPERVISOR
 from server.errors import ApiError
 from server.logs import log_context
-from server.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
-from server.settings import RetrySettings, SchedulerSettings, SourceSettings, VerifySettings
-from server.supervisor import TaskSupervisor
-from server.verify_schedule import run_scheduled
+from server.runtime.verify_schedule import run_scheduled
+from server.tasks.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
+from server.tasks.supervisor import TaskSupervisor
 
 SourceOf = Callable[[Mapping[str, Any]], SourceSettings]
 # seconds between looks for switchover jobs a stopped fleet member left (its leases' life)

@@ -238,7 +238,8 @@ class SchedulerSettings(_Section):
     progressSampleSeconds: float = Field(default=5.0, gt=0)
     metastoreCheckSeconds: float = Field(default=10.0, gt=0)
     # how often the source's queue and etcd and each running task's target are probed; an
-    # endpoint that does not answer is a warning on the tasks that use it (server/reachability.py)
+    # endpoint that does not answer is a warning on the tasks that use it
+    # (server/tasks/reachability.py)
     reachabilitySeconds: float = Field(default=2.0, gt=0)
     retry: RetrySettings = Field(default_factory=RetrySettings)
 
@@ -395,7 +396,7 @@ class FleetSettings(_Section):
 
 
 class MemorySettings(_Section):
-    """ours: the daemon's malloc (server/heap.py; bench/results/backlog.md)."""
+    """ours: the daemon's malloc (server/runtime/heap.py; bench/results/backlog.md)."""
 
     # at most this many malloc arenas (glibc makes up to 8 per core); 0: glibc's default. An
     # operator's MALLOC_ARENA_MAX wins

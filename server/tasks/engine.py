@@ -17,6 +17,8 @@ from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.codec.streaming import record_kind
+from replicator.config.settings import DEFAULT_SOURCE, CdcSettings, milvus_param
+from replicator.config.stores import etcd_client_for
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
@@ -25,9 +27,7 @@ from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared import SharedSource
-from server.api_models import backfill_unavailable
-from server.settings import DEFAULT_SOURCE, CdcSettings, milvus_param
-from server.stores import etcd_client_for
+from server.tasks.requests import backfill_unavailable
 
 T = TypeVar("T")
 

@@ -22,9 +22,9 @@ from typing import Any, TextIO
 from metastore import MetaStoreError
 from metastore.keyring import KeyRing
 from metastore.sealed import ResealReport
-from server.cli_tasks import CliError
-from server.secret_keys import KeyFile, open_task_store, write_key_file
-from server.settings import CdcSettings
+from replicator.config.secret_keys import KeyFile, open_task_store, write_key_file
+from replicator.config.settings import CdcSettings
+from server.cli.tasks import CliError
 
 
 def add_secrets_parser(commands: Any) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from replicator.config.settings import AuthSettings
 from server.errors import ForbiddenError, UnauthorizedError
-from server.settings import AuthSettings
 
 log = logging.getLogger(__name__)
 

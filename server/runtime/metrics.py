@@ -15,7 +15,7 @@ from metastore import TaskState
 from replicator.fibers import FiberPool, shared_pool
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.timings import TaskTimings
-from server.metrics_go import GoCompatMetrics, go_task_families
+from server.runtime.metrics_go import GoCompatMetrics, go_task_families
 
 Progress = Callable[[], Mapping[str, Mapping[str, Any]]]
 
@@ -197,7 +197,7 @@ def _verify_metrics(progress: Mapping[str, Mapping[str, Any]]) -> Iterable[Metri
 
 
 class _FleetCollector(Collector):
-    """This daemon in its fleet (server/supervisor.py ``fleet_view``), read at every scrape."""
+    """This daemon in its fleet (``TaskSupervisor.fleet_view``), read at every scrape."""
 
     def __init__(self, view: Callable[[], Mapping[str, Any]]) -> None:
         self._view = view
@@ -277,13 +277,13 @@ _HEAP_GAUGES = {
     "python_blocks": "Memory blocks Python's object allocator holds (sys.getallocatedblocks)",
 }
 _HEAP_COUNTERS = {
-    "trims": "Times the daemon gave malloc's free pages back (server/heap.py)",
+    "trims": "Times the daemon gave malloc's free pages back (server/runtime/heap.py)",
     "released_bytes": "Resident bytes the trims gave back",
 }
 
 
 class _HeapCollector(Collector):
-    """The daemon's memory by kind (server/heap.py ``HeapKeeper.stats``), read at every scrape."""
+    """The daemon's memory by kind (``HeapKeeper.stats``), read at every scrape."""
 
     def __init__(self, stats: Callable[[], Mapping[str, int]]) -> None:
         self._stats = stats
@@ -315,7 +315,7 @@ class DaemonMetrics:
             self.registry.register(_FleetCollector(fleet))
         if heap is not None:
             self.registry.register(_HeapCollector(heap))
-        # the Go milvus-cdc's metric names beside ours (server/metrics_go.py)
+        # the Go milvus-cdc's metric names beside ours (server/runtime/metrics_go.py)
         self.go = GoCompatMetrics(self.registry)
         self.requests = Counter(
             "cdc_requests",

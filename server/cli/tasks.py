@@ -1,5 +1,5 @@
 """``milvus-cdc task create|list|get|pause|resume|delete|backfill|verify`` (and
-``switchover|failover``, :mod:`server.cli_dr`): a client of a running daemon's /v1
+``switchover|failover``, :mod:`server.cli.dr`): a client of a running daemon's /v1
 resources, printing tables (or the answers as JSON with ``--json``).
 
 The daemon is found at ``--url``, else ``$CDC_URL``, else the ``address`` of the configuration
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from replicator.backfill.progress import bar
-from server.cli_verify import verify_line, verify_result
-from server.settings import CdcSettings
+from replicator.config.settings import CdcSettings
+from server.cli.verify import verify_line, verify_result
 
 DASH = "-"
 
@@ -213,7 +213,7 @@ def print_task(task: dict[str, Any], positions: list[dict[str, Any]], out: TextI
         facts.append(("verify", verify_line(verify)))
     switchover = task.get("switchover") or progress.get("switchover")
     if switchover:
-        from server.cli_dr import switchover_line
+        from server.cli.dr import switchover_line
 
         facts.append(("switchover", switchover_line(switchover)))
     for mapping in task.get("name_mapping") or []:
@@ -355,7 +355,7 @@ def add_task_parser(commands: Any) -> None:
     verify.add_argument(
         "--repair", action="store_true", help="upsert missing and different rows, delete extra"
     )
-    from server.cli_dr import add_dr_parsers  # it builds on this module
+    from server.cli.dr import add_dr_parsers  # it builds on this module
 
     add_dr_parsers(action)
     create = action("create", "create a task", with_id=False)
@@ -530,7 +530,7 @@ def run_task_command(args: argparse.Namespace, settings: CdcSettings, out: TextI
     if command == "verify":
         return run_verify(client, args, out)
     if command in ("switchover", "failover", "failback"):
-        from server.cli_dr import run_dr_command
+        from server.cli.dr import run_dr_command
 
         return run_dr_command(client, args, out)
     if command == "create":

@@ -9,8 +9,8 @@ import signal
 import uuid
 from typing import Any, TextIO
 
-from server.cli_tasks import CliError, secret_from_env
-from server.settings import CdcSettings
+from replicator.config.settings import CdcSettings
+from server.cli.tasks import CliError, secret_from_env
 
 LONG_LIST = 6  # lists longer than this (vectors) are shortened in readable lines
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from replicator.config.settings import DEFAULT_SOURCE, CdcSettings, describe_validation_error
 from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, selection_matches
 from server.errors import BadRequestError
-from server.settings import DEFAULT_SOURCE, CdcSettings, describe_validation_error
 
 DEFAULT_CONNECT_TIMEOUT = 10
 MAX_CONNECT_TIMEOUT = 300

@@ -27,13 +27,13 @@ from typing import Any, TextIO
 from confluent_kafka.admin import AdminClient
 
 from metastore.sealed import secrets_problem
+from replicator.config.secret_keys import open_task_store
+from replicator.config.settings import CdcSettings, secret_values
+from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
 from replicator.meta.catalog import SourceCatalog
-from server.cli_tasks import secret_from_env, table
+from server.cli.tasks import secret_from_env, table
 from server.errors import TargetUnreachableError
-from server.secret_keys import open_task_store
-from server.settings import CdcSettings, secret_values
-from server.stores import describe_metastore, etcd_client_for, open_metastore
-from server.target_check import check_target_reachable, describe_target
+from server.tasks.target_check import check_target_reachable, describe_target
 
 # a target to check, or why it cannot be checked
 Target = dict[str, Any] | str

@@ -31,22 +31,22 @@ from metastore.fenced import Fence, FencedStore
 from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
+from replicator.config.settings import CdcSettings
 from replicator.errors import CdcError, SourceUnavailableError
 from replicator.pipeline.selection import selection_of, selections_overlap
 from replicator.sinks.targets import connect_timeout, is_kafka
-from server import state_history
-from server.api_models import (
+from server.errors import ConflictError, NotFoundError, UnavailableError
+from server.logs import SecretRedactor, log_context
+from server.tasks import state_history
+from server.tasks.fleet import Membership
+from server.tasks.reachability import source_endpoints
+from server.tasks.requests import (
     CreateRequest,
     target_key,
     target_label,
     validate_create,
 )
-from server.errors import ConflictError, NotFoundError, UnavailableError
-from server.fleet import Membership
-from server.logs import SecretRedactor, log_context
-from server.reachability import source_endpoints
-from server.settings import CdcSettings
-from server.target_check import check_kafka_reachable
+from server.tasks.target_check import check_kafka_reachable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,7 +77,7 @@ def secrets_of(spec: dict[str, Any]) -> list[str]:
 
 
 class TaskCreation:
-    """The create path of ``TaskSupervisor`` (server/supervisor.py), which provides the state
+    """The create path of ``TaskSupervisor`` (server/tasks/supervisor.py), which provides the state
     and the helpers declared here."""
 
     _store: MetaStore

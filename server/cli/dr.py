@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from server.cli_tasks import DaemonClient, _quote, announce_job, follow_job
+from server.cli.tasks import DaemonClient, _quote, announce_job, follow_job
 
 Action = Callable[[str, str], argparse.ArgumentParser]
 

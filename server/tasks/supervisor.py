@@ -12,8 +12,8 @@ State transitions (anything else is a 409 naming the current state)::
 State changes are serialised by one lock; every write is compare-and-set on the task's
 revision, so a daemon sharing the store with another never overwrites a newer state.
 
-Which daemon runs a Running task is the fleet's business (server/fleet.py): a runner runs under
-the task's lease, and each round (:meth:`TaskSupervisor.reconcile`) this daemon renews its
+Which daemon runs a Running task is the fleet's business (server/tasks/fleet.py): a runner runs
+under the task's lease, and each round (:meth:`TaskSupervisor.reconcile`) this daemon renews its
 leases, stops what it should no longer run, and takes its share of what nobody runs. A request
 may reach any daemon: pause and delete change the store, and the task's owner stops its runner
 at its next round (pause waits for that, a few seconds at most).
@@ -56,8 +56,8 @@ from replicator.compare.state import VerifyJob
 from replicator.pipeline.selection import selection_of
 from replicator.pipeline.timings import TaskTimings
 from replicator.sinks.targets import is_kafka
-from server import state_history
-from server.api_models import (
+from server.tasks import state_history
+from server.tasks.requests import (
     BackfillRequest,
     VerifyRequest,
     public_view,
@@ -67,6 +67,7 @@ from server.api_models import (
 
 if TYPE_CHECKING:
     from server.dr.manager import DisasterRecovery
+from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from server.errors import (
     ApiError,
     BadRequestError,
@@ -74,11 +75,10 @@ from server.errors import (
     NotFoundError,
     UnavailableError,
 )
-from server.fleet import Membership, plan_round
 from server.logs import SecretRedactor, log_context
-from server.settings import DEFAULT_SOURCE, CdcSettings
-from server.task_create import CREATING, TaskCreation, secrets_of
-from server.verify import VerifyManager
+from server.tasks.creation import CREATING, TaskCreation, secrets_of
+from server.tasks.fleet import Membership, plan_round
+from server.tasks.verify import VerifyManager
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -328,7 +328,7 @@ class TaskSupervisor(TaskCreation):
 
     async def reconcile(self) -> None:
         """One round: run exactly the tasks this member holds, take its share of the free
-        ones, hand over the rest (see server/fleet.py). The store is read outside the lock; a
+        ones, hand over the rest (see server/tasks/fleet.py). The store is read outside the lock; a
         round that raced a state change made here is skipped (the next one sees it)."""
         fleet = self.fleet
         changes, term = self._changes, fleet.clock.term

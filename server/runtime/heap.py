@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from server.settings import MemorySettings
+from replicator.config.settings import MemorySettings
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class HeapKeeper:
             self._thread.join(timeout=5)
 
     def stats(self) -> dict[str, int]:
-        """What the process's memory is made of, for ``cdc_heap_*`` (server/metrics.py):
+        """What the process's memory is made of, for ``cdc_heap_*`` (server/runtime/metrics.py):
         Python's allocated object blocks and this keeper's trims; with glibc also the resident
         size and malloc's arenas (in use, free) and directly mapped blocks."""
         stats = {

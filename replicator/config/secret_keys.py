@@ -7,7 +7,7 @@ makes that file (mode 0600) with a new key on its first start when neither exist
 metastore holds no secret sealed with a key, and says so in the log: back it up, the stored
 secrets cannot be read without it. When the store does hold such secrets (a daemon joining a
 fleet without the fleet's key file), no key is made: the daemon runs without one, not ready,
-until the file appears (server/supervisor.py says which key ids it lacks). A key file is read
+until the file appears (server/tasks/supervisor.py says which key ids it lacks). A key file is read
 again whenever it changes, so a ``milvus-cdc secrets rotate`` reaches running daemons.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from metastore import MetaStore
 from metastore.keyring import KeyRing, KeyRingError
 from metastore.sealed import KeySource, SealedMetaStore, key_ids_in_use
-from server.settings import CdcSettings, ConfigError, SecretsSettings
-from server.stores import open_metastore
+from replicator.config.settings import CdcSettings, ConfigError, SecretsSettings
+from replicator.config.stores import open_metastore
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from replicator.compare.job import VerifyContext, VerifyRun
 from replicator.compare.spark_launch import SparkDigests
 from replicator.compare.state import VerifyJob, VerifyState
 from replicator.compare.verify import VerifyOptions
+from replicator.config.settings import CdcSettings, SourceSettings, milvus_param
+from replicator.config.stores import etcd_client_for
 from replicator.meta.catalog import SourceCatalog
-from server.settings import CdcSettings, SourceSettings, milvus_param
-from server.stores import etcd_client_for
 
 log = logging.getLogger(__name__)
 

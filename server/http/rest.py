@@ -57,17 +57,7 @@ import orjson
 from aiohttp import web
 
 from metastore import TaskRecord
-from server import state_history
-from server.api_common import failure_answer, positions_view, read_json
-from server.api_models import (
-    BackfillRequest,
-    CreateRequest,
-    TaskIdRequest,
-    VerifyRequest,
-    parse_model,
-)
 from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
-from server.auth import Principal, audit, challenge
 from server.dr.manager import (
     DisasterRecovery,
     FailbackRequest,
@@ -75,8 +65,18 @@ from server.dr.manager import (
     SwitchoverRequest,
 )
 from server.errors import BadRequestError, UnavailableError
-from server.jobs import HISTORY_SECONDS, JOBS
-from server.supervisor import task_view
+from server.http.auth import Principal, audit, challenge
+from server.http.common import failure_answer, positions_view, read_json
+from server.runtime.jobs import HISTORY_SECONDS, JOBS
+from server.tasks import state_history
+from server.tasks.requests import (
+    BackfillRequest,
+    CreateRequest,
+    TaskIdRequest,
+    VerifyRequest,
+    parse_model,
+)
+from server.tasks.supervisor import task_view
 
 PREFIX = "/v1"
 PROBLEM_TYPE = "application/problem+json"
