@@ -22,7 +22,16 @@ from replicator import RunnerFactory
 from replicator.config.secret_keys import open_task_store, seal_stored_secrets
 from replicator.config.settings import CdcSettings, unused_settings
 from replicator.config.stores import describe_metastore
-from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR, Lifecycle
+from server.app_state import (
+    AUTH,
+    DISASTER,
+    LIFECYCLE,
+    METRICS,
+    SETTINGS,
+    STORE,
+    SUPERVISOR,
+    Lifecycle,
+)
 from server.dr.manager import (
     DisasterRecovery,
     FailbackRequest,
@@ -43,6 +52,7 @@ from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
 from server.runtime.jobs import JOBS, install_jobs
 from server.runtime.metrics import DaemonMetrics
+from server.tasks.creation import TargetChecker
 from server.tasks.engine import make_runner_factory
 from server.tasks.requests import (
     BackfillRequest,
@@ -53,46 +63,52 @@ from server.tasks.requests import (
     VerifyRequest,
     parse_model,
 )
-from server.tasks.supervisor import TargetChecker, TaskSupervisor, task_view
+from server.tasks.supervisor import TaskSupervisor, task_view
 from server.tasks.target_check import check_target_reachable
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LIFECYCLE", "METRICS", "SETTINGS", "STORE", "SUPERVISOR", "Lifecycle", "create_app"]
 
-Handler = Callable[[TaskSupervisor, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[web.Application, Any], Awaitable[dict[str, Any]]]
 
 
 # --- request handlers: request_data in, response data out ------------------------------------
-async def _create(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _create(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     task = await sup.create(parse_model(CreateRequest, data))
     return {"task_id": task.task_id}
 
 
-async def _delete(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _delete(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     req = parse_model(DeleteRequest, data)
     await sup.delete(req.task_id, ignore_not_found=req.ignore_not_found)
     return {}
 
 
-async def _pause(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _pause(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     await sup.pause(parse_model(TaskIdRequest, data).task_id)
     return {}
 
 
-async def _resume(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _resume(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     await sup.resume(parse_model(TaskIdRequest, data).task_id)
     return {}
 
 
-async def _get(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _get(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     task = await sup.get(parse_model(TaskIdRequest, data).task_id)
     view = task_view(task, sup.progress(task.task_id), (await sup.owners()).get(task.task_id))
     # The Go server answers "task"; its document shows "Task". Serve both spellings.
     return {"task": view, "Task": view}
 
 
-async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _list(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     parse_model(ListRequest, data)
     tasks = await sup.list()
     progress = sup.all_progress(fleet=True)
@@ -100,29 +116,32 @@ async def _list(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
     return {"tasks": [task_view(t, progress.get(t.task_id), owners.get(t.task_id)) for t in tasks]}
 
 
-async def _backfill(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _backfill(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     task, job_id = await sup.backfill(parse_model(BackfillRequest, data))
     return {"task_id": task.task_id, "job_id": job_id}
 
 
-async def _verify(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _verify(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     task, job_id = await sup.verify(parse_model(VerifyRequest, data))
     return {"task_id": task.task_id, "job_id": job_id}
 
 
-async def _switchover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await sup.disaster_recovery().switchover(parse_model(SwitchoverRequest, data))
+async def _switchover(app: web.Application, data: Any) -> dict[str, Any]:
+    return await app[DISASTER].switchover(parse_model(SwitchoverRequest, data))
 
 
-async def _failover(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await sup.disaster_recovery().failover(parse_model(FailoverRequest, data))
+async def _failover(app: web.Application, data: Any) -> dict[str, Any]:
+    return await app[DISASTER].failover(parse_model(FailoverRequest, data))
 
 
-async def _failback(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
-    return await sup.disaster_recovery().failback(parse_model(FailbackRequest, data))
+async def _failback(app: web.Application, data: Any) -> dict[str, Any]:
+    return await app[DISASTER].failback(parse_model(FailbackRequest, data))
 
 
-async def _position(sup: TaskSupervisor, data: Any) -> dict[str, Any]:
+async def _position(app: web.Application, data: Any) -> dict[str, Any]:
+    sup = app[SUPERVISOR]
     positions = await sup.positions(parse_model(TaskIdRequest, data).task_id)
     return {"positions": positions_view(positions.values())}
 
@@ -185,7 +204,7 @@ async def cdc_endpoint(request: web.Request) -> web.Response:
             raise UnavailableError("the daemon is shutting down")
         request_type, data = await _read_request(request)
         permit(principal, request_type)
-        result = await HANDLERS[request_type](request.app[SUPERVISOR], data)
+        result = await HANDLERS[request_type](request.app, data)
         status = 200
         return envelope(200, "", result)
     except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
@@ -286,7 +305,9 @@ def create_app(
             key_check=store.missing_keys if isinstance(store, SealedMetaStore) else None,
         )
         app[SUPERVISOR] = supervisor
-        supervisor.disaster = DisasterRecovery(supervisor, settings)
+        disaster = DisasterRecovery(supervisor, settings)
+        supervisor.add_progress_source(disaster)
+        app[DISASTER] = disaster
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,
             supervisor.all_progress,
@@ -296,9 +317,9 @@ def create_app(
             supervisor.timings,
         )
         await supervisor.start()
-        await supervisor.disaster.recover()
+        await disaster.recover()
         yield
-        supervisor.disaster.stop()
+        disaster.stop()
         app[LIFECYCLE].draining = True
         await supervisor.drain(settings.drainTimeoutSeconds)
 

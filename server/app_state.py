@@ -12,6 +12,7 @@ from aiohttp import web
 
 from metastore import MetaStore
 from replicator.config.settings import CdcSettings
+from server.dr.manager import DisasterRecovery
 from server.http.auth import Authenticator
 from server.runtime.metrics import DaemonMetrics
 from server.tasks.supervisor import TaskSupervisor
@@ -25,6 +26,7 @@ class Lifecycle:
 SETTINGS = web.AppKey("settings", CdcSettings)
 STORE = web.AppKey("store", MetaStore)
 SUPERVISOR = web.AppKey("supervisor", TaskSupervisor)
+DISASTER = web.AppKey("disaster", DisasterRecovery)
 METRICS = web.AppKey("metrics", DaemonMetrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 AUTH = web.AppKey("auth", Authenticator)

@@ -25,16 +25,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from replicator.backfill.state import BackfillState
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.switchover import reverse_request, verify_ended
+from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
-
-if TYPE_CHECKING:
-    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +52,7 @@ class FailbackRun:
 
     def __init__(
         self,
-        supervisor: TaskSupervisor,
+        supervisor: TaskOperations,
         record: dict[str, Any],
         on_save: Callable[[str, dict[str, Any]], None],
     ) -> None:

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -28,6 +28,7 @@ from replicator.compare.gate import applied_ts
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.status import consistent_view
+from replicator.task_runner import TaskRunner
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.failover import export_unreplicated
@@ -54,13 +55,11 @@ from server.dr.stale_watch import (
     save_watch,
 )
 from server.dr.switchover import SwitchoverRun
+from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
+from server.tasks.engine import cluster_context
 from server.tasks.requests import TaskIdRequest
-
-if TYPE_CHECKING:
-    from replicator.task_runner import TaskRunner
-    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> Switcho
 
 
 class DisasterRecovery:
-    def __init__(self, supervisor: TaskSupervisor, settings: CdcSettings) -> None:
+    def __init__(self, supervisor: TaskOperations, settings: CdcSettings) -> None:
         self.sup = supervisor
         self.settings = settings
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
@@ -306,7 +305,6 @@ class DisasterRecovery:
     ) -> dict[str, Any] | None:
         if not request.export_seconds:
             return None
-        from server.tasks.engine import cluster_context
 
         name = spec.get("source_cluster") or DEFAULT_SOURCE
         context = cluster_context(self.settings, name, shared_readers=False)
@@ -376,7 +374,6 @@ class DisasterRecovery:
     async def _watch_after_failback(self, reverse_id: str) -> None:
         """A failback in sync: the old primary (the reverse task's target) is watched for
         writes of stale clients from now on, as after a switchover."""
-        from server.tasks.engine import cluster_context
 
         try:
             if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
@@ -419,7 +416,6 @@ class DisasterRecovery:
         return True
 
     async def _watching(self, task_id: str, stop: threading.Event) -> None:
-        from server.tasks.engine import cluster_context
 
         state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
         if state is None:

@@ -25,7 +25,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from metastore import TaskState
 from replicator.compare.state import VerifyJob
@@ -43,12 +43,11 @@ from server.dr.record import (
     save_json,
 )
 from server.dr.stale_watch import arm, load_watch
+from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
+from server.tasks.engine import cluster_context
 from server.tasks.requests import CreateRequest, VerifyRequest
-
-if TYPE_CHECKING:
-    from server.tasks.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ async def injected_fault(point: str) -> None:
 
 
 async def verify_ended(
-    supervisor: TaskSupervisor,
+    supervisor: TaskOperations,
     task_id: str,
     job_id: str,
     still: Callable[[], object] = lambda: None,
@@ -134,7 +133,7 @@ class SwitchoverRun:
 
     def __init__(
         self,
-        supervisor: TaskSupervisor,
+        supervisor: TaskOperations,
         settings: CdcSettings,
         job: SwitchoverJob,
         fence_probe: Callable[[], bool] | None = None,
@@ -352,7 +351,6 @@ class SwitchoverRun:
         current = await asyncio.to_thread(load_watch, self.sup.store, reverse)
         if current is not None and current.job_id == self.job.job_id:
             return
-        from server.tasks.engine import cluster_context
 
         source = self.job.source_cluster
         context = cluster_context(self.settings, source, shared_readers=False)

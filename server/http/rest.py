@@ -57,7 +57,7 @@ import orjson
 from aiohttp import web
 
 from metastore import TaskRecord
-from server.app_state import AUTH, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
+from server.app_state import AUTH, DISASTER, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
 from server.dr.manager import (
     DisasterRecovery,
     FailbackRequest,
@@ -272,7 +272,7 @@ async def _disaster_answer(
 ) -> web.Response:
     """A disaster-recovery request: its answer beside the task's view."""
     body = await _job_body(request, example)
-    answer = await ask(request.app[SUPERVISOR].disaster_recovery(), body)
+    answer = await ask(request.app[DISASTER], body)
     task = await request.app[SUPERVISOR].get(answer["task_id"])
     return json_response({"task": await one_view(request, task), **answer}, status=status)
 

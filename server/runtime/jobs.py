@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +51,7 @@ from replicator.config.settings import (
 )
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
-from server.app_state import METRICS, STORE, SUPERVISOR
+from server.app_state import DISASTER, METRICS, STORE, SUPERVISOR
 from server.errors import ApiError
 from server.logs import log_context
 from server.runtime.verify_schedule import run_scheduled
@@ -330,9 +330,12 @@ class DaemonJobs:
         store: MetaStore,
         verify: VerifySettings | None = None,
         source_of: SourceOf | None = None,
+        recover_jobs: Callable[[], Awaitable[None]] | None = None,
     ):
         """``source_of``: the source cluster a task reads (``CdcSettings.source_of``); None: the
-        sources are not probed."""
+        sources are not probed. ``recover_jobs``: finishes or rolls back the disaster-recovery
+        jobs a stopped daemon left (``DisasterRecovery.recover``)."""
+        self.recover_jobs = recover_jobs
         self.settings = settings
         self.source_of = source_of
         self.verify = verify or VerifySettings()
@@ -377,8 +380,8 @@ class DaemonJobs:
 
     async def recover_switchovers(self) -> None:
         """Switchover jobs whose daemon is gone are finished or rolled back (server/dr)."""
-        if self.supervisor.disaster is not None:
-            await self.supervisor.disaster.recover()
+        if self.recover_jobs is not None:
+            await self.recover_jobs()
 
     async def retry_transient(self) -> None:
         try:
@@ -442,7 +445,9 @@ def install_jobs(
     drains)."""
 
     async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
-        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source_of)
+        disaster = app.get(DISASTER)
+        recover = disaster.recover if disaster is not None else None
+        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source_of, recover)
         app[METRICS].registry.register(_JobsCollector(jobs))
         app[JOBS] = jobs
         jobs.start()

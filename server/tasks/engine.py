@@ -27,7 +27,7 @@ from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared import SharedSource
-from server.tasks.requests import backfill_unavailable
+from server.tasks.spec import backfill_unavailable
 
 T = TypeVar("T")
 

@@ -32,8 +32,9 @@ from replicator.config.settings import load_settings
 from replicator.errors import SourceUnavailableError
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from server.errors import NotFoundError, UnavailableError
+from server.tasks.creation import CREATING
 from server.tasks.requests import CreateRequest, parse_model
-from server.tasks.supervisor import CREATING, TaskSupervisor
+from server.tasks.supervisor import TaskSupervisor
 
 pytestmark = pytest.mark.integration
 
@@ -300,14 +301,14 @@ async def test_a_prepare_that_ignores_its_bound_is_answered_without_it(tmp_path)
     peeking.cancel()
     assert took < 1 + MARGIN, took
     assert shown == []
-    raw = supervisor._store
+    raw = supervisor.store
     assert raw.get_task("stuck") is None and "stuck" not in raw.leases()
     await supervisor.drain(1)
 
 
 async def test_abandoned_creates_are_removed_by_the_rounds_and_at_restart(tmp_path):
     supervisor = supervisor_on(tmp_path, lambda *_: None, member="me:1")
-    store = supervisor._store
+    store = supervisor.store
     now = time.time()
 
     def abandoned(task_id: str, by: str, until: float) -> None:
@@ -357,7 +358,7 @@ async def test_a_create_whose_record_was_taken_as_abandoned_is_not_shown(tmp_pat
     await supervisor.start()
     with pytest.raises(UnavailableError, match="was not created"):
         await supervisor.create(request("claimed"))
-    assert supervisor._store.get_task("claimed") is None
+    assert supervisor.store.get_task("claimed") is None
     assert await supervisor.list() == []
     await supervisor.drain(1)
 

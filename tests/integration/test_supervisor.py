@@ -201,13 +201,13 @@ async def test_a_round_read_before_the_leases_lapsed_starts_no_runner_after(
     await b.renew()
     task = await a.create(create_request(milvus_lite_service, "lapse"))
     assert events == [("start", task.task_id)]
-    held_back = a._read_fleet()  # what the store said just before the cut: a holds the task
+    held_back = a.rounds._read_fleet()  # what the store said just before the cut: a holds the task
 
     # the cut: a's heartbeats stop; its clock runs out and it stops its runner
     await asyncio.sleep(lease * 0.7)
     assert a.fleet.clock.remaining() <= 0
-    a._writes_stopped()
-    await asyncio.gather(*a._stopping)
+    a.rounds._writes_stopped()
+    await asyncio.gather(*a.rounds._stopping)
     assert events[-1] == ("stop", task.task_id)
     await asyncio.sleep(lease * 0.4)  # past the lease as the store counts it
     await b.renew()
@@ -216,9 +216,9 @@ async def test_a_round_read_before_the_leases_lapsed_starts_no_runner_after(
 
     # the held-back read arrives while the clock is still out: nothing starts
     events.clear()
-    a._read_fleet = lambda: held_back  # type: ignore[method-assign]
+    a.rounds._read_fleet = lambda: held_back  # type: ignore[method-assign]
     await a.reconcile()
-    assert events == [] and task.task_id not in a._runners
+    assert events == [] and task.task_id not in a.runs.runners
 
     # healed: the read is held back until a's heartbeat has been heard again
     def read_held_across_a_heartbeat() -> tuple:
@@ -227,14 +227,14 @@ async def test_a_round_read_before_the_leases_lapsed_starts_no_runner_after(
         a.fleet.renewed(sent)
         return held_back
 
-    a._read_fleet = read_held_across_a_heartbeat  # type: ignore[method-assign]
+    a.rounds._read_fleet = read_held_across_a_heartbeat  # type: ignore[method-assign]
     await a.reconcile()
     assert a.fleet.clock.remaining() > 0
-    assert events == [] and task.task_id not in a._runners
+    assert events == [] and task.task_id not in a.runs.runners
     # the next round reads the store as it is: b holds the task, a starts nothing either
-    del a._read_fleet
+    del a.rounds._read_fleet
     await a.reconcile()
-    assert events == [] and task.task_id not in a._runners
+    assert events == [] and task.task_id not in a.runs.runners
 
 
 async def test_a_member_without_the_key_gives_up_the_lease_and_changes_nothing(
@@ -269,7 +269,7 @@ async def test_a_member_without_the_key_gives_up_the_lease_and_changes_nothing(
     events.clear()
     await wrong.start()
     assert wrong.missing_keys == MissingKeys(("fleet",), ("other",))
-    assert wrong._member_info()["missing_keys"] == ["fleet"]
+    assert wrong.rounds._member_info()["missing_keys"] == ["fleet"]
     assert events == [] and task.task_id not in store.leases()
     await wrong.reconcile()  # the task is free now: still not taken
     assert events == [] and task.task_id not in store.leases()
@@ -335,5 +335,5 @@ async def test_a_round_racing_a_create_leaves_the_new_tasks_lease_alone(
     # FencedError; these stand-ins write nothing)
     held = store.leases().get(task.task_id)
     assert held is not None and held.owner == "a", store.leases()
-    assert held == a._fences[task.task_id].lease
+    assert held == a.runs.fences[task.task_id].lease
     assert ("start", task.task_id) in events

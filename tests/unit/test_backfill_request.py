@@ -7,7 +7,8 @@ import pytest
 
 from replicator.config.settings import load_settings
 from server.errors import BadRequestError
-from server.tasks.requests import BackfillRequest, CreateRequest, parse_model, validate_create
+from server.tasks.requests import BackfillRequest, CreateRequest, parse_model
+from server.tasks.spec import validate_create
 
 WITH_SOURCE = load_settings(None, {"CDC_SOURCECONFIG__MILVUS__URI": "http://source:19530"})
 WITHOUT_SOURCE = load_settings(None, {})

@@ -8,13 +8,8 @@ from metastore.sql import mysql_url_from_source
 from replicator.config.settings import load_settings
 from replicator.pipeline.selection import TaskSelection, selection_of, selections_overlap
 from server.errors import BadRequestError
-from server.tasks.requests import (
-    CreateRequest,
-    parse_model,
-    public_view,
-    target_identity,
-    validate_create,
-)
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.spec import public_view, target_identity, validate_create
 
 SETTINGS = load_settings(None, {})
 TARGET = {"host": "milvus-b", "port": 19530}

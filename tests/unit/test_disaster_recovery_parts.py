@@ -27,7 +27,8 @@ from server.dr.record import SwitchoverJob
 from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
 from server.dr.switchover import reverse_request
 from server.errors import BadRequestError
-from server.tasks.requests import CreateRequest, parse_model, public_view, validate_create
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.spec import public_view, validate_create
 
 CLUSTERS = {
     "clusters": {

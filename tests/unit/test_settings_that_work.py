@@ -13,7 +13,8 @@ from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.config.settings import CdcSettings, unused_settings
 from server.errors import BadRequestError
 from server.tasks.engine import make_runner_factory
-from server.tasks.requests import CreateRequest, parse_model, validate_create
+from server.tasks.requests import CreateRequest, parse_model
+from server.tasks.spec import validate_create
 
 TARGET = {"host": "milvus-b", "port": 19530}
 

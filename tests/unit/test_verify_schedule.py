@@ -20,13 +20,8 @@ from replicator.config.settings import load_settings
 from replicator.hybrid_time import physical_ms
 from server.errors import BadRequestError
 from server.runtime.verify_schedule import HOUR, Schedule, due, schedule_of
-from server.tasks.requests import (
-    CreateRequest,
-    VerifyRequest,
-    parse_model,
-    validate_create,
-    validate_verify,
-)
+from server.tasks.requests import CreateRequest, VerifyRequest, parse_model
+from server.tasks.spec import validate_create, validate_verify
 
 WITH_SOURCE = load_settings(None, {"CDC_SOURCECONFIG__MILVUS__URI": "http://source:19530"})
 WITHOUT_SOURCE = load_settings(None, {})
