@@ -17,7 +17,8 @@ import sys
 from aiohttp import web
 
 from replicator.config.settings import CdcSettings, TlsSettings
-from server.app import LIFECYCLE, create_app
+from server.app import create_app
+from server.app_state import LIFECYCLE
 from server.http.auth import listen_host
 from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper

@@ -37,7 +37,6 @@ from server.dr.record import (
     DR_PREFIX,
     FAILBACK_KEY,
     FAILOVER_KEY,
-    LINK_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
     iso,
@@ -135,7 +134,7 @@ class DisasterRecovery:
     def task_ids(self) -> list[str]:
         return list(self._views)
 
-    def _remember(self, task_id: str, key: str, view: dict[str, Any]) -> None:
+    def _remember_view(self, task_id: str, key: str, view: dict[str, Any]) -> None:
         self._views.setdefault(task_id, {})[key] = view
 
     # --- switchover --------------------------------------------------------------------------
@@ -196,7 +195,7 @@ class DisasterRecovery:
         return {"task_id": tid, "job_id": job.job_id, "switchover": job.view()}
 
     def _saved(self, job: SwitchoverJob) -> None:
-        self._remember(job.task_id, "switchover", job.view())
+        self._remember_view(job.task_id, "switchover", job.view())
         if job.state == "done" and job.reverse_task_id:
             self._watch(job.reverse_task_id)
 
@@ -226,12 +225,12 @@ class DisasterRecovery:
             except MetaStoreError:
                 continue
             if FAILOVER_KEY in records:
-                self._remember(tid, "failover", json.loads(records[FAILOVER_KEY]))
+                self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
             if FAILBACK_KEY in records:
                 self._recover_failback(tid, json.loads(records[FAILBACK_KEY]), me, alive)
             if WATCH_KEY in records and not self._watch(tid):  # shown as last saved
                 watch = WatchState.from_bytes(records[WATCH_KEY])
-                self._remember(tid, "stale_writes", watch.view())
+                self._remember_view(tid, "stale_writes", watch.view())
             if SWITCHOVER_KEY not in records:
                 continue
             job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
@@ -286,7 +285,7 @@ class DisasterRecovery:
         answer["unreplicated"] = await self._export(tid, spec, consistent, at, request)
         view = {**answer, "state": "done"}
         await asyncio.to_thread(save_json, self.sup.store, tid, FAILOVER_KEY, view)
-        self._remember(tid, "failover", view)
+        self._remember_view(tid, "failover", view)
         up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
         await self.sup.set_reason(
             tid, f"{reason}: the target holds every source write up to {up_to}"
@@ -366,7 +365,7 @@ class DisasterRecovery:
         return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
 
     def _failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
-        self._remember(task_id, "failback", record)
+        self._remember_view(task_id, "failback", record)
         reverse = str(record.get("reverse_task_id") or "")
         if record.get("state") == "in_sync" and reverse:
             asyncio.get_running_loop().create_task(self._watch_after_failback(reverse))
@@ -426,12 +425,12 @@ class DisasterRecovery:
             runner = self.sup.runner_of(task_id)
             return runner.consistent_ts() if runner is not None else 0
 
-        def hurry() -> None:
+        def refresh_consistent_ts() -> None:
             if (runner := self.sup.runner_of(task_id)) is not None:
                 runner.hurry()
 
         context = cluster_context(self.settings, state.watched, shared_readers=False)
-        watch = StaleWriteWatch(self.settings, context, spec, applied, hurry, stop)
+        watch = StaleWriteWatch(self.settings, context, spec, applied, refresh_consistent_ts, stop)
         with log_context(task_id=task_id):
             log.info("watching %s for writes of stale clients", state.watched)
             try:
@@ -444,14 +443,10 @@ class DisasterRecovery:
                         log.warning("stale-write watch round: %s", state.problem)
                     if state.to_bytes() != before and self.sup.runner_of(task_id) is not None:
                         await asyncio.to_thread(save_watch, self.sup.store, state)
-                    self._remember(task_id, "stale_writes", state.view())
+                    self._remember_view(task_id, "stale_writes", state.view())
                     await asyncio.sleep(ROUND_SECONDS)
             finally:
                 watch.close()
-
-    # --- links -------------------------------------------------------------------------------
-    async def link(self, task_id: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(load_json, self.sup.store, task_id, LINK_KEY)
 
     def stop(self) -> None:
         for _, stop in self._watches.values():

@@ -167,14 +167,14 @@ class StaleWriteWatch:
         context: RunnerContext,
         spec: dict[str, Any],
         applied: Callable[[], int],
-        hurry: Callable[[], None],
+        refresh_consistent_ts: Callable[[], None],
         stop: threading.Event,
     ) -> None:
         self.settings = settings
         self.context = context
         self.spec = spec
         self.applied = applied  # the reverse task's consistent-up-to (hybrid; 0 unknown)
-        self.hurry = hurry
+        self.refresh_consistent_ts = refresh_consistent_ts
         self.stop = stop
         self._clients: dict[tuple[str, str], MilvusClient] = {}
 
@@ -311,7 +311,7 @@ class StaleWriteWatch:
         while self.applied() < ts:
             if time.monotonic() >= deadline or self.stop.is_set():
                 return False
-            self.hurry()
+            self.refresh_consistent_ts()
             self.stop.wait(0.25)
         return True
 

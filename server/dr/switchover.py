@@ -291,7 +291,7 @@ class SwitchoverRun:
             else:
                 spec = dict((await self.sup.get(job.task_id)).spec)
                 await self.sup.create(reverse_request(spec, reverse_id))
-            await self._link(job.task_id, reverse_id)
+            await self._link_reverse_pair(job.task_id, reverse_id)
             await injected_fault("reversed")
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, roll back or go on
             if await self.reverse_exists(reverse_id):
@@ -313,7 +313,7 @@ class SwitchoverRun:
             return ""
         return other
 
-    async def _link(self, one: str, other: str) -> None:
+    async def _link_reverse_pair(self, one: str, other: str) -> None:
         """Each of the two tasks names the other: the next switchover of either starts the
         other again rather than creating a third."""
         for task_id, reverse in ((one, other), (other, one)):

@@ -5,9 +5,10 @@ its AST: at module level, under ``if TYPE_CHECKING:`` and inside functions alike
 cannot be hidden by moving one of its imports out of sight. The test fails on
 
 - a circle between modules (a strongly connected set of two or more);
-- an arrow up the layers: ``metastore`` -> ``replicator`` or ``server``, ``replicator`` -> ``server``;
-- inside ``server/``, a concern importing the composition root (``server.app``, ``server.daemon``,
-  ``server.__main__``; only the entry points may), or the task lifecycle (``server.tasks``) importing disaster recovery,
+- an arrow up the layers: ``metastore`` -> ``replicator`` or ``server``, ``replicator`` ->
+  ``server``;
+- inside ``server/``, a concern importing the composition root (``server.app``,
+  ``server.daemon``, ``server.__main__``; only the entry points may), or the task lifecycle (``server.tasks``) importing disaster recovery,
   the HTTP layer, the CLI or the scheduled jobs that drive it.
 """
 

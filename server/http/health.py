@@ -1,0 +1,59 @@
+"""Health and metrics: ``/livez``, ``/readyz`` (the metastore answers, the key ring is whole)
+and ``/metrics`` (Prometheus; behind a token when ``auth.protectMetrics``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from metastore import MetaStoreError
+from server.app_state import (
+    AUTH,
+    LIFECYCLE,
+    METRICS,
+    STORE,
+    SUPERVISOR,
+)
+from server.errors import (
+    UnauthorizedError,
+)
+from server.http.auth import challenge
+from server.runtime.jobs import JOBS
+
+
+async def livez(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[LIFECYCLE].draining:
+        return web.json_response({"status": "draining"}, status=503)
+    jobs = request.app.get(JOBS)
+    # the scheduled health check's last result, next to this request's own ping
+    watch = {"metastore_watch": jobs.health.view()} if jobs is not None else {}
+    try:
+        await asyncio.wait_for(asyncio.to_thread(request.app[STORE].ping), timeout=3)
+    except (MetaStoreError, TimeoutError) as exc:
+        return web.json_response(
+            {"status": "unavailable", "reason": f"metastore: {exc or 'timeout'}", **watch},
+            status=503,
+        )
+    supervisor = request.app.get(SUPERVISOR)
+    missing = supervisor.missing_keys if supervisor is not None else None
+    if missing is not None:  # key ids only, never a key
+        body = {"status": "not ready", "reason": f"secrets: {missing}", **watch}
+        return web.json_response({**body, "missing_keys": list(missing.missing)}, status=503)
+    return web.json_response({"status": "ok", **watch})
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    auth = request.app[AUTH]
+    if auth.protect_metrics:
+        try:
+            auth.caller(request)
+        except UnauthorizedError as exc:
+            return web.Response(text=exc.message + "\n", status=401, headers=challenge(exc))
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
