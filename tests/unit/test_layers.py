@@ -8,8 +8,9 @@ cannot be hidden by moving one of its imports out of sight. The test fails on
 - an arrow up the layers: ``metastore`` -> ``replicator`` or ``server``, ``replicator`` ->
   ``server``;
 - inside ``server/``, a concern importing the composition root (``server.app``,
-  ``server.daemon``, ``server.__main__``; only the entry points may), or the task lifecycle (``server.tasks``) importing disaster recovery,
-  the HTTP layer, the CLI or the scheduled jobs that drive it.
+  ``server.daemon``, ``server.__main__``; only the entry points may), or the task lifecycle
+  (``server.tasks``) importing disaster recovery, the HTTP layer, the CLI or the scheduled
+  jobs that drive it.
 """
 
 from __future__ import annotations
