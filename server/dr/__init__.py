@@ -8,4 +8,18 @@ directions.
 - :mod:`switchover`: the planned move: check, fence, drain, verify, reverse.
 - :mod:`failover`: the unplanned one: stop at once, say what the target holds, export the rest.
 - :mod:`manager`: the requests, and the jobs a stopped daemon left behind.
+- :mod:`task_ops`: what disaster recovery needs of the task lifecycle, as a protocol (the
+  supervisor satisfies it; the application wires the two, neither holds the other).
+- :mod:`stale_watch`, :mod:`wal_tail`: writes of stale clients, read from the old primary's WAL.
 """
+
+from server.dr.manager import DisasterRecovery, FailbackRequest, FailoverRequest, SwitchoverRequest
+from server.dr.task_ops import TaskOperations
+
+__all__ = [
+    "DisasterRecovery",
+    "FailbackRequest",
+    "FailoverRequest",
+    "SwitchoverRequest",
+    "TaskOperations",
+]
