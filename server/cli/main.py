@@ -19,9 +19,10 @@ from replicator.config.settings import (
     secret_values,
 )
 from server.cli.check import add_check_parser, run_check_command
+from server.cli.client import CliError
 from server.cli.events import add_events_parser, run_events_command
 from server.cli.secrets import add_secrets_parser, run_secrets_command
-from server.cli.tasks import CliError, add_task_parser, run_task_command
+from server.cli.tasks import add_task_parser, run_task_command
 from server.logs import configure_logging
 
 
