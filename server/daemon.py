@@ -16,7 +16,8 @@ import sys
 
 from aiohttp import web
 
-from replicator.config.settings import CdcSettings, TlsSettings
+from replicator.config.security import TlsSettings
+from replicator.config.settings import CdcSettings
 from server.app import LIFECYCLE, create_app
 from server.http.auth import listen_host
 from server.logs import SecretRedactor

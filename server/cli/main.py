@@ -11,13 +11,8 @@ import os
 import sys
 
 from metastore import MetaStoreError
-from replicator.config.settings import (
-    ConfigError,
-    load_settings,
-    redacted,
-    scrub_secret_environment,
-    secret_values,
-)
+from replicator.config.redaction import redacted, scrub_secret_environment, secret_values
+from replicator.config.settings import ConfigError, load_settings
 from server.cli.check import add_check_parser, run_check_command
 from server.cli.client import CliError
 from server.cli.events import add_events_parser, run_events_command
