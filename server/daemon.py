@@ -16,7 +16,8 @@ import sys
 
 from aiohttp import web
 
-from replicator.config.settings import CdcSettings, TlsSettings
+from replicator.config.security import TlsSettings
+from replicator.config.settings import CdcSettings
 from server.app import create_app
 from server.app_state import LIFECYCLE
 from server.http.auth import listen_host

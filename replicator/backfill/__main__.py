@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from replicator.config.connections import milvus_param
     from replicator.config.secret_keys import open_task_store
-    from replicator.config.settings import CdcSettings, ConfigError, load_settings, milvus_param
+    from replicator.config.settings import CdcSettings, ConfigError, load_settings
 
     try:
         if args.settings_stdin:

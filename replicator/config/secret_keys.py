@@ -22,7 +22,8 @@ from pathlib import Path
 from metastore import MetaStore
 from metastore.keyring import KeyRing, KeyRingError
 from metastore.sealed import KeySource, SealedMetaStore, key_ids_in_use
-from replicator.config.settings import CdcSettings, ConfigError, SecretsSettings
+from replicator.config.security import SecretsSettings
+from replicator.config.settings import CdcSettings, ConfigError
 from replicator.config.stores import open_metastore
 
 log = logging.getLogger(__name__)

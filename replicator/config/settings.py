@@ -11,36 +11,81 @@ Values are read as YAML (numbers, booleans, lists) except for string keys, which
 as it is. ``CDC_CONFIG`` names the configuration file and is not a key. An unknown key, in the
 file or the environment, a wrong type or a missing required value stops start-up with a
 ``ConfigError`` that names the key.
+
+The sections of ``CdcSettings`` live in :mod:`replicator.config.connections`,
+:mod:`replicator.config.daemon` and :mod:`replicator.config.security`; they can be imported from
+here too. What may be shown or logged of the settings is :mod:`replicator.config.redaction`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import types
 import typing
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
-from urllib.parse import quote
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
-from metastore.etcd_connect import parse_etcd_address
-from metastore.sql import mysql_url_from_source
+from replicator.config.connections import (
+    EtcdSettings,
+    KafkaSettings,
+    MetaStoreSettings,
+    PulsarSettings,
+    RocksmqSettings,
+    SourceEtcdSettings,
+    SourceMilvusSettings,
+    SourceSettings,
+    milvus_param,
+)
+from replicator.config.daemon import (
+    BackfillSettings,
+    FleetSettings,
+    MemorySettings,
+    RetrySettings,
+    SchedulerSettings,
+    VerifySettings,
+)
+from replicator.config.security import AuthSettings, SecretsSettings, TlsSettings, TokenSettings
+
+__all__ = [
+    "CLIENT_ENV",
+    "DEFAULT_SOURCE",
+    "ENV_CONFIG_FILE",
+    "ENV_PREFIX",
+    "AuthSettings",
+    "BackfillSettings",
+    "CdcEnvSource",
+    "CdcSettings",
+    "ConfigError",
+    "EtcdSettings",
+    "FleetSettings",
+    "KafkaSettings",
+    "MemorySettings",
+    "MetaStoreSettings",
+    "PulsarSettings",
+    "RetrySettings",
+    "RocksmqSettings",
+    "SchedulerSettings",
+    "SecretsSettings",
+    "SourceEtcdSettings",
+    "SourceMilvusSettings",
+    "SourceSettings",
+    "TlsSettings",
+    "TokenSettings",
+    "VerifySettings",
+    "describe_validation_error",
+    "load_settings",
+    "milvus_param",
+    "read_config_file",
+    "split_host_port",
+    "unused_settings",
+]
 
 ENV_PREFIX = "CDC_"
 ENV_CONFIG_FILE = "CDC_CONFIG"
@@ -50,361 +95,6 @@ CLIENT_ENV = frozenset({ENV_CONFIG_FILE, "CDC_URL", "CDC_TOKEN", "CDC_CACERT"})
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key."""
-
-
-class _Section(BaseModel):
-    # coerce_numbers_to_str: the Go tool's template has `tlsMinVersion: 1.3`, which YAML reads as
-    # a number; a drop-in configuration must load as it is.
-    model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
-
-
-class EtcdSettings(_Section):
-    address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
-    enableAuth: bool = False
-    username: str = "root"
-    password: SecretStr = SecretStr("")
-    enableTLS: bool = False
-    tlsCertPath: str = ""
-    tlsKeyPath: str = ""
-    tlsCACertPath: str = ""
-    tlsMinVersion: str = "1.3"
-
-    @field_validator("address")
-    @classmethod
-    def _addresses(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("at least one etcd address is required")
-        for address in value:
-            parse_etcd_address(address)
-        return value
-
-
-class SourceEtcdSettings(EtcdSettings):
-    rootPath: str = "by-dev"
-    metaSubPath: str = "meta"
-
-
-class MetaStoreSettings(_Section):
-    storeType: Literal["sqlite", "mysql", "etcd"] = "sqlite"
-    sqlitePath: str = "data/cdc-meta.sqlite3"
-    etcd: EtcdSettings = Field(default_factory=EtcdSettings)
-    mysqlSourceUrl: SecretStr = SecretStr("")
-    rootPath: str = "cdc"
-
-    @field_validator("rootPath")
-    @classmethod
-    def _root_path(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-/]{1,128}", value) or not value.strip("/"):
-            raise ValueError("must be 1-128 characters of letters, digits, '_', '-', '.', '/'")
-        return value
-
-    @model_validator(mode="after")
-    def _required_for_type(self) -> MetaStoreSettings:
-        if self.storeType == "mysql":
-            if not self.mysqlSourceUrl.get_secret_value():
-                raise ValueError("mysqlSourceUrl is required when storeType is mysql")
-            mysql_url_from_source(self.mysqlSourceUrl.get_secret_value())  # names the problem
-        if self.storeType == "sqlite" and not self.sqlitePath:
-            raise ValueError("sqlitePath is required when storeType is sqlite")
-        return self
-
-
-class PulsarSettings(_Section):
-    address: str = "pulsar://localhost:6650"
-    webAddress: str = "localhost:80"
-    maxMessageSize: int = Field(default=5242880, gt=0)
-    tenant: str = "public"
-    namespace: str = "default"
-    authPlugin: str = ""
-    authParams: SecretStr = SecretStr("")
-
-
-class KafkaSettings(_Section):
-    address: str = ""
-    # ours: the longest a caught-up channel reader's fetch waits at the broker (librdkafka's
-    # fetch.wait.max.ms, whose default it keeps). A Kafka broker answers as soon as a record
-    # arrives: this is the rate of empty fetches of a quiet channel, not lag, except on a
-    # broker that holds a fetch for the whole wait (librdkafka's mock cluster, which the
-    # tests and benchmarks use: bench/lag.py sets 20)
-    fetchWaitMs: int = Field(default=500, ge=1, le=60_000)
-
-
-class RocksmqSettings(_Section):
-    path: str = ""
-
-
-class SourceMilvusSettings(_Section):
-    """ours: the source Milvus's gRPC address; only a backfill reads through it."""
-
-    uri: str = ""
-    username: str = ""
-    password: SecretStr = SecretStr("")
-    token: SecretStr = SecretStr("")
-
-
-class SourceSettings(_Section):
-    # ours: the source's message queue; auto: kafka when kafka.address is set, else rocksmq
-    # when rocksmq.path is set, else pulsar (the Go tool's rule).
-    mqType: Literal["auto", "kafka", "pulsar", "rocksmq"] = "auto"
-    etcd: SourceEtcdSettings = Field(default_factory=SourceEtcdSettings)
-    etcdRootPath: str | None = None
-    etcdMetaSubPath: str | None = None
-    defaultPartitionName: str = "_default"
-    # how many read batches (each at most 1000 records and about 8 MB) a channel reads ahead of
-    # the target's acknowledgements: per channel at most (readChanLen + 1) x 8 MB of records
-    readChanLen: int = Field(default=2, gt=0, le=64)
-    # ours: the tasks of this daemon share one reader per source channel, which holds at most
-    # readChanLen x 8 MB (+ one read) of records; a task further behind reads on its own
-    # (README "Memory and many tasks"). false: every task reads every channel itself.
-    sharedReaders: bool = True
-    # ours: the source's common.chanNamePrefix.cluster (null: the etcd root path) and
-    # rootCoord.dmlChannelNum; the daemon reads <prefix>-rootcoord-dml_0 .. _<n-1>.
-    channelPrefix: str | None = None
-    dmlChannelNum: int = Field(default=16, gt=0, le=1024)
-    pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    rocksmq: RocksmqSettings = Field(default_factory=RocksmqSettings)
-    milvus: SourceMilvusSettings = Field(default_factory=SourceMilvusSettings)
-
-    @property
-    def root_path(self) -> str:
-        """``etcdRootPath`` when given, else ``etcd.rootPath`` (both spellings are in use)."""
-        return self.etcdRootPath or self.etcd.rootPath
-
-    @property
-    def meta_sub_path(self) -> str:
-        return self.etcdMetaSubPath or self.etcd.metaSubPath
-
-    @model_validator(mode="after")
-    def _queue_configured(self) -> SourceSettings:
-        if self.mqType == "kafka" and not self.kafka.address:
-            raise ValueError("kafka.address is required when mqType is kafka")
-        if self.mqType == "rocksmq" and not self.rocksmq.path:
-            raise ValueError("rocksmq.path is required when mqType is rocksmq")
-        if self.mqType == "pulsar" and not self.pulsar.address:
-            raise ValueError("pulsar.address is required when mqType is pulsar")
-        return self
-
-    @property
-    def mq_type(self) -> str:
-        if self.mqType != "auto":
-            return self.mqType
-        if self.kafka.address:
-            return "kafka"
-        return "rocksmq" if self.rocksmq.path else "pulsar"
-
-    @property
-    def channel_prefix(self) -> str:
-        """The source's common.chanNamePrefix.cluster: ``channelPrefix``, else the root path."""
-        return self.channelPrefix or self.root_path
-
-    @property
-    def dml_channels(self) -> list[str]:
-        return [f"{self.channel_prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
-
-    @property
-    def replicate_channel(self) -> str:
-        """The source names it ``<chanNamePrefix.cluster>-<chanNamePrefix.replicateMsg>``; the
-        second part is ``replicate-msg`` unless the source changed it (then name the channel
-        in the create request's ``rpc_channel_info``)."""
-        return f"{self.channel_prefix}-replicate-msg"
-
-
-DEFAULT_TRANSIENT_REASONS = [
-    "cannot start:",
-    "unavailable",
-    "deadline_exceeded",
-    "connection refused",
-    "connection reset",
-    "timed out",
-]
-
-
-class RetrySettings(_Section):
-    """ours: resume tasks stopped by a transient error, with exponential backoff."""
-
-    enabled: bool = True
-    checkSeconds: float = Field(default=5.0, gt=0)
-    initialBackoffSeconds: float = Field(default=10.0, gt=0)
-    multiplier: float = Field(default=2.0, ge=1)
-    maxBackoffSeconds: float = Field(default=600.0, gt=0)
-    maxAttempts: int = Field(default=0, ge=0)
-    transientReasons: list[str] = Field(default_factory=lambda: list(DEFAULT_TRANSIENT_REASONS))
-
-
-class SchedulerSettings(_Section):
-    """ours: the daemon's periodic jobs (APScheduler)."""
-
-    progressSampleSeconds: float = Field(default=5.0, gt=0)
-    metastoreCheckSeconds: float = Field(default=10.0, gt=0)
-    # how often the source's queue and etcd and each running task's target are probed; an
-    # endpoint that does not answer is a warning on the tasks that use it
-    # (server/tasks/reachability.py)
-    reachabilitySeconds: float = Field(default=2.0, gt=0)
-    retry: RetrySettings = Field(default_factory=RetrySettings)
-
-
-class BackfillSettings(_Section):
-    """ours: the Spark job that copies a task's existing rows (see README, "Backfill")."""
-
-    # local[*] runs Spark inside the job's own process; spark://host:7077, yarn, k8s://...
-    # send it to a cluster (the executors need pymilvus and this package).
-    sparkMaster: str = "local[*]"
-    # attempts of one Spark task (one key range) before the backfill stops
-    taskMaxFailures: int = Field(default=4, ge=1)
-    # rows per key range (one Spark task each); a collection gets ceil(rows / rangeRows) ranges
-    rangeRows: int = Field(default=25000, gt=0)
-    # rows per read from the source and per upsert into the target
-    batchRows: int = Field(default=4000, gt=0, le=16384)
-    # ranges copied at once; 0: Spark's default parallelism
-    parallelism: int = Field(default=0, ge=0)
-    # launches of the job's driver process per backfill; a killed driver is launched again and
-    # resumes after the ranges already done
-    maxJobAttempts: int = Field(default=3, ge=1)
-    # the driver's output (Spark's own log lines included), one file per task
-    logDir: str = "data/backfill"
-    # extra Spark properties, e.g. {"spark.driver.memory": "1g"}
-    sparkConf: dict[str, str] = Field(default_factory=dict)
-
-
-class TokenSettings(_Section):
-    """ours: one API token. ``token`` is hashed as soon as it is read (sha256; only the hash is
-    kept); ``sha256`` gives the hash itself, so the file need not hold the token."""
-
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
-    role: Literal["admin", "viewer"]
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _hash_token(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping) or "token" not in data:
-            return data
-        entry = dict(data)
-        token = entry.pop("token")
-        if isinstance(token, SecretStr):
-            token = token.get_secret_value()
-        if "sha256" in entry:
-            raise ValueError("give token or sha256, not both")
-        if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"token: must be a string of at least {MIN_TOKEN_LENGTH} characters")
-        entry["sha256"] = token_digest(token)
-        return entry
-
-
-MIN_TOKEN_LENGTH = 16
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-class AuthSettings(_Section):
-    """ours: who may call the API (see README, "Security")."""
-
-    tokens: list[TokenSettings] = Field(default_factory=list)
-    # no token configured: the daemon listens on 127.0.0.1 only, unless this is true
-    allowAnonymous: bool = False
-    # true: /metrics asks for a token too (viewer or admin)
-    protectMetrics: bool = False
-
-    @field_validator("tokens")
-    @classmethod
-    def _distinct(cls, tokens: list[TokenSettings]) -> list[TokenSettings]:
-        names = [t.name for t in tokens]
-        if len(set(names)) != len(names):
-            raise ValueError("token names must be distinct")
-        if len({t.sha256 for t in tokens}) != len(tokens):
-            raise ValueError("two tokens are the same")
-        return tokens
-
-
-class TlsSettings(_Section):
-    """ours: serve HTTPS with this certificate (chain) and key, both PEM files."""
-
-    certFile: str = ""
-    keyFile: str = ""
-
-    @model_validator(mode="after")
-    def _both(self) -> TlsSettings:
-        if bool(self.certFile) != bool(self.keyFile):
-            raise ValueError("certFile and keyFile go together: give both or neither")
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.certFile)
-
-
-class SecretsSettings(_Section):
-    """ours: the key ring that encrypts the secrets of tasks in the metastore (README,
-    "Security"). ``key`` (e.g. ``CDC_SECRETS__KEY``) wins over ``keyFile``; with neither
-    present, a key file is made at ``keyFile`` on first start."""
-
-    keyFile: str = "data/cdc-secret.key"
-    key: SecretStr = SecretStr("")
-
-
-class VerifySettings(_Section):
-    """ours: comparing a task's target with its source (see README, "Verifying a task")."""
-
-    # keys per range; a range is read from both sides and compared as a count and a digest
-    rangeRows: int = Field(default=10000, gt=0)
-    # rows per read
-    batchRows: int = Field(default=5000, gt=0, le=16384)
-    # reads of a differing range after the first, each once the task applied the one before;
-    # a range still changing after them is reported as unsettled, not as divergent
-    tries: int = Field(default=4, ge=1)
-    # seconds to wait for the task to apply what was written before a read
-    settleSeconds: float = Field(default=60.0, gt=0)
-    # ranges of a collection compared at once (threads of the daemon)
-    parallelism: int = Field(default=2, ge=1, le=64)
-    # collections of at least this many rows have their range digests computed as a Spark job
-    # (backfill.sparkMaster, backfill.sparkConf), smaller ones in the daemon; 0: never Spark.
-    # A Spark session takes 5-60 s to start (local[2] on a shared 2-core machine): what the
-    # daemon needs to digest a few million rows
-    sparkMinRows: int = Field(default=10_000_000, ge=0)
-    # scheduled verification of every Running task, in hours (0: none unless a task's create
-    # asks with verify.intervalHours); each run covers a random sampleFraction of the ranges
-    intervalHours: float = Field(default=0.0, ge=0)
-    sampleFraction: float = Field(default=0.1, gt=0, le=1)
-    # how often the scheduler looks for a verify that is due
-    scheduleCheckSeconds: float = Field(default=60.0, gt=0)
-
-
-class FleetSettings(_Section):
-    """ours: daemons sharing one metastore (etcd or MySQL) share its tasks (README, "Running
-    several daemons"). Each Running task is run by the daemon holding its lease."""
-
-    # a daemon that stops renewing (killed, cut off) loses its tasks after this long; it stops
-    # writing itself after two thirds of it without a renewal, before anyone else may start
-    leaseSeconds: float = Field(default=10.0, ge=2)
-    # how often a daemon renews its leases and looks for tasks to take, hand over or stop
-    checkSeconds: float = Field(default=1.0, gt=0)
-    # this daemon's name in the fleet (the `owner` get and list show); default host:port. Two
-    # daemons must never share one: each would take the other's leases for its own
-    memberId: str = Field(default="", max_length=128)
-
-    @model_validator(mode="after")
-    def _renewed_in_time(self) -> FleetSettings:
-        if self.checkSeconds * 4 > self.leaseSeconds:
-            raise ValueError(
-                f"fleet.checkSeconds ({self.checkSeconds:g}) must be at most a quarter of "
-                f"fleet.leaseSeconds ({self.leaseSeconds:g}): leases are renewed every check"
-            )
-        return self
-
-
-class MemorySettings(_Section):
-    """ours: the daemon's malloc (server/runtime/heap.py; bench/results/backlog.md)."""
-
-    # at most this many malloc arenas (glibc makes up to 8 per core); 0: glibc's default. An
-    # operator's MALLOC_ARENA_MAX wins
-    mallocArenas: int = Field(default=2, ge=0, le=64)
-    # how often the freed memory malloc keeps is looked at; it is given back (malloc_trim) when
-    # RSS grew more than trimAboveMB since the last trim and malloc holds as much free; 0: never
-    trimSeconds: float = Field(default=1.0, ge=0)
-    trimAboveMB: int = Field(default=32, ge=0)
 
 
 class CdcSettings(BaseSettings):
@@ -493,16 +183,6 @@ class CdcSettings(BaseSettings):
 # the name a task's source_cluster takes for the daemon's sourceConfig
 DEFAULT_SOURCE = "sourceConfig"
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-
-
-def milvus_param(milvus: SourceMilvusSettings) -> dict[str, str]:
-    """A cluster's Milvus endpoint as pymilvus takes it (secrets revealed: never log it)."""
-    return {
-        "uri": milvus.uri,
-        "username": milvus.username,
-        "password": milvus.password.get_secret_value(),
-        "token": milvus.token.get_secret_value(),
-    }
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -622,67 +302,6 @@ def load_settings(
         return CdcSettings(**_deep_merge(data, overrides))
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {describe_validation_error(exc)}") from exc
-
-
-def redacted(settings: CdcSettings) -> dict[str, Any]:
-    """The merged configuration for display, secrets replaced by '******'."""
-    data: dict[str, Any] = settings.model_dump(mode="json")
-    _redact_tree(data)
-    return data
-
-
-_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl", "key", "sha256"}
-
-
-def _redact_tree(node: Any) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key.lower() in _SECRET_KEYS and value:
-                node[key] = "******"
-            else:
-                _redact_tree(value)
-    elif isinstance(node, list):
-        for item in node:
-            _redact_tree(item)
-
-
-def secret_values(node: Any) -> list[str]:
-    """Every secret the configuration holds, for the log redactor: each ``SecretStr`` (at any
-    depth) and the password inside ``mysqlSourceUrl``, also as the URL spells it."""
-    found: list[str] = []
-    if isinstance(node, SecretStr):
-        found.append(node.get_secret_value())
-    elif isinstance(node, BaseModel):
-        for name in type(node).model_fields:
-            found.extend(secret_values(getattr(node, name)))
-    elif isinstance(node, list | tuple):
-        for item in node:
-            found.extend(secret_values(item))
-    elif isinstance(node, dict):
-        for item in node.values():
-            found.extend(secret_values(item))
-    if isinstance(node, MetaStoreSettings) and node.mysqlSourceUrl.get_secret_value():
-        url = make_url(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value()))
-        if url.password:
-            found.extend([str(url.password), quote(str(url.password), safe="")])
-    return [s for s in found if s]
-
-
-def scrub_secret_environment(environ: MutableMapping[str, str]) -> list[str]:
-    """Remove the ``CDC_`` variables that hold secrets once the settings are read, so child
-    processes (the backfill driver gets its settings on stdin) do not inherit them; returns the
-    names removed."""
-    removed = []
-    for name in list(environ):
-        upper = name.upper()
-        last = upper.rsplit("__", 1)[-1].lower()
-        if upper.startswith(ENV_PREFIX) and upper not in CLIENT_ENV and last in _SECRET_ENV:
-            del environ[name]
-            removed.append(name)
-    return removed
-
-
-_SECRET_ENV = {*_SECRET_KEYS, "tokens"}
 
 
 def unused_settings(settings: CdcSettings) -> list[str]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from metastore import MetaStore
 from metastore.etcd_connect import EtcdTls, connect_etcd
-from replicator.config.settings import EtcdSettings, MetaStoreSettings
+from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:

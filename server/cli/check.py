@@ -27,11 +27,13 @@ from typing import Any, TextIO
 from confluent_kafka.admin import AdminClient
 
 from metastore.sealed import secrets_problem
+from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
-from replicator.config.settings import CdcSettings, secret_values
+from replicator.config.settings import CdcSettings
 from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
 from replicator.meta.catalog import SourceCatalog
-from server.cli.tasks import secret_from_env, table
+from server.cli.client import secret_from_env
+from server.cli.render import table
 from server.errors import TargetUnreachableError
 from server.tasks.target_check import check_target_reachable, describe_target
 

@@ -10,7 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from server.cli.tasks import DaemonClient, _quote, announce_job, follow_job
+from server.cli.client import DaemonClient, quote_task_id
+from server.cli.render import announce_job, follow_job, switchover_line
 
 Action = Callable[[str, str], argparse.ArgumentParser]
 
@@ -51,25 +52,6 @@ def add_dr_parsers(action: Action) -> None:
     )
 
 
-def switchover_line(job: dict[str, Any]) -> str:
-    """``switchover 3f2a...: verifying (fenced at 2026-...; consistent up to 2026-...)``"""
-    facts = []
-    if job.get("fenced_at"):
-        facts.append(f"fenced at {job['fenced_at']['time']}")
-    if job.get("consistent_up_to"):
-        facts.append(f"consistent up to {job['consistent_up_to']['time']}")
-    if job.get("verify"):
-        facts.append(f"verify {job['verify']['divergent_rows']} divergent")
-    if job.get("reverse_task_id"):
-        facts.append(f"reverse task {job['reverse_task_id']}")
-    if job.get("reason"):
-        facts.append(job["reason"])
-    if job.get("rolled_back"):
-        facts.append("rolled back")
-    detail = f" ({'; '.join(facts)})" if facts else ""
-    return f"switchover {job.get('job_id', '-')}: {job.get('state', '-')}{detail}"
-
-
 def failback_line(job: dict[str, Any]) -> str:
     """``failback of ab: repairing (reverse task ab-back-1f2e; 12 repaired)``"""
     facts = [f"reverse task {job.get('reverse_task_id')}"]
@@ -81,7 +63,7 @@ def failback_line(job: dict[str, Any]) -> str:
 
 
 def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) -> int:
-    path = f"/v1/tasks/{_quote(args.task_id)}/{args.task_command}"
+    path = f"/v1/tasks/{quote_task_id(args.task_id)}/{args.task_command}"
     if args.task_command == "failback":
         answer = client.call("POST", path, {})
         if not args.follow:

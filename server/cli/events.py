@@ -10,7 +10,7 @@ import uuid
 from typing import Any, TextIO
 
 from replicator.config.settings import CdcSettings
-from server.cli.tasks import CliError, secret_from_env
+from server.cli.client import CliError, secret_from_env
 
 LONG_LIST = 6  # lists longer than this (vectors) are shortened in readable lines
 

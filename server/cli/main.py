@@ -11,17 +11,13 @@ import os
 import sys
 
 from metastore import MetaStoreError
-from replicator.config.settings import (
-    ConfigError,
-    load_settings,
-    redacted,
-    scrub_secret_environment,
-    secret_values,
-)
+from replicator.config.redaction import redacted, scrub_secret_environment, secret_values
+from replicator.config.settings import ConfigError, load_settings
 from server.cli.check import add_check_parser, run_check_command
+from server.cli.client import CliError
 from server.cli.events import add_events_parser, run_events_command
 from server.cli.secrets import add_secrets_parser, run_secrets_command
-from server.cli.tasks import CliError, add_task_parser, run_task_command
+from server.cli.tasks import add_task_parser, run_task_command
 from server.logs import configure_logging
 
 

@@ -24,7 +24,7 @@ from metastore.keyring import KeyRing
 from metastore.sealed import ResealReport
 from replicator.config.secret_keys import KeyFile, open_task_store, write_key_file
 from replicator.config.settings import CdcSettings
-from server.cli.tasks import CliError
+from server.cli.client import CliError
 
 
 def add_secrets_parser(commands: Any) -> None:

@@ -1,4 +1,4 @@
-"""Local Milvus processes for the embedded demo (server/demo/walkthrough.py) and the test harness
+"""Local Milvus processes for the embedded demo (server/demo/processes.py) and the test harness
 (tests/harness/): the Milvus 2.3.5 standalone binary of the ``milvus`` wheel and Milvus Lite.
 
 The wheel ships its binary and libraries lzma-compressed; they are unpacked once per wheel into a

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from replicator.config.settings import SourceSettings, milvus_param
+from replicator.config.connections import SourceSettings, milvus_param
 from replicator.config.stores import etcd_client_for
 
 log = logging.getLogger(__name__)

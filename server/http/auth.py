@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from replicator.config.settings import AuthSettings
+from replicator.config.security import AuthSettings
 from server.errors import ForbiddenError, UnauthorizedError
 
 log = logging.getLogger(__name__)

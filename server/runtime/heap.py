@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from replicator.config.settings import MemorySettings
+from replicator.config.daemon import MemorySettings
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
-from replicator.config.settings import (
-    RetrySettings,
-    SchedulerSettings,
-    SourceSettings,
-    VerifySettings,
-)
+from replicator.config.connections import SourceSettings
+from replicator.config.daemon import RetrySettings, SchedulerSettings, VerifySettings
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
 from server.app_state import DISASTER, METRICS, STORE, SUPERVISOR

@@ -15,7 +15,7 @@ from typing import Any
 
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
-from replicator.config.settings import VerifySettings
+from replicator.config.daemon import VerifySettings
 from replicator.sinks.targets import is_kafka
 from server.errors import ApiError
 from server.logs import log_context

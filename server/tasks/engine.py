@@ -17,7 +17,8 @@ from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.codec.streaming import record_kind
-from replicator.config.settings import DEFAULT_SOURCE, CdcSettings, milvus_param
+from replicator.config.connections import milvus_param
+from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.stores import etcd_client_for
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from metastore import Lease, TaskState
 from metastore.fenced import LeaseClock
-from replicator.config.settings import FleetSettings
+from replicator.config.daemon import FleetSettings
 
 # the part of the lease time a member writes after its last acknowledged heartbeat
 SAFE_FRACTION = 2 / 3

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from replicator.config.settings import SourceSettings
+from replicator.config.connections import SourceSettings
 from replicator.config.stores import etcd_client_for
 from replicator.pipeline.status import unreachable_warning
 from server.tasks.target_check import check_target_reachable, describe_target

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
-from replicator.config.settings import SourceSettings
+from replicator.config.connections import SourceSettings
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.switchover import FAULT_ENV
 from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal

@@ -21,7 +21,7 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 from metastore import Position
 from replicator.backfill.handover import group_start
-from replicator.config.settings import EtcdSettings
+from replicator.config.connections import EtcdSettings
 from replicator.config.stores import etcd_client_for
 from replicator.events import RawRecord
 from replicator.meta.catalog import CollectionMeta, SourceCatalog

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from pymilvus import DataType, MilvusClient
 
-from replicator.config.settings import EtcdSettings
+from replicator.config.connections import EtcdSettings
 from replicator.config.stores import etcd_client_for
 from replicator.meta.catalog import SourceCatalog
 from tests.e2e.test_replication import source_database

@@ -15,7 +15,7 @@ from pymilvus import MilvusClient
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.codec.streaming import decode_any
-from replicator.config.settings import EtcdSettings
+from replicator.config.connections import EtcdSettings
 from replicator.config.stores import etcd_client_for
 from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection

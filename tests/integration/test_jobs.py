@@ -14,7 +14,8 @@ from harness.task_bodies import create_body
 
 from metastore import TaskState
 from metastore.sql import SqlMetaStore, sqlite_url
-from replicator.config.settings import RetrySettings, load_settings
+from replicator.config.daemon import RetrySettings
+from replicator.config.settings import load_settings
 from server.runtime.jobs import TransientRetrier
 from server.tasks.requests import CreateRequest, parse_model
 from server.tasks.supervisor import PAUSED_BY_USER, TaskSupervisor

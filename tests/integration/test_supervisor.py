@@ -14,7 +14,8 @@ from metastore import TaskState
 from metastore.keyring import KeyRing
 from metastore.sealed import MissingKeys, SealedMetaStore
 from metastore.sql import SqlMetaStore, sqlite_url
-from replicator.config.settings import FleetSettings, load_settings
+from replicator.config.daemon import FleetSettings
+from replicator.config.settings import load_settings
 from server.tasks.requests import CreateRequest, parse_model
 from server.tasks.supervisor import TaskSupervisor
 from server.tasks.target_check import check_target_reachable

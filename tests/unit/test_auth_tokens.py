@@ -7,14 +7,9 @@ import logging
 
 import pytest
 
-from replicator.config.settings import (
-    AuthSettings,
-    ConfigError,
-    load_settings,
-    redacted,
-    scrub_secret_environment,
-    secret_values,
-)
+from replicator.config.redaction import redacted, scrub_secret_environment, secret_values
+from replicator.config.security import AuthSettings
+from replicator.config.settings import ConfigError, load_settings
 from server.errors import ForbiddenError, UnauthorizedError
 from server.http.auth import ANONYMOUS, Authenticator, Principal, challenge, listen_host
 

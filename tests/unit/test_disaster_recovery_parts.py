@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from replicator.compare.classify import RangeRead
-from replicator.config.settings import ConfigError, load_settings, secret_values
+from replicator.config.redaction import secret_values
+from replicator.config.settings import ConfigError, load_settings
 from replicator.hybrid_time import from_seconds, to_seconds
 from replicator.pipeline.status import (
     CAUGHT_UP_MARGIN,

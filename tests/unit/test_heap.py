@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from replicator.config.settings import MemorySettings
+from replicator.config.daemon import MemorySettings
 from server.runtime.heap import HeapKeeper, _rss_bytes
 from server.runtime.metrics import DaemonMetrics
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from replicator.config.settings import RetrySettings, load_settings
+from replicator.config.daemon import RetrySettings
+from replicator.config.settings import load_settings
 from server.runtime.jobs import ProgressSampler, backoff_seconds, is_transient
 
 

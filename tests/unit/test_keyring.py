@@ -12,7 +12,8 @@ import pytest
 
 from metastore.keyring import KeyRing, KeyRingError, SecretUnreadableError, is_sealed
 from replicator.config.secret_keys import KeyFile, key_source, write_key_file
-from replicator.config.settings import ConfigError, SecretsSettings
+from replicator.config.security import SecretsSettings
+from replicator.config.settings import ConfigError
 
 SECRET = "Pa55-wörd-✓"
 

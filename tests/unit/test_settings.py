@@ -10,7 +10,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from replicator.config.settings import CdcSettings, ConfigError, load_settings, redacted
+from replicator.config.redaction import redacted
+from replicator.config.settings import CdcSettings, ConfigError, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 CDC_YAML = REPO / "configs" / "cdc.yaml"

@@ -1,0 +1,174 @@
+"""Where the daemon connects: etcd, its metastore, and a source cluster (queue, etcd, Milvus)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from metastore.etcd_connect import parse_etcd_address
+from metastore.sql import mysql_url_from_source
+from replicator.config.section import ConfigSection
+
+
+class EtcdSettings(ConfigSection):
+    address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    enableAuth: bool = False
+    username: str = "root"
+    password: SecretStr = SecretStr("")
+    enableTLS: bool = False
+    tlsCertPath: str = ""
+    tlsKeyPath: str = ""
+    tlsCACertPath: str = ""
+    tlsMinVersion: str = "1.3"
+
+    @field_validator("address")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one etcd address is required")
+        for address in value:
+            parse_etcd_address(address)
+        return value
+
+
+class SourceEtcdSettings(EtcdSettings):
+    rootPath: str = "by-dev"
+    metaSubPath: str = "meta"
+
+
+class MetaStoreSettings(ConfigSection):
+    storeType: Literal["sqlite", "mysql", "etcd"] = "sqlite"
+    sqlitePath: str = "data/cdc-meta.sqlite3"
+    etcd: EtcdSettings = Field(default_factory=EtcdSettings)
+    mysqlSourceUrl: SecretStr = SecretStr("")
+    rootPath: str = "cdc"
+
+    @field_validator("rootPath")
+    @classmethod
+    def _root_path(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.\-/]{1,128}", value) or not value.strip("/"):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '-', '.', '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _required_for_type(self) -> MetaStoreSettings:
+        if self.storeType == "mysql":
+            if not self.mysqlSourceUrl.get_secret_value():
+                raise ValueError("mysqlSourceUrl is required when storeType is mysql")
+            mysql_url_from_source(self.mysqlSourceUrl.get_secret_value())  # names the problem
+        if self.storeType == "sqlite" and not self.sqlitePath:
+            raise ValueError("sqlitePath is required when storeType is sqlite")
+        return self
+
+
+class PulsarSettings(ConfigSection):
+    address: str = "pulsar://localhost:6650"
+    webAddress: str = "localhost:80"
+    maxMessageSize: int = Field(default=5242880, gt=0)
+    tenant: str = "public"
+    namespace: str = "default"
+    authPlugin: str = ""
+    authParams: SecretStr = SecretStr("")
+
+
+class KafkaSettings(ConfigSection):
+    address: str = ""
+    # ours: the longest a caught-up channel reader's fetch waits at the broker (librdkafka's
+    # fetch.wait.max.ms, whose default it keeps). A Kafka broker answers as soon as a record
+    # arrives: this is the rate of empty fetches of a quiet channel, not lag, except on a
+    # broker that holds a fetch for the whole wait (librdkafka's mock cluster, which the
+    # tests and benchmarks use: bench/lag.py sets 20)
+    fetchWaitMs: int = Field(default=500, ge=1, le=60_000)
+
+
+class RocksmqSettings(ConfigSection):
+    path: str = ""
+
+
+class SourceMilvusSettings(ConfigSection):
+    """ours: the source Milvus's gRPC address; only a backfill reads through it."""
+
+    uri: str = ""
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+
+
+class SourceSettings(ConfigSection):
+    # ours: the source's message queue; auto: kafka when kafka.address is set, else rocksmq
+    # when rocksmq.path is set, else pulsar (the Go tool's rule).
+    mqType: Literal["auto", "kafka", "pulsar", "rocksmq"] = "auto"
+    etcd: SourceEtcdSettings = Field(default_factory=SourceEtcdSettings)
+    etcdRootPath: str | None = None
+    etcdMetaSubPath: str | None = None
+    defaultPartitionName: str = "_default"
+    # how many read batches (each at most 1000 records and about 8 MB) a channel reads ahead of
+    # the target's acknowledgements: per channel at most (readChanLen + 1) x 8 MB of records
+    readChanLen: int = Field(default=2, gt=0, le=64)
+    # ours: the tasks of this daemon share one reader per source channel, which holds at most
+    # readChanLen x 8 MB (+ one read) of records; a task further behind reads on its own
+    # (README "Memory and many tasks"). false: every task reads every channel itself.
+    sharedReaders: bool = True
+    # ours: the source's common.chanNamePrefix.cluster (null: the etcd root path) and
+    # rootCoord.dmlChannelNum; the daemon reads <prefix>-rootcoord-dml_0 .. _<n-1>.
+    channelPrefix: str | None = None
+    dmlChannelNum: int = Field(default=16, gt=0, le=1024)
+    pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    rocksmq: RocksmqSettings = Field(default_factory=RocksmqSettings)
+    milvus: SourceMilvusSettings = Field(default_factory=SourceMilvusSettings)
+
+    @property
+    def root_path(self) -> str:
+        """``etcdRootPath`` when given, else ``etcd.rootPath`` (both spellings are in use)."""
+        return self.etcdRootPath or self.etcd.rootPath
+
+    @property
+    def meta_sub_path(self) -> str:
+        return self.etcdMetaSubPath or self.etcd.metaSubPath
+
+    @model_validator(mode="after")
+    def _queue_configured(self) -> SourceSettings:
+        if self.mqType == "kafka" and not self.kafka.address:
+            raise ValueError("kafka.address is required when mqType is kafka")
+        if self.mqType == "rocksmq" and not self.rocksmq.path:
+            raise ValueError("rocksmq.path is required when mqType is rocksmq")
+        if self.mqType == "pulsar" and not self.pulsar.address:
+            raise ValueError("pulsar.address is required when mqType is pulsar")
+        return self
+
+    @property
+    def mq_type(self) -> str:
+        if self.mqType != "auto":
+            return self.mqType
+        if self.kafka.address:
+            return "kafka"
+        return "rocksmq" if self.rocksmq.path else "pulsar"
+
+    @property
+    def channel_prefix(self) -> str:
+        """The source's common.chanNamePrefix.cluster: ``channelPrefix``, else the root path."""
+        return self.channelPrefix or self.root_path
+
+    @property
+    def dml_channels(self) -> list[str]:
+        return [f"{self.channel_prefix}-rootcoord-dml_{i}" for i in range(self.dmlChannelNum)]
+
+    @property
+    def replicate_channel(self) -> str:
+        """The source names it ``<chanNamePrefix.cluster>-<chanNamePrefix.replicateMsg>``; the
+        second part is ``replicate-msg`` unless the source changed it (then name the channel
+        in the create request's ``rpc_channel_info``)."""
+        return f"{self.channel_prefix}-replicate-msg"
+
+
+def milvus_param(milvus: SourceMilvusSettings) -> dict[str, str]:
+    """A cluster's Milvus endpoint as pymilvus takes it (secrets revealed: never log it)."""
+    return {
+        "uri": milvus.uri,
+        "username": milvus.username,
+        "password": milvus.password.get_secret_value(),
+        "token": milvus.token.get_secret_value(),
+    }

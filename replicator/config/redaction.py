@@ -1,0 +1,75 @@
+"""What of the configuration may be shown, logged or inherited: its secrets found and hidden."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import BaseModel, SecretStr
+from sqlalchemy.engine import make_url
+
+from metastore.sql import mysql_url_from_source
+from replicator.config.connections import MetaStoreSettings
+from replicator.config.settings import CLIENT_ENV, ENV_PREFIX, CdcSettings
+
+
+def redacted(settings: CdcSettings) -> dict[str, Any]:
+    """The merged configuration for display, secrets replaced by '******'."""
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    _redact_tree(data)
+    return data
+
+
+_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl", "key", "sha256"}
+
+
+def _redact_tree(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.lower() in _SECRET_KEYS and value:
+                node[key] = "******"
+            else:
+                _redact_tree(value)
+    elif isinstance(node, list):
+        for item in node:
+            _redact_tree(item)
+
+
+def secret_values(node: Any) -> list[str]:
+    """Every secret the configuration holds, for the log redactor: each ``SecretStr`` (at any
+    depth) and the password inside ``mysqlSourceUrl``, also as the URL spells it."""
+    found: list[str] = []
+    if isinstance(node, SecretStr):
+        found.append(node.get_secret_value())
+    elif isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            found.extend(secret_values(getattr(node, name)))
+    elif isinstance(node, list | tuple):
+        for item in node:
+            found.extend(secret_values(item))
+    elif isinstance(node, dict):
+        for item in node.values():
+            found.extend(secret_values(item))
+    if isinstance(node, MetaStoreSettings) and node.mysqlSourceUrl.get_secret_value():
+        url = make_url(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value()))
+        if url.password:
+            found.extend([str(url.password), quote(str(url.password), safe="")])
+    return [s for s in found if s]
+
+
+def scrub_secret_environment(environ: MutableMapping[str, str]) -> list[str]:
+    """Remove the ``CDC_`` variables that hold secrets once the settings are read, so child
+    processes (the backfill driver gets its settings on stdin) do not inherit them; returns the
+    names removed."""
+    removed = []
+    for name in list(environ):
+        upper = name.upper()
+        last = upper.rsplit("__", 1)[-1].lower()
+        if upper.startswith(ENV_PREFIX) and upper not in CLIENT_ENV and last in _SECRET_ENV:
+            del environ[name]
+            removed.append(name)
+    return removed
+
+
+_SECRET_ENV = {*_SECRET_KEYS, "tokens"}
