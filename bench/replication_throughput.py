@@ -53,6 +53,7 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2  # noqa: E402
 
 from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.sql import SqlMetaStore, sqlite_url  # noqa: E402
+from replicator.config.task_spec import TaskSpec  # noqa: E402
 from replicator.pipeline.context import TaskContext  # noqa: E402
 from replicator.pipeline.registry import CollectionRegistry  # noqa: E402
 from replicator.pipeline.selection import TaskSelection  # noqa: E402
@@ -253,7 +254,7 @@ def run_pipeline(
     store = SqlMetaStore(sqlite_url(str(work / f"meta-{task_id[:8]}.sqlite3")), "bench")
     now = time.time()
     store.create_task(TaskRecord(task_id, TaskState.RUNNING, "", spec, now, now))
-    registry = CollectionRegistry(TaskSelection.from_spec(spec), "_default")
+    registry = CollectionRegistry(TaskSelection.from_spec(TaskSpec.from_stored(spec)), "_default")
     assert registry.add(collection_id, "default", "bench", schema or bench_schema(), (topic,))
     target = DiscardTarget(expect_rows)
     stop = threading.Event()

@@ -15,6 +15,10 @@ import sys
 
 from replicator.backfill.job import EXIT_BAD_JOB, JobOptions, run_job
 from replicator.backfill.state import BackfillState
+from replicator.config.connections import milvus_param
+from replicator.config.secret_keys import open_task_store
+from replicator.config.settings import CdcSettings, ConfigError, load_settings
+from replicator.config.task_spec import TaskSpec
 from replicator.log_context import log_context
 
 log = logging.getLogger("replicator.backfill")
@@ -43,10 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from replicator.config.connections import milvus_param
-    from replicator.config.secret_keys import open_task_store
-    from replicator.config.settings import CdcSettings, ConfigError, load_settings
-
     try:
         if args.settings_stdin:
             settings = CdcSettings(**json.loads(sys.stdin.read()))
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             log.error("task %s not found", args.task)
             return EXIT_BAD_JOB
         try:
-            milvus = settings.source_of(task.spec).milvus
+            spec = TaskSpec.of(task)
+            milvus = settings.source_of(spec).milvus
         except KeyError as exc:
             log.error("%s", exc.args[0])
             return EXIT_BAD_JOB
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         master, extra = spark_master(backfill.sparkMaster, backfill.taskMaxFailures)
         options = JobOptions(
             source=milvus_param(milvus),
-            target=dict(task.spec["milvus_connect_param"]),
+            target=spec.target_param,
             range_rows=backfill.rangeRows,
             batch_rows=backfill.batchRows,
             parallelism=backfill.parallelism,

@@ -34,8 +34,9 @@ from replicator.compare.reader import ensure_loaded, schema_of
 from replicator.compare.spark_launch import RangeDigests, SparkDigests, SparkVerifyError
 from replicator.compare.state import CollectionResult, VerifyJob, VerifyState
 from replicator.compare.verify import CollectionVerifier, RangeOutcome, VerifyOptions
+from replicator.config.task_spec import DEFAULT_DB, TaskSpec
 from replicator.log_context import log_context
-from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, TaskSelection
+from replicator.pipeline.selection import WILDCARD, TaskSelection
 from replicator.sinks.milvus_status import GRPC_RETRIABLE
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class VerifyError(Exception):
 class VerifyContext:
     store: MetaStore
     task_id: str
-    spec: dict[str, Any]
+    spec: TaskSpec
     source: dict[str, Any]  # uri, username, password, token of the source Milvus
     options: VerifyOptions
     # the pchannels a source collection (db, name) is on; None: not known
@@ -154,7 +155,7 @@ class VerifyRun:
             self._save(self.job.with_(notes=[*self.job.notes, note]))
         selection = TaskSelection.from_spec(context.spec)
         refs = resolve_collections(context.source, selection, self.job.requested)
-        target_params = dict(context.spec["milvus_connect_param"])
+        target_params = context.spec.target_param
         for ref in refs:
             if self.stop.is_set():
                 return
@@ -233,7 +234,7 @@ class VerifyRun:
         spark = self.context.spark
         if spark is None or not spark.wanted(plan):
             return {}
-        target_params = dict(self.context.spec["milvus_connect_param"])
+        target_params = self.context.spec.target_param
         started = time.monotonic()
         try:
             found = spark.run(

@@ -52,6 +52,7 @@ from replicator.config.daemon import (
     VerifySettings,
 )
 from replicator.config.security import AuthSettings, SecretsSettings, TlsSettings, TokenSettings
+from replicator.config.task_spec import DEFAULT_SOURCE, TaskSpec
 
 __all__ = [
     "CLIENT_ENV",
@@ -175,13 +176,11 @@ class CdcSettings(BaseSettings):
                 f"no cluster named {name!r} in the daemon's configuration (clusters: {known})"
             ) from None
 
-    def source_of(self, spec: Mapping[str, Any]) -> SourceSettings:
+    def source_of(self, spec: TaskSpec) -> SourceSettings:
         """The source settings a task reads (its ``source_cluster``)."""
-        return self.cluster(spec.get("source_cluster"))
+        return self.cluster(spec.source_cluster)
 
 
-# the name a task's source_cluster takes for the daemon's sourceConfig
-DEFAULT_SOURCE = "sourceConfig"
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 

@@ -33,6 +33,7 @@ from metastore import (
 from metastore.fenced import Fence, FencedStore
 from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
+from replicator.config.task_spec import TaskSpec
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError, TaskFailedError, is_retriable
 from replicator.fibers import Fiber, FiberPool, Steps, pause, shared_pool
@@ -70,7 +71,7 @@ from replicator.pipeline.wal_switch import OpenWal
 from replicator.pipeline.worker import ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
-from replicator.sinks.targets import MILVUS_PARAM, connect_timeout, is_kafka, open_target
+from replicator.sinks.targets import open_target
 from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
 from replicator.task_runner import FailureCallback
 
@@ -215,13 +216,14 @@ class ReplicationRunner:
         self.store: MetaStore = store
         self.on_failure = on_failure
         self.context = context
-        self.selection = TaskSelection.from_spec(task.spec)
-        self.rpc_channel = str(task.spec.get("rpc_channel_info", {}).get("name") or "")
+        self.spec = TaskSpec.of(task)
+        self.selection = TaskSelection.from_spec(self.spec)
+        self.rpc_channel = self.spec.rpc_channel
         # the Go tool's ignore_partition: every row goes to the target's default partition
-        milvus = task.spec.get(MILVUS_PARAM) or {}
+        milvus = self.spec.milvus_connect_param or {}
         self.single_partition = bool(milvus.get("ignore_partition"))
         # a Kafka target takes no backfill: there is no copy to make there (see README)
-        self.kafka = is_kafka(task.spec)
+        self.kafka = self.spec.is_kafka
         self._channels = [*context.channels, *([self.rpc_channel] if self.rpc_channel else [])]
         self.statuses = {
             ch: ChannelStatus(ch, has_ticks=ch != self.rpc_channel) for ch in self._channels
@@ -251,7 +253,7 @@ class ReplicationRunner:
         answer does not wait for it: the runner's fence is closed, so the read, when it
         returns, writes nothing. A thread of its own, not the loop's executor, which a read
         that never returns would keep."""
-        budget = PrepareBudget(connect_timeout(self.task.spec))
+        budget = PrepareBudget(self.spec.connect_timeout)
         fixing = in_daemon_thread(self._fix_starts, budget, name=f"prepare-{self.task.task_id[:8]}")
         try:
             await asyncio.wait_for(fixing, budget.seconds + PREPARE_SLACK)
@@ -286,8 +288,7 @@ class ReplicationRunner:
             read.watermarks,
             read.catalog,
             self.selection,
-            at_end=(active is not None and active.covers_all)
-            or self.task.spec.get("start_at") == "end",
+            at_end=(active is not None and active.covers_all) or self.spec.start_at_end,
         )
         if starts.history_lost and active is None:
             self.warnings.warn(history_lost(starts.history_lost))
@@ -299,7 +300,7 @@ class ReplicationRunner:
                 read.source,
                 self.rpc_channel,
                 read.saved.get(self.rpc_channel),
-                at_end=self.task.spec.get("start_at") == "end",
+                at_end=self.spec.start_at_end,
             )
         missing = [ch for ch in self._channels if ch not in read.saved]
         if missing:
@@ -517,7 +518,7 @@ class ReplicationRunner:
         context = self.context
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         names = TaskNames.for_task(registry.resolve, self.selection)
-        rbac = bool((self.task.spec.get("extra_info") or {}).get("enable_user_role"))
+        rbac = self.spec.rbac
         register_collections(registry, names, connection.target, read.catalog, self.state)
         return TaskContext.build(
             self.task.task_id,

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+
+from replicator.config.task_spec import DEFAULT_DB, TaskSpec
 
 WILDCARD = "*"
-DEFAULT_DB = "default"
 
-Selection = set[tuple[str, str]]
-
-
-def selection_of(spec: Mapping[str, Any]) -> Selection:
-    """The (database, collection) pairs a stored spec selects; '*' is a wildcard in either."""
-    if spec.get("collection_infos"):
-        return {(DEFAULT_DB, info["name"]) for info in spec["collection_infos"]}
-    return {
-        (db, info["name"]) for db, infos in spec.get("db_collections", {}).items() for info in infos
-    }
+Selection = AbstractSet[tuple[str, str]]
 
 
 def selection_matches(selection: Selection, db: str, collection: str) -> bool:
@@ -40,12 +32,12 @@ class TaskSelection:
     mapping: Mapping[str, tuple[str, Mapping[str, str]]]
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> TaskSelection:
+    def from_spec(cls, spec: TaskSpec) -> TaskSelection:
         mapping = {
             m["source_db"]: (m["target_db"], dict(m.get("collection_mapping") or {}))
-            for m in spec.get("name_mapping") or []
+            for m in spec.name_mapping
         }
-        return cls(frozenset(selection_of(spec)), mapping)
+        return cls(spec.selection, mapping)
 
     def selects(self, db: str, collection: str) -> bool:
         return selection_matches(set(self.selection), db or DEFAULT_DB, collection)

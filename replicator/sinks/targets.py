@@ -3,27 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from metastore import TaskRecord
+from replicator.config.task_spec import TaskSpec
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
-
-KAFKA_PARAM = "kafka_connect_param"
-MILVUS_PARAM = "milvus_connect_param"
-DEFAULT_CONNECT_TIMEOUT = 10  # seconds (server/tasks/requests.py fills it into every stored task)
-
-
-def is_kafka(spec: Mapping[str, Any]) -> bool:
-    return bool(spec.get(KAFKA_PARAM))
-
-
-def connect_timeout(spec: Mapping[str, Any]) -> float:
-    """The task's ``connect_timeout`` (its target's, 10 s when left out): the daemon waits that
-    long at most for anything it must reach to answer a request about the task."""
-    param = spec.get(KAFKA_PARAM) or spec.get(MILVUS_PARAM) or {}
-    return float(param.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
 
 
 def incarnation(task: TaskRecord) -> str:
@@ -33,7 +16,8 @@ def incarnation(task: TaskRecord) -> str:
 
 
 def open_target(task: TaskRecord) -> MilvusTarget:
-    spec = task.spec
-    if is_kafka(spec):
-        return KafkaTarget(dict(spec[KAFKA_PARAM]), task.task_id, incarnation(task))
-    return MilvusTarget(dict(spec[MILVUS_PARAM]))
+    """The target of a task, as its spec names it."""
+    spec = TaskSpec.of(task)
+    if spec.is_kafka:
+        return KafkaTarget(spec.target_param, task.task_id, incarnation(task))
+    return MilvusTarget(spec.target_param)

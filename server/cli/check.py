@@ -31,6 +31,7 @@ from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings
 from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
+from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
 from server.cli.client import secret_from_env
 from server.cli.render import table
@@ -200,12 +201,10 @@ def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str,
                 found.append((f"target of task {task_id}", "no such task in the metastore"))
             elif problem is not None:
                 found.append((f"target of task {task_id}", problem))
-            elif task.spec.get("kafka_connect_param"):
-                found.append(
-                    (f"target of task {task_id}", {"kafka": dict(task.spec["kafka_connect_param"])})
-                )
+            elif (spec := TaskSpec.of(task)).is_kafka:
+                found.append((f"target of task {task_id}", {"kafka": spec.target_param}))
             else:
-                found.append((f"target of task {task_id}", dict(task.spec["milvus_connect_param"])))
+                found.append((f"target of task {task_id}", spec.target_param))
         return found
     finally:
         store.close()

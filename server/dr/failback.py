@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replicator.backfill.state import BackfillState
+from replicator.config.task_spec import TaskSpec
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.switchover import reverse_request, verify_ended
 from server.dr.task_ops import TaskOperations
@@ -41,7 +42,7 @@ FINISHED = ("in_sync", "failed")
 REPAIRS = 3  # verify-with-repair passes before the failback gives up
 
 
-def failback_request(spec: dict[str, Any], task_id: str) -> CreateRequest:
+def failback_request(spec: TaskSpec, task_id: str) -> CreateRequest:
     """The reverse task of a failed-over task: B -> A, seeded by a backfill of B."""
     request = reverse_request(spec, task_id)
     return request.model_copy(update={"start_at": "creation", "backfill": BackfillOption()})
@@ -80,7 +81,7 @@ class FailbackRun:
         self.on_save(self.task_id, dict(self.record))
         log.info("failback of %s: %s", self.task_id, self.record["state"])
 
-    async def create(self, spec: dict[str, Any]) -> None:
+    async def create(self, spec: TaskSpec) -> None:
         """Create the reverse task (its backfill starts with it)."""
         await self.sup.create(failback_request(spec, self.reverse_id))
         for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):

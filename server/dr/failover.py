@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from metastore import Position
+from replicator.config.task_spec import TaskSpec
 from replicator.events import CollectionEvent, Delete, Insert, RawRecord
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.runner import RunnerContext
@@ -51,7 +52,7 @@ class Unreplicated:
 
 def export_unreplicated(
     context: RunnerContext,
-    spec: dict[str, Any],
+    spec: TaskSpec,
     positions: dict[str, Position],
     consistent_ts: int,
     out: Path,

@@ -26,6 +26,7 @@ from pydantic import Field
 from metastore import MetaStoreError, TaskRecord, TaskState
 from replicator.compare.gate import applied_ts
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
+from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.status import consistent_view
 from replicator.task_runner import TaskRunner
@@ -141,7 +142,7 @@ class DisasterRecovery:
     async def switchover(self, request: SwitchoverRequest) -> dict[str, Any]:
         """Start a switchover job, or refuse at once (409) naming why, changing nothing."""
         task = await self.sup.get(request.task_id)
-        spec = dict(task.spec)
+        spec = TaskSpec.of(task)
         tid = task.task_id
         if tid in self._runs and not self._runs[tid].done():
             raise ConflictError(f"task {tid}: a switchover of it is under way")
@@ -149,17 +150,17 @@ class DisasterRecovery:
             raise ConflictError(
                 f"task {tid} is {task.state.value}: only a Running task switches over"
             )
-        if not spec.get("target_cluster"):
+        if not spec.target_cluster:
             raise ConflictError(
                 f"task {tid} writes to an address, not a named cluster: a switchover needs its "
                 'target as target_cluster (README "Disaster recovery")'
             )
-        if not spec.get("source_cluster"):
+        if not spec.source_cluster:
             raise ConflictError(
                 f"task {tid} reads {DEFAULT_SOURCE}: a switchover needs the source named in "
                 "clusters, with its Milvus endpoint, to reverse the flow into it"
             )
-        if spec.get("name_mapping"):
+        if spec.name_mapping:
             raise ConflictError(f"task {tid} renames collections: a switchover cannot reverse it")
         runner = self.sup.runner_of(tid)
         if runner is None:
@@ -184,7 +185,7 @@ class DisasterRecovery:
             self.sup.fleet.member_id,
             request.max_lag_seconds,
             request.timeout_seconds,
-            (spec["source_cluster"], spec["target_cluster"]),
+            (spec.source_cluster, spec.target_cluster),
             request.fence,
             request.stale_check_seconds,
         )
@@ -277,8 +278,8 @@ class DisasterRecovery:
             "consistent_up_to": consistent_view(consistent),
             "rpo_seconds": round(at - to_seconds(consistent), 3) if consistent else None,
         }
-        spec = dict(task.spec)
-        target = spec.get("target_cluster")
+        spec = TaskSpec.of(task)
+        target = spec.target_cluster
         if target:  # the target takes writes now
             with contextlib.suppress(FenceError):
                 await asyncio.to_thread(EtcdQuotaFence(target, self.settings.cluster(target)).lift)
@@ -297,7 +298,7 @@ class DisasterRecovery:
     async def _export(
         self,
         tid: str,
-        spec: dict[str, Any],
+        spec: TaskSpec,
         consistent: int,
         at: float,
         request: FailoverRequest,
@@ -305,7 +306,7 @@ class DisasterRecovery:
         if not request.export_seconds:
             return None
 
-        name = spec.get("source_cluster") or DEFAULT_SOURCE
+        name = spec.source_name
         context = cluster_context(self.settings, name, shared_readers=False)
         positions = await self.sup.positions(tid)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
@@ -322,14 +323,14 @@ class DisasterRecovery:
         did not fail over, or a failback of it is under way)."""
         task = await self.sup.get(request.task_id)
         tid = task.task_id
-        spec = dict(task.spec)
+        spec = TaskSpec.of(task)
         failover = await asyncio.to_thread(load_json, self.sup.store, tid, FAILOVER_KEY)
         if failover is None or task.state is not TaskState.PAUSED:
             raise ConflictError(
                 f"task {tid} has not failed over (a failback re-seeds the source of a task "
                 "that did: POST failover first)"
             )
-        if not spec.get("source_cluster") or not spec.get("target_cluster"):
+        if not spec.source_cluster or not spec.target_cluster:
             raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
         running = self._failbacks.get(tid)
         current = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
@@ -360,7 +361,7 @@ class DisasterRecovery:
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
         with log_context(task_id=tid):
             log.info(
-                "failback asked: reverse task %s seeds %s", run.reverse_id, spec["source_cluster"]
+                "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
             )
         return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
 
@@ -376,8 +377,10 @@ class DisasterRecovery:
 
         try:
             if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
-                spec = dict((await self.sup.get(reverse_id)).spec)
-                watched, peer = spec["target_cluster"], spec["source_cluster"]
+                spec = TaskSpec.of(await self.sup.get(reverse_id))
+                watched, peer = spec.target_cluster, spec.source_name
+                if watched is None:  # a reverse task names its target cluster
+                    raise ConflictError(f"task {reverse_id} names no target cluster to watch")
                 context = cluster_context(self.settings, watched, shared_readers=False)
                 await asyncio.to_thread(
                     arm, self.sup.store, context, reverse_id, watched, peer, "failback"
@@ -419,7 +422,7 @@ class DisasterRecovery:
         state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
         if state is None:
             return
-        spec = dict((await self.sup.get(task_id)).spec)
+        spec = TaskSpec.of(await self.sup.get(task_id))
 
         def applied() -> int:
             runner = self.sup.runner_of(task_id)

@@ -47,6 +47,7 @@ from replicator.compare.digest import row_hash
 from replicator.compare.gate import now_ts
 from replicator.compare.reader import Schema, schema_of
 from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.runner import RunnerContext
 from server.dr.fence import client_args
@@ -165,7 +166,7 @@ class StaleWriteWatch:
         self,
         settings: CdcSettings,
         context: RunnerContext,
-        spec: dict[str, Any],
+        spec: TaskSpec,
         applied: Callable[[], int],
         refresh_consistent_ts: Callable[[], None],
         stop: threading.Event,

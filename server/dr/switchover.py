@@ -30,6 +30,7 @@ from typing import Any
 from metastore import TaskState
 from replicator.compare.state import VerifyJob
 from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
@@ -104,22 +105,31 @@ async def verify_ended(
         await asyncio.sleep(poll)
 
 
-def reverse_request(spec: dict[str, Any], task_id: str) -> CreateRequest:
+def reverse_request(spec: TaskSpec, task_id: str) -> CreateRequest:
     """The create request of the flow B -> A that reverses ``spec`` (A -> B): the same
     collections, starting at B's WAL end."""
+    return flow_request(spec, task_id, source=spec.target_cluster, target=spec.source_cluster)
+
+
+def flow_request(
+    spec: TaskSpec, task_id: str, *, source: str | None, target: str | None
+) -> CreateRequest:
+    """The create request of a flow from ``source`` to ``target`` (cluster names) with the
+    collections and scheduled verifies of ``spec``, starting at the source's WAL end."""
+    stored = spec.to_stored()
     selection: dict[str, Any] = {}
-    if spec.get("collection_infos"):
-        selection["collection_infos"] = spec["collection_infos"]
+    if stored.get("collection_infos"):
+        selection["collection_infos"] = stored["collection_infos"]
     else:
-        selection["db_collections"] = spec.get("db_collections") or {}
+        selection["db_collections"] = stored.get("db_collections") or {}
     extra: dict[str, Any] = {}
-    if spec.get("verify"):
-        extra["verify"] = spec["verify"]
+    if stored.get("verify"):
+        extra["verify"] = stored["verify"]
     return CreateRequest.model_validate(
         {
             "task_id": task_id,
-            "source_cluster": spec["target_cluster"],
-            "target_cluster": spec.get("source_cluster"),
+            "source_cluster": source,
+            "target_cluster": target,
             "start_at": "end",
             **selection,
             **extra,
@@ -289,7 +299,7 @@ class SwitchoverRun:
             if rearm:
                 await self._rearm(reverse_id)
             else:
-                spec = dict((await self.sup.get(job.task_id)).spec)
+                spec = TaskSpec.of(await self.sup.get(job.task_id))
                 await self.sup.create(reverse_request(spec, reverse_id))
             await self._link_reverse_pair(job.task_id, reverse_id)
             await injected_fault("reversed")
@@ -324,15 +334,9 @@ class SwitchoverRun:
     async def _rearm(self, original_id: str) -> None:
         """The task reverses ``original_id`` (paused by an earlier switchover): that task runs
         again, from its source's WAL end, as the same task (its id, selection and settings)."""
-        original = await self.sup.get(original_id)
-        spec = dict(original.spec)
-        request = reverse_request(
-            {
-                **spec,
-                "source_cluster": spec.get("target_cluster"),
-                "target_cluster": spec.get("source_cluster"),
-            },
-            original_id,
+        spec = TaskSpec.of(await self.sup.get(original_id))
+        request = flow_request(
+            spec, original_id, source=spec.source_cluster, target=spec.target_cluster
         )
         await self.sup.delete(original_id)
         await self.sup.create(request)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from metastore import Position
 from replicator.backfill.ranges import Key
 from replicator.codec.streaming import decode_any
+from replicator.config.task_spec import TaskSpec
 from replicator.events import CollectionEvent, Delete, Insert, RawRecord
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.bootstrap import position_before_offset
@@ -27,7 +27,7 @@ READ_BATCH = 1000
 READ_WAIT = 0.5  # seconds a read of a channel waits before the channel counts as read
 
 
-def selected_collections(context: RunnerContext, spec: dict[str, Any]) -> dict[int, CollectionMeta]:
+def selected_collections(context: RunnerContext, spec: TaskSpec) -> dict[int, CollectionMeta]:
     """The collections of the cluster (its catalog, by id) that the task's selection names."""
     selection = TaskSelection.from_spec(spec)
     return {

@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 from metastore import MetaStore, MetaStoreError, TaskRecord, TaskState
 from replicator.config.connections import SourceSettings
 from replicator.config.daemon import RetrySettings, SchedulerSettings, VerifySettings
+from replicator.config.task_spec import TaskSpec
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
 from server.app_state import DISASTER, METRICS, STORE, SUPERVISOR
@@ -54,7 +55,7 @@ from server.runtime.verify_schedule import run_scheduled
 from server.tasks.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
 from server.tasks.supervisor import TaskSupervisor
 
-SourceOf = Callable[[Mapping[str, Any]], SourceSettings]
+SourceOf = Callable[[TaskSpec], SourceSettings]
 # seconds between looks for switchover jobs a stopped fleet member left (its leases' life)
 RECOVER_SECONDS = 10.0
 
@@ -366,7 +367,7 @@ class DaemonJobs:
                 with log_context(task_id=task_id):
                     log.warning("reachability warnings not recorded: %s", exc)
 
-    def _source_endpoints(self, spec: Mapping[str, Any]) -> list[Endpoint]:
+    def _source_endpoints(self, spec: TaskSpec) -> list[Endpoint]:
         if self.source_of is None:
             return []
         try:

@@ -9,14 +9,12 @@ nothing, so its ranges could not settle).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
 from replicator.config.daemon import VerifySettings
-from replicator.sinks.targets import is_kafka
+from replicator.config.task_spec import TaskSpec
 from server.errors import ApiError
 from server.logs import log_context
 from server.tasks.requests import VerifyRequest
@@ -33,8 +31,9 @@ class Schedule:
     sample: float  # fraction of the ranges per run
 
 
-def schedule_of(spec: Mapping[str, Any], defaults: VerifySettings) -> Schedule:
-    asked = spec.get("verify") or {}
+def schedule_of(spec: TaskSpec, defaults: VerifySettings) -> Schedule:
+    """The task's scheduled verifies: its own ``verify`` settings over the daemon's."""
+    asked = spec.verify or {}
     return Schedule(
         float(asked.get("intervalHours") or defaults.intervalHours),
         float(asked.get("sampleFraction") or defaults.sampleFraction),
@@ -58,9 +57,10 @@ async def run_scheduled(
     """Start the verifies that are due; the ids of their tasks."""
     started = []
     for task in await supervisor.list():
-        if is_kafka(task.spec):
+        spec = TaskSpec.of(task)
+        if spec.is_kafka:
             continue  # nothing to compare a topic with
-        schedule = schedule_of(task.spec, defaults)
+        schedule = schedule_of(spec, defaults)
         if not due(task, supervisor.verify_job(task.task_id), schedule, now):
             continue
         with log_context(task_id=task.task_id):

@@ -23,7 +23,7 @@ from server.tasks.requests import (
     VerifyRequest,
     parse_model,
 )
-from server.tasks.spec import public_view, validate_create
+from server.tasks.spec import validate_create
 from server.tasks.supervisor import PAUSED_BY_USER, TaskSupervisor, task_view
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "TaskSupervisor",
     "VerifyRequest",
     "parse_model",
-    "public_view",
     "task_view",
     "validate_create",
 ]

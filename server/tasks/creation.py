@@ -28,14 +28,14 @@ from metastore import (
 from metastore.fenced import Fence
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.config.settings import CdcSettings
-from replicator.pipeline.selection import selection_of, selections_overlap
-from replicator.sinks.targets import connect_timeout, is_kafka
+from replicator.config.task_spec import TaskSpec
+from replicator.pipeline.selection import selections_overlap
 from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import log_context
 from server.tasks import state_history
 from server.tasks.local_runs import LocalRuns
 from server.tasks.requests import CreateRequest
-from server.tasks.spec import secrets_of, target_key, target_label, validate_create
+from server.tasks.spec import validate_create
 from server.tasks.target_check import check_kafka_reachable
 
 log = logging.getLogger(__name__)
@@ -74,13 +74,13 @@ class TaskCreation:
         task_id = request.task_id or uuid.uuid4().hex
         existing = await asyncio.to_thread(self._store.list_tasks)
         self._check_admission(task_id, spec, existing)
-        self._runs.redactor.add(*secrets_of(spec))
-        if is_kafka(spec):
-            version = await asyncio.to_thread(check_kafka_reachable, spec["kafka_connect_param"])
+        self._runs.redactor.add(*spec.secrets())
+        if spec.is_kafka:
+            version = await asyncio.to_thread(check_kafka_reachable, spec.target_param)
         else:
-            version = await asyncio.to_thread(self._target_checker, spec["milvus_connect_param"])
-        log.info("target %s answered, version %s", target_label(spec), version)
-        auto_start = not spec["disable_auto_start"]
+            version = await asyncio.to_thread(self._target_checker, spec.target_param)
+        log.info("target %s answered, version %s", spec.target_label(), version)
+        auto_start = not spec.disable_auto_start
         async with self._runs.lock:
             # Again under the lock: another create may have been admitted meanwhile.
             self._check_admission(task_id, spec, await asyncio.to_thread(self._store.list_tasks))
@@ -89,14 +89,14 @@ class TaskCreation:
                 task_id=task_id,
                 state=TaskState.INITIAL,
                 reason="starting" if auto_start else "created with disable_auto_start",
-                spec=spec,
+                spec=spec.to_stored(),
                 created_at=now,
                 updated_at=now,
                 # until it is shown: see CREATING
                 extra={
                     CREATING: {
                         "by": self.fleet.member_id,
-                        "until": round(now + connect_timeout(spec) + CREATE_GRACE, 3),
+                        "until": round(now + spec.connect_timeout + CREATE_GRACE, 3),
                     }
                 },
             )
@@ -118,8 +118,8 @@ class TaskCreation:
                 **{"from": None},
             )
             with log_context(task_id=task_id):
-                if spec.get("backfill"):
-                    job = BackfillJob.new(spec["backfill"]["collections"])
+                if spec.backfill_collections:
+                    job = BackfillJob.new(list(spec.backfill_collections))
                     await asyncio.to_thread(BackfillState(self._store, task_id).save_job, job)
                     log.info("backfill %s of %s asked", job.job_id, job.requested)
                 if auto_start:
@@ -250,22 +250,22 @@ class TaskCreation:
                 creator,
             )
 
-    def _check_admission(
-        self, task_id: str, spec: dict[str, Any], existing: list[TaskRecord]
-    ) -> None:
+    def _check_admission(self, task_id: str, spec: TaskSpec, existing: list[TaskRecord]) -> None:
+        """Refuse (409) a task whose id is taken, past ``maxTaskNum``, or replicating a
+        collection another task replicates to the same target."""
         if any(t.task_id == task_id for t in existing):
             raise ConflictError(f"task_id: task {task_id} already exists")
         if len(existing) >= self._settings.maxTaskNum:
             raise ConflictError(
                 f"the daemon already has {len(existing)} tasks, the limit set by maxTaskNum"
             )
-        target = target_key(spec)
-        selection = selection_of(spec)
+        target = spec.target_key()
         for other in existing:
-            if target_key(dict(other.spec)) != target:
+            other_spec = TaskSpec.of(other)
+            if other_spec.target_key() != target:
                 continue
-            if selections_overlap(selection, selection_of(dict(other.spec))):
+            if selections_overlap(spec.selection, other_spec.selection):
                 raise ConflictError(
                     f"task {other.task_id} already replicates an overlapping set of collections "
-                    f"to the target {target_label(spec)}"
+                    f"to the target {spec.target_label()}"
                 )

@@ -18,8 +18,9 @@ from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.codec.streaming import record_kind
 from replicator.config.connections import milvus_param
-from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
+from replicator.config.settings import CdcSettings
 from replicator.config.stores import etcd_client_for
+from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
@@ -44,7 +45,7 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     lock = threading.Lock()
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
-        name = task.spec.get("source_cluster") or DEFAULT_SOURCE
+        name = TaskSpec.of(task).source_name
         with lock:
             if name not in contexts:
                 contexts[name] = cluster_context(settings, name)

@@ -28,14 +28,13 @@ from metastore.fenced import Fence, FencedStore
 from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
 from replicator.errors import CdcError, SourceUnavailableError
-from replicator.sinks.targets import connect_timeout
 from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import SecretRedactor, log_context
 from server.tasks import state_history
 from server.tasks.fleet import Membership
 from server.tasks.reachability import source_endpoints
-from server.tasks.spec import secrets_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class LocalRuns:
         self.lock = asyncio.Lock()  # serialises state changes made here
         self.changes = 0  # state changes made here: a round read before one is stale
         self.runners: dict[str, TaskRunner] = {}
-        self.runner_specs: dict[str, Mapping[str, Any]] = {}  # the spec each runner runs
+        self.runner_specs: dict[str, TaskSpec] = {}  # the spec each runner runs
         self.fences: dict[str, Fence] = {}  # the fence (and lease) of each runner
         self.states: dict[str, TaskState] = {}
         self.creating: set[str] = set()  # tasks whose create is under way here
@@ -75,7 +74,7 @@ class LocalRuns:
 
     def remember_state(self, task: TaskRecord) -> None:
         self.states[task.task_id] = task.state
-        self._redactor.add(*secrets_of(dict(task.spec)))
+        self._redactor.add(*TaskSpec.of(task).secrets())
 
     async def set_state(
         self,
@@ -177,7 +176,7 @@ class LocalRuns:
         """Fix where the task starts (``runner.prepare``), within its connect timeout (and a
         little more); a 503 naming the source when it cannot be read, ``verb``: what did not
         happen to the task then ("created", "started")."""
-        bound = connect_timeout(task.spec)
+        bound = TaskSpec.of(task).connect_timeout
         with log_context(task_id=task.task_id):
             try:
                 # the runner keeps to the bound; this guards the answer should it not
@@ -191,7 +190,8 @@ class LocalRuns:
                 failure = exc
             log.warning("start positions not fixed: %s", failure)
         where = ", ".join(
-            f"{e.role} {e.label}" for e in source_endpoints(self._settings.source_of(task.spec))
+            f"{e.role} {e.label}"
+            for e in source_endpoints(self._settings.source_of(TaskSpec.of(task)))
         )
         raise UnavailableError(
             self._redactor.scrub(
@@ -226,7 +226,7 @@ class LocalRuns:
                 log.exception("task runner did not start")
                 return await self.fail(task, f"cannot start: {exc}")
         self.runners[task.task_id] = runner
-        self.runner_specs[task.task_id] = task.spec
+        self.runner_specs[task.task_id] = TaskSpec.of(task)
         return task
 
     async def fail(self, task: TaskRecord, reason: str) -> TaskRecord:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from replicator.config.connections import SourceSettings
 from replicator.config.stores import etcd_client_for
+from replicator.config.task_spec import TaskSpec
 from replicator.pipeline.status import unreachable_warning
 from server.tasks.target_check import check_target_reachable, describe_target
 
@@ -136,15 +137,15 @@ def source_endpoints(source: SourceSettings) -> list[Endpoint]:
     return [queue, etcd]
 
 
-def target_endpoint(spec: Mapping[str, Any]) -> Endpoint:
+def target_endpoint(spec: TaskSpec) -> Endpoint:
     """A task's target: a Milvus or the brokers of a Kafka target."""
-    kafka = spec.get("kafka_connect_param")
-    if kafka:
+    if spec.is_kafka:
         from replicator.sinks.kafka import client_config
 
-        config = client_config(dict(kafka))
+        kafka = spec.target_param
+        config = client_config(kafka)
         return Endpoint("target", f"kafka://{kafka['address']}", _kafka_probe(config))
-    connect = dict(spec["milvus_connect_param"])
+    connect = spec.target_param
 
     def probe(timeout: float) -> None:
         check_target_reachable({**connect, "connect_timeout": timeout})

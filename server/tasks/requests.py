@@ -15,7 +15,6 @@ from replicator.config.settings import describe_validation_error
 from replicator.pipeline.selection import WILDCARD
 from server.errors import BadRequestError
 
-DEFAULT_CONNECT_TIMEOUT = 10
 MAX_CONNECT_TIMEOUT = 300
 
 

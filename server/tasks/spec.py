@@ -1,9 +1,10 @@
-"""The task spec: a create request checked against the daemon's settings, and its views.
+"""A create request checked against the daemon's settings into the task's :class:`TaskSpec`.
 
-``validate_create`` turns a :class:`~server.tasks.requests.CreateRequest` into the spec the
-metastore keeps (JSON, secrets included until the store seals them); the functions below read
-that spec for admission (``target_key``), display (``public_view``, ``target_label``) and the
-log redactor (``secrets_of``).
+Pydantic has checked the request's shapes and types (server/tasks/requests.py); here is what
+needs the settings: name lengths, named clusters, the source's replicate channel, files,
+selections and name mappings, a backfill's or a verify's collections. The result is the typed,
+frozen spec (replicator/config/task_spec.py) that creation, admission, the target factory and
+the runner read; its stored document is what the metastores keep.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
-from replicator.pipeline.selection import DEFAULT_DB, WILDCARD, selection_matches
+from replicator.config.task_spec import DEFAULT_CONNECT_TIMEOUT, DEFAULT_DB, TaskSpec
+from replicator.pipeline.selection import WILDCARD, Selection, selection_matches
 from server.errors import BadRequestError
 from server.tasks.requests import (
-    DEFAULT_CONNECT_TIMEOUT,
     BufferConfig,
     ChannelInfo,
     CollectionInfo,
@@ -36,8 +37,9 @@ _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _CHANNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
 
 
-def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]:
-    """Check a create request and return the task spec to store (JSON-able, secrets included)."""
+def validate_create(req: CreateRequest, settings: CdcSettings) -> TaskSpec:
+    """Check a create request against the settings: the task's spec, or a 400 naming the
+    first problem. The spec's stored document is JSON, secrets included (the store seals them)."""
     kafka = req.kafka_connect_param
     if kafka is not None and not kafka.address and not kafka.topic:
         kafka = None  # the Go tool's clients send it empty beside milvus_connect_param
@@ -111,7 +113,7 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> dict[str, Any]
                 req.backfill.collections, selection, settings, cluster=req.source_cluster
             )
         }
-    return spec
+    return TaskSpec.from_stored(spec)
 
 
 def source_unreadable(settings: CdcSettings, cluster: str | None = None) -> str:
@@ -144,7 +146,7 @@ def backfill_unavailable(settings: CdcSettings, cluster: str | None = None) -> s
 
 def validate_backfill(
     names: list[str],
-    selection: set[tuple[str, str]],
+    selection: Selection,
     settings: CdcSettings,
     where: str = "backfill",
     cluster: str | None = None,
@@ -159,7 +161,7 @@ def validate_backfill(
 
 def validate_verify(
     names: list[str],
-    selection: set[tuple[str, str]],
+    selection: Selection,
     settings: CdcSettings,
     cluster: str | None = None,
 ) -> list[str]:
@@ -171,7 +173,7 @@ def validate_verify(
 
 
 def _selected_names(
-    names: list[str], selection: set[tuple[str, str]], settings: CdcSettings, where: str
+    names: list[str], selection: Selection, settings: CdcSettings, where: str
 ) -> list[str]:
     """'*' alone, or names the task selects: ``coll`` in the default database or ``db.coll``."""
     if not names:
@@ -416,7 +418,7 @@ def _validate_selection(req: CreateRequest, max_length: int) -> set[tuple[str, s
 
 
 def _validate_name_mapping(
-    mappings: list[NameMapping], selection: set[tuple[str, str]], max_length: int
+    mappings: list[NameMapping], selection: Selection, max_length: int
 ) -> list[dict[str, Any]]:
     seen: set[str] = set()
     result = []
@@ -444,55 +446,3 @@ def _validate_name_mapping(
             }
         )
     return result
-
-
-def target_identity(connect: dict[str, Any]) -> tuple[str, int]:
-    """The target a spec writes to, comparable across ``uri`` and ``host``/``port`` spellings."""
-    if connect.get("uri"):
-        parts = urlsplit(connect["uri"])
-        default = 443 if parts.scheme == "https" else 19530
-        return (parts.hostname or "").lower(), parts.port or default
-    return connect["host"].lower(), int(connect["port"])
-
-
-def public_view(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as responses show it: no password, no token."""
-    view = dict(spec)
-    if spec.get("kafka_connect_param"):
-        kafka = dict(spec["kafka_connect_param"])
-        if kafka.get("sasl"):
-            kafka["sasl"] = {k: v for k, v in kafka["sasl"].items() if k != "password"}
-        view["kafka_connect_param"] = kafka
-        return view
-    connect = dict(spec["milvus_connect_param"])
-    connect.pop("password", None)
-    connect.pop("token", None)
-    view["milvus_connect_param"] = connect
-    return view
-
-
-def target_key(spec: dict[str, Any]) -> tuple[str, ...]:
-    """What a task writes to, comparable between tasks: a Milvus (host, port) or a Kafka
-    cluster's first broker and the topic."""
-    kafka = spec.get("kafka_connect_param")
-    if kafka:
-        return "kafka", kafka["address"].split(",")[0].lower(), kafka["topic"]
-    host, port = target_identity(spec["milvus_connect_param"])
-    return "milvus", host, str(port)
-
-
-def target_label(spec: dict[str, Any]) -> str:
-    """The target as logs and views name it: ``host:port`` or ``kafka://brokers/topic``."""
-    kafka = spec.get("kafka_connect_param")
-    if kafka:
-        return f"kafka://{kafka['address']}/{kafka['topic']}"
-    host, port = target_identity(spec["milvus_connect_param"])
-    return f"{host}:{port}"
-
-
-def secrets_of(spec: dict[str, Any]) -> list[str]:
-    """The clear secrets of a task's spec, for the log redactor."""
-    connect = spec.get("milvus_connect_param") or {}
-    sasl = (spec.get("kafka_connect_param") or {}).get("sasl") or {}
-    found = [connect.get("password"), connect.get("token"), sasl.get("password")]
-    return [s for s in found if isinstance(s, str)]  # a secret that did not open is a mapping

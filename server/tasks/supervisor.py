@@ -30,7 +30,6 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from metastore import MetaStore, MetaStoreError, Position, TaskRecord, TaskState
@@ -39,9 +38,8 @@ from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
-from replicator.pipeline.selection import selection_of
+from replicator.config.task_spec import TaskSpec
 from replicator.pipeline.timings import TaskTimings
-from replicator.sinks.targets import is_kafka
 from server.errors import BadRequestError, ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
 from server.tasks.creation import CREATING, TargetChecker, TaskCreation
@@ -49,7 +47,7 @@ from server.tasks.fleet import Membership
 from server.tasks.fleet_rounds import FleetRounds, KeyCheck
 from server.tasks.local_runs import LocalRuns
 from server.tasks.requests import BackfillRequest, CreateRequest, VerifyRequest
-from server.tasks.spec import public_view, validate_backfill, validate_verify
+from server.tasks.spec import validate_backfill, validate_verify
 from server.tasks.verify import VerifyManager
 
 log = logging.getLogger(__name__)
@@ -168,7 +166,7 @@ class TaskSupervisor:
         """Create a task (:meth:`TaskCreation.create`)."""
         return await self.creation.create(request)
 
-    def runners_here(self) -> list[tuple[str, Mapping[str, Any], TaskRunner]]:
+    def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
         """(task id, spec, runner) of every task running on this daemon now."""
         for task_id in set(self._runs.runner_specs) - set(self._runs.runners):
             self._runs.runner_specs.pop(task_id, None)
@@ -335,14 +333,15 @@ class TaskSupervisor:
                     f"task {task.task_id} runs on fleet member {owner}: ask that daemon for "
                     "the backfill (or pause the task, ask here, and resume it)"
                 )
-            if is_kafka(task.spec):
+            spec = TaskSpec.of(task)
+            if spec.is_kafka:
                 raise BadRequestError(f"task {task.task_id}: a Kafka target takes no backfill")
             names = validate_backfill(
                 request.collections,
-                selection_of(dict(task.spec)),
+                spec.selection,
                 self._settings,
                 "collections",
-                task.spec.get("source_cluster"),
+                spec.source_cluster,
             )
             state = BackfillState(self._store, task.task_id)
             current = await asyncio.to_thread(state.job)
@@ -378,15 +377,13 @@ class TaskSupervisor:
         another verify of the task runs. Returns the task and the job id."""
         async with self._runs.lock:
             task = await self.get(request.task_id)
-            if is_kafka(task.spec):
+            spec = TaskSpec.of(task)
+            if spec.is_kafka:
                 raise BadRequestError(
                     f"task {task.task_id}: a Kafka target cannot be verified against the source"
                 )
             names = validate_verify(
-                request.collections,
-                selection_of(dict(task.spec)),
-                self._settings,
-                task.spec.get("source_cluster"),
+                request.collections, spec.selection, self._settings, spec.source_cluster
             )
             if self._verify.running(task.task_id):
                 current = self._verify.job(task.task_id)
@@ -432,7 +429,7 @@ def task_view(
     """A task as get and list show it (the Go tool's fields first; never a secret).
     ``progress`` is the runner's status while it runs (rows, bytes, lag, channels); ``owner``
     the fleet member running it (None when no daemon holds it)."""
-    view = public_view(dict(task.spec))
+    view = TaskSpec.of(task).public_view()
     return {
         "task_id": task.task_id,
         **view,

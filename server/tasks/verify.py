@@ -24,6 +24,7 @@ from replicator.compare.verify import VerifyOptions
 from replicator.config.connections import SourceSettings, milvus_param
 from replicator.config.settings import CdcSettings
 from replicator.config.stores import etcd_client_for
+from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
 
 log = logging.getLogger(__name__)
@@ -82,12 +83,13 @@ class VerifyManager:
         """Save ``job`` and run it in a thread of its own (blocking: call from a thread)."""
         VerifyState(self._store, task.task_id).save_job(job)
         self._views[task.task_id] = job
-        source = self._settings.source_of(task.spec)
+        spec = TaskSpec.of(task)
+        source = self._settings.source_of(spec)
         verify = self._settings.verify
         context = VerifyContext(
             self._store,
             task.task_id,
-            dict(task.spec),
+            spec,
             milvus_param(source.milvus),
             VerifyOptions(
                 verify.rangeRows,

@@ -17,6 +17,7 @@ from metastore.sql import SqlMetaStore, sqlite_url
 from replicator.codec.streaming import decode_any
 from replicator.config.connections import EtcdSettings
 from replicator.config.stores import etcd_client_for
+from replicator.config.task_spec import TaskSpec
 from replicator.errors import SourceUnavailableError
 from replicator.events import CreateCollection
 from replicator.meta.catalog import SourceCatalog
@@ -168,7 +169,7 @@ def test_a_2_3_create_record_read_before_the_catalog_has_it_waits_for_the_catalo
         "db_collections": {db: [{"name": "*"}]},
         "name_mapping": [{"source_db": db, "target_db": target_db}],
     }
-    selection = TaskSelection.from_spec(spec)
+    selection = TaskSelection.from_spec(TaskSpec.from_stored(spec))
     registry = CollectionRegistry(selection, "_default")
     target = MilvusTarget({"uri": milvus_lite_service.uri})
     store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")

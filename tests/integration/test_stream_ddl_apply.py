@@ -23,6 +23,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from replicator.codec import streaming_ddl as ddl
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamDdl
+from replicator.config.task_spec import TaskSpec
 from replicator.errors import TargetUnavailableError, TaskFailedError
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import TaskSelection
@@ -75,12 +76,14 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     suffix = uuid.uuid4().hex[:8]
     db, name = f"t_{suffix}", "orders_copy"
     selection = TaskSelection.from_spec(
-        {
-            "db_collections": {"src": [{"name": "*"}]},
-            "name_mapping": [
-                {"source_db": "src", "target_db": db, "collection_mapping": {"orders": name}}
-            ],
-        }
+        TaskSpec.from_stored(
+            {
+                "db_collections": {"src": [{"name": "*"}]},
+                "name_mapping": [
+                    {"source_db": "src", "target_db": db, "collection_mapping": {"orders": name}}
+                ],
+            }
+        )
     )
     registry = CollectionRegistry(selection, "_default")
     source_schema = collection_schema("orders")
@@ -119,7 +122,9 @@ def count_rows(env: Env) -> int:
 def test_database_create_alter_drop(env: Env) -> None:
     # a second source database mapped by name (no mapping entry: same name on the target)
     extra = f"x_{uuid.uuid4().hex[:8]}"
-    selection = TaskSelection.from_spec({"db_collections": {"*": [{"name": "*"}]}})
+    selection = TaskSelection.from_spec(
+        TaskSpec.from_stored({"db_collections": {"*": [{"name": "*"}]}})
+    )
     names = TaskNames.for_task(lambda _c: None, selection)
     applier = StreamDdlApplier(env.target, names)
     w = env.writer

@@ -19,7 +19,7 @@ def validate(settings=WITH_SOURCE, **data):
     data.setdefault("milvus_connect_param", TARGET)
     if "db_collections" not in data:
         data.setdefault("collection_infos", [{"name": "orders"}, {"name": "users"}])
-    return validate_create(parse_model(CreateRequest, data), settings)
+    return validate_create(parse_model(CreateRequest, data), settings).to_stored()
 
 
 def refused(settings=WITH_SOURCE, **data) -> str:

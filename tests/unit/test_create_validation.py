@@ -6,10 +6,11 @@ import pytest
 
 from metastore.sql import mysql_url_from_source
 from replicator.config.settings import load_settings
-from replicator.pipeline.selection import TaskSelection, selection_of, selections_overlap
+from replicator.config.task_spec import TaskSpec, target_identity
+from replicator.pipeline.selection import TaskSelection, selections_overlap
 from server.errors import BadRequestError
 from server.tasks.requests import CreateRequest, parse_model
-from server.tasks.spec import public_view, target_identity, validate_create
+from server.tasks.spec import validate_create
 
 SETTINGS = load_settings(None, {})
 TARGET = {"host": "milvus-b", "port": 19530}
@@ -19,7 +20,7 @@ def validate(**data):
     data.setdefault("milvus_connect_param", TARGET)
     if "db_collections" not in data:
         data.setdefault("collection_infos", [{"name": "*"}])
-    return validate_create(parse_model(CreateRequest, data), SETTINGS)
+    return validate_create(parse_model(CreateRequest, data), SETTINGS).to_stored()
 
 
 def test_go_client_body_with_empty_structs_and_nulls_is_accepted():
@@ -49,7 +50,7 @@ def test_go_client_body_with_empty_structs_and_nulls_is_accepted():
     )
     assert spec["milvus_connect_param"]["connect_timeout"] == 10  # 0 means the default
     assert spec["rpc_channel_info"] == {"name": "by-dev-replicate-msg"}
-    assert selection_of(spec) == {("default", "*")}
+    assert TaskSpec.from_stored(spec).selection == {("default", "*")}
 
 
 @pytest.mark.parametrize(
@@ -128,9 +129,9 @@ def test_name_mapping_and_db_collections():
             }
         ],
     )
-    assert selection_of(spec) == {("sales", "orders"), ("*", "audit")}
+    assert TaskSpec.from_stored(spec).selection == {("sales", "orders"), ("*", "audit")}
     assert spec["name_mapping"][0]["collection_mapping"] == {"orders": "orders_v2"}
-    selection = TaskSelection.from_spec(spec)
+    selection = TaskSelection.from_spec(TaskSpec.from_stored(spec))
     assert selection.selects("sales", "orders")
     assert selection.selects("anything", "audit")
     assert not selection.selects("sales", "items")
@@ -166,7 +167,7 @@ def test_target_identity_ignores_spelling():
 def test_public_view_has_no_secrets():
     spec = validate(milvus_connect_param={**TARGET, "username": "u", "password": "p4ss"})
     assert spec["milvus_connect_param"]["password"] == "p4ss"  # stored: needed to reconnect
-    shown = public_view(spec)["milvus_connect_param"]
+    shown = TaskSpec.from_stored(spec).public_view()["milvus_connect_param"]
     assert "password" not in shown
     assert "token" not in shown
     assert shown["username"] == "u"
@@ -221,7 +222,7 @@ def test_a_kafka_target_is_stored_in_place_of_a_milvus_and_shown_without_its_pas
             "security_protocol": "SASL_PLAINTEXT",
         },
     }
-    shown = public_view(spec)["kafka_connect_param"]
+    shown = TaskSpec.from_stored(spec).public_view()["kafka_connect_param"]
     assert "s3cret" not in str(shown) and shown["sasl"]["username"] == "cdc"
 
 

@@ -15,6 +15,7 @@ import yaml
 from replicator.compare.classify import RangeRead
 from replicator.config.redaction import secret_values
 from replicator.config.settings import ConfigError, load_settings
+from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import from_seconds, to_seconds
 from replicator.pipeline.status import (
     CAUGHT_UP_MARGIN,
@@ -29,7 +30,7 @@ from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
 from server.dr.switchover import reverse_request
 from server.errors import BadRequestError
 from server.tasks.requests import CreateRequest, parse_model
-from server.tasks.spec import public_view, validate_create
+from server.tasks.spec import validate_create
 
 CLUSTERS = {
     "clusters": {
@@ -59,7 +60,7 @@ def settings(extra: dict | None = None):
 
 def create(**data):
     data.setdefault("collection_infos", [{"name": "*"}])
-    return validate_create(parse_model(CreateRequest, data), settings())
+    return validate_create(parse_model(CreateRequest, data), settings()).to_stored()
 
 
 # --- named clusters ----------------------------------------------------------------------------
@@ -70,7 +71,7 @@ def test_a_task_between_named_clusters_takes_the_targets_endpoint_from_the_confi
     assert spec["milvus_connect_param"]["token"] == "We5t-token-xyz"
     # the replicate channel is the source cluster's
     assert spec["rpc_channel_info"]["name"] == "east-replicate-msg"
-    assert "We5t-token-xyz" not in str(public_view(spec))
+    assert "We5t-token-xyz" not in str(TaskSpec.from_stored(spec).public_view())
 
 
 def test_the_default_source_is_not_stored_and_a_go_tool_body_is_unchanged():
@@ -108,8 +109,8 @@ def test_cluster_names_are_checked_and_their_secrets_redacted():
     assert {"Ea5t-pw!", "We5t-token-xyz"} <= set(secret_values(loaded))
     with pytest.raises(KeyError, match="clusters: east, nomilvus, west"):
         loaded.cluster("north")
-    assert loaded.source_of({"source_cluster": "west"}).mq_type == "rocksmq"
-    assert loaded.source_of({}) is loaded.sourceConfig
+    assert loaded.source_of(TaskSpec.from_stored({"source_cluster": "west"})).mq_type == "rocksmq"
+    assert loaded.source_of(TaskSpec.from_stored({})) is loaded.sourceConfig
 
 
 # --- consistent-up-to --------------------------------------------------------------------------
@@ -156,8 +157,8 @@ def test_the_reverse_request_swaps_the_ends_keeps_the_selection_and_starts_at_th
         collection_infos=None,
         db_collections={"shop": [{"name": "orders"}]},
     )
-    request = reverse_request(spec, "t1-rev")
-    reverse = validate_create(request, settings())
+    request = reverse_request(TaskSpec.from_stored(spec), "t1-rev")
+    reverse = validate_create(request, settings()).to_stored()
     assert (reverse["source_cluster"], reverse["target_cluster"]) == ("west", "east")
     assert reverse["db_collections"] == spec["db_collections"]
     assert reverse["start_at"] == "end"

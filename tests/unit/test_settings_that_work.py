@@ -27,7 +27,7 @@ def spec_of(settings_overrides: dict, **request: object) -> dict:
     settings = settings_of(settings_overrides)
     request.setdefault("milvus_connect_param", TARGET)
     request.setdefault("collection_infos", [{"name": "*"}])
-    return validate_create(parse_model(CreateRequest, request), settings)
+    return validate_create(parse_model(CreateRequest, request), settings).to_stored()
 
 
 def test_the_replicate_channel_follows_the_channel_prefix_not_the_etcd_root():

@@ -17,6 +17,7 @@ from replicator.compare.gate import applied_ts, now_ts, wait_applied
 from replicator.compare.job import sample_ranges
 from replicator.compare.state import VerifyJob
 from replicator.config.settings import load_settings
+from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import physical_ms
 from server.errors import BadRequestError
 from server.runtime.verify_schedule import HOUR, Schedule, due, schedule_of
@@ -49,11 +50,15 @@ def test_the_tasks_schedule_wins_over_the_daemons_default():
     defaults = load_settings(
         None, {"CDC_VERIFY__INTERVALHOURS": "24", "CDC_VERIFY__SAMPLEFRACTION": "0.2"}
     ).verify
-    assert schedule_of({}, defaults) == Schedule(24.0, 0.2)
-    assert schedule_of({"verify": {"intervalHours": 2}}, defaults) == Schedule(2.0, 0.2)
+    assert schedule_of(TaskSpec.from_stored({}), defaults) == Schedule(24.0, 0.2)
+    assert schedule_of(
+        TaskSpec.from_stored({"verify": {"intervalHours": 2}}), defaults
+    ) == Schedule(2.0, 0.2)
     asked = {"verify": {"intervalHours": 2, "sampleFraction": 0.5}}
-    assert schedule_of(asked, defaults) == Schedule(2.0, 0.5)
-    assert schedule_of({}, WITH_SOURCE.verify).interval_hours == 0  # none by default
+    assert schedule_of(TaskSpec.from_stored(asked), defaults) == Schedule(2.0, 0.5)
+    assert (
+        schedule_of(TaskSpec.from_stored({}), WITH_SOURCE.verify).interval_hours == 0
+    )  # none by default
 
 
 def test_a_sampled_run_compares_a_fraction_of_the_ranges_in_key_order():
@@ -132,7 +137,7 @@ def test_bad_verify_requests_are_refused_naming_the_problem(data, names, setting
 def create(settings=WITH_SOURCE, **data):
     data.setdefault("milvus_connect_param", {"host": "milvus-b", "port": 19530})
     data.setdefault("collection_infos", [{"name": "orders"}])
-    return validate_create(parse_model(CreateRequest, data), settings)
+    return validate_create(parse_model(CreateRequest, data), settings).to_stored()
 
 
 def test_a_create_may_ask_for_a_schedule():
