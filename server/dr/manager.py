@@ -190,20 +190,22 @@ class DisasterRecovery:
             request.stale_check_seconds,
         )
         await asyncio.to_thread(save_job, self.sup.store, job)
-        self._start(SwitchoverRun(self.sup, self.settings, job, on_save=self._saved), "run")
+        self._start_switchover_step(
+            SwitchoverRun(self.sup, self.settings, job, on_save=self._on_switchover_saved), "run"
+        )
         with log_context(task_id=tid):
             log.info("switchover %s asked (lag %.2f s)", job.job_id, lag)
         return {"task_id": tid, "job_id": job.job_id, "switchover": job.view()}
 
-    def _saved(self, job: SwitchoverJob) -> None:
+    def _on_switchover_saved(self, job: SwitchoverJob) -> None:
         self._remember_view(job.task_id, "switchover", job.view())
         if job.state == "done" and job.reverse_task_id:
-            self._watch(job.reverse_task_id)
+            self._start_stale_watch(job.reverse_task_id)
 
-    def _start(self, run: SwitchoverRun, step: str) -> None:
+    def _start_switchover_step(self, run: SwitchoverRun, step: str) -> None:
         """Run the job (``step``: "run", "finish", or the reason of a roll back) as a task of
         the loop; a job that ends on an error is left for the next ``recover`` round."""
-        self._saved(run.job)
+        self._on_switchover_saved(run.job)
         work = run.run() if step == "run" else run.finish() if step == "finish" else None
         if work is None:
             work = run.roll_back(step)
@@ -229,7 +231,7 @@ class DisasterRecovery:
                 self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
             if FAILBACK_KEY in records:
                 self._recover_failback(tid, json.loads(records[FAILBACK_KEY]), me, alive)
-            if WATCH_KEY in records and not self._watch(tid):  # shown as last saved
+            if WATCH_KEY in records and not self._start_stale_watch(tid):  # shown as last saved
                 watch = WatchState.from_bytes(records[WATCH_KEY])
                 self._remember_view(tid, "stale_writes", watch.view())
             if SWITCHOVER_KEY not in records:
@@ -237,24 +239,26 @@ class DisasterRecovery:
             job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
             if job.finished or (tid in self._runs and not self._runs[tid].done()):
                 if tid not in self._runs:
-                    self._saved(job)
+                    self._on_switchover_saved(job)
                 continue
             if job.member != me and job.member in alive:
-                self._saved(job)  # its daemon runs it
+                self._on_switchover_saved(job)  # its daemon runs it
                 continue
-            await self._take_over(task, job.with_(member=me))
+            await self._take_over_switchover(task, job.with_(member=me))
 
-    async def _take_over(self, task: TaskRecord, job: SwitchoverJob) -> None:
+    async def _take_over_switchover(self, task: TaskRecord, job: SwitchoverJob) -> None:
         with log_context(task_id=task.task_id):
             log.warning(
                 "switchover %s was left at %s by its daemon: taking it over", job.job_id, job.state
             )
             await asyncio.to_thread(save_job, self.sup.store, job)
-            run = SwitchoverRun(self.sup, self.settings, job, on_save=self._saved)
+            run = SwitchoverRun(self.sup, self.settings, job, on_save=self._on_switchover_saved)
             if job.state == "reversing" and await run.reverse_exists(job.reverse_task_id):
-                self._start(run, "finish")
+                self._start_switchover_step(run, "finish")
             else:
-                self._start(run, f"the daemon running the job stopped while {job.state}")
+                self._start_switchover_step(
+                    run, f"the daemon running the job stopped while {job.state}"
+                )
 
     # --- failover ----------------------------------------------------------------------------
     async def failover(self, request: FailoverRequest) -> dict[str, Any]:
@@ -283,7 +287,7 @@ class DisasterRecovery:
         if target:  # the target takes writes now
             with contextlib.suppress(FenceError):
                 await asyncio.to_thread(EtcdQuotaFence(target, self.settings.cluster(target)).lift)
-        answer["unreplicated"] = await self._export(tid, spec, consistent, at, request)
+        answer["unreplicated"] = await self._export_unreplicated(tid, spec, consistent, at, request)
         view = {**answer, "state": "done"}
         await asyncio.to_thread(save_json, self.sup.store, tid, FAILOVER_KEY, view)
         self._remember_view(tid, "failover", view)
@@ -295,7 +299,7 @@ class DisasterRecovery:
             log.warning("failed over: consistent up to %s", up_to)
         return answer
 
-    async def _export(
+    async def _export_unreplicated(
         self,
         tid: str,
         spec: TaskSpec,
@@ -348,7 +352,7 @@ class DisasterRecovery:
             "started_at": iso(now),
             "reason": "",
         }
-        run = FailbackRun(self.sup, record, self._failback_saved)
+        run = FailbackRun(self.sup, record, self._on_failback_saved)
         await run.save()
         try:
             await run.create(spec)
@@ -365,7 +369,7 @@ class DisasterRecovery:
             )
         return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
 
-    def _failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
+    def _on_failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
         self._remember_view(task_id, "failback", record)
         reverse = str(record.get("reverse_task_id") or "")
         if record.get("state") == "in_sync" and reverse:
@@ -385,7 +389,7 @@ class DisasterRecovery:
                 await asyncio.to_thread(
                     arm, self.sup.store, context, reverse_id, watched, peer, "failback"
                 )
-            self._watch(reverse_id)
+            self._start_stale_watch(reverse_id)
         except (ApiError, MetaStoreError) as exc:
             log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
 
@@ -393,18 +397,18 @@ class DisasterRecovery:
         running = self._failbacks.get(tid)
         if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
             if running is None:
-                self._failback_saved(tid, record)
+                self._on_failback_saved(tid, record)
             return
         if record.get("member") != me and record.get("member") in alive:
-            self._failback_saved(tid, record)
+            self._on_failback_saved(tid, record)
             return
         record["member"] = me
-        run = FailbackRun(self.sup, record, self._failback_saved)
-        self._failback_saved(tid, record)
+        run = FailbackRun(self.sup, record, self._on_failback_saved)
+        self._on_failback_saved(tid, record)
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
 
     # --- stale-write watch ---------------------------------------------------------------------
-    def _watch(self, task_id: str) -> bool:
+    def _start_stale_watch(self, task_id: str) -> bool:
         """Run the stale-write watch of ``task_id`` here while the task runs here; whether it
         runs here."""
         current = self._watches.get(task_id)
@@ -413,11 +417,11 @@ class DisasterRecovery:
         if self.sup.runner_of(task_id) is None:
             return False
         stop = threading.Event()
-        work = self._watching(task_id, stop)
+        work = self._run_stale_watch(task_id, stop)
         self._watches[task_id] = (asyncio.get_running_loop().create_task(work), stop)
         return True
 
-    async def _watching(self, task_id: str, stop: threading.Event) -> None:
+    async def _run_stale_watch(self, task_id: str, stop: threading.Event) -> None:
 
         state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
         if state is None:
