@@ -66,7 +66,7 @@ from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.timings import TaskTimings
-from replicator.pipeline.wal_switch import OpenWal
+from replicator.pipeline.wal_backend import OpenWal
 from replicator.pipeline.worker import ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
