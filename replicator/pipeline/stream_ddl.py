@@ -62,7 +62,8 @@ from replicator.pipeline.ddl_index import IndexDdl
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
 from replicator.pipeline.ddl_rbac import RbacDdl
 from replicator.pipeline.names import TaskNames, database_mapper
-from replicator.sinks.milvus import MilvusTarget, has_partition_key, target_schema
+from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.schema_convert import has_partition_key, target_schema
 
 log = logging.getLogger(__name__)
 DYNAMIC_FIELD_PROPERTY = "dynamicfield.enabled"  # common.EnableDynamicSchemaKey
