@@ -96,7 +96,7 @@ async def _settled_consistent_ts(runner: TaskRunner) -> int:
     until every channel has read to its end since (or has something waiting),
     ``HURRY_SECONDS`` at most."""
     asked = time.time()
-    runner.hurry()
+    runner.wake_idle_readers()
     deadline = time.monotonic() + HURRY_SECONDS
     while time.monotonic() < deadline:
         if runner.read_to_end_since(asked):
@@ -432,7 +432,7 @@ class DisasterRecovery:
 
         def hurry() -> None:
             if (runner := self.sup.runner_of(task_id)) is not None:
-                runner.hurry()
+                runner.wake_idle_readers()
 
         context = cluster_context(self.settings, state.watched, shared_readers=False)
         watch = StaleWriteWatch(self.settings, context, spec, applied, hurry, stop)
