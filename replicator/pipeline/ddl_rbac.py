@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl
 from replicator.errors import TargetRejectedError
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
 from replicator.pipeline.names import TaskNames

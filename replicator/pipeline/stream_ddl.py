@@ -55,7 +55,7 @@ from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl
 from replicator.errors import Rejection, TargetRejectedError, TaskFailedError
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.ddl_index import IndexDdl

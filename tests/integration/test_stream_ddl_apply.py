@@ -21,6 +21,7 @@ from pymilvus import MilvusClient
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl_ops
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamDdl
 from replicator.errors import TargetUnavailableError, TaskFailedError
@@ -53,7 +54,7 @@ class Env:
     def client(self) -> MilvusClient:
         return MilvusClient(uri=self.uri, db_name=self.db, dedicated=True)
 
-    def apply(self, record: Written) -> ddl.DdlOp:
+    def apply(self, record: Written) -> ddl_ops.DdlOp:
         event = decode_any(record.raw_record(), "kafka", lambda _c: True)
         assert isinstance(event, StreamDdl), event
         return ddl.decode_ddl(event)
