@@ -40,7 +40,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from sqlalchemy.engine import make_url
 
 from metastore.etcd_connect import parse_etcd_address
-from metastore.sql import mysql_url_from_source
+from metastore.sql_engine import mysql_url_from_source
 
 ENV_PREFIX = "CDC_"
 ENV_CONFIG_FILE = "CDC_CONFIG"

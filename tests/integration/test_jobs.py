@@ -13,7 +13,8 @@ from harness import services
 from harness.task_bodies import create_body
 
 from metastore import TaskState
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from server.api_models import CreateRequest, parse_model
 from server.jobs import TransientRetrier
 from server.settings import RetrySettings, load_settings

@@ -26,7 +26,8 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.errors import TargetUnavailableError
 from replicator.events import Delete, Insert
 from replicator.pipeline import checkpoint as checkpoint_module

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metastore.sql import mysql_url_from_source
+from metastore.sql_engine import mysql_url_from_source
 from replicator.pipeline.selection import TaskSelection, selection_of, selections_overlap
 from server.api_models import (
     CreateRequest,

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from metastore import TaskRecord, TaskState
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from server.api_models import CreateRequest, parse_model, validate_create
 from server.engine import make_runner_factory
 from server.errors import BadRequestError
