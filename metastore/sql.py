@@ -1,8 +1,9 @@
 """SQL metastore: SQLite (the embedded default) and MySQL/MariaDB through SQLAlchemy + PyMySQL.
 
-Six tables, each keyed by ``root_path`` first so daemons sharing a database stay apart. The
-position compare-and-set is one conditional UPDATE (or INSERT) followed by a locking read of the
-task row in the same transaction, so a position is never saved for a task deleted meanwhile.
+Six tables (:mod:`metastore.sql_schema`), each keyed by ``root_path`` first so daemons sharing a
+database stay apart; the URL and engine: :mod:`metastore.sql_engine`. The position
+compare-and-set is one conditional UPDATE (or INSERT) followed by a locking read of the task row
+in the same transaction, so a position is never saved for a task deleted meanwhile.
 
 The fleet: ``cdc_members`` and ``cdc_leases`` rows carry an expiry on the database server's
 clock (MySQL's ``NOW(6)``; the daemons' clocks may disagree, the server's is one), extended by
@@ -18,33 +19,18 @@ honest there too.
 from __future__ import annotations
 
 import json
-import math
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 from sqlalchemy import (
-    BigInteger,
-    Column,
     Connection,
-    Double,
-    Engine,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
     and_,
     bindparam,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     select,
@@ -70,124 +56,18 @@ from metastore.errors import (
     TaskExistsError,
     TaskNotFoundError,
 )
-
-_metadata = MetaData()
-_BIG_TEXT = Text().with_variant(Text(length=2**24), "mysql")  # MEDIUMTEXT on MySQL
-_BIG_BLOB = LargeBinary().with_variant(LargeBinary(length=2**24), "mysql")
-
-tasks_table = Table(
-    "cdc_tasks",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("task_id", String(64), primary_key=True),
-    Column("state", String(16), nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("spec", _BIG_TEXT, nullable=False),
-    Column("extra", _BIG_TEXT, nullable=False),
-    Column("created_at", Double, nullable=False),
-    Column("updated_at", Double, nullable=False),
-    Column("revision", BigInteger, nullable=False),
+from metastore.sql_engine import brief_error, make_engine
+from metastore.sql_schema import (
+    create_schema,
+    leases_table,
+    members_table,
+    position_from_row,
+    positions_table,
+    secret_keys_table,
+    state_table,
+    task_from_row,
+    tasks_table,
 )
-positions_table = Table(
-    "cdc_positions",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("task_id", String(64), primary_key=True),
-    Column("pchannel", String(255), primary_key=True),
-    Column("backend", String(32), nullable=False),
-    Column("msg_id", LargeBinary, nullable=False),
-    Column("ts", BigInteger, nullable=False),
-    Column("updated_at", Double, nullable=False),
-)
-state_table = Table(
-    "cdc_task_state",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("task_id", String(64), primary_key=True),
-    Column("state_key", String(255), primary_key=True),
-    Column("value", _BIG_BLOB, nullable=False),
-)
-
-members_table = Table(
-    "cdc_members",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("member_id", String(128), primary_key=True),
-    Column("info", Text, nullable=False),
-    Column("expires_at", Double, nullable=False),
-)
-leases_table = Table(
-    "cdc_leases",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("task_id", String(64), primary_key=True),
-    Column("owner", String(128), nullable=False),
-    Column("token", BigInteger, nullable=False),
-    Column("expires_at", Double, nullable=False),
-)
-
-# the ids of the keys the root path's secrets are sealed with (never a key): one row per id,
-# its version raised each time the id is recorded again
-secret_keys_table = Table(
-    "cdc_secret_keys",
-    _metadata,
-    Column("root_path", String(128), primary_key=True),
-    Column("key_id", String(64), primary_key=True),
-    Column("version", BigInteger, nullable=False),
-    Column("recorded_at", Double, nullable=False),
-)
-
-_GO_DSN = re.compile(
-    r"^(?P<user>[^:@/]*)(?::(?P<password>.*))?@tcp\((?P<host>[^:)]+)(?::(?P<port>\d+))?\)"
-    r"/(?P<db>[^?]*)(?:\?(?P<params>.*))?$"
-)
-
-
-def mysql_url_from_source(source: str) -> str:
-    """Accept both the Go tool's DSN (``user:pw@tcp(host:port)/db?charset=utf8``) and a
-    SQLAlchemy URL (``mysql+pymysql://...``); return a SQLAlchemy URL for PyMySQL."""
-    if "://" in source:
-        scheme, rest = source.split("://", 1)
-        if scheme not in ("mysql", "mysql+pymysql", "mariadb", "mariadb+pymysql"):
-            raise ValueError(f"mysqlSourceUrl: unsupported scheme {scheme!r}, use mysql+pymysql")
-        return f"mysql+pymysql://{rest}"
-    m = _GO_DSN.match(source)
-    if m is None:
-        raise ValueError(
-            "mysqlSourceUrl: expected user:password@tcp(host:port)/database or "
-            "mysql+pymysql://user:password@host:port/database"
-        )
-    user = quote(m["user"] or "", safe="")
-    password = m["password"]
-    auth = user if password is None else f"{user}:{quote(password, safe='')}"
-    port = f":{m['port']}" if m["port"] else ""
-    params = {}
-    for part in (m["params"] or "").split("&"):
-        if "=" in part:
-            key, value = part.split("=", 1)
-            if key == "charset":  # the only Go DSN parameter that has a PyMySQL twin
-                params["charset"] = "utf8mb4" if value in ("utf8", "utf8mb4") else value
-    query = "?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else ""
-    return f"mysql+pymysql://{auth}@{m['host']}{port}/{m['db']}{query}"
-
-
-# what a database answers when another daemon created the same table or index first
-_CREATED_MEANWHILE = ("already exists", "duplicate key name")
-
-
-def _create_schema(engine: Engine, attempts: int = 5) -> None:
-    """The tables and indexes, made where missing. Daemons of a fleet that start together on a
-    new database race here: ``create_all`` checks, then creates, and a table another daemon made
-    in between is refused ("already exists"); the check is then made again."""
-    for attempt in range(attempts):
-        try:
-            _metadata.create_all(engine)
-            return
-        except SQLAlchemyError as exc:
-            text = str(exc).lower()
-            if attempt + 1 == attempts or not any(m in text for m in _CREATED_MEANWHILE):
-                raise
-            time.sleep(0.05 * (attempt + 1))
 
 
 class SqlMetaStore:
@@ -207,22 +87,22 @@ class SqlMetaStore:
         otherwise keep that lock for the server's ``wait_timeout`` (8 hours by default), and no
         other daemon could take the task (the fleet passes ``fleet.leaseSeconds``)."""
         self.root_path = root_path
-        self._engine = _make_engine(url, connect_timeout, session_timeout)
+        self._engine = make_engine(url, connect_timeout, session_timeout)
         # the fleet's calls (lease renewals above all) on connections of their own: a daemon
         # whose tasks keep every pooled connection busy (hundreds of channels saving
         # positions) must still renew its leases in time, or it stops all of them
         self._fleet_engine = (
             self._engine
             if ":memory:" in url
-            else _make_engine(url, connect_timeout, session_timeout, pool_size=2)
+            else make_engine(url, connect_timeout, session_timeout, pool_size=2)
         )
         self._is_mysql = self._engine.dialect.name == "mysql"
         try:
-            _create_schema(self._engine)
+            create_schema(self._engine)
         except SQLAlchemyError as exc:
             self.close()
             raise MetaStoreUnavailableError(
-                f"cannot open the SQL metastore: {_brief(exc)}"
+                f"cannot open the SQL metastore: {brief_error(exc)}"
             ) from exc
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -233,7 +113,9 @@ class SqlMetaStore:
             with engine.begin() as conn:
                 yield conn
         except (OperationalError, SAInterfaceError) as exc:
-            raise MetaStoreUnavailableError(f"SQL metastore unavailable: {_brief(exc)}") from exc
+            raise MetaStoreUnavailableError(
+                f"SQL metastore unavailable: {brief_error(exc)}"
+            ) from exc
 
     def _task_key(self, task_id: str) -> Any:
         return and_(tasks_table.c.root_path == self.root_path, tasks_table.c.task_id == task_id)
@@ -308,7 +190,7 @@ class SqlMetaStore:
     def get_task(self, task_id: str) -> TaskRecord | None:
         with self._tx() as conn:
             row = conn.execute(select(tasks_table).where(self._task_key(task_id))).first()
-        return None if row is None else _task_from_row(row._mapping)
+        return None if row is None else task_from_row(row._mapping)
 
     def list_tasks(self) -> list[TaskRecord]:
         query = (
@@ -317,7 +199,7 @@ class SqlMetaStore:
             .order_by(tasks_table.c.created_at, tasks_table.c.task_id)
         )
         with self._tx() as conn:
-            return [_task_from_row(row._mapping) for row in conn.execute(query)]
+            return [task_from_row(row._mapping) for row in conn.execute(query)]
 
     def update_task(
         self,
@@ -366,7 +248,7 @@ class SqlMetaStore:
             if self._write_for_task(conn, task_id, write, lease) != 1:
                 raise ConcurrentUpdateError(task_id)
             row = conn.execute(select(tasks_table).where(self._task_key(task_id))).one()
-        return _task_from_row(row._mapping)
+        return task_from_row(row._mapping)
 
     def delete_task(self, task_id: str) -> bool:
         with self._tx() as conn:
@@ -398,7 +280,7 @@ class SqlMetaStore:
             positions_table.c.root_path == self.root_path, positions_table.c.task_id == task_id
         )
         with self._tx() as conn:
-            return {row.pchannel: _position_from_row(row._mapping) for row in conn.execute(query)}
+            return {row.pchannel: position_from_row(row._mapping) for row in conn.execute(query)}
 
     def save_position(
         self,
@@ -449,7 +331,7 @@ class SqlMetaStore:
             with self._tx() as conn:
                 if self._write_for_task(conn, task_id, lambda: write(conn), lease) != 1:
                     row = conn.execute(select(positions_table).where(key)).first()
-                    stored = None if row is None else _position_from_row(row._mapping)
+                    stored = None if row is None else position_from_row(row._mapping)
                     check_position_step(task_id, stored, expected, position)
                     # check_position_step raises for every way the UPDATE can miss
                     raise PositionConflictError(f"position of task {task_id} was not saved")
@@ -663,81 +545,3 @@ class SqlMetaStore:
         self._engine.dispose()
         if self._fleet_engine is not self._engine:
             self._fleet_engine.dispose()
-
-
-def sqlite_url(path: str) -> str:
-    Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{Path(path).expanduser().resolve()}"
-
-
-def _make_engine(
-    url: str, connect_timeout: float, session_timeout: float | None, pool_size: int = 5
-) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30},
-            pool_pre_ping=False,
-            pool_size=pool_size,
-        )
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
-        return engine
-    # read and write timeouts: a server that stops answering (a partition) fails the call
-    # instead of hanging it, so a fleet member notices it cannot renew its leases
-    timeout = max(1, int(connect_timeout))
-    engine = create_engine(
-        url,
-        pool_pre_ping=True,
-        pool_recycle=3600,
-        pool_size=pool_size,
-        connect_args={
-            "connect_timeout": timeout,
-            "read_timeout": 2 * timeout,
-            "write_timeout": 2 * timeout,
-        },
-    )
-    if session_timeout is not None:
-        seconds = max(2, math.ceil(session_timeout))
-
-        @event.listens_for(engine, "connect")
-        def _session_timeouts(dbapi_conn: Any, _record: Any) -> None:
-            cursor = dbapi_conn.cursor()
-            cursor.execute(
-                f"SET SESSION wait_timeout = {seconds}, net_read_timeout = {seconds}, "
-                f"net_write_timeout = {seconds}"
-            )
-            cursor.close()
-
-    return engine
-
-
-def _brief(exc: BaseException) -> str:
-    """The driver's message without the SQL text or connection URL (which may hold a password)."""
-    orig = getattr(exc, "orig", None)
-    return str(orig if orig is not None else type(exc).__name__).splitlines()[0][:300]
-
-
-def _task_from_row(row: Any) -> TaskRecord:
-    return TaskRecord(
-        task_id=row["task_id"],
-        state=TaskState(row["state"]),
-        reason=row["reason"],
-        spec=orjson.loads(row["spec"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        revision=row["revision"],
-        extra=orjson.loads(row["extra"]),
-    )
-
-
-def _position_from_row(row: Any) -> Position:
-    return Position(
-        backend=row["backend"], pchannel=row["pchannel"], msg_id=bytes(row["msg_id"]), ts=row["ts"]
-    )

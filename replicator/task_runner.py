@@ -37,7 +37,7 @@ class TaskRunner(Protocol):
         """The source time (hybrid ts) up to which each pchannel is on the target, as of now
         (a saved position of an idle channel may be older)."""
 
-    def hurry(self) -> None:
+    def wake_idle_readers(self) -> None:
         """Have idle channel readers return now, so ``consistent_ts`` is fresh (a drain)."""
 
     def consistent_ts(self) -> int:

@@ -85,7 +85,8 @@ def store_opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     """Opens stores of one backend; every store opened is closed at the end of the test."""
     from metastore.etcd import EtcdMetaStore
     from metastore.etcd_connect import connect_etcd
-    from metastore.sql import SqlMetaStore, mysql_url_from_source, sqlite_url
+    from metastore.sql import SqlMetaStore
+    from metastore.sql_engine import mysql_url_from_source, sqlite_url
 
     backend = request.param
     if backend == "sqlite":

@@ -237,7 +237,7 @@ def _read(source: WalSource, pchannel: str, low: int, at: int, last: int) -> _Se
 def _nameable(source: WalSource, offset: int) -> bool:
     """Whether reading can be made to start at ``offset``: on Kafka and RocksMQ any offset;
     Pulsar's pack (ledger, entry, batch index), so one computed by subtraction may name no
-    message id (:func:`replicator.sources.pulsar.msg_id_before` refuses it)."""
+    message id (:func:`replicator.sources.pulsar_ids.msg_id_before` refuses it)."""
     try:
         source.position_before(offset)
     except ValueError:

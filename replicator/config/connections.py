@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from metastore.etcd_connect import parse_etcd_address
-from metastore.sql import mysql_url_from_source
+from metastore.sql_engine import mysql_url_from_source
 from replicator.config.section import ConfigSection
 
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, SecretStr
 from sqlalchemy.engine import make_url
 
-from metastore.sql import mysql_url_from_source
+from metastore.sql_engine import mysql_url_from_source
 from replicator.config.connections import MetaStoreSettings
 from replicator.config.settings import CLIENT_ENV, ENV_PREFIX, CdcSettings
 

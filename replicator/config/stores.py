@@ -10,13 +10,15 @@ from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
-    from metastore.sql import SqlMetaStore, sqlite_url
+    from metastore.sql import SqlMetaStore
+    from metastore.sql_engine import sqlite_url
 
     return SqlMetaStore(sqlite_url(config.sqlitePath), config.rootPath)
 
 
 def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
-    from metastore.sql import SqlMetaStore, mysql_url_from_source
+    from metastore.sql import SqlMetaStore
+    from metastore.sql_engine import mysql_url_from_source
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
     return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)

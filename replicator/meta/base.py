@@ -7,13 +7,14 @@ four calls.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from replicator.meta.catalog import AliasMeta, CollectionMeta
+from replicator.meta.catalog import AliasMeta, CollectionMeta
 
 
 class CatalogReader(Protocol):
+    """The four metadata calls the engine makes of a source."""
+
     def databases(self) -> dict[int, str]:
         """Database names by id (the default database, id 1, always included)."""
 

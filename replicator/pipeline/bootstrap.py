@@ -26,7 +26,7 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.stream_ddl import TaskNames
 from replicator.pipeline.task_state import RunnerState
-from replicator.pipeline.wal_switch import OpenWal, parse_backend
+from replicator.pipeline.wal_backend import OpenWal, parse_backend
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sources.base import WalSource
 

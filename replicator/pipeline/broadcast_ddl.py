@@ -12,13 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from replicator.codec.streaming_ddl import (
-    AlterCollection,
-    CreateIndex,
-    DdlOp,
-    ImportJob,
-    decode_ddl,
-)
+from replicator.codec.streaming_ddl import decode_ddl
+from replicator.codec.streaming_ddl_ops import AlterCollection, CreateIndex, DdlOp, ImportJob
 from replicator.codec.streaming_events import (
     FlushAll,
     ManualFlush,

@@ -29,7 +29,7 @@ from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.status import ChannelState, ChannelStatus
 from replicator.sources.base import ChannelReader, PolledReader, Wakes
-from replicator.sources.shared import IdleReader
+from replicator.sources.idle_reader import IdleReader
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.stream_ddl import StreamDdlApplier
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.timings import TaskTimings
-from replicator.pipeline.wal_switch import OpenWal
+from replicator.pipeline.wal_backend import OpenWal
 from replicator.sinks.milvus import MilvusTarget
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl
 from replicator.errors import Rejection, TargetRejectedError
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine

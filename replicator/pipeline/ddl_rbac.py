@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl
 from replicator.errors import TargetRejectedError
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
 from replicator.pipeline.names import TaskNames
@@ -28,7 +28,7 @@ class RbacDdl:
 
     def alter_user(self, op: ddl.AlterUser) -> Outcome:
         try:
-            users = self.target.list_users()
+            users = self.target.rbac.list_users()
         except TargetRejectedError as exc:
             if unsupported(exc):
                 return Outcome("skipped", f"user {op.user}: the target has no users")
@@ -41,7 +41,7 @@ class RbacDdl:
             )
         outcome = attempt(
             f"create user {op.user}",
-            lambda: self.target.create_user(op.user, _unusable_password()),
+            lambda: self.target.rbac.create_user(op.user, _unusable_password()),
             done_if=EXISTS,
         )
         if outcome.status == "applied":
@@ -54,21 +54,21 @@ class RbacDdl:
     def drop_user(self, op: ddl.DropUser) -> Outcome:
         return attempt(
             f"drop user {op.user}",
-            lambda: self.target.drop_user(op.user),
+            lambda: self.target.rbac.drop_user(op.user),
             done_if=ABSENT,
         )
 
     def alter_role(self, op: ddl.AlterRole) -> Outcome:
         return attempt(
             f"create role {op.role}",
-            lambda: self.target.create_role(op.role),
+            lambda: self.target.rbac.create_role(op.role),
             done_if=EXISTS,
         )
 
     def drop_role(self, op: ddl.DropRole) -> Outcome:
         return attempt(
             f"drop role {op.role}",
-            lambda: self.target.drop_role(op.role, force=op.force),
+            lambda: self.target.rbac.drop_role(op.role, force=op.force),
             done_if=ABSENT,
         )
 
@@ -76,7 +76,7 @@ class RbacDdl:
         verb = "bind" if op.grant else "unbind"
         return attempt(
             f"{verb} user {op.user} and role {op.role}",
-            lambda: self.target.operate_user_role(op.user, op.role, add=op.grant),
+            lambda: self.target.rbac.operate_user_role(op.user, op.role, add=op.grant),
             done_if=EXISTS if op.grant else ABSENT,
         )
 
@@ -94,13 +94,13 @@ class RbacDdl:
         return attempt(
             f"{verb} {entity.grantor.privilege.name} on {db}.{mapped.object_name} "
             f"for {entity.role.name}",
-            lambda: self.target.operate_privilege(mapped, grant=op.grant),
+            lambda: self.target.rbac.operate_privilege(mapped, grant=op.grant),
             done_if=EXISTS | ABSENT,
         )
 
     def privilege_group(self, op: ddl.PrivilegeGroup) -> Outcome:
         try:
-            groups = self.target.privilege_groups()
+            groups = self.target.rbac.privilege_groups()
         except TargetRejectedError as exc:
             if unsupported(exc):
                 return Outcome("skipped", f"privilege group {op.group}: not offered")
@@ -110,14 +110,14 @@ class RbacDdl:
                 return Outcome("unchanged", f"privilege group {op.group} is absent")
             return attempt(
                 f"drop privilege group {op.group}",
-                lambda: self.target.drop_privilege_group(op.group),
+                lambda: self.target.rbac.drop_privilege_group(op.group),
             )
         outcomes = []
         if op.group not in groups and not op.drop:
             outcomes.append(
                 attempt(
                     f"create privilege group {op.group}",
-                    lambda: self.target.create_privilege_group(op.group),
+                    lambda: self.target.rbac.create_privilege_group(op.group),
                     done_if=EXISTS,
                 )
             )
@@ -127,7 +127,9 @@ class RbacDdl:
             outcomes.append(
                 attempt(
                     f"{'remove' if op.drop else 'add'} {todo} of group {op.group}",
-                    lambda: self.target.operate_privilege_group(op.group, todo, add=not op.drop),
+                    lambda: self.target.rbac.operate_privilege_group(
+                        op.group, todo, add=not op.drop
+                    ),
                 )
             )
         return combine(outcomes or [Outcome("unchanged", op.group)], f"group {op.group}")
@@ -137,7 +139,7 @@ class RbacDdl:
         meta.CopyFrom(op.meta)
         for user in meta.users:  # the source's hashes are no passwords for the target
             user.password = ""
-        return attempt("restore RBAC", lambda: self.target.restore_rbac(meta))
+        return attempt("restore RBAC", lambda: self.target.rbac.restore_rbac(meta))
 
 
 def _unusable_password() -> str:

@@ -27,7 +27,7 @@ from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.status import TaskWarnings
 from replicator.pipeline.task_state import RunnerState
 from replicator.sources.base import WalSource
-from replicator.sources.shared import unshared
+from replicator.sources.shared_source import unshared
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from metastore import MetaStoreError
 from replicator.backfill.state import BackfillJob
-from replicator.codec.streaming_ddl import ImportJob
+from replicator.codec.streaming_ddl_ops import ImportJob
 from replicator.fibers import Steps, pause
 from replicator.hybrid_time import from_seconds
 from replicator.meta.imports import ImportPhase, SourceImport

@@ -13,7 +13,7 @@ from typing import Any
 from replicator.meta.catalog import DEFAULT_DB
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.selection import WILDCARD, TaskSelection
-from replicator.sinks.milvus import has_partition_key, pk_field
+from replicator.sinks.schema_convert import has_partition_key, pk_field
 
 
 class CollectionRegistry:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +24,6 @@ from metastore import (
     FencedError,
     MetaStore,
     MetaStoreError,
-    Position,
     TaskNotFoundError,
     TaskRecord,
 )
@@ -43,36 +40,38 @@ from replicator.meta.catalog import AliasMeta, CollectionMeta
 from replicator.meta.imports import SourceImport
 from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.bootstrap import (
-    channel_starts,
     register_collections,
-    replicate_start,
     source_at,
 )
 from replicator.pipeline.channel_reads import MAX_BACKOFF
-from replicator.pipeline.checkpoint import ChannelCheckpoint, newer
+from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
+from replicator.pipeline.fiber_group import NamedBody, run_fiber_group
 from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.replicate_worker import ReplicateWorker
+from replicator.pipeline.runner_startup import PrepareBudget, RunnerStartup, SourceRead
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
     CAUGHT_UP_MARGIN,
     ChannelStatus,
     TaskWarnings,
+    collection_totals,
     consistent_view,
+    skipped_totals,
     task_consistent_ts,
 )
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
 from replicator.pipeline.timings import TaskTimings
-from replicator.pipeline.wal_switch import OpenWal
+from replicator.pipeline.wal_backend import OpenWal
 from replicator.pipeline.worker import ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.targets import open_target
-from replicator.sources.base import ChannelReader, SourceUnavailableError, WalSource
+from replicator.sources.base import SourceUnavailableError, WalSource
 from replicator.task_runner import FailureCallback
 
 log = logging.getLogger(__name__)
@@ -133,68 +132,9 @@ def _fenced(exc: BaseException) -> FencedError | None:
     return None
 
 
-def history_lost(channels: list[str]) -> str:
-    return (
-        f"the WAL no longer holds the creation of the selected collections on "
-        f"{', '.join(channels)}: replication there starts at the end of the WAL, and older "
-        f"rows are not copied (use a backfill)"
-    )
-
-
-class PrepareBudget:
-    """How long fixing a task's start may wait for the source (its connect timeout), and
-    what it waits for now (named when it takes too long)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._until = time.monotonic() + seconds
-        self.waiting_for = "the source"
-
-    def left(self, waiting_for: str) -> float:
-        """Seconds left for the next read, of ``waiting_for``; none left raises."""
-        self.waiting_for = waiting_for
-        left = self._until - time.monotonic()
-        if left <= 0:
-            raise SourceUnavailableError(self.late())
-        return left
-
-    def late(self) -> str:
-        return f"{self.waiting_for} did not answer within {self.seconds:g} s"
-
-
-class BoundedSource:
-    """A source whose reads of the channels' ends wait what is left of a budget at most."""
-
-    def __init__(self, source: WalSource, budget: PrepareBudget) -> None:
-        self.inner = source
-        self.backend = source.backend
-        self.budget = budget
-
-    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
-        return self.inner.open_channel(pchannel, start)
-
-    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
-        left = self.budget.left(f"the source queue ({self.backend})")
-        return self.inner.watermarks(pchannel, left if timeout is None else min(timeout, left))
-
-    def offset_of(self, msg_id: bytes) -> int:
-        return self.inner.offset_of(msg_id)
-
-    def position_before(self, offset: int) -> bytes | None:
-        return self.inner.position_before(offset)
-
-
-@dataclass
-class _SourceRead:
-    source: WalSource
-    catalog: dict[int, CollectionMeta]
-    saved: dict[str, Position]  # the positions saved so far
-    watermarks: dict[str, tuple[int, int]]  # ends of the DML channels without a position
-
-
 @dataclass
 class _Connection:
-    read: _SourceRead
+    read: SourceRead
     target: MilvusTarget
 
 
@@ -236,6 +176,17 @@ class ReplicationRunner:
         elif context.backfill is None:
             blocker = blocker or "this daemon launches no backfill jobs"
         self.imports = TaskImports(self.state, self.warnings, task.task_id, blocker)
+        self.startup = RunnerStartup(
+            task,
+            self.store,
+            self.selection,
+            self.warnings,
+            context.source,
+            context.catalog,
+            context.channels,
+            self.rpc_channel,
+            backfills=context.backfill is not None,
+        )
         self.timings = TaskTimings()  # where the lag goes (/metrics), across reconnects
         self._stop = StopSignal()  # set to stop the workers: by stop() or a worker error
         self._stop_requested = False  # stop() was called: a failure then is not reported
@@ -248,64 +199,20 @@ class ReplicationRunner:
         self._backfill: BackfillStage | None = None
 
     async def prepare(self) -> None:
-        """Fix the start positions (:meth:`_fix_starts`), within the task's connect timeout:
-        every source read is bounded by what is left of it, and should one not return, the
-        answer does not wait for it: the runner's fence is closed, so the read, when it
-        returns, writes nothing. A thread of its own, not the loop's executor, which a read
+        """Fix the start positions (:meth:`RunnerStartup.fix_starts`), within the task's
+        connect timeout: every source read is bounded by what is left of it, and should one not
+        return, the answer does not wait for it: the runner's fence is closed, so the read, when
+        it returns, writes nothing. A thread of its own, not the loop's executor, which a read
         that never returns would keep."""
         budget = PrepareBudget(self.spec.connect_timeout)
-        fixing = in_daemon_thread(self._fix_starts, budget, name=f"prepare-{self.task.task_id[:8]}")
+        fixing = in_daemon_thread(
+            self.startup.fix_starts, budget, name=f"prepare-{self.task.task_id[:8]}"
+        )
         try:
             await asyncio.wait_for(fixing, budget.seconds + PREPARE_SLACK)
         except TimeoutError:
             self.fence.revoke()
-            raise SourceUnavailableError(budget.late()) from None
-
-    def _fix_starts(self, budget: PrepareBudget | None = None) -> None:
-        """Where a new task starts, decided and saved before create answers (see
-        :mod:`bootstrap`): every write after the answer is then after the start, whenever
-        the workers get there. ``budget``: how long the source may take."""
-        saved = self.store.get_positions(self.task.task_id)
-        if all(ch in saved for ch in self._channels):
-            return  # nothing to decide: the source is not read (a resume needs no source)
-        with log_context(task_id=self.task.task_id):
-            read = self._read_source(saved, budget)
-            backfills = self.context.backfill is not None
-            job = BackfillState(self.store, self.task.task_id).job() if backfills else None
-            self._starts(read, job)
-
-    def _starts(self, read: _SourceRead, backfill: BackfillJob | None) -> dict[str, Position]:
-        """Every channel's start (the replicate channel's too): its saved position, else the
-        initial one, saved now, with a warning when the queue no longer holds the selected
-        history (unless a backfill is asked, which copies it)."""
-        active = backfill if backfill is not None and backfill.active else None
-        starts = channel_starts(
-            self.store,
-            self.task.task_id,
-            read.source,
-            self.context.channels,
-            read.saved,
-            read.watermarks,
-            read.catalog,
-            self.selection,
-            at_end=(active is not None and active.covers_all) or self.spec.start_at_end,
-        )
-        if starts.history_lost and active is None:
-            self.warnings.warn(history_lost(starts.history_lost))
-        positions = dict(starts.positions)
-        if self.rpc_channel:
-            positions[self.rpc_channel] = replicate_start(
-                self.store,
-                self.task.task_id,
-                read.source,
-                self.rpc_channel,
-                read.saved.get(self.rpc_channel),
-                at_end=self.spec.start_at_end,
-            )
-        missing = [ch for ch in self._channels if ch not in read.saved]
-        if missing:
-            log.info("start positions saved on %d channel(s)", len(missing))
-        return positions
+            raise SourceUnavailableError(budget.describe_what_is_late()) from None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -344,7 +251,7 @@ class ReplicationRunner:
     def applied_ticks(self) -> dict[str, int]:
         return {ch: status.applied_ts for ch, status in list(self.statuses.items())}
 
-    def hurry(self) -> None:
+    def wake_idle_readers(self) -> None:
         """End the workers' idle reads now: each reads the ticks that came meanwhile, so its
         applied time is fresh (an idle read otherwise waits up to 5 s for data)."""
         self._stop.nudge()
@@ -371,31 +278,14 @@ class ReplicationRunner:
         time ticks (a task reads every DML channel of the source; idle ones are left out)."""
         channels = [s for s in self.statuses.values() if s.applied_ts or s.rows]
         lags = [lag for s in channels if (lag := s.lag_seconds) is not None]
-        skipped: dict[str, int] = {}
-        for status in self.statuses.values():
-            for cause, count in status.skipped.items():
-                skipped[cause] = skipped.get(cause, 0) + count
-        collections: dict[tuple[int, str], dict[str, Any]] = {}
-        for status in self.statuses.values():
-            for (collection_id, name, api), count in status.collection_rows.items():
-                entry = collections.setdefault(
-                    (collection_id, name),
-                    {
-                        "collection_id": collection_id,
-                        "collection_name": name,
-                        "inserted": 0,
-                        "deleted": 0,
-                    },
-                )
-                entry["inserted" if api == "insert" else "deleted"] += count
         return {
             "rows": sum(s.rows for s in channels),
-            "collections": [collections[k] for k in sorted(collections)],
+            "collections": collection_totals(self.statuses.values()),
             "bytes": sum(s.bytes for s in channels),
             "lag_seconds": round(max(lags), 3) if lags else None,
             "consistent_up_to": consistent_view(task_consistent_ts(self.statuses.values())),
             "channels": [s.view() for s in channels],
-            "skipped": skipped,
+            "skipped": skipped_totals(self.statuses.values()),
             "warnings": list(self.warnings.items),
             "imports_pending": self.imports.pending,
             "imports": self.imports.items,
@@ -467,48 +357,18 @@ class ReplicationRunner:
         log.info("workers stopped to copy bulk imports; running again with the backfill")
         return True
 
-    def _read_source(
-        self, saved: dict[str, Position] | None = None, budget: PrepareBudget | None = None
-    ) -> _SourceRead:
-        source = self.context.source()
-        if budget is not None:
-            source = BoundedSource(source, budget)
-        # The ends of the channels a new task has no position on are read BEFORE the catalog:
-        # a collection created in between is then in the catalog or after the start in the WAL.
-        if saved is None:
-            saved = self.store.get_positions(self.task.task_id)
-        watermarks = {ch: source.watermarks(ch) for ch in self.context.channels if ch not in saved}
-        if budget is not None:
-            budget.left("the source etcd")  # its client's own timeout bounds the read
-        return _SourceRead(source, self.context.catalog(), saved, watermarks)
-
     def _connect(self) -> _Connection:
-        read = self._read_source()
+        read = self.startup.read_source()
         target = self.context.target_factory(self.task)
         target.fence = self.fence
         target.warn = self.warnings.warn
         if isinstance(target, KafkaTarget):
             try:
-                self._adopt(read, target.committed_positions)
+                self.startup.adopt_newer_target_positions(read, target.committed_positions)
             except BaseException:
                 target.close()
                 raise
         return _Connection(read, target)
-
-    def _adopt(self, read: _SourceRead, committed: dict[str, Position]) -> None:
-        """A target that commits positions with its events (Kafka) is ahead of the metastore
-        after a crash between the two: its positions win (their events are written)."""
-        for pchannel, position in committed.items():
-            saved = read.saved.get(pchannel)
-            if newer(position, saved, read.source.offset_of):
-                self.store.save_position(self.task.task_id, position, saved)
-                read.saved[pchannel] = position
-                read.watermarks.pop(pchannel, None)
-                log.info(
-                    "channel %s: starting after the position the Kafka target committed (%s)",
-                    pchannel,
-                    position.msg_id.hex(),
-                )
 
     def _task_context(self, connection: _Connection) -> TaskContext:
         read = connection.read
@@ -548,7 +408,7 @@ class ReplicationRunner:
         # a pending backfill of every selected collection copies their history: a new task then
         # starts streaming at the end of each channel instead of at the collections' creation
         backfill = self._import_backfill(self._backfill_job(source))
-        starts = self._starts(read, backfill)
+        starts = self.startup.starts(read, backfill)
         self.warnings.show()
         dml = {ch: starts[ch] for ch in self.context.channels}
         stage = self._backfill
@@ -631,9 +491,7 @@ class ReplicationRunner:
     ) -> Steps:
         """A fiber per worker (and one each for the alias mirror and the import watcher); the
         first error stops them all and is raised once every fiber has ended."""
-        errors: list[BaseException] = []
-        # (name, channel for the log, body)
-        bodies: list[tuple[str, str | None, Callable[[Callable[[], None]], Steps]]] = []
+        bodies: list[NamedBody] = []
         if watcher is not None:
             bodies.append(("imports", None, lambda wake: watcher.steps()))
         if self.context.aliases is not None:
@@ -643,39 +501,9 @@ class ReplicationRunner:
             )
             bodies.append(("aliases", None, lambda wake: self._mirror(mirror)))
         bodies += [(w.pchannel, w.pchannel, w.steps) for w in workers]
-        task_id = self.task.task_id
-
-        def ended(fiber: Fiber) -> None:
-            if fiber.error is not None:  # any error stops the task
-                errors.append(fiber.error)
-                self._stop.set()
-            self._wake()
-
-        def logged(
-            channel: str | None, body: Callable[[Callable[[], None]], Steps]
-        ) -> Callable[[Callable[[], None]], Steps]:
-            def steps(wake: Callable[[], None]) -> Steps:
-                with log_context(task_id=task_id, channel=channel):
-                    yield from body(wake)
-
-            return steps
-
-        fibers = [
-            self.context.pool.spawn(
-                logged(channel, body),
-                name=f"{task_id[:8]}-{name}",
-                wake_on=self._stop,
-                on_done=ended,
-            )
-            for name, channel, body in bodies
-        ]
-        while not all(f.done.is_set() for f in fibers):
-            yield math.inf
-        if errors:
-            error = errors[0]
-            if isinstance(error, Exception):
-                raise error
-            raise TaskFailedError(f"a worker of the task ended on {error!r}") from error
+        yield from run_fiber_group(
+            self.context.pool, self.task.task_id, bodies, self._stop, self._wake
+        )
 
     def _mirror(self, mirror: AliasMirror) -> Steps:
         """The alias mirror's fiber: its errors are its own (logged), not the task's."""

@@ -138,6 +138,33 @@ UPDATE_ATTEMPTS = 3  # reads and compare-and-sets of a task's reason
 _UNREACHABLE = re.compile(r".+ unreachable since \S+, retrying")
 
 
+def skipped_totals(statuses: Iterable[ChannelStatus]) -> dict[str, int]:
+    """Records skipped by cause, summed over the channels."""
+    skipped: dict[str, int] = {}
+    for status in statuses:
+        for cause, count in status.skipped.items():
+            skipped[cause] = skipped.get(cause, 0) + count
+    return skipped
+
+
+def collection_totals(statuses: Iterable[ChannelStatus]) -> list[dict[str, Any]]:
+    """Rows inserted and deleted by collection, summed over the channels, in collection order."""
+    collections: dict[tuple[int, str], dict[str, Any]] = {}
+    for status in statuses:
+        for (collection_id, name, api), count in status.collection_rows.items():
+            entry = collections.setdefault(
+                (collection_id, name),
+                {
+                    "collection_id": collection_id,
+                    "collection_name": name,
+                    "inserted": 0,
+                    "deleted": 0,
+                },
+            )
+            entry["inserted" if api == "insert" else "deleted"] += count
+    return [collections[k] for k in sorted(collections)]
+
+
 def unreachable_warning(role: str, label: str, since: float) -> str:
     """The warning of an endpoint a running task cannot reach (server/tasks/reachability.py)."""
     when = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

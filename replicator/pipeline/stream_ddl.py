@@ -55,14 +55,15 @@ from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl
 from replicator.errors import Rejection, TargetRejectedError, TaskFailedError
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.ddl_index import IndexDdl
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
 from replicator.pipeline.ddl_rbac import RbacDdl
 from replicator.pipeline.names import TaskNames, database_mapper
-from replicator.sinks.milvus import MilvusTarget, has_partition_key, target_schema
+from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.schema_convert import has_partition_key, target_schema
 
 log = logging.getLogger(__name__)
 DYNAMIC_FIELD_PROPERTY = "dynamicfield.enabled"  # common.EnableDynamicSchemaKey

@@ -29,7 +29,7 @@ from pymilvus.grpc_gen import schema_pb2
 from metastore import MetaStore
 from replicator.errors import UnfollowableSwitchError
 from replicator.meta.catalog import COLLECTION_CREATED, CollectionMeta
-from replicator.pipeline.wal_switch import WalSwitch, parse_backend
+from replicator.pipeline.wal_backend import WalSwitch, parse_backend
 
 _COLLECTION = "collection/"
 _INDEX = "index/"

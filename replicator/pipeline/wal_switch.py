@@ -8,57 +8,28 @@ the old backend, saves a position on the new backend that says "from its earlies
 tick T", and goes on there; records at or before ``T`` on the new backend are dropped as
 already applied (the sequencer's released tick does that).
 
-Positions name their backend: ``kafka`` is the daemon's configured source; after the n-th switch
-of a pchannel it is ``<kind>#<n>`` and the task's state keeps how to reach it (``wal/<pchannel>/
-<n>``: kind, connection settings, the switch tick). That record is written before the position,
-so a restart at any point reads either the old backend (and meets the switch again) or the new
-one.
+Positions name their backend (``wal_backend.py``); the task's state keeps how to reach each
+switched-to backend. That record is written before the position, so a restart at any point reads
+either the old backend (and meets the switch again) or the new one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from replicator.codec.streaming import vchannel_pchannel
 from replicator.codec.streaming_events import AlterWAL, MqSwitchAnnounced
 from replicator.errors import SourceConfigError, TaskFailedError, UnfollowableSwitchError
+from replicator.pipeline.barriers import Barriers
+from replicator.pipeline.checkpoint import ChannelCheckpoint
+from replicator.pipeline.task_state import RunnerState
+from replicator.pipeline.wal_backend import OpenWal, WalSwitch, parse_backend
 from replicator.sources.base import WalSource
-
-if TYPE_CHECKING:  # these import WalSwitch from here
-    from replicator.pipeline.barriers import Barriers
-    from replicator.pipeline.checkpoint import ChannelCheckpoint
-    from replicator.pipeline.task_state import RunnerState
-
-OpenWal = Callable[[str, Mapping[str, str]], WalSource]
 
 log = logging.getLogger(__name__)
 
 READABLE_KINDS = ("kafka", "rocksmq", "pulsar")
-
-
-@dataclass(frozen=True)
-class WalSwitch:
-    kind: str  # "kafka", "rocksmq", "pulsar"
-    config: dict[str, str]  # connection settings the message carried (may hold secrets)
-    switch_ts: int
-    generation: int
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.kind, self.generation)
-
-
-def backend_name(kind: str, generation: int) -> str:
-    return kind if generation == 0 else f"{kind}#{generation}"
-
-
-def parse_backend(name: str) -> tuple[str, int]:
-    """(kind, generation) of a position's backend name."""
-    kind, sep, generation = name.partition("#")
-    return kind, int(generation) if sep else 0
 
 
 def requested_switch(

@@ -51,8 +51,8 @@ from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.wal_switch import SwitchFollower
 from replicator.sources.base import ChannelReader, WalSource
+from replicator.sources.idle_reader import IdleReader
 from replicator.sources.prefetch import reading_ahead
-from replicator.sources.shared import IdleReader
 
 log = logging.getLogger(__name__)
 

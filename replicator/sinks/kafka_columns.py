@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TargetRejectedError
 from replicator.sinks.kafka_events import dumps, key_prefix, rows_of, ts_view
-
-if TYPE_CHECKING:
-    from replicator.sinks.kafka import ChannelLog
 
 # an event as logged: (topic, key, value), its value as a dict, or as the JSON of every field
 # but "source" without the closing brace (a body, see insert_events); the commit adds "source"
@@ -35,8 +32,14 @@ Event = tuple[str, bytes, dict[str, Any] | bytes]
 Run = tuple[str, list[dict[str, bytes]]]
 
 
+class EventLog(Protocol):
+    """What ``insert_events`` needs of a channel's log (``kafka.ChannelLog``): its events."""
+
+    events: list[Event]
+
+
 def insert_events(
-    log: ChannelLog,
+    log: EventLog,
     topic: str,
     db: str,
     collection: str,
@@ -99,4 +102,4 @@ def topic_runs(events: Sequence[Event], source: dict[str, Any], limit: int) -> l
     return runs
 
 
-__all__ = ["Event", "Run", "insert_events", "topic_runs"]
+__all__ = ["Event", "EventLog", "Run", "insert_events", "topic_runs"]

@@ -11,33 +11,23 @@ before any row is written there (:mod:`schema_check`).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from metastore.fenced import Fence
 from replicator.codec.wkb import WkbError, geometry_columns_as_wkt
-from replicator.errors import (
-    Rejection,
-    SinkError,
-    TargetRejectedError,
-    TargetUnavailableError,
-    TaskFailedError,
-)
-from replicator.sinks.milvus_status import (
-    GRPC_RETRIABLE,
-    grpc_rejection,
-    status_rejection,
-    status_retriable,
-)
+from replicator.errors import Rejection, SinkError, TargetRejectedError, TaskFailedError
+from replicator.sinks.column_merge import merge_columns
+from replicator.sinks.milvus_channel import auth_metadata, open_channel, target_address
+from replicator.sinks.milvus_rbac import TargetRbac
+from replicator.sinks.milvus_status import call_failure, checked_reply
 from replicator.sinks.schema_check import dropped_clustering_keys, require_fields
+from replicator.sinks.schema_convert import has_partition_key, target_schema
 
 log = logging.getLogger(__name__)
 
@@ -46,102 +36,7 @@ def _log_warning(text: str) -> None:
     log.warning("%s", text)
 
 
-_SYSTEM_FIELD_IDS = (0, 1)  # RowID, Timestamp
-_MAX_MESSAGE = 512 * 1024 * 1024
 DELETE_CHUNK = 5000
-
-
-def target_address(connect: dict[str, Any]) -> tuple[str, bool]:
-    if connect.get("uri"):
-        parts = urlsplit(connect["uri"])
-        secure = parts.scheme == "https" or bool(connect.get("enable_tls"))
-        return (
-            f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 19530)}",
-            secure,
-        )
-    return f"{connect['host']}:{connect['port']}", bool(connect.get("enable_tls"))
-
-
-def _read(path: str) -> bytes | None:
-    return Path(path).read_bytes() if path else None
-
-
-def target_schema(source: schema_pb2.CollectionSchema) -> schema_pb2.CollectionSchema:
-    """The source schema as a target can create it: user fields only, keys given by us."""
-    schema = schema_pb2.CollectionSchema()
-    schema.CopyFrom(source)
-    del schema.fields[:]
-    del schema.properties[:]  # given to CreateCollection as its properties
-    schema.autoID = False
-    for field in source.fields:
-        if field.fieldID in _SYSTEM_FIELD_IDS and field.name in ("RowID", "Timestamp"):
-            continue
-        if field.is_dynamic:  # "$meta" is implied by enable_dynamic_field
-            continue
-        copy = schema.fields.add()
-        copy.CopyFrom(field)
-        copy.autoID = False
-    return schema
-
-
-def pk_field(schema: schema_pb2.CollectionSchema) -> schema_pb2.FieldSchema:
-    for field in schema.fields:
-        if field.is_primary_key:
-            return field
-    raise TargetRejectedError(f"collection {schema.name} has no primary key field")
-
-
-def has_partition_key(schema: schema_pb2.CollectionSchema) -> bool:
-    return any(field.is_partition_key for field in schema.fields)
-
-
-def merge_columns(
-    into: Sequence[schema_pb2.FieldData], more: Sequence[Sequence[schema_pb2.FieldData]]
-) -> None:
-    """Appends the values of each batch of ``more`` to the column of ``into`` of the same name.
-
-    protobuf's ``MergeFrom`` concatenates repeated values but *replaces* a singular one, and the
-    byte-typed vectors (binary, float16, bfloat16, int8) are one ``bytes`` value for all rows:
-    those are concatenated here, as is each sub-field of a struct array (``MergeFrom`` would add
-    the second batch's sub-fields as more sub-fields); a sparse column keeps the largest ``dim``."""
-    by_name = {column.field_name: column for column in into}
-    for columns in more:
-        for column in columns:
-            target = by_name.get(column.field_name)
-            if target is None:
-                raise ValueError(f"insert batches disagree on columns: {column.field_name}")
-            _append_column(target, column)
-
-
-_BYTE_VECTORS = frozenset(
-    field.name
-    for field in schema_pb2.VectorField.DESCRIPTOR.fields
-    if field.type == field.TYPE_BYTES
-)
-
-
-def _append_column(target: schema_pb2.FieldData, column: schema_pb2.FieldData) -> None:
-    if column.HasField("struct_arrays"):
-        merge_columns(target.struct_arrays.fields, [column.struct_arrays.fields])
-        column = _without_struct_arrays(column)
-    kind = str(column.vectors.WhichOneof("data")) if column.HasField("vectors") else ""
-    if kind in _BYTE_VECTORS:
-        joined = getattr(target.vectors, kind) + getattr(column.vectors, kind)
-        target.MergeFrom(column)
-        setattr(target.vectors, kind, joined)
-    elif kind == "sparse_float_vector":
-        dim = max(target.vectors.sparse_float_vector.dim, column.vectors.sparse_float_vector.dim)
-        target.MergeFrom(column)
-        target.vectors.sparse_float_vector.dim = dim
-    else:
-        target.MergeFrom(column)
-
-
-def _without_struct_arrays(column: schema_pb2.FieldData) -> schema_pb2.FieldData:
-    rest = schema_pb2.FieldData()
-    rest.CopyFrom(column)
-    rest.ClearField("struct_arrays")
-    return rest
 
 
 class MilvusTarget:
@@ -152,35 +47,13 @@ class MilvusTarget:
         self.address = address
         self._connect = connect
         self._timeout = timeout
-        options = [
-            ("grpc.max_send_message_length", _MAX_MESSAGE),
-            ("grpc.max_receive_message_length", _MAX_MESSAGE),
-        ]
-        if secure:
-            dial = connect.get("dial_config") or {}
-            if dial.get("server_name"):
-                options.append(("grpc.ssl_target_name_override", dial["server_name"]))
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=_read(dial.get("ca_pem_path") or dial.get("server_pem_path", "")),
-                private_key=_read(dial.get("client_key_path", "")),
-                certificate_chain=_read(dial.get("client_pem_path", "")),
-            )
-            self._channel = grpc.secure_channel(address, creds, options=options)
-        else:
-            self._channel = grpc.insecure_channel(address, options=options)
+        self._channel = open_channel(address, secure, connect)
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
         # set by a task's runner: no call once it is closed, and none outlasting its lease
         self.fence: Fence | None = None
         # a note for the operator: a task's runner sets its warnings (progress.warnings)
         self.warn: Callable[[str], None] = _log_warning
-        self._metadata: list[tuple[str, str]] = []
-        if connect.get("token"):
-            self._metadata.append(
-                ("authorization", base64.b64encode(connect["token"].encode()).decode())
-            )
-        elif connect.get("username"):
-            pair = f"{connect['username']}:{connect['password']}".encode()
-            self._metadata.append(("authorization", base64.b64encode(pair).decode()))
+        self._metadata = auth_metadata(connect)
 
     def close(self) -> None:
         self._channel.close()
@@ -203,21 +76,8 @@ class MilvusTarget:
                 request, timeout=timeout, metadata=self._metadata
             )
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            message = f"{what} on {self.address}: {code}: {details}"
-            if code in GRPC_RETRIABLE:
-                raise TargetUnavailableError(message) from None
-            raise TargetRejectedError(message, grpc_rejection(code, details or "")) from None
-        status = response if method in _STATUS_ONLY else getattr(response, "status", None)
-        if status is not None and (status.code != 0 or status.error_code != 0):
-            message = f"{what} on {self.address}: {status.reason or status.code}"
-            if status_retriable(status.code, status.error_code):
-                raise TargetUnavailableError(message)
-            raise TargetRejectedError(
-                message, status_rejection(status.code, status.error_code, status.reason)
-            )
-        return response
+            raise call_failure(exc, what, self.address) from None
+        return checked_reply(method, response, what, self.address)
 
     # --- DDL ---------------------------------------------------------------------------------
     def has_collection(self, db: str, name: str) -> bool:
@@ -584,114 +444,11 @@ class MilvusTarget:
             f"release {db}.{collection}",
         )
 
-    # --- RBAC --------------------------------------------------------------------------------
-    def list_users(self) -> list[str]:
-        response = self._call("ListCredUsers", milvus_pb2.ListCredUsersRequest(), "list users")
-        return list(response.usernames)
-
-    def create_user(self, user: str, password: str) -> None:
-        """``password`` is sent base64-encoded as the API wants; never logged."""
-        encoded = base64.b64encode(password.encode()).decode()
-        self._call(
-            "CreateCredential",
-            milvus_pb2.CreateCredentialRequest(username=user, password=encoded),
-            f"create user {user}",
-        )
-
-    def drop_user(self, user: str) -> None:
-        self._call(
-            "DeleteCredential",
-            milvus_pb2.DeleteCredentialRequest(username=user),
-            f"drop user {user}",
-        )
-
-    def list_roles(self) -> list[str]:
-        response = self._call("SelectRole", milvus_pb2.SelectRoleRequest(), "list roles")
-        return [r.role.name for r in response.results]
-
-    def create_role(self, role: str) -> None:
-        self._call(
-            "CreateRole",
-            milvus_pb2.CreateRoleRequest(entity=milvus_pb2.RoleEntity(name=role)),
-            f"create role {role}",
-        )
-
-    def drop_role(self, role: str, *, force: bool = False) -> None:
-        self._call(
-            "DropRole",
-            milvus_pb2.DropRoleRequest(role_name=role, force_drop=force),
-            f"drop role {role}",
-        )
-
-    def operate_user_role(self, user: str, role: str, *, add: bool) -> None:
-        self._call(
-            "OperateUserRole",
-            milvus_pb2.OperateUserRoleRequest(
-                username=user,
-                role_name=role,
-                type=milvus_pb2.AddUserToRole if add else milvus_pb2.RemoveUserFromRole,
-            ),
-            f"{'bind' if add else 'unbind'} user {user} and role {role}",
-        )
-
-    def operate_privilege(self, entity: milvus_pb2.GrantEntity, *, grant: bool) -> None:
-        privilege = entity.grantor.privilege.name
-        self._call(
-            "OperatePrivilege",
-            milvus_pb2.OperatePrivilegeRequest(
-                entity=entity, type=milvus_pb2.Grant if grant else milvus_pb2.Revoke
-            ),
-            f"{'grant' if grant else 'revoke'} {privilege} on {entity.object.name} "
-            f"{entity.db_name}.{entity.object_name} {'to' if grant else 'from'} "
-            f"{entity.role.name}",
-        )
-
-    def grants(self, role: str, db: str = "") -> list[Any]:
-        """The role's grants in ``db`` (Milvus answers for the default database when none)."""
-        response = self._call(
-            "SelectGrant",
-            milvus_pb2.SelectGrantRequest(
-                entity=milvus_pb2.GrantEntity(role=milvus_pb2.RoleEntity(name=role), db_name=db)
-            ),
-            f"grants of {role} in {db or 'default'}",
-        )
-        return list(response.entities)
-
-    def privilege_groups(self) -> dict[str, list[str]]:
-        response = self._call(
-            "ListPrivilegeGroups", milvus_pb2.ListPrivilegeGroupsRequest(), "privilege groups"
-        )
-        return {g.group_name: [p.name for p in g.privileges] for g in response.privilege_groups}
-
-    def create_privilege_group(self, group: str) -> None:
-        self._call(
-            "CreatePrivilegeGroup",
-            milvus_pb2.CreatePrivilegeGroupRequest(group_name=group),
-            f"create privilege group {group}",
-        )
-
-    def drop_privilege_group(self, group: str) -> None:
-        self._call(
-            "DropPrivilegeGroup",
-            milvus_pb2.DropPrivilegeGroupRequest(group_name=group),
-            f"drop privilege group {group}",
-        )
-
-    def operate_privilege_group(self, group: str, privileges: Sequence[str], *, add: bool) -> None:
-        self._call(
-            "OperatePrivilegeGroup",
-            milvus_pb2.OperatePrivilegeGroupRequest(
-                group_name=group,
-                privileges=[milvus_pb2.PrivilegeEntity(name=p) for p in privileges],
-                type=(
-                    milvus_pb2.AddPrivilegesToGroup if add else milvus_pb2.RemovePrivilegesFromGroup
-                ),
-            ),
-            f"{'add' if add else 'remove'} privileges {list(privileges)} of group {group}",
-        )
-
-    def restore_rbac(self, meta: milvus_pb2.RBACMeta) -> None:
-        self._call("RestoreRBAC", milvus_pb2.RestoreRBACMetaRequest(RBAC_meta=meta), "restore RBAC")
+    # --- RBAC ---------------------------------------------------------------------------------
+    @property
+    def rbac(self) -> TargetRbac:
+        """The target's users, roles, grants and privilege groups, through this connection."""
+        return TargetRbac(self._call)
 
     # --- DML ---------------------------------------------------------------------------------
     def insert(
@@ -755,39 +512,4 @@ def _pairs(pairs: KeyValues) -> list[common_pb2.KeyValuePair]:
     return [common_pb2.KeyValuePair(key=k, value=v) for k, v in pairs]
 
 
-_STATUS_ONLY = {
-    "CreateCollection",
-    "DropCollection",
-    "CreatePartition",
-    "CreateIndex",
-    "DropIndex",
-    "AlterIndex",
-    "LoadCollection",
-    "ReleaseCollection",
-    "LoadPartitions",
-    "ReleasePartitions",
-    "DropPartition",
-    "CreateDatabase",
-    "DropDatabase",
-    "CreateAlias",
-    "AlterAlias",
-    "DropAlias",
-    "AlterDatabase",
-    "AlterCollection",
-    "RenameCollection",
-    "AddCollectionField",
-    "CreateCredential",
-    "UpdateCredential",
-    "DeleteCredential",
-    "CreateRole",
-    "DropRole",
-    "OperateUserRole",
-    "OperatePrivilege",
-    "OperatePrivilegeV2",
-    "CreatePrivilegeGroup",
-    "DropPrivilegeGroup",
-    "OperatePrivilegeGroup",
-    "RestoreRBAC",
-}
-
-__all__ = ["MilvusTarget", "SinkError", "pk_field", "target_schema"]
+__all__ = ["MilvusTarget", "SinkError"]

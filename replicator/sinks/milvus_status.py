@@ -13,9 +13,11 @@ here, once; callers test :class:`~replicator.errors.Rejection` values.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
-from replicator.errors import Rejection
+from replicator.errors import Rejection, SinkError, TargetRejectedError, TargetUnavailableError
 
 _REASON_MASK = (1 << 16) - 1
 
@@ -94,3 +96,63 @@ def reason_rejection(reason: str) -> Rejection:
         if any(phrase in text for phrase in phrases):
             return rejection
     return Rejection.OTHER
+
+
+# calls whose reply is the status itself (the others carry it as ``status``)
+_STATUS_ONLY = {
+    "CreateCollection",
+    "DropCollection",
+    "CreatePartition",
+    "CreateIndex",
+    "DropIndex",
+    "AlterIndex",
+    "LoadCollection",
+    "ReleaseCollection",
+    "LoadPartitions",
+    "ReleasePartitions",
+    "DropPartition",
+    "CreateDatabase",
+    "DropDatabase",
+    "CreateAlias",
+    "AlterAlias",
+    "DropAlias",
+    "AlterDatabase",
+    "AlterCollection",
+    "RenameCollection",
+    "AddCollectionField",
+    "CreateCredential",
+    "UpdateCredential",
+    "DeleteCredential",
+    "CreateRole",
+    "DropRole",
+    "OperateUserRole",
+    "OperatePrivilege",
+    "OperatePrivilegeV2",
+    "CreatePrivilegeGroup",
+    "DropPrivilegeGroup",
+    "OperatePrivilegeGroup",
+    "RestoreRBAC",
+}
+
+
+def call_failure(exc: grpc.RpcError, what: str, address: str) -> SinkError:
+    """The error to raise for a call ``what`` to ``address`` that gRPC failed."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    message = f"{what} on {address}: {code}: {details}"
+    if code in GRPC_RETRIABLE:
+        return TargetUnavailableError(message)
+    return TargetRejectedError(message, grpc_rejection(code, details or ""))
+
+
+def checked_reply(method: str, response: Any, what: str, address: str) -> Any:
+    """``response`` of ``method`` when its status is a success; else the error it means."""
+    status = response if method in _STATUS_ONLY else getattr(response, "status", None)
+    if status is not None and (status.code != 0 or status.error_code != 0):
+        message = f"{what} on {address}: {status.reason or status.code}"
+        if status_retriable(status.code, status.error_code):
+            raise TargetUnavailableError(message)
+        raise TargetRejectedError(
+            message, status_rejection(status.code, status.error_code, status.reason)
+        )
+    return response

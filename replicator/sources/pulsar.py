@@ -1,4 +1,6 @@
-"""Pulsar WAL reader (pulsar-client). Milvus writes each pchannel to the non-partitioned topic
+"""Pulsar WAL reader (pulsar-client): one non-durable reader per pchannel's topic.
+
+Milvus writes each pchannel to the non-partitioned topic
 ``persistent://<tenant>/<namespace>/<pchannel>``; a record's id is the serialized Pulsar
 ``MessageIdData`` (what Milvus stores in its own positions).
 
@@ -7,23 +9,8 @@ Reading never leaves anything on the broker: a ``pulsar.Reader`` is a consumer o
 that subscription internally, but the broker drops it, cursor included, when the reader closes.
 Nothing is subscribed durably, nothing is committed.
 
-Positions and offsets
----------------------
-A Pulsar message id is ``(ledger_id, entry_id, batch_index)`` (+ partition, always -1 for
-Milvus's non-partitioned topics). Within a topic, ids increase in the order of the messages:
-ledgers of one topic get increasing ids, entries increase within a ledger, and the messages of
-a batched entry have batch indexes 0, 1, ... while a non-batched message has batch index -1.
-The C++ client (under pulsar-client) orders ids the same way, lexicographically, -1 first.
-
-``offset`` is an exact, order-preserving encoding of that triple as one non-negative int::
-
-    offset = (ledger_id + 1) << 96 | (entry_id + 1) << 32 | (batch_index + 1)
-
-(64, 64 and 32 bits; the +1 maps the "-1 = none" values to 0, so ``MessageId.earliest`` =
-(-1, -1, -1) is offset 0). It is a pure function of the id: equal across restarts and across
-readers, and decodable (``MessageIdParts.from_offset``). It is *not* dense (the next record's
-offset is not "this + 1") and it does not fit in 64 bits: keep it as a Python int or a decimal
-string.
+Message ids, their order and the offsets made of them: :mod:`replicator.sources.pulsar_ids`;
+authentication: :mod:`replicator.sources.pulsar_auth`.
 
 Start semantics
 ---------------
@@ -37,184 +24,35 @@ does not come after the previous one, so the guarantee holds whatever the client
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulsar
 
 from metastore import Position
-from replicator.codec.wire import WireError, encode_varint, iter_fields, to_signed64
 from replicator.events import RawRecord
 from replicator.sources.base import READ_BYTES, SourceUnavailableError
+from replicator.sources.pulsar_auth import auth_config, build_authentication
+from replicator.sources.pulsar_ids import (
+    EARLIEST,
+    LATEST,
+    MessageIdParts,
+    is_after,
+    msg_id_before,
+    offset_of_msg_id,
+)
 
 log = logging.getLogger(__name__)
 
 BACKEND = "pulsar"
 
-_INT64_MAX = (1 << 63) - 1
-_INT32_MAX = (1 << 31) - 1
-_ENTRY_SHIFT = 32
-_LEDGER_SHIFT = 96
-_ENTRY_MASK = (1 << 64) - 1
-_BATCH_MASK = (1 << 32) - 1
-
 # Memory the reader's receive queue may hold per channel, at Milvus's maximum message size.
 _QUEUE_BUDGET_BYTES = 64 * 1024 * 1024
 _MIN_QUEUE = 16
 _MAX_QUEUE = 1000
-
-
-# --- message ids ------------------------------------------------------------------------------
-@dataclass(frozen=True, order=True)
-class MessageIdParts:
-    """The fields of a Pulsar ``MessageIdData`` that place a message in its topic.
-
-    Instances order like the C++ client's ``MessageId`` (ledger, entry, batch index); partition
-    and batch size do not take part in comparisons.
-    """
-
-    ledger_id: int
-    entry_id: int
-    batch_index: int = -1
-    partition: int = field(default=-1, compare=False)
-    batch_size: int = field(default=0, compare=False)
-
-    def __post_init__(self) -> None:
-        for name, value, high in (
-            ("ledger_id", self.ledger_id, _INT64_MAX),
-            ("entry_id", self.entry_id, _INT64_MAX),
-            ("batch_index", self.batch_index, _INT32_MAX),
-            ("partition", self.partition, _INT32_MAX),
-        ):
-            if not -1 <= value <= high:
-                raise ValueError(f"Pulsar message id: {name} {value} out of range [-1, {high}]")
-        if not 0 <= self.batch_size <= _INT32_MAX:
-            raise ValueError(f"Pulsar message id: batch_size {self.batch_size} out of range")
-
-    # -- offset ------------------------------------------------------------------------------
-    @property
-    def offset(self) -> int:
-        """Order-preserving integer of (ledger, entry, batch index); see the module doc."""
-        return (
-            (self.ledger_id + 1) << _LEDGER_SHIFT
-            | (self.entry_id + 1) << _ENTRY_SHIFT
-            | (self.batch_index + 1)
-        )
-
-    @classmethod
-    def from_offset(cls, offset: int) -> MessageIdParts:
-        if offset < 0 or offset >> _LEDGER_SHIFT > _INT64_MAX + 1:
-            raise ValueError(f"not a Pulsar offset: {offset}")
-        return cls(
-            ledger_id=(offset >> _LEDGER_SHIFT) - 1,
-            entry_id=((offset >> _ENTRY_SHIFT) & _ENTRY_MASK) - 1,
-            batch_index=(offset & _BATCH_MASK) - 1,
-        )
-
-    # -- bytes -------------------------------------------------------------------------------
-    def serialize(self) -> bytes:
-        """``MessageIdData`` bytes, field for field what the C++ client's
-        ``MessageId.serialize()`` writes (defaults -1 / 0 are left out)."""
-        out = bytearray()
-        _put_varint_field(out, 1, self.ledger_id)
-        _put_varint_field(out, 2, self.entry_id)
-        if self.partition != -1:
-            _put_varint_field(out, 3, self.partition)
-        if self.batch_index != -1:
-            _put_varint_field(out, 4, self.batch_index)
-        if self.batch_size != 0:
-            _put_varint_field(out, 6, self.batch_size)
-        return bytes(out)
-
-    @classmethod
-    def deserialize(cls, data: bytes) -> MessageIdParts:
-        """Parse ``MessageIdData`` bytes as written by any Pulsar client (the Go client used by
-        Milvus writes partition, batch index and batch size explicitly; the C++ client leaves
-        defaults out). Chunk and ack-set fields are skipped. ``ValueError`` when the bytes are
-        not a message id (for instance an 8-byte Kafka offset)."""
-        values: dict[int, int] = {}
-        try:
-            for number, wire_type, value in iter_fields(bytes(data)):
-                if number in (1, 2, 3, 4, 6):
-                    if wire_type != 0 or not isinstance(value, int):
-                        raise WireError(f"field {number} has wire type {wire_type}")
-                    values[number] = to_signed64(value)
-        except WireError as exc:
-            raise ValueError(f"not a Pulsar message id ({len(data)} bytes): {exc}") from exc
-        if 1 not in values or 2 not in values:
-            raise ValueError(
-                f"not a Pulsar message id ({len(data)} bytes): ledgerId and entryId are required"
-            )
-        return cls(
-            ledger_id=values[1],
-            entry_id=values[2],
-            partition=values.get(3, -1),
-            batch_index=values.get(4, -1),
-            batch_size=values.get(6, 0),
-        )
-
-    @classmethod
-    def of(cls, message_id: Any) -> MessageIdParts:
-        """The parts of a pulsar-client ``MessageId`` (``pulsar.MessageId`` or
-        ``_pulsar.MessageId``, as returned by ``Message.message_id()``)."""
-        return cls(
-            ledger_id=int(message_id.ledger_id()),
-            entry_id=int(message_id.entry_id()),
-            batch_index=int(message_id.batch_index()),
-            partition=int(message_id.partition()),
-        )
-
-    def __str__(self) -> str:
-        return f"({self.ledger_id}:{self.entry_id}:{self.batch_index})"
-
-
-EARLIEST = MessageIdParts(-1, -1, -1)
-LATEST = MessageIdParts(_INT64_MAX, _INT64_MAX, -1)
-
-
-def _put_varint_field(out: bytearray, number: int, value: int) -> None:
-    out.extend(encode_varint(number << 3))
-    # negative int32/int64: 10-byte two's complement
-    out.extend(encode_varint(value & ((1 << 64) - 1)))
-
-
-def offset_of_msg_id(msg_id: bytes) -> int:
-    """The offset (see the module doc) of a serialized message id, e.g. a ``Position.msg_id``
-    or a collection's start position from Milvus's etcd."""
-    return MessageIdParts.deserialize(msg_id).offset
-
-
-def is_after(candidate: MessageIdParts, start: MessageIdParts | None) -> bool:
-    """Whether a record with id ``candidate`` belongs to a read that starts after ``start``
-    (None: from the beginning). ``LATEST`` as a start means "what is published from now on"."""
-    if start is None or start in (EARLIEST, LATEST):
-        return True
-    return candidate > start
-
-
-def msg_id_before(msg_id: bytes) -> bytes:
-    """A message id X such that reading "strictly after X" starts *at* ``msg_id``.
-
-    For a Milvus start position (the id of the CreateCollection message) this gives the position
-    that makes the reader return that message itself. (L, E, b>0) gives (L, E, b-1); the first or
-    only message of an entry gives (L, E-1, 2**31-1), which both the broker (it sends entry E-1
-    again) and the client (it drops every message of entry E-1) treat as "after all of E-1".
-    """
-    parts = MessageIdParts.deserialize(msg_id)
-    if parts.ledger_id < 0 or parts.entry_id < 0 or parts == LATEST:
-        raise ValueError(f"no message precedes {parts}: not the id of a message")
-    if parts.batch_index > 0:
-        before = MessageIdParts(parts.ledger_id, parts.entry_id, parts.batch_index - 1)
-    else:
-        before = MessageIdParts(parts.ledger_id, parts.entry_id - 1, _INT32_MAX)
-    return before.serialize()
 
 
 # --- names --------------------------------------------------------------------------------------
@@ -240,143 +78,6 @@ def receiver_queue_size(max_message_size: int) -> int:
     if max_message_size <= 0:
         raise ValueError("max_message_size must be positive")
     return max(_MIN_QUEUE, min(_MAX_QUEUE, _QUEUE_BUDGET_BYTES // max_message_size))
-
-
-# --- authentication -----------------------------------------------------------------------------
-_PLUGIN_ALIASES = {
-    "token": "token",
-    "org.apache.pulsar.client.impl.auth.authenticationtoken": "token",
-    "tls": "tls",
-    "org.apache.pulsar.client.impl.auth.authenticationtls": "tls",
-    "basic": "basic",
-    "org.apache.pulsar.client.impl.auth.authenticationbasic": "basic",
-    "oauth2": "oauth2",
-    "org.apache.pulsar.client.impl.auth.oauth2.authenticationoauth2": "oauth2",
-    "athenz": "athenz",
-    "org.apache.pulsar.client.impl.auth.authenticationathenz": "athenz",
-}
-# Java/Go spellings of the OAuth2 keys -> the C++ client's
-_OAUTH2_KEYS = {
-    "issuerUrl": "issuer_url",
-    "privateKey": "private_key",
-    "clientId": "client_id",
-    "clientSecret": "client_secret",
-}
-
-
-@dataclass(frozen=True)
-class AuthConfig:
-    """How to authenticate, parsed from Milvus's ``pulsar.authPlugin`` / ``pulsar.authParams``.
-
-    ``method`` is one of token, token-file, tls, basic, oauth2, athenz, library (a C++
-    authentication plugin given by the path of its shared library). The repr shows the method
-    and the parameter names, never their values.
-    """
-
-    method: str
-    params: Mapping[str, str] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        return f"AuthConfig(method={self.method!r}, params=<{', '.join(sorted(self.params))}>)"
-
-    __str__ = __repr__
-
-
-def parse_auth_params(text: str) -> dict[str, str]:
-    """``authParams`` as a dict: a JSON object, or Milvus's ``key1:value1,key2:value2`` (each item
-    is split at its first colon; Milvus's own parser drops items with more than one colon)."""
-    text = text.strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            loaded = json.loads(text)
-        except ValueError:
-            raise ValueError("Pulsar authParams: not valid JSON") from None
-        if not isinstance(loaded, dict):
-            raise ValueError("Pulsar authParams: the JSON is not an object")
-        return {str(key): str(value) for key, value in loaded.items()}
-    params: dict[str, str] = {}
-    for item in text.split(","):
-        key, sep, value = item.partition(":")
-        if sep and key.strip():
-            params[key.strip()] = value.strip()
-    return params
-
-
-def auth_config(auth_plugin: str, auth_params: str) -> AuthConfig | None:
-    """The authentication Milvus would use with the same ``authPlugin``/``authParams`` (None:
-    none). ``ValueError`` names the plugin and the parameter names, never a value."""
-    plugin = auth_plugin.strip()
-    if not plugin:
-        return None
-    method = _PLUGIN_ALIASES.get(plugin.lower())
-    raw = auth_params.strip()
-    if method is None:
-        if plugin.endswith((".so", ".dylib", ".dll")):
-            return AuthConfig("library", {"path": plugin, "params": raw})
-        raise ValueError(
-            f"Pulsar authPlugin {plugin!r} is not supported "
-            f"(use one of: {', '.join(sorted(set(_PLUGIN_ALIASES.values())))})"
-        )
-    if method == "token" and raw and ":" not in raw and not raw.startswith("{"):
-        return AuthConfig("token", {"token": raw})  # a bare token, as the Java/C++ clients accept
-    params = parse_auth_params(raw)
-    names = sorted(params)
-    if method == "token":
-        if params.get("token"):
-            return AuthConfig("token", {"token": params["token"]})
-        if params.get("file"):
-            path = params["file"]
-            return AuthConfig("token-file", {"file": path[2:] if path.startswith("//") else path})
-        raise ValueError(f"Pulsar token authentication needs 'token' or 'file'; got {names}")
-    if method == "tls":
-        if not params.get("tlsCertFile") or not params.get("tlsKeyFile"):
-            raise ValueError(
-                f"Pulsar TLS authentication needs tlsCertFile and tlsKeyFile; got {names}"
-            )
-        return AuthConfig("tls", {k: params[k] for k in ("tlsCertFile", "tlsKeyFile")})
-    if method == "basic":
-        username = params.get("userId") or params.get("username")
-        if not username or "password" not in params:
-            raise ValueError(f"Pulsar basic authentication needs userId and password; got {names}")
-        return AuthConfig("basic", {"username": username, "password": params["password"]})
-    if method == "oauth2":
-        converted = {_OAUTH2_KEYS.get(key, key): value for key, value in params.items()}
-        if not converted.get("issuer_url"):
-            raise ValueError(f"Pulsar OAuth2 authentication needs issuerUrl; got {names}")
-        converted.pop("type", None)
-        return AuthConfig("oauth2", converted)
-    return AuthConfig("athenz", params)
-
-
-def build_authentication(config: AuthConfig | None) -> Any:
-    """The pulsar-client authentication object for ``config`` (None: no authentication)."""
-    if config is None:
-        return None
-    params = config.params
-    if config.method == "token":
-        return pulsar.AuthenticationToken(params["token"])
-    if config.method == "token-file":
-        return pulsar.AuthenticationToken(_token_file_reader(params["file"]))
-    if config.method == "tls":
-        return pulsar.AuthenticationTLS(params["tlsCertFile"], params["tlsKeyFile"])
-    if config.method == "basic":
-        return pulsar.AuthenticationBasic(params["username"], params["password"])
-    if config.method == "oauth2":
-        return pulsar.AuthenticationOauth2(json.dumps(dict(params)))
-    if config.method == "athenz":
-        return pulsar.AuthenticationAthenz(json.dumps(dict(params)))
-    if config.method == "library":
-        return pulsar.Authentication(params["path"], params["params"])
-    raise ValueError(f"unknown Pulsar authentication method {config.method!r}")
-
-
-def _token_file_reader(path: str) -> Callable[[], str]:
-    def read() -> str:  # read at every (re)connection: the token can be rotated on disk
-        return Path(path).read_text(encoding="utf-8").strip()
-
-    return read
 
 
 # --- errors -------------------------------------------------------------------------------------

@@ -42,12 +42,21 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import READ_BYTES, ChannelReader, Wakes, WalSource
+from replicator.sources.base import READ_BYTES, ChannelReader, Wakes
 from replicator.sources.prefetch import PrefetchingReader
+from replicator.sources.shared_records import (
+    BEGINNING,
+    Cursor,
+    Kind,
+    every_record_wakes,
+    kind_of,
+    record_bytes,
+    wants_any,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,39 +65,8 @@ READ_RECORDS = 1000
 READ_TIMEOUT = 0.2
 # the longest a subscriber reading on its own waits for a record
 READ_TIMEOUT_OWN = 1.0
-# what a record costs in the buffer beyond its payload (object, properties, lists)
-RECORD_OVERHEAD = 256
 # how long the reading thread sleeps when nobody needs more (it is woken as soon as one does)
 _IDLE_WAIT = 0.5
-_BEGINNING = -1  # the cursor of a reader that starts at the beginning of the channel
-
-
-# What a record is to an idle subscriber: None for a time tick, a collection's id (>= 0) for a
-# record of that collection's data, a negative number for anything else (every idle
-# subscriber wakes for it)
-Kind = Callable[[RawRecord], int | None]
-
-
-def every_record_wakes(record: RawRecord) -> int | None:
-    """The kind that knows nothing: every record wakes every idle subscriber."""
-    return -1
-
-
-def record_bytes(record: RawRecord) -> int:
-    return len(record.payload) + RECORD_OVERHEAD
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """The last record a reader has: its order on the channel and its message id (None and
-    ``_BEGINNING``: nothing yet, read from the beginning)."""
-
-    offset: int
-    msg_id: bytes | None
-
-    @classmethod
-    def of(cls, record: RawRecord) -> Cursor:
-        return cls(record.offset, record.msg_id)
 
 
 class _Channels(Protocol):
@@ -142,7 +120,7 @@ class SharedChannel:
         self._cum: list[int] = []
         self._kinds: list[int | None] = []  # what each record is (see Kind)
         self._dropped_bytes = 0  # cum of the last record dropped
-        self._base = Cursor(_BEGINNING, None)  # every record after it is in the buffer
+        self._base = Cursor(BEGINNING, None)  # every record after it is in the buffer
         self._attached: set[Subscription] = set()
         self._subscribers = 0
         self._generation = 0  # bumped when the buffer restarts elsewhere: reopen the reader
@@ -156,7 +134,7 @@ class SharedChannel:
 
     def cursor_of(self, start: Position | None) -> Cursor:
         if start is None or not start.msg_id:
-            return Cursor(_BEGINNING, None)
+            return Cursor(BEGINNING, None)
         return Cursor(self._source.offset_of(start.msg_id), start.msg_id)
 
     def _unsubscribe(self, subscription: Subscription) -> None:
@@ -167,7 +145,7 @@ class SharedChannel:
                 # nobody reads this channel: the thread closes its reader and ends, the
                 # buffer's memory goes with it
                 self._thread = None
-                self._restart_at(Cursor(_BEGINNING, None))
+                self._restart_at(Cursor(BEGINNING, None))
             self._space.notify()
             self._wake_all()
 
@@ -212,7 +190,7 @@ class SharedChannel:
                     subscription.woken.wait(timeout)
                 else:
                     self._data.wait(timeout)
-            return self._take(subscription, max_records, wakes)
+            return self._take_after_cursor(subscription, max_records, wakes)
 
     def poll(
         self, subscription: Subscription, max_records: int, wakes: Wakes | None, last: bool
@@ -223,7 +201,7 @@ class SharedChannel:
             subscription.wakes = wakes
             if not last and self._would_wait(subscription, wakes):
                 return None
-            return self._take(subscription, max_records, wakes)
+            return self._take_after_cursor(subscription, max_records, wakes)
 
     def _would_wait(self, subscription: Subscription, wakes: Wakes | None) -> bool:
         """Under the lock: would a read wait (attached, and nothing it wants buffered)?"""
@@ -234,7 +212,7 @@ class SharedChannel:
         first, end = self._after(subscription, 1)
         return first == end
 
-    def _take(
+    def _take_after_cursor(
         self, subscription: Subscription, max_records: int, wakes: Wakes | None
     ) -> list[RawRecord]:
         first, end = self._after(subscription, max_records)
@@ -304,7 +282,7 @@ class SharedChannel:
                 continue
             if kind >= 0 and i + 1 < end:
                 if kind not in wanted:
-                    wanted[kind] = _wanted(wakes, {kind})
+                    wanted[kind] = wants_any(wakes, {kind})
                 if not wanted[kind]:
                     subscription.passed_over += 1
                     continue
@@ -362,7 +340,7 @@ class SharedChannel:
             if (
                 kinds
                 and not subscription.wake_pending
-                and (everyone or wakes is None or _wanted(wakes, kinds))
+                and (everyone or wakes is None or wants_any(wakes, kinds))
             ):
                 subscription.wake_pending = True
                 subscription.woken.notify()
@@ -450,7 +428,7 @@ class SharedChannel:
                     self._failed(exc)
                     continue
                 # told apart outside the lock: the subscribers take meanwhile
-                kinds = [_kind_of(self._kind, record) for record in batch]
+                kinds = [kind_of(self._kind, record) for record in batch]
                 with self._lock:
                     if generation == self._generation and batch:
                         self._append(batch, kinds)
@@ -475,39 +453,6 @@ class SharedChannel:
             self._restart_at(self._base)
             self._wake_all()
         log.warning("%s: the shared reader failed, tasks read on their own: %s", self.pchannel, exc)
-
-
-def _kind_of(kind: Kind, record: RawRecord) -> int | None:
-    """``kind`` of a record; a record it cannot tell wakes everyone (whoever reads it decodes
-    it): a failure here would stop the shared reader's thread, and every subscriber with it."""
-    try:
-        return kind(record)
-    except Exception:  # noqa: BLE001 - see the docstring
-        return -1
-
-
-def _wanted(wakes: Wakes, kinds: set[int]) -> bool:
-    """Does a subscriber want data of one of ``kinds``? One that cannot tell is woken."""
-    try:
-        return any(wakes(kind) for kind in kinds)
-    except Exception:  # noqa: BLE001 - as in _kind_of
-        return True
-
-
-@runtime_checkable
-class IdleReader(Protocol):
-    """A channel reader that can read idly (see the module doc): what a task's channel worker
-    asks of a :class:`Subscription`."""
-
-    took_all: bool
-
-    def take_passed_over(self) -> int: ...
-
-    def read_batch_idle(
-        self, max_records: int, timeout: float, wakes: Wakes
-    ) -> list[RawRecord]: ...
-
-    def wake(self) -> None: ...
 
 
 class Subscription:
@@ -638,51 +583,3 @@ class Subscription:
         if own is not None:
             own.close()
         self._channel._unsubscribe(self)
-
-
-class SharedSource:
-    """A source whose channel readers are shared by every task of the daemon (see the module
-    doc); the rest of the :class:`WalSource` contract is the wrapped source's."""
-
-    def __init__(
-        self,
-        source: WalSource,
-        window: int = 2 * READ_BYTES,
-        depth: int = 2,
-        kind: Kind = every_record_wakes,
-    ) -> None:
-        self.inner = source
-        self.backend = source.backend
-        self.window = window
-        self.depth = depth
-        self.kind = kind
-        self._lock = threading.Lock()
-        self._channels: dict[str, SharedChannel] = {}
-
-    def channel(self, pchannel: str) -> SharedChannel:
-        with self._lock:
-            shared = self._channels.get(pchannel)
-            if shared is None:
-                shared = SharedChannel(
-                    self.inner, self.backend, pchannel, self.window, self.depth, self.kind
-                )
-                self._channels[pchannel] = shared
-            return shared
-
-    def open_channel(self, pchannel: str, start: Position | None) -> ChannelReader:
-        return self.channel(pchannel).subscribe(start)
-
-    def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
-        return self.inner.watermarks(pchannel, timeout)
-
-    def offset_of(self, msg_id: bytes) -> int:
-        return self.inner.offset_of(msg_id)
-
-    def position_before(self, offset: int) -> bytes | None:
-        return self.inner.position_before(offset)
-
-
-def unshared(source: WalSource) -> WalSource:
-    """The source itself, not the daemon's shared readers of it: for a short read somewhere
-    else than where the tasks read (the backfill's hand-over looks just before a start)."""
-    return source.inner if isinstance(source, SharedSource) else source

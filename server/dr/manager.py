@@ -89,13 +89,14 @@ HURRY_SECONDS = 3.0  # a failover's wait for the channels' latest figures, at mo
 
 
 async def _settled_consistent_ts(runner: TaskRunner) -> int:
-    """The task's consistent-up-to once its channels have read what they can: idle channels
-    read their latest ticks at once (``hurry``) instead of at the end of their idle wait (up to
-    5 s), so the answer claims every write the target holds, not a few seconds less. It waits
-    until every channel has read to its end since (or has something waiting),
-    ``HURRY_SECONDS`` at most."""
+    """The task's consistent-up-to once its channels have read what they can.
+
+    Idle channels read their latest ticks at once (``wake_idle_readers``) instead of at the end
+    of their idle wait (up to 5 s), so the answer claims every write the target holds, not a few
+    seconds less. It waits until every channel has read to its end since (or has something
+    waiting), ``HURRY_SECONDS`` at most."""
     asked = time.time()
-    runner.hurry()
+    runner.wake_idle_readers()
     deadline = time.monotonic() + HURRY_SECONDS
     while time.monotonic() < deadline:
         if runner.read_to_end_since(asked):
@@ -434,7 +435,7 @@ class DisasterRecovery:
 
         def refresh_consistent_ts() -> None:
             if (runner := self.sup.runner_of(task_id)) is not None:
-                runner.hurry()
+                runner.wake_idle_readers()
 
         context = cluster_context(self.settings, state.watched, shared_readers=False)
         watch = StaleWriteWatch(self.settings, context, spec, applied, refresh_consistent_ts, stop)

@@ -241,7 +241,7 @@ class SwitchoverRun:
                 f"draining: the task had applied up to {consistent_view(consistent)}, the "
                 f"fence was at {self.job.fenced_at}"
             )
-            runner.hurry()  # idle channels read their latest ticks now
+            runner.wake_idle_readers()  # idle channels read their latest ticks now
             await asyncio.sleep(POLL)
 
     async def _start_verify(self, task_id: str) -> str:

@@ -28,7 +28,7 @@ from replicator.pipeline.import_serving import LoadedOnSource, ServingCheck
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
-from replicator.sources.shared import SharedSource
+from replicator.sources.shared_source import SharedSource
 from server.tasks.spec import backfill_unavailable
 
 T = TypeVar("T")

@@ -76,7 +76,8 @@ class SharedStore:
             from metastore.etcd_connect import connect_etcd
 
             return EtcdMetaStore(connect_etcd([f"http://{self.host}:{self.port}"]), self.root)
-        from metastore.sql import SqlMetaStore, mysql_url_from_source
+        from metastore.sql import SqlMetaStore
+        from metastore.sql_engine import mysql_url_from_source
 
         return SqlMetaStore(mysql_url_from_source(self.config()["mysqlSourceUrl"]), self.root)
 

@@ -17,7 +17,8 @@ from harness.services import wait_until
 from harness.streaming_writer import KafkaSink
 from pymilvus import MilvusClient
 
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.codec import streaming_headers as sh
 from tests.e2e.test_streaming_source import (
     Stream,

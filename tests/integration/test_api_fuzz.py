@@ -15,7 +15,8 @@ from harness.services import free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 
 pytestmark = pytest.mark.integration
 

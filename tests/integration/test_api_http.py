@@ -14,7 +14,8 @@ from harness.task_bodies import create_body, lite_param
 from prometheus_client.parser import text_string_to_metric_families
 
 from metastore import Position
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 
 pytestmark = pytest.mark.integration
 

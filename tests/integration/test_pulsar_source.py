@@ -17,14 +17,8 @@ import pytest
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.pulsar import (
-    BACKEND,
-    LATEST,
-    MessageIdParts,
-    PulsarChannelReader,
-    PulsarSource,
-    msg_id_before,
-)
+from replicator.sources.pulsar import BACKEND, PulsarChannelReader, PulsarSource
+from replicator.sources.pulsar_ids import LATEST, MessageIdParts, msg_id_before
 
 URL = os.environ.get("CDC_TEST_PULSAR_URL", "")
 TENANT = os.environ.get("CDC_TEST_PULSAR_TENANT", "public")

@@ -7,7 +7,8 @@ from harness.services import free_port
 from harness.task_bodies import create_body
 
 from metastore import Position
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from server.http.openapi import openapi_document
 
 pytestmark = pytest.mark.integration

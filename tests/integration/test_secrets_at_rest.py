@@ -27,7 +27,8 @@ from metastore.sealed import (
     key_ids_in_use,
     secrets_problem,
 )
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 
 pytestmark = pytest.mark.integration
 

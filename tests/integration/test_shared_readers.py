@@ -19,7 +19,8 @@ from replicator.events import RawRecord
 from replicator.sources import shared as shared_module
 from replicator.sources.kafka import KafkaSource, encode_offset
 from replicator.sources.prefetch import PrefetchingReader
-from replicator.sources.shared import RECORD_OVERHEAD, SharedSource
+from replicator.sources.shared_records import RECORD_OVERHEAD
+from replicator.sources.shared_source import SharedSource
 
 pytestmark = pytest.mark.integration
 

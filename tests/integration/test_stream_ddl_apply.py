@@ -21,6 +21,7 @@ from pymilvus import MilvusClient
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from replicator.codec import streaming_ddl as ddl
+from replicator.codec import streaming_ddl_ops as ddl_ops
 from replicator.codec.streaming import decode_any
 from replicator.codec.streaming_events import StreamDdl
 from replicator.config.task_spec import TaskSpec
@@ -54,7 +55,7 @@ class Env:
     def client(self) -> MilvusClient:
         return MilvusClient(uri=self.uri, db_name=self.db, dedicated=True)
 
-    def apply(self, record: Written) -> ddl.DdlOp:
+    def apply(self, record: Written) -> ddl_ops.DdlOp:
         event = decode_any(record.raw_record(), "kafka", lambda _c: True)
         assert isinstance(event, StreamDdl), event
         return ddl.decode_ddl(event)
@@ -399,7 +400,7 @@ def test_rbac_is_applied_only_when_the_task_asks(env: Env) -> None:
     op = env.apply(env.writer.alter_role("never"))
     assert applier.apply(op).status == "disabled"
     if env.kind == "m235":
-        assert "never" not in env.target.list_roles()
+        assert "never" not in env.target.rbac.list_roles()
 
 
 def test_users_roles_grants(env: Env, caplog: pytest.LogCaptureFixture) -> None:
@@ -409,11 +410,11 @@ def test_users_roles_grants(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     if env.kind == "lite":  # Milvus Lite has no users or roles
         assert env.applier.apply(env.apply(w.alter_user(user, BCRYPT))).status == "skipped"
         with pytest.raises(Exception, match="UNIMPLEMENTED"):
-            env.target.create_role(role)
+            env.target.rbac.create_role(role)
         assert env.applier.apply(env.apply(w.alter_role(role))).status == "skipped"
         return
     assert env.run(w.alter_user(user, BCRYPT)) == ("applied", "skipped")
-    assert user in env.target.list_users()
+    assert user in env.target.rbac.list_users()
     assert BCRYPT not in caplog.text
 
     assert env.run(w.alter_role(role)) == ("applied", "unchanged")
@@ -423,12 +424,12 @@ def test_users_roles_grants(env: Env, caplog: pytest.LogCaptureFixture) -> None:
         assert role in client.describe_user(user)["roles"]
         entity = w.grant_entity(role, "Collection", "orders", "Query", db="src")
         assert env.run(w.privilege(entity)) == ("applied", "applied")
-        grants = env.target.grants(role, env.db)
+        grants = env.target.rbac.grants(role, env.db)
         assert [(g.db_name, g.object_name, g.grantor.privilege.name) for g in grants] == [
             (env.db, env.name, "Query")
         ]
         assert env.run(w.privilege(entity, grant=False))[0] == "applied"
-        assert env.target.grants(role, env.db) == []
+        assert env.target.rbac.grants(role, env.db) == []
 
         group = env.applier.apply(env.apply(w.privilege_group("readers", ["Query"])))
         assert group.status == "skipped"  # privilege groups came with 2.5
@@ -440,6 +441,6 @@ def test_users_roles_grants(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     finally:
         client.close()
     assert env.run(w.drop_role(role)) == ("applied", "unchanged")
-    assert role not in env.target.list_roles()
+    assert role not in env.target.rbac.list_roles()
     assert env.run(w.drop_user(user)) == ("applied", "applied")  # 2.3.5 drops absent users
-    assert user not in env.target.list_users()
+    assert user not in env.target.rbac.list_users()

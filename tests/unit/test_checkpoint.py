@@ -26,7 +26,8 @@ from metastore import (
     TaskRecord,
     TaskState,
 )
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.errors import TargetUnavailableError
 from replicator.events import Delete, Insert
 from replicator.pipeline import checkpoint as checkpoint_module
@@ -283,7 +284,8 @@ def test_a_position_saved_by_someone_else_stops_the_channel(store: FlakyStore) -
 def test_the_saved_offset_of_a_pulsar_position_is_read_by_the_source(store: FlakyStore) -> None:
     """A Pulsar message id is a serialized protobuf, not an 8-byte integer: the checkpoint asks
     the source for the record's order (the runner used to decode every id as little-endian)."""
-    from replicator.sources.pulsar import MessageIdParts, PulsarSource
+    from replicator.sources.pulsar import PulsarSource
+    from replicator.sources.pulsar_ids import MessageIdParts
 
     parts = MessageIdParts(ledger_id=7, entry_id=42)
     position = Position("pulsar", CHANNEL, parts.serialize(), 1)

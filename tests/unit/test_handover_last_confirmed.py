@@ -16,7 +16,8 @@ from replicator.backfill.handover import WINDOW, group_start, wal_msg_id
 from replicator.codec.wire import WireError
 from replicator.events import RawRecord
 from replicator.sources.kafka import KafkaSource
-from replicator.sources.pulsar import MessageIdParts, PulsarSource, msg_id_before
+from replicator.sources.pulsar import PulsarSource
+from replicator.sources.pulsar_ids import MessageIdParts, msg_id_before
 from replicator.sources.rocksmq import RocksmqSource
 
 LEDGER = 7

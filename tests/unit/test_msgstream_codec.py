@@ -16,7 +16,7 @@ from replicator.events import (
     TimeTick,
 )
 from replicator.pipeline.apply import delete_keys, order_for_target
-from replicator.sinks.milvus import merge_columns
+from replicator.sinks.column_merge import merge_columns
 
 TS = (1_700_000_000_000 << 18) + 5
 

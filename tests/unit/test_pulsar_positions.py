@@ -15,23 +15,28 @@ from hypothesis import strategies as st
 
 from metastore import Position
 from replicator.sources import pulsar as ps
+from replicator.sources import pulsar_auth
 from replicator.sources.base import SourceUnavailableError
 from replicator.sources.pulsar import (
-    EARLIEST,
-    LATEST,
-    AuthConfig,
-    MessageIdParts,
     PulsarConfigError,
     PulsarSource,
-    auth_config,
-    build_authentication,
-    is_after,
-    msg_id_before,
-    offset_of_msg_id,
-    parse_auth_params,
     receiver_queue_size,
     service_url,
     topic_name,
+)
+from replicator.sources.pulsar_auth import (
+    AuthConfig,
+    auth_config,
+    build_authentication,
+    parse_auth_params,
+)
+from replicator.sources.pulsar_ids import (
+    EARLIEST,
+    LATEST,
+    MessageIdParts,
+    is_after,
+    msg_id_before,
+    offset_of_msg_id,
 )
 
 INT64_MAX = (1 << 63) - 1
@@ -355,7 +360,7 @@ def test_token_file_is_read_when_the_client_asks(tmp_path: Any) -> None:
     token_file.write_text(SECRET + "\n")
     config = auth_config("token", f"file:{token_file}")
     assert config == AuthConfig("token-file", {"file": str(token_file)})
-    assert ps._token_file_reader(str(token_file))() == SECRET
+    assert pulsar_auth._token_file_reader(str(token_file))() == SECRET
 
 
 def test_secrets_stay_out_of_repr_and_logs(caplog: pytest.LogCaptureFixture) -> None:

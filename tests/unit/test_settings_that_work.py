@@ -9,7 +9,8 @@ import time
 import pytest
 
 from metastore import TaskRecord, TaskState
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.config.settings import CdcSettings, unused_settings
 from server.errors import BadRequestError
 from server.tasks.engine import make_runner_factory

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from metastore import TaskRecord, TaskState
-from metastore.sql import SqlMetaStore, sqlite_url
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.backfill.state import BackfillJob
 from replicator.codec.wire import encode_varint
 from replicator.meta.imports import (

@@ -1,0 +1,60 @@
+"""Opening a gRPC channel to a target Milvus: its address, TLS settings and credentials."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+
+_MAX_MESSAGE = 512 * 1024 * 1024
+
+
+def target_address(connect: dict[str, Any]) -> tuple[str, bool]:
+    if connect.get("uri"):
+        parts = urlsplit(connect["uri"])
+        secure = parts.scheme == "https" or bool(connect.get("enable_tls"))
+        return (
+            f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 19530)}",
+            secure,
+        )
+    return f"{connect['host']}:{connect['port']}", bool(connect.get("enable_tls"))
+
+
+def _read(path: str) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def open_channel(address: str, secure: bool, connect: dict[str, Any]) -> grpc.Channel:
+    """A channel to ``address``, with TLS (``connect``'s ``dial_config``) when ``secure``."""
+    options = [
+        ("grpc.max_send_message_length", _MAX_MESSAGE),
+        ("grpc.max_receive_message_length", _MAX_MESSAGE),
+    ]
+    if secure:
+        dial = connect.get("dial_config") or {}
+        if dial.get("server_name"):
+            options.append(("grpc.ssl_target_name_override", dial["server_name"]))
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(dial.get("ca_pem_path") or dial.get("server_pem_path", "")),
+            private_key=_read(dial.get("client_key_path", "")),
+            certificate_chain=_read(dial.get("client_pem_path", "")),
+        )
+        return grpc.secure_channel(address, creds, options=options)
+    return grpc.insecure_channel(address, options=options)
+
+
+def auth_metadata(connect: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``authorization`` metadata every call carries: the token, or user and password."""
+    metadata: list[tuple[str, str]] = []
+    if connect.get("token"):
+        metadata.append(("authorization", base64.b64encode(connect["token"].encode()).decode()))
+    elif connect.get("username"):
+        pair = f"{connect['username']}:{connect['password']}".encode()
+        metadata.append(("authorization", base64.b64encode(pair).decode()))
+    return metadata
+
+
+__all__ = ["auth_metadata", "open_channel", "target_address"]
