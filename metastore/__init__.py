@@ -1,6 +1,6 @@
 """Task and position persistence: one contract (``base.MetaStore``), one module per backend."""
 
-from metastore.base import Lease, Member, MetaStore, Position, TaskRecord, TaskState
+from metastore.base import Lease, Member, MetaStore, Position, StoreFormat, TaskRecord, TaskState
 from metastore.errors import (
     ConcurrentUpdateError,
     FencedError,
@@ -9,6 +9,7 @@ from metastore.errors import (
     PositionConflictError,
     PositionError,
     PositionRegressionError,
+    StoreFormatError,
     TaskExistsError,
     TaskNotFoundError,
 )
@@ -25,6 +26,8 @@ __all__ = [
     "PositionConflictError",
     "PositionError",
     "PositionRegressionError",
+    "StoreFormat",
+    "StoreFormatError",
     "TaskExistsError",
     "TaskNotFoundError",
     "TaskRecord",

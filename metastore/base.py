@@ -99,6 +99,15 @@ class Member:
     info: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class StoreFormat:
+    """The format of the data a root path holds (numbers in ``metastore/format.py``), and the
+    release of the daemon that recorded it."""
+
+    version: int
+    release: str
+
+
 def encode_spec(spec: Mapping[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
@@ -214,6 +223,15 @@ class MetaStore(Protocol):
     def forget_secret_key_id(self, key_id: str, version: int) -> bool:
         """Remove ``key_id`` from the record unless it was recorded again since ``version``;
         True when it was removed."""
+
+    # --- the format of the data --------------------------------------------------------------
+    def store_format(self) -> StoreFormat | None:
+        """The format this root path's data is in; None where none is recorded (a store of a
+        release from before formats were recorded: format 1)."""
+
+    def set_store_format(self, expected: int | None, new: StoreFormat) -> bool:
+        """Record ``new`` if the recorded format's version is ``expected`` (None: none is
+        recorded), in one compare-and-set; False when another daemon changed it first."""
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

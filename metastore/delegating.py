@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from metastore.base import Lease, Member, MetaStore, Position, TaskRecord, TaskState
+from metastore.base import Lease, Member, MetaStore, Position, StoreFormat, TaskRecord, TaskState
 
 
 class DelegatingStore:
@@ -115,6 +115,12 @@ class DelegatingStore:
         return self.inner.forget_secret_key_id(key_id, version)
 
     # --- lifecycle -----------------------------------------------------------------------------
+    def store_format(self) -> StoreFormat | None:
+        return self.inner.store_format()
+
+    def set_store_format(self, expected: int | None, new: StoreFormat) -> bool:
+        return self.inner.set_store_format(expected, new)
+
     def ping(self) -> None:
         self.inner.ping()
 

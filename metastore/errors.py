@@ -8,8 +8,9 @@ MetaStoreError                 root; ``retriable`` tells the caller whether to t
 ├── PositionError
 │   ├── PositionConflictError  the stored position is not the one the caller expected
 │   └── PositionRegressionError the new position is older than the stored one
-└── FencedError                a writer that was let go (an abandoned runner), or whose task
-                               lease is no longer held (a stale owner), wrote
+├── FencedError                a writer that was let go (an abandoned runner), or whose task
+│                              lease is no longer held (a stale owner), wrote
+└── StoreFormatError           the store holds a format this release cannot read or migrate
 """
 
 from __future__ import annotations
@@ -56,3 +57,8 @@ class PositionRegressionError(PositionError):
 class FencedError(MetaStoreError):
     """A write by a writer whose right to write was withdrawn: a runner let go
     (``metastore.fenced``) or a lease no longer held (``metastore.base.Lease``)."""
+
+
+class StoreFormatError(MetaStoreError):
+    """The store's data is in a format this release does not read (a newer release wrote it),
+    or a migration to the current format failed; nothing was changed by the refusal."""

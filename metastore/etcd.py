@@ -41,6 +41,7 @@ from metastore.base import (
     Lease,
     Member,
     Position,
+    StoreFormat,
     TaskRecord,
     TaskState,
     check_position_step,
@@ -368,6 +369,34 @@ class EtcdMetaStore:
         ok, _ = self._call(
             lambda: self._client.transaction(
                 compare=[t.mod(key) == version], success=[t.delete(key)], failure=[]
+            )
+        )
+        return bool(ok)
+
+    # --- the format of the data --------------------------------------------------------------
+    def _store_format_read(self) -> tuple[StoreFormat | None, int]:
+        """The recorded format and the key's modification revision (0: none recorded)."""
+        value, meta = self._call(lambda: self._client.get(f"{self._prefix}store-format"))
+        if value is None:
+            return None, 0
+        data = orjson.loads(value)
+        return StoreFormat(int(data["version"]), str(data["release"])), int(meta.mod_revision)
+
+    def store_format(self) -> StoreFormat | None:
+        return self._store_format_read()[0]
+
+    def set_store_format(self, expected: int | None, new: StoreFormat) -> bool:
+        key = f"{self._prefix}store-format"
+        found, revision = self._store_format_read()
+        if (found.version if found is not None else None) != expected:
+            return False
+        t = self._client.transactions
+        value = json.dumps({"version": new.version, "release": new.release})
+        # unchanged since the read (absent: never created), or another daemon's write wins
+        compare = [t.mod(key) == revision] if revision else [t.version(key) == 0]
+        ok, _ = self._call(
+            lambda: self._client.transaction(
+                compare=compare, success=[t.put(key, value)], failure=[]
             )
         )
         return bool(ok)

@@ -43,6 +43,7 @@ from metastore.base import (
     Lease,
     Member,
     Position,
+    StoreFormat,
     TaskRecord,
     TaskState,
     check_position_step,
@@ -65,6 +66,7 @@ from metastore.sql_schema import (
     positions_table,
     secret_keys_table,
     state_table,
+    store_format_table,
     task_from_row,
     tasks_table,
 )
@@ -535,6 +537,36 @@ class SqlMetaStore:
                 )
             ).rowcount
         return bool(removed)
+
+    # --- the format of the data --------------------------------------------------------------
+    def store_format(self) -> StoreFormat | None:
+        query = select(store_format_table.c.version, store_format_table.c.release).where(
+            store_format_table.c.root_path == self.root_path
+        )
+        with self._tx() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else StoreFormat(int(row.version), str(row.release))
+
+    def set_store_format(self, expected: int | None, new: StoreFormat) -> bool:
+        values = {"version": new.version, "release": new.release, "updated_at": time.time()}
+        try:
+            with self._tx() as conn:
+                if expected is None:
+                    conn.execute(
+                        insert(store_format_table).values(root_path=self.root_path, **values)
+                    )
+                    return True
+                changed = conn.execute(
+                    update(store_format_table)
+                    .where(
+                        store_format_table.c.root_path == self.root_path,
+                        store_format_table.c.version == expected,
+                    )
+                    .values(**values)
+                ).rowcount
+                return bool(changed)
+        except IntegrityError:  # another daemon recorded a format first
+            return False
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ping(self) -> None:

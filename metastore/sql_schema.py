@@ -87,6 +87,17 @@ secret_keys_table = Table(
     Column("recorded_at", Double, nullable=False),
 )
 
+# the format of the root path's data (metastore/format.py): one row, absent in stores of
+# releases before formats were recorded
+store_format_table = Table(
+    "cdc_store_format",
+    metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("release", String(64), nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
 
 # what a database answers when another daemon created the same table or index first
 _CREATED_MEANWHILE = ("already exists", "duplicate key name")
@@ -135,6 +146,7 @@ __all__ = [
     "positions_table",
     "secret_keys_table",
     "state_table",
+    "store_format_table",
     "task_from_row",
     "tasks_table",
 ]

@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from metastore.format import migrate_store
 from metastore.sealed import SealedMetaStore
 from replicator import RunnerFactory
+from replicator.config.release import RELEASE
 from replicator.config.secret_keys import open_task_store, seal_stored_secrets
 from replicator.config.settings import CdcSettings, unused_settings
 from replicator.config.stores import describe_metastore
@@ -69,6 +71,11 @@ def create_app(
         for unused in unused_settings(settings):
             log.warning("set but not used by this daemon: %s", unused)
         store = await asyncio.to_thread(open_task_store, settings, create_key=True)
+        try:  # an earlier release's data brought to this release's format, once
+            await asyncio.to_thread(migrate_store, store, RELEASE)
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            raise
         app[STORE] = store
         await asyncio.to_thread(seal_stored_secrets, store)
         yield

@@ -20,8 +20,10 @@ import threading
 from pathlib import Path
 
 from metastore import MetaStore
+from metastore.format import check_readable
 from metastore.keyring import KeyRing, KeyRingError
 from metastore.sealed import KeySource, SealedMetaStore, key_ids_in_use
+from replicator.config.release import RELEASE
 from replicator.config.security import SecretsSettings
 from replicator.config.settings import CdcSettings, ConfigError
 from replicator.config.stores import open_metastore
@@ -121,6 +123,7 @@ def open_task_store(settings: CdcSettings, *, create_key: bool = False) -> Seale
     keys = key_source(settings.secrets, create=False)  # a bad ring stops before the store opens
     store: MetaStore = open_metastore(settings.metaStoreConfig, settings.fleet.leaseSeconds)
     try:
+        check_readable(store, RELEASE)  # a newer release's store: refused before any read
         if create_key and not settings.secrets.key.get_secret_value():
             path = Path(settings.secrets.keyFile).expanduser()
             if path.exists() or not key_ids_in_use(store):

@@ -11,7 +11,9 @@ import os
 import sys
 
 from metastore import MetaStoreError
+from metastore.format import STORE_FORMAT
 from replicator.config.redaction import redacted, scrub_secret_environment, secret_values
+from replicator.config.release import RELEASE
 from replicator.config.settings import ConfigError, load_settings
 from server.cli.check import add_check_parser, run_check_command
 from server.cli.client import CliError
@@ -24,6 +26,11 @@ from server.logs import configure_logging
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="milvus-cdc", description="Change-data-capture daemon for Milvus"
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"milvus-cdc {RELEASE} (metastore format {STORE_FORMAT})",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the daemon (POST /cdc on `address`)")

@@ -9,6 +9,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metastore import MetaStoreError
+from metastore.format import STORE_FORMAT
+from replicator.config.release import RELEASE
 from server.app_state import (
     AUTH,
     LIFECYCLE,
@@ -24,7 +26,8 @@ from server.runtime.jobs import JOBS
 
 
 async def livez(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    """The process answers; with the release it runs and the store format it writes."""
+    return web.json_response({"status": "ok", "release": RELEASE, "store_format": STORE_FORMAT})
 
 
 async def readyz(request: web.Request) -> web.Response:

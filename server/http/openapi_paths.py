@@ -105,6 +105,8 @@ def path_items() -> dict[str, Any]:
                                         "properties": {
                                             "member_id": {"type": "string"},
                                             "address": {"type": ["string", "null"]},
+                                            "release": {"type": ["string", "null"]},
+                                            "store_format": {"type": ["integer", "null"]},
                                             "tasks": {"type": "integer"},
                                             "self": {"type": "boolean"},
                                         },
@@ -385,8 +387,21 @@ def path_items() -> dict[str, Any]:
         "/livez": {
             "get": {
                 "operationId": "livez",
-                "summary": "The process answers",
-                "responses": {"200": _json({"type": "object"}, "Alive")},
+                "summary": "The process answers, naming its release and the store format it writes",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["status", "release", "store_format"],
+                            "properties": {
+                                "status": {"const": "ok"},
+                                "release": {"type": "string"},
+                                "store_format": {"type": "integer"},
+                            },
+                        },
+                        "Alive",
+                    )
+                },
             }
         },
         "/readyz": {

@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metastore import Lease, Member, MetaStoreError, TaskRecord
+from metastore.format import STORE_FORMAT
 from metastore.sealed import MissingKeys, secrets_problem
+from replicator.config.release import RELEASE
 from replicator.config.settings import CdcSettings
 from server.errors import ApiError
 from server.logs import log_context
@@ -161,7 +163,13 @@ class FleetRounds:
                 "consistent_up_to": status.get("consistent_up_to"),
                 "as_of": round(time.time(), 3),
             }
-        info: dict[str, Any] = {"address": self._settings.address, "tasks": summary}
+        info: dict[str, Any] = {
+            "address": self._settings.address,
+            # what it runs and writes: in a rolling upgrade, what the members can read
+            "release": RELEASE,
+            "store_format": STORE_FORMAT,
+            "tasks": summary,
+        }
         if self.missing_keys is not None:  # key ids only: the others leave it out of the share
             info["missing_keys"] = list(self.missing_keys.missing)
         return info
@@ -374,6 +382,9 @@ class FleetRounds:
                 {
                     "member_id": m.member_id,
                     "address": m.info.get("address"),
+                    # None: a member of a release before 0.4.0, which did not say
+                    "release": m.info.get("release"),
+                    "store_format": m.info.get("store_format"),
                     "tasks": runs.get(m.member_id, 0),
                     "self": m.member_id == me,
                 }

@@ -1,0 +1,129 @@
+"""The format of the data a store holds, and the migrations from each earlier format.
+
+Every root path records the format its data is in (``MetaStore.store_format``). A daemon
+reads every earlier format of this project and migrates it forward itself, at start, before
+it reads a task:
+
+====== ========== ===============================================================
+format releases   what changed
+====== ========== ===============================================================
+1      0.1 - 0.3  tasks, positions, state, leases, members, secret key ids; no
+                  format recorded (a store without a record is in format 1)
+2      0.4        the format is recorded; no record changes meaning, so releases
+                  0.1 - 0.3 read a format-2 store exactly as before
+====== ========== ===============================================================
+
+Rules every migration keeps:
+
+- **Forward only, one step at a time**, each step ``N -> N + 1`` a function of this module.
+- **Additive until it is done.** A step writes what the new format adds and removes nothing
+  the old one needs; only once it has finished is the version raised, in one compare-and-set
+  (``set_store_format``). A step that fails half-way leaves the store in its old format,
+  readable by the release that wrote it, and is run again from the start next time: steps
+  are idempotent.
+- **Once, whoever starts first.** Two daemons starting together may both run a step (it is
+  idempotent); only one raises the version, the other sees the new version and goes on.
+- **A newer format is refused, touching nothing**: the error names both formats and the
+  release that wrote the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from metastore.base import MetaStore, StoreFormat
+from metastore.errors import StoreFormatError
+
+log = logging.getLogger(__name__)
+
+STORE_FORMAT = 2  # the format this release writes
+UNRECORDED = 1  # the format of a store with no format record (releases 0.1 - 0.3)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step from format ``to - 1`` to ``to``: what it does, and the function doing it."""
+
+    to: int
+    summary: str
+    apply: Callable[[MetaStore], None]
+
+
+def _record_the_format(store: MetaStore) -> None:
+    """Format 1 -> 2: nothing to rewrite; raising the version records the format."""
+
+
+MIGRATIONS: Mapping[int, Migration] = {
+    1: Migration(2, "record the store's format (no record changes)", _record_the_format),
+}
+
+
+def format_of(store: MetaStore) -> int:
+    """The version of the format a store's data is in."""
+    found = store.store_format()
+    return found.version if found is not None else UNRECORDED
+
+
+def check_readable(store: MetaStore, release: str, latest: int = STORE_FORMAT) -> int:
+    """The store's format version, or ``StoreFormatError`` when it is newer than ``latest``
+    (the store was written by a newer release; nothing is changed)."""
+    found = store.store_format()
+    version = found.version if found is not None else UNRECORDED
+    if version > latest:
+        writer = found.release if found is not None else "?"
+        raise StoreFormatError(
+            f"the metastore (rootPath {store.root_path}) holds data in format {version}, "
+            f"written by release {writer}; release {release} reads formats 1 to {latest} only. "
+            "Run a release that reads it (nothing was changed)"
+        )
+    return version
+
+
+def migrate_store(
+    store: MetaStore,
+    release: str,
+    *,
+    latest: int = STORE_FORMAT,
+    migrations: Mapping[int, Migration] = MIGRATIONS,
+) -> StoreFormat:
+    """Bring the store's data to format ``latest``, one step at a time (see the module's rules);
+    the format it is in once done. ``StoreFormatError`` for a newer format (nothing changed) or
+    a step that failed (the store stays in the format before it)."""
+    for _ in range(latest + 1):  # one read per step, and one more to see it done
+        found = store.store_format()
+        version = check_readable(store, release, latest)
+        if version == latest:
+            return found if found is not None else StoreFormat(UNRECORDED, "")
+        step = migrations.get(version)
+        if step is None or step.to != version + 1:
+            raise StoreFormatError(
+                f"the metastore (rootPath {store.root_path}) is in format {version}, and "
+                f"release {release} has no migration from it to format {version + 1}"
+            )
+        log.info(
+            "metastore (rootPath %s): migrating from format %d to %d: %s",
+            store.root_path,
+            version,
+            step.to,
+            step.summary,
+        )
+        try:
+            step.apply(store)
+        except StoreFormatError:
+            raise
+        except Exception as exc:
+            raise StoreFormatError(
+                f"the metastore (rootPath {store.root_path}) could not be migrated from format "
+                f"{version} to {step.to} ({step.summary}): {type(exc).__name__}: {exc}; it is "
+                f"still in format {version}, which the release that wrote it reads"
+            ) from exc
+        expected = found.version if found is not None else None
+        if store.set_store_format(expected, StoreFormat(step.to, release)):
+            log.info("metastore (rootPath %s) is in format %d", store.root_path, step.to)
+        # else another daemon raised it first: read it again
+    raise StoreFormatError(
+        f"the metastore (rootPath {store.root_path}) did not settle in format {latest}: "
+        "other daemons keep changing its format record"
+    )
