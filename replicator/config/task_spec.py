@@ -33,6 +33,8 @@ from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from replicator.config.release import RELEASE
+
 # the name a task's source_cluster takes for the daemon's sourceConfig
 DEFAULT_SOURCE = "sourceConfig"
 DEFAULT_DB = "default"
@@ -41,6 +43,47 @@ KAFKA_PARAM = "kafka_connect_param"
 MILVUS_PARAM = "milvus_connect_param"
 
 Selection = frozenset[tuple[str, str]]
+
+
+class UnreadableSpecError(ValueError):
+    """A stored spec this release cannot read (a newer release's, or damaged)."""
+
+
+_SECRET_KEYS = frozenset({"password", "token"})
+
+
+def stored_secrets(stored: Any) -> list[str]:
+    """The clear secrets anywhere in a stored document (its ``password`` and ``token``
+    values), for the log redactor when the document does not read as a spec."""
+    if isinstance(stored, Mapping):
+        found = []
+        for key, value in stored.items():
+            if key in _SECRET_KEYS and isinstance(value, str) and value:
+                found.append(value)
+            else:
+                found.extend(stored_secrets(value))
+        return found
+    if isinstance(stored, list | tuple):
+        return [secret for item in stored for secret in stored_secrets(item)]
+    return []
+
+
+def without_secrets(stored: Any) -> Any:
+    """A stored document with every ``password`` and ``token`` left out (a view of a spec
+    that does not read as one)."""
+    if isinstance(stored, Mapping):
+        return {k: without_secrets(v) for k, v in stored.items() if k not in _SECRET_KEYS}
+    if isinstance(stored, list | tuple):
+        return [without_secrets(item) for item in stored]
+    return stored
+
+
+def spec_problem(task: StoredTask) -> str:
+    """Why this release can neither read nor run a stored task ("" when it can do both)."""
+    try:
+        return TaskSpec.of(task).unrunnable_reason()
+    except UnreadableSpecError as exc:
+        return str(exc)
 
 
 class StoredTask(Protocol):
@@ -97,7 +140,18 @@ class TaskSpec:
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, Any]) -> TaskSpec:
-        """The spec of a stored document (also one written by an earlier release)."""
+        """The spec of a stored document (also one written by an earlier release);
+        ``UnreadableSpecError`` naming what does not parse (one a newer release wrote, say)."""
+        try:
+            return cls._parse(stored)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise UnreadableSpecError(
+                f"its stored spec cannot be read by release {RELEASE}: {type(exc).__name__}: {what}"
+            ) from exc
+
+    @classmethod
+    def _parse(cls, stored: Mapping[str, Any]) -> TaskSpec:
         if stored.get("collection_infos"):
             pairs = {(DEFAULT_DB, info["name"]) for info in stored["collection_infos"]}
         else:
@@ -132,6 +186,19 @@ class TaskSpec:
     def to_stored(self) -> dict[str, Any]:
         """The JSON document the metastores keep (secrets included: the store seals them)."""
         return dict(_thawed(self.document))
+
+    def unrunnable_reason(self) -> str:
+        """Why this release cannot run the task ("" when it can): a target of a kind it does
+        not know (a newer release's), which it leaves alone rather than fail."""
+        if self.milvus_connect_param or self.kafka_connect_param:
+            return ""
+        known = {MILVUS_PARAM, KAFKA_PARAM}
+        other = sorted(k for k in self.document if k.endswith("_connect_param") and k not in known)
+        named = f" ({', '.join(other)})" if other else ""
+        return (
+            f"its spec names no target release {RELEASE} knows{named}: it writes to "
+            f"{MILVUS_PARAM} or {KAFKA_PARAM}"
+        )
 
     # --- the target --------------------------------------------------------------------------
     @property

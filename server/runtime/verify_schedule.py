@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
 from replicator.config.daemon import VerifySettings
-from replicator.config.task_spec import TaskSpec
+from replicator.config.task_spec import TaskSpec, spec_problem
 from server.errors import ApiError
 from server.logs import log_context
 from server.tasks.requests import VerifyRequest
@@ -57,6 +57,8 @@ async def run_scheduled(
     """Start the verifies that are due; the ids of their tasks."""
     started = []
     for task in await supervisor.list():
+        if spec_problem(task):
+            continue  # a task this release cannot read is left alone
         spec = TaskSpec.of(task)
         if spec.is_kafka:
             continue  # nothing to compare a topic with

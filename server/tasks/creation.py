@@ -28,7 +28,7 @@ from metastore import (
 from metastore.fenced import Fence
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.config.settings import CdcSettings
-from replicator.config.task_spec import TaskSpec
+from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from replicator.pipeline.selection import selections_overlap
 from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import log_context
@@ -261,7 +261,10 @@ class TaskCreation:
             )
         target = spec.target_key()
         for other in existing:
-            other_spec = TaskSpec.of(other)
+            try:
+                other_spec = TaskSpec.of(other)
+            except UnreadableSpecError:
+                continue  # a newer release's task: its own release checks what it overlaps
             if other_spec.target_key() != target:
                 continue
             if selections_overlap(spec.selection, other_spec.selection):

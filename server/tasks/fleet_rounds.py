@@ -271,6 +271,8 @@ class FleetRounds:
                 self._runs.remember_state(task)
             for task_id in set(self._runs.states) - set(by_id):
                 self._runs.states.pop(task_id, None)
+            for task_id in set(self._runs.left_alone) - set(by_id):
+                self._runs.left_alone.pop(task_id, None)
             for task_id, runner in list(self._runs.runners.items()):
                 if runner.finished:  # fenced off, or the task deleted: started again if held
                     self._runs.runners.pop(task_id)
@@ -322,6 +324,8 @@ class FleetRounds:
         fleet = self.fleet
         if await asyncio.to_thread(secrets_problem, self._store, task) is not None:
             return  # not its lease to take: a daemon that can open the secrets takes it
+        if self._runs.note_spec_problem(task):
+            return  # nor one of a task this release cannot read: a newer member takes it
         taken = await asyncio.to_thread(
             self._store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
         )

@@ -28,7 +28,12 @@ from metastore.fenced import Fence, FencedStore
 from metastore.sealed import secrets_problem
 from replicator import RunnerFactory, TaskRunner
 from replicator.config.settings import CdcSettings
-from replicator.config.task_spec import TaskSpec
+from replicator.config.task_spec import (
+    TaskSpec,
+    UnreadableSpecError,
+    spec_problem,
+    stored_secrets,
+)
 from replicator.errors import CdcError, SourceUnavailableError
 from server.errors import ConflictError, NotFoundError, UnavailableError
 from server.logs import SecretRedactor, log_context
@@ -67,6 +72,9 @@ class LocalRuns:
         self.states: dict[str, TaskState] = {}
         self.creating: set[str] = set()  # tasks whose create is under way here
         self.owners: dict[str, str] = {}  # task -> the member holding its lease
+        # tasks this release can neither read nor run (a newer release's), and why: it takes
+        # no lease of theirs and changes nothing of them (``/readyz`` names them)
+        self.left_alone: dict[str, str] = {}
 
     @property
     def redactor(self) -> SecretRedactor:
@@ -74,7 +82,26 @@ class LocalRuns:
 
     def remember_state(self, task: TaskRecord) -> None:
         self.states[task.task_id] = task.state
-        self._redactor.add(*TaskSpec.of(task).secrets())
+        try:
+            secrets = TaskSpec.of(task).secrets()
+        except UnreadableSpecError:
+            secrets = stored_secrets(task.spec)
+        self._redactor.add(*secrets)
+
+    def note_spec_problem(self, task: TaskRecord) -> str:
+        """Why this release cannot run ``task`` ("" when it can); said once in the log and
+        kept in ``left_alone`` while it lasts."""
+        problem = spec_problem(task)
+        if not problem:
+            self.left_alone.pop(task.task_id, None)
+            return ""
+        if self.left_alone.get(task.task_id) != problem:
+            with log_context(task_id=task.task_id):
+                log.warning(
+                    "task left alone: %s; a daemon of a release that reads it runs it", problem
+                )
+        self.left_alone[task.task_id] = problem
+        return problem
 
     async def set_state(
         self,
@@ -155,6 +182,8 @@ class LocalRuns:
         problem = await asyncio.to_thread(secrets_problem, self.store, task)
         if problem is not None:
             raise ConflictError(f"task {task.task_id} cannot start: {problem}")
+        if unrunnable := self.note_spec_problem(task):
+            raise ConflictError(f"task {task.task_id} cannot start here: {unrunnable}")
         fleet = self.fleet
         return await asyncio.to_thread(
             self.store.acquire_lease, task.task_id, fleet.member_id, fleet.lease_seconds
@@ -213,6 +242,7 @@ class LocalRuns:
             problem = await asyncio.to_thread(secrets_problem, self.store, task)
             if problem is not None:
                 log.warning("task not started here, its lease given up: %s", problem)
+            if problem is not None or self.note_spec_problem(task):
                 await self.release_lease(task.task_id)
                 self.owners.pop(task.task_id, None)
                 return task

@@ -38,7 +38,7 @@ from replicator import RunnerFactory, TaskRunner
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.compare.state import VerifyJob
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
-from replicator.config.task_spec import TaskSpec
+from replicator.config.task_spec import TaskSpec, UnreadableSpecError, without_secrets
 from replicator.pipeline.timings import TaskTimings
 from server.errors import BadRequestError, ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
@@ -144,6 +144,11 @@ class TaskSupervisor:
     def missing_keys(self) -> MissingKeys | None:
         """What this daemon's key ring lacks, as of the last round (None: nothing)."""
         return self._rounds.missing_keys
+
+    def left_alone(self) -> dict[str, str]:
+        """The tasks this release can neither read nor run (a newer release's), and why: no
+        lease of theirs is taken and none of them is changed."""
+        return dict(self._runs.left_alone)
 
     async def renew(self) -> None:
         """One heartbeat (:meth:`FleetRounds.renew`)."""
@@ -429,7 +434,10 @@ def task_view(
     """A task as get and list show it (the Go tool's fields first; never a secret).
     ``progress`` is the runner's status while it runs (rows, bytes, lag, channels); ``owner``
     the fleet member running it (None when no daemon holds it)."""
-    view = TaskSpec.of(task).public_view()
+    try:
+        view = TaskSpec.of(task).public_view()
+    except UnreadableSpecError:  # a newer release's task: shown as stored, without secrets
+        view = without_secrets(task.spec)
     return {
         "task_id": task.task_id,
         **view,

@@ -81,3 +81,42 @@ def test_a_store_of_a_newer_format_stops_the_daemon_at_start_touching_nothing(da
     assert store.store_format() == newer
     assert store.get_task("new") == before
     assert store.members() == [] and store.leases() == {}
+
+
+def test_a_task_this_release_cannot_read_is_left_alone_and_named(daemon_factory):
+    """A task a newer release created (a target kind this one does not know) in a shared
+    store: listed as stored, no lease taken, not Failed, named by /readyz; a resume is refused
+    by name; every other task is served as before."""
+    daemon = daemon_factory()
+    store = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
+    now = time.time()
+    future = {
+        "elasticsearch_connect_param": {"url": "https://es:9200", "password": "es-pw-123"},
+        "collection_infos": [{"name": "c"}],
+    }
+    store.create_task(TaskRecord("future", TaskState.RUNNING, "", future, now, now))
+    store.create_task(
+        TaskRecord(
+            "paused",
+            TaskState.PAUSED,
+            "kept",
+            {"milvus_connect_param": {"host": "h", "port": 1}, "collection_infos": [{"name": "d"}]},
+            now,
+            now,
+        )
+    )
+    daemon.start()
+    reason = (
+        f"its spec names no target release {RELEASE} knows (elasticsearch_connect_param): it "
+        "writes to milvus_connect_param or kafka_connect_param"
+    )
+    status, body = daemon.get("/readyz")
+    assert status == 200
+    assert json.loads(body)["tasks_left_alone"] == {"future": reason}
+    tasks = {t["task_id"]: t for t in daemon.call("list").data["tasks"]}
+    assert (tasks["future"]["state"], tasks["future"]["owner"]) == ("Running", None)
+    assert tasks["future"]["elasticsearch_connect_param"] == {"url": "https://es:9200"}
+    assert (tasks["paused"]["state"], tasks["paused"]["reason"]) == ("Paused", "kept")
+    assert store.leases() == {}
+    assert store.get_task("future").state is TaskState.RUNNING
+    assert "es-pw-123" not in daemon.log_text() + json.dumps(tasks)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from replicator.config.release import RELEASE
 from replicator.config.settings import load_settings
 from replicator.config.task_spec import TaskSpec
 from server.tasks.requests import CreateRequest, parse_model
@@ -116,3 +117,37 @@ def test_a_create_request_is_validated_once_into_the_spec_it_stores():
     assert spec.backfill_collections == ("orders",)
     # what the store keeps reads back as the same spec
     assert TaskSpec.from_stored(spec.to_stored()) == spec
+
+
+def test_a_spec_this_release_cannot_read_is_refused_by_name_never_half_read():
+    from replicator.config.task_spec import UnreadableSpecError
+
+    with pytest.raises(UnreadableSpecError) as unreadable:
+        TaskSpec.from_stored({**STORED, "db_collections": {"sales": [{"title": "o"}]}})
+    assert "cannot be read by release" in str(unreadable.value)
+    assert "KeyError: no 'name'" in str(unreadable.value)
+    with pytest.raises(UnreadableSpecError):
+        TaskSpec.from_stored({**STORED, "backfill": {"collections": 7}})
+
+
+def test_a_task_of_a_newer_kind_is_named_and_left_alone():
+    from replicator.config.task_spec import spec_problem, stored_secrets, without_secrets
+
+    class Stored:
+        def __init__(self, spec):
+            self.spec = spec
+
+    future = {
+        "elasticsearch_connect_param": {"url": "https://es:9200", "password": "es-pw"},
+        "collection_infos": [{"name": "c"}],
+    }
+    assert spec_problem(Stored(future)) == (
+        f"its spec names no target release {RELEASE} knows (elasticsearch_connect_param): it "
+        "writes to milvus_connect_param or kafka_connect_param"
+    )
+    assert spec_problem(Stored(STORED)) == ""
+    damaged = {"collection_infos": [{"title": "c"}], "milvus_connect_param": {"token": "t0k"}}
+    assert spec_problem(Stored(damaged)).startswith("its stored spec cannot be read")
+    # the log redactor still learns its secrets; a view shows none
+    assert stored_secrets(future) == ["es-pw"] and stored_secrets(damaged) == ["t0k"]
+    assert "es-pw" not in json.dumps(without_secrets(future))
