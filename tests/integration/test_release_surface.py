@@ -85,8 +85,8 @@ def test_a_store_of_a_newer_format_stops_the_daemon_at_start_touching_nothing(da
 
 def test_a_task_this_release_cannot_read_is_left_alone_and_named(daemon_factory):
     """A task a newer release created (a target kind this one does not know) in a shared
-    store: listed as stored, no lease taken, not Failed, named by /readyz; a resume is refused
-    by name; every other task is served as before."""
+    store: listed as stored, no lease taken, not Failed, named by /readyz; every other task
+    is served as before."""
     daemon = daemon_factory()
     store = SqlMetaStore(sqlite_url(daemon.config["metaStoreConfig"]["sqlitePath"]), "cdc")
     now = time.time()
