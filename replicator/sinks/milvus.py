@@ -5,8 +5,10 @@ DML goes as the source's column data: an Insert's ``fields_data`` become the tar
 ``InsertRequest``/``UpsertRequest`` without visiting a row, except a Geometry column, which a
 2.6 WAL holds as WKB and a target's insert takes as WKT (:mod:`wkb`). Collections are created
 from the source's schema (system fields dropped, ``autoID`` off so the source's keys are kept)
-and then described: a target that kept less of the schema than the source has stops the task
-before any row is written there (:mod:`schema_check`).
+only when the target can hold every type and feature of the schema (decided from its version
+before anything is made there, :mod:`target_capabilities`), then described: a target that
+kept less of the schema than the source has stops the task before any row is written there
+(:mod:`schema_check`, the second line).
 """
 
 from __future__ import annotations
