@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pymilvus.grpc_gen import schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from replicator.errors import TaskFailedError
+from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_capabilities import (
     FEATURES,
     KAFKA,
@@ -186,3 +187,31 @@ def test_the_readme_table_is_the_one_the_engine_renders() -> None:
         "regenerate it: python -m replicator.sinks.target_capabilities, and paste the output "
         "over the block between the target-matrix markers"
     )
+
+
+class _Recorded(MilvusTarget):
+    """A MilvusTarget whose calls are recorded and answered here (no channel)."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.calls: list[str] = []
+        self._target = None
+
+    def _call(self, method: str, request: object, what: str) -> object:
+        self.calls.append(method)
+        if method == "GetVersion":
+            return milvus_pb2.GetVersionResponse(version=self.version)
+        if method == "HasCollection":
+            return milvus_pb2.BoolResponse(value=False)
+        raise AssertionError(f"unexpected call {method}")
+
+
+def test_a_target_that_cannot_hold_the_schema_gets_no_create_call() -> None:
+    target = _Recorded("v2.3.5")
+    with pytest.raises(TaskFailedError, match=r"collection default\.c: .*half \(Float16Vector"):
+        target.create_collection("default", "c", schema_with("half", S.Float16Vector), 1)
+    assert target.calls == ["HasCollection", "GetVersion"]
+    with pytest.raises(TaskFailedError):
+        target.create_collection("default", "d", schema_with("brain", S.BFloat16Vector), 1)
+    assert target.calls.count("GetVersion") == 1  # asked once
+    assert "CreateCollection" not in target.calls
