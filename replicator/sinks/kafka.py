@@ -59,6 +59,7 @@ from replicator.errors import (
 from replicator.sinks.kafka_columns import Event, Run, topic_runs
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.milvus import MilvusTarget
+from replicator.sinks.target_capabilities import KAFKA, Target
 from replicator.sinks.target_model import Change, TargetModel
 
 log = logging.getLogger(__name__)
@@ -303,6 +304,10 @@ class KafkaTarget(MilvusTarget):
             except Exception:
                 log.debug("kafka producer flush on close failed", exc_info=True)
 
+    def target(self) -> Target:
+        """A topic holds every type: its events are JSON."""
+        return KAFKA
+
     def sibling(self) -> MilvusTarget:
         """The same target for another thread of the task (one model, one producer)."""
         return _Sibling(self)
@@ -500,6 +505,9 @@ class _Sibling(MilvusTarget):
 
     def _call(self, method: str, request: Any, what: str) -> Any:
         return self._owner._call(method, request, what)
+
+    def target(self) -> Target:
+        return KAFKA
 
     def close(self) -> None:
         pass

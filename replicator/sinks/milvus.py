@@ -5,8 +5,10 @@ DML goes as the source's column data: an Insert's ``fields_data`` become the tar
 ``InsertRequest``/``UpsertRequest`` without visiting a row, except a Geometry column, which a
 2.6 WAL holds as WKB and a target's insert takes as WKT (:mod:`wkb`). Collections are created
 from the source's schema (system fields dropped, ``autoID`` off so the source's keys are kept)
-and then described: a target that kept less of the schema than the source has stops the task
-before any row is written there (:mod:`schema_check`).
+only when the target can hold every type and feature of the schema (decided from its version
+before anything is made there, :mod:`target_capabilities`), then described: a target that
+kept less of the schema than the source has stops the task before any row is written there
+(:mod:`schema_check`, the second line).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from replicator.sinks.milvus_rbac import TargetRbac
 from replicator.sinks.milvus_status import call_failure, checked_reply
 from replicator.sinks.schema_check import dropped_clustering_keys, require_fields
 from replicator.sinks.schema_convert import has_partition_key, target_schema
+from replicator.sinks.target_capabilities import Target, require_holdable, target_of
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ class MilvusTarget:
         # a note for the operator: a task's runner sets its warnings (progress.warnings)
         self.warn: Callable[[str], None] = _log_warning
         self._metadata = auth_metadata(connect)
+        self._target: Target | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -105,6 +109,7 @@ class MilvusTarget:
         if self.has_collection(db, name):
             self._require_fields(db, name, source_schema)
             return False
+        require_holdable(f"{db}.{name}", source_schema, self.target())
         schema = target_schema(source_schema)
         schema.name = name
         keyed = has_partition_key(source_schema) and num_partitions > 0
@@ -123,6 +128,14 @@ class MilvusTarget:
         )
         self._require_fields(db, name, source_schema)
         return True
+
+    def target(self) -> Target:
+        """What this target is (a Milvus of a version, Milvus Lite), asked once: what it can
+        hold is decided from it before a collection is created (:mod:`target_capabilities`)."""
+        if self._target is None:
+            response = self._call("GetVersion", milvus_pb2.GetVersionRequest(), "get version")
+            self._target = target_of(str(response.version))
+        return self._target
 
     def _require_fields(self, db: str, name: str, source: schema_pb2.CollectionSchema) -> None:
         """The collection on the target holds every field of ``source``, or the task stops

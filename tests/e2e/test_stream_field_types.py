@@ -417,6 +417,59 @@ def test_a_2_3_target_stops_the_task_on_fields_it_cannot_hold(
         client.close()
 
 
+def test_a_2_3_target_refuses_float16_and_bfloat16_before_creating_them_and_stays_up(
+    daemon_factory, etcd_service, kafka_mock, milvus_source_rocksmq, stream
+):
+    """A 2.3.5 creates a Float16Vector or BFloat16Vector collection, then its query node dies
+    when it is loaded. Decided from the target's version before anything is created there:
+    the task stops naming collection, fields and types, the collection is not on the target,
+    and the target still serves another task's collection (loaded and queried after)."""
+    w = stream.writer
+    suffix = uuid.uuid4().hex[:6]
+    refused, kept = f"halves_{suffix}", f"kept_{suffix}"
+    schema = base_schema(refused)
+    del schema.fields[1:]  # the key only, then the two 16-bit vectors
+    add_field(schema, "half", S.Float16Vector, dim=2)
+    add_field(schema, "brain", S.BFloat16Vector, dim=2)
+    uri = milvus_source_rocksmq.uri
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    refused_task = start_task(daemon, uri, stream, refused)
+    kept_task = start_task(daemon, uri, stream, kept)
+    (v0,) = stream.vchannels(63101, 1)
+    w.create_collection(63101, refused, [v0], schema=schema)
+    batch = [{"id": pk, "half": [0.5, float(pk)], "brain": [0.5, float(pk)]} for pk in range(5)]
+    w.insert(v0, 63101, list(range(5)), columns=wal_columns(schema, batch))
+    kept_schema = base_schema(kept)
+    (v1,) = stream.vchannels(63102, 1)
+    w.create_collection(63102, kept, [v1], schema=kept_schema)
+    kept_rows = [{"id": pk, "vec": [1.0, 2.0, 3.0, float(pk)]} for pk in range(5)]
+    w.insert(v1, 63102, list(range(5)), columns=wal_columns(kept_schema, kept_rows))
+    stream.tick_all()
+
+    client = MilvusClient(uri=uri, dedicated=True)
+    try:
+        wait_until(
+            lambda: task_view(daemon, refused_task)["state"] == "Failed", 60, f"{refused} stopped"
+        )
+        reason = task_view(daemon, refused_task)["reason"]
+        for word in (refused, "half (Float16Vector", "brain (BFloat16Vector", "Milvus 2.3.5"):
+            assert word in reason, reason
+        assert "not created" in reason, reason
+        assert refused not in client.list_collections()  # nothing made, nothing to load
+        wait_until(lambda: client.has_collection(kept), 60, f"{kept} created")
+        index = client.prepare_index_params()
+        index.add_index("vec", index_type="FLAT", metric_type="L2")
+        client.create_index(kept, index)
+        wait_until(lambda: len(rows(client, kept, "id")) == 5, 60, f"{kept} rows")
+        assert task_view(daemon, kept_task)["state"] == "Running"
+        assert refused not in client.list_collections()
+    finally:
+        for name in (refused, kept):
+            if client.has_collection(name):
+                client.drop_collection(name)
+        client.close()
+
+
 def with_chunks(row: dict[str, Any]) -> dict[str, Any]:
     """A client row with an Array of Struct (texts and 2-float vectors) besides every type."""
     pk = row["id"]
