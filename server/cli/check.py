@@ -113,7 +113,7 @@ def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]
     kind = source.mq_type
     if kind == "kafka":
         # log_level 0: librdkafka's own connection errors would flood stderr; the result says it
-        admin = AdminClient({"bootstrap.servers": source.kafka.address, "log_level": 0})
+        admin = AdminClient({**source.kafka.client_config(), "log_level": 0})
         try:
             metadata = admin.list_topics(timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - KafkaException and friends: not reachable

@@ -119,7 +119,7 @@ def source_endpoints(source: SourceSettings) -> list[Endpoint]:
         queue = Endpoint(
             "source queue",
             f"kafka://{source.kafka.address}",
-            _kafka_probe({"bootstrap.servers": source.kafka.address}),
+            _kafka_probe(source.kafka.client_config()),
         )
     elif kind == "rocksmq":
         queue = Endpoint(
