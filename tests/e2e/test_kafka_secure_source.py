@@ -1,0 +1,193 @@
+"""A Kafka source behind TLS and SASL: replicated through the daemon, and every refusal named.
+
+The broker is librdkafka's mock cluster behind our TLS/SASL proxy (tests/harness/
+kafka_secure_proxy.py): no Apache Kafka runs here. The daemon's side (and the test writer's) is
+librdkafka's real TLS and SASL code; the broker's side of TLS is Python's ``ssl``, of SASL ours.
+The stream is a Milvus 2.6 one, written as tests/e2e/test_streaming_source.py writes it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness.kafka_secure_proxy import (
+    AUTH_FAILED_MESSAGE,
+    ProxyConfig,
+    SecureKafka,
+    kafka_secure_cluster,
+)
+from harness.streaming_writer import StreamingWriter
+from harness.tls import KafkaPki, make_kafka_pki
+
+from replicator.config.connections import KafkaSettings, SourceSettings
+from server.tasks.reachability import ReachabilityWatch, source_endpoints
+from tests.e2e.test_streaming_source import Stream, start_task, wait_rows
+
+pytestmark = pytest.mark.e2e
+
+PASSWORD = "Kafka-Sasl-Pa55-never-shown"
+USERS = {"cdc": PASSWORD}
+_CERT_FAILED = (
+    "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker "
+    "certificate could not be verified, verify that ssl.ca.location is correctly configured or "
+    "root CA certificates are installed (install ca-certificates package)"
+)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> KafkaPki:
+    return make_kafka_pki(tmp_path_factory.mktemp("kafka-pki"))
+
+
+def _proxy(pki: KafkaPki, case: str) -> ProxyConfig:
+    server = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
+    return {
+        "ssl": ProxyConfig(**server),
+        "mtls+sasl_ssl": ProxyConfig(**server, client_ca_file=str(pki.ca_file), users=USERS),
+        "sasl_plaintext": ProxyConfig(users=USERS),
+        "wrong password": ProxyConfig(users=USERS),
+        "wrong CA": ProxyConfig(**server),
+        "wrong host": ProxyConfig(
+            cert_file=str(pki.wrong_host_cert), key_file=str(pki.wrong_host_key)
+        ),
+        "expired": ProxyConfig(cert_file=str(pki.expired_cert), key_file=str(pki.expired_key)),
+    }[case]
+
+
+def _kafka(pki: KafkaPki, case: str) -> dict[str, object]:
+    """``sourceConfig.kafka`` as an operator copies it from milvus.yaml (address added later)."""
+    tls = {"enabled": True, "tlsCaCert": str(pki.ca_file)}
+    sasl = {"saslUsername": "cdc", "saslPassword": PASSWORD}
+    return {
+        "ssl": {"ssl": tls},
+        "mtls+sasl_ssl": {
+            **sasl,
+            "saslMechanisms": "SCRAM-SHA-512",
+            "securityProtocol": "SASL_SSL",
+            "ssl": {**tls, "tlsCert": str(pki.client_cert), "tlsKey": str(pki.client_key)},
+        },
+        "sasl_plaintext": {**sasl, "saslMechanisms": "PLAIN", "securityProtocol": "SASL_PLAINTEXT"},
+        "wrong password": {**sasl, "saslPassword": "not-it", "saslMechanisms": "SCRAM-SHA-256"},
+        "wrong CA": {"ssl": {**tls, "tlsCaCert": str(pki.other_ca_file)}},
+        "wrong host": {"ssl": tls},
+        "expired": {"ssl": tls},
+    }[case]
+
+
+@pytest.fixture
+def secure(
+    request: pytest.FixtureRequest, pki: KafkaPki, tmp_path: Path
+) -> Iterator[tuple[SecureKafka, dict]]:
+    case = request.param
+    with kafka_secure_cluster(tmp_path / "kafka", _proxy(pki, case)) as cluster:
+        yield cluster, {"address": cluster.bootstrap, **_kafka(pki, case)}
+
+
+def _source(etcd_service, prefix: str, kafka: dict, channels: int) -> dict:
+    return {
+        "sourceConfig": {
+            "etcd": {"address": [etcd_service.endpoint]},
+            "etcdRootPath": f"{prefix}-meta",
+            "channelPrefix": prefix,
+            "kafka": kafka,
+            "dmlChannelNum": channels,
+        }
+    }
+
+
+@pytest.mark.parametrize("secure", ["ssl", "mtls+sasl_ssl", "sasl_plaintext"], indirect=True)
+def test_a_source_behind_tls_or_sasl_replicates(
+    daemon_factory, etcd_service, milvus_lite_service, target_client, secure
+):
+    """One-way TLS; mutual TLS with SASL_SSL SCRAM-SHA-512; SASL_PLAINTEXT PLAIN. The password
+    shows in no answer, no log line and not in ``milvus-cdc config show``."""
+    cluster, kafka = secure
+    client = KafkaSettings.model_validate(kafka).client_security()
+    writer = StreamingWriter(cluster.bootstrap, client=client)
+    stream = Stream(writer, f"sec{uuid.uuid4().hex[:6]}", channels=2)
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(**_source(etcd_service, stream.prefix, kafka, 2)).start()
+        name = f"secure_{uuid.uuid4().hex[:6]}"
+        task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+        coll = 61001
+        v0, v1 = stream.vchannels(coll, 2)
+        writer.create_collection(coll, name, [v0, v1, f"{stream.pchannel(0)}_vcchan"])
+        writer.insert(v0, coll, range(50))
+        writer.insert(v1, coll, range(50, 100))
+        stream.tick_all()
+        wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(100)}, daemon=daemon)
+    finally:
+        writer.close()
+
+    answers = [daemon.call(kind, {"task_id": task_id}).body for kind in ("get", "position")]
+    answers.append(daemon.call("list").body)
+    answers += [str(daemon.get(path)) for path in ("/metrics", "/v1/tasks")]
+    shown = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "milvus-cdc"),
+            "config",
+            "show",
+            "--config",
+            str(daemon.config_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
+    ).stdout
+    assert '"saslPassword": "******"' in shown or "saslPassword" not in kafka
+    for text in [*map(str, answers), shown, daemon.log_text()]:
+        assert PASSWORD not in text
+
+
+def _refused(bootstrap: str, case: str) -> str:
+    if case == "wrong password":
+        return (
+            f"sasl_plaintext://{bootstrap}/bootstrap: SASL authentication error: "
+            f"{AUTH_FAILED_MESSAGE}"
+        )
+    return f"ssl://{bootstrap}/bootstrap: {_CERT_FAILED}"
+
+
+@pytest.mark.parametrize(
+    "secure", ["wrong password", "wrong CA", "wrong host", "expired"], indirect=True
+)
+def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
+    daemon_factory, etcd_service, milvus_lite_service, secure, request
+):
+    cluster, kafka = secure
+    case = request.node.callspec.params["secure"]
+    prefix = f"bad{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**_source(etcd_service, prefix, kafka, 1)).start()
+    created = daemon.call(
+        "create", {"milvus_connect_param": {"uri": milvus_lite_service.uri, "connect_timeout": 3}}
+    )
+    assert created.code == 503, created.body
+    message = re.sub(r"^task \S+: ", "task T: ", created.message)
+    assert message == (
+        f"task T: the source (source queue kafka://{cluster.bootstrap}, source etcd "
+        f"{etcd_service.endpoint}) could not be read to fix where the task starts, so it was "
+        "not created: SourceUnavailableError: kafka: KafkaError{code=_ALL_BROKERS_DOWN,"
+        'val=-187,str="Failed to get watermark offsets: Local: All broker connections are '
+        f'down"}}: {_refused(cluster.bootstrap, case)}'
+    )
+    assert daemon.call("list").data["tasks"] == []  # nothing stored
+
+    # a running task's warning: what the reachability job puts in its reason
+    watch = ReachabilityWatch(timeout=3)
+    source = SourceSettings.model_validate(_source(etcd_service, prefix, kafka, 1)["sourceConfig"])
+    queue = source_endpoints(source)[0]
+    outage = watch.check([queue])[queue.key]
+    assert outage.warning(queue).endswith(
+        f"unreachable since {outage.warning(queue).split('since ')[1].split(',')[0]}, retrying: "
+        f"{_refused(cluster.bootstrap, case)}"
+    )
