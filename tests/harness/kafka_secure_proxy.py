@@ -354,6 +354,7 @@ def kafka_secure_cluster(
     workdir: Path, config: ProxyConfig, *, startup_timeout: float = 30.0
 ) -> Iterator[SecureKafka]:
     """A one-broker Kafka mock reached only through the proxy, in a child process of its own."""
+    from harness.kafka_mock import _read_address
     from harness.services import MissingBinaryError, _running, wait_until
 
     if importlib.util.find_spec("confluent_kafka") is None:
@@ -368,14 +369,8 @@ def kafka_secure_cluster(
     argv += ["--address-file", str(address_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with _running(argv, log_path=log_path, env=env, cwd=workdir, grace=5.0) as process:
-
-        def address() -> str | None:
-            with contextlib.suppress(FileNotFoundError):
-                return address_file.read_text(encoding="utf-8").strip() or None
-            return None
-
         bootstrap = wait_until(
-            address,
+            lambda: _read_address(address_file),
             startup_timeout,
             f"kafka secure proxy (address file {address_file})",
             process=process,

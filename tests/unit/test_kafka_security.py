@@ -172,24 +172,28 @@ def _config_of(source: object) -> dict:
     return dict(source._config)
 
 
-def test_a_wal_switch_naming_no_security_uses_the_clusters_own() -> None:
-    configured = KafkaSettings(
+@pytest.fixture
+def configured() -> dict[str, str]:
+    return KafkaSettings(
         saslUsername="cdc", saslPassword="pw", saslMechanisms="SCRAM-SHA-256"
     ).client_security()
-    defaults = WalDefaults(
+
+
+@pytest.fixture
+def defaults(configured: dict[str, str]) -> WalDefaults:
+    return WalDefaults(
         kafka_address="old:9092", kafka_extra={"fetch.wait.max.ms": 20, **configured}
     )
+
+
+def test_a_wal_switch_naming_no_security_uses_the_clusters_own(
+    configured: dict[str, str], defaults: WalDefaults
+) -> None:
     switched = _config_of(open_source("kafka", {"address": "new:9092"}, defaults))
     assert switched == {"bootstrap.servers": "new:9092", "fetch.wait.max.ms": 20, **configured}
 
 
-def test_a_wal_switch_naming_its_security_uses_that_alone() -> None:
-    configured = KafkaSettings(
-        saslUsername="cdc", saslPassword="pw", saslMechanisms="SCRAM-SHA-256"
-    ).client_security()
-    defaults = WalDefaults(
-        kafka_address="old:9092", kafka_extra={"fetch.wait.max.ms": 20, **configured}
-    )
+def test_a_wal_switch_naming_its_security_uses_that_alone(defaults: WalDefaults) -> None:
     message = {"address": "new:9092", "security_protocol": "SSL"}
     switched = _config_of(open_source("kafka", message, defaults))
     assert switched == {
