@@ -115,7 +115,11 @@ def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]
     if kind == "kafka":
         # log_level 0: librdkafka's own connection errors would flood stderr; the result says it
         refusals = BrokerRefusals()  # SASL or certificates: the reason, else only "all down"
-        config = {**source.kafka.client_config(), "log_level": 0, "error_cb": refusals}
+        config: dict[str, Any] = {
+            **source.kafka.client_config(),
+            "log_level": 0,
+            "error_cb": refusals,
+        }
         admin = AdminClient(config)
         try:
             metadata = admin.list_topics(timeout=timeout)
