@@ -49,8 +49,8 @@ class BrokerRefusals:
                 self.last = _TIMING.sub("", error.str())
 
     def explain(self, failure: object) -> str:
-        """``failure`` with the refusal behind it, when there is one."""
-        return f"{failure}: {self.last}" if self.last else str(failure)
+        """The refusal behind ``failure`` when there is one (it says more), else ``failure``."""
+        return self.last or str(failure)
 
 
 def encode_offset(offset: int) -> bytes:

@@ -176,9 +176,7 @@ def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
     assert message == (
         f"task T: the source (source queue kafka://{cluster.bootstrap}, source etcd "
         f"{etcd_service.endpoint}) could not be read to fix where the task starts, so it was "
-        "not created: SourceUnavailableError: kafka: KafkaError{code=_ALL_BROKERS_DOWN,"
-        'val=-187,str="Failed to get watermark offsets: Local: All broker connections are '
-        f'down"}}: {_refused(cluster.bootstrap, case)}'
+        f"not created: SourceUnavailableError: kafka: {_refused(cluster.bootstrap, case)}"
     )
     assert daemon.call("list").data["tasks"] == []  # nothing stored
 
@@ -187,7 +185,7 @@ def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
     source = SourceSettings.model_validate(_source(etcd_service, prefix, kafka, 1)["sourceConfig"])
     queue = source_endpoints(source)[0]
     outage = watch.check([queue])[queue.key]
-    assert outage.warning(queue).endswith(
-        f"unreachable since {outage.warning(queue).split('since ')[1].split(',')[0]}, retrying: "
-        f"{_refused(cluster.bootstrap, case)}"
+    expected = f"source queue kafka://{cluster.bootstrap} unreachable since \\S+, retrying: "
+    assert re.fullmatch(
+        expected + re.escape(_refused(cluster.bootstrap, case)), outage.warning(queue)
     )
