@@ -168,8 +168,9 @@ def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
     case = request.node.callspec.params["secure"]
     prefix = f"bad{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**_source(etcd_service, prefix, kafka, 1)).start()
+    target = {"uri": milvus_lite_service.uri, "connect_timeout": 3}
     created = daemon.call(
-        "create", {"milvus_connect_param": {"uri": milvus_lite_service.uri, "connect_timeout": 3}}
+        "create", {"milvus_connect_param": target, "collection_infos": [{"name": "*"}]}
     )
     assert created.code == 503, created.body
     message = re.sub(r"^task \S+: ", "task T: ", created.message)
