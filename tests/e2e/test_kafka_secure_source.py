@@ -27,6 +27,7 @@ from harness.streaming_writer import StreamingWriter
 from harness.tls import KafkaPki, make_kafka_pki
 
 from replicator.config.connections import KafkaSettings, SourceSettings
+from replicator.sources.kafka import KafkaSource
 from server.tasks.reachability import ReachabilityWatch, source_endpoints
 from tests.e2e.test_streaming_source import Stream, start_task, wait_rows
 
@@ -189,3 +190,8 @@ def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
     told = re.escape(f"source queue kafka://{cluster.bootstrap} unreachable since ")
     told += r"\S+" + re.escape(f", retrying: {_refused(cluster.bootstrap, case)}")
     assert re.fullmatch(told, outage.warning(queue)), outage.warning(queue)
+
+    if case == "wrong host":  # the opt-out: the chain is still checked, the name no longer
+        lax = {**kafka, "ssl": {**kafka["ssl"], "verifyHostname": False}}
+        security = KafkaSettings.model_validate(lax).client_security()
+        assert KafkaSource(cluster.bootstrap, security).watermarks("any", timeout=5) == (0, 0)
