@@ -8,8 +8,10 @@ The stream is a Milvus 2.6 one, written as tests/e2e/test_streaming_source.py wr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -23,6 +25,7 @@ from harness.kafka_secure_proxy import (
     SecureKafka,
     kafka_secure_cluster,
 )
+from harness.services import wait_until
 from harness.streaming_writer import StreamingWriter
 from harness.tls import KafkaPki, make_kafka_pki
 
@@ -103,42 +106,57 @@ def _source(etcd_service, prefix: str, kafka: dict, channels: int) -> dict:
     }
 
 
-@pytest.mark.parametrize("secure", ["ssl", "mtls+sasl_ssl", "sasl_plaintext"], indirect=True)
-def test_a_source_behind_tls_or_sasl_replicates(
-    daemon_factory, etcd_service, milvus_lite_service, target_client, secure
-):
-    """One-way TLS; mutual TLS with SASL_SSL SCRAM-SHA-512; SASL_PLAINTEXT PLAIN. The password
-    shows in no answer, no log line and not in ``milvus-cdc config show``."""
+@contextlib.contextmanager
+def _replicating(
+    daemon_factory, etcd_service, milvus_lite_service, secure, **daemon: object
+) -> Iterator[tuple[Stream, object, str, str]]:
+    """The stream, a started daemon reading it through the proxy, its task's id and collection."""
     cluster, kafka = secure
     client = KafkaSettings.model_validate(kafka).client_security()
     writer = StreamingWriter(cluster.bootstrap, client=client)
     stream = Stream(writer, f"sec{uuid.uuid4().hex[:6]}", channels=2)
     try:
         stream.tick_all()
-        daemon = daemon_factory(**_source(etcd_service, stream.prefix, kafka, 2)).start()
+        config = {**_source(etcd_service, stream.prefix, kafka, 2), **daemon}
+        started = daemon_factory(**config).start()
         name = f"secure_{uuid.uuid4().hex[:6]}"
-        task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
-        coll = 61001
-        v0, v1 = stream.vchannels(coll, 2)
-        writer.create_collection(coll, name, [v0, v1, f"{stream.pchannel(0)}_vcchan"])
-        writer.insert(v0, coll, range(50))
-        writer.insert(v1, coll, range(50, 100))
-        stream.tick_all()
-        wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(100)}, daemon=daemon)
+        task_id = start_task(started, milvus_lite_service.uri, stream, name)
+        yield stream, started, task_id, name
     finally:
         writer.close()
+
+
+_COLLECTION = 61001
+
+
+def _write_rows(stream: Stream, name: str, keys: range, *, create: bool = False) -> None:
+    v0, v1 = stream.vchannels(_COLLECTION, 2)
+    if create:
+        stream.writer.create_collection(_COLLECTION, name, [v0, v1, f"{stream.pchannel(0)}_vcchan"])
+    half = keys.start + len(keys) // 2
+    stream.writer.insert(v0, _COLLECTION, range(keys.start, half))
+    stream.writer.insert(v1, _COLLECTION, range(half, keys.stop))
+    stream.tick_all()
+
+
+@pytest.mark.parametrize("secure", ["ssl", "mtls+sasl_ssl", "sasl_plaintext"], indirect=True)
+def test_a_source_behind_tls_or_sasl_replicates(
+    daemon_factory, etcd_service, milvus_lite_service, target_client, secure
+):
+    """One-way TLS; mutual TLS with SASL_SSL SCRAM-SHA-512; SASL_PLAINTEXT PLAIN. The password
+    shows in no answer, no log line and not in ``milvus-cdc config show``."""
+    _cluster, kafka = secure
+    with _replicating(daemon_factory, etcd_service, milvus_lite_service, secure) as running:
+        stream, daemon, task_id, name = running
+        _write_rows(stream, name, range(100), create=True)
+        wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(100)}, daemon=daemon)
 
     answers = [daemon.call(kind, {"task_id": task_id}).body for kind in ("get", "position")]
     answers.append(daemon.call("list").body)
     answers += [str(daemon.get(path)) for path in ("/metrics", "/v1/tasks")]
+    command = [str(Path(sys.executable).parent / "milvus-cdc"), "config", "show"]
     shown = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "milvus-cdc"),
-            "config",
-            "show",
-            "--config",
-            str(daemon.config_path),
-        ],
+        [*command, "--config", str(daemon.config_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -148,6 +166,44 @@ def test_a_source_behind_tls_or_sasl_replicates(
     assert '"saslPassword": "******"' in shown or "saslPassword" not in kafka
     for text in [*map(str, answers), shown, daemon.log_text()]:
         assert PASSWORD not in text
+
+
+@pytest.mark.parametrize("secure", ["sasl_plaintext"], indirect=True)
+def test_a_running_task_refused_its_login_says_why_retries_and_catches_up(
+    daemon_factory, etcd_service, milvus_lite_service, target_client, secure
+):
+    cluster, _kafka = secure
+    with _replicating(
+        daemon_factory,
+        etcd_service,
+        milvus_lite_service,
+        secure,
+        scheduler={"reachabilitySeconds": 0.5},
+    ) as running:
+        stream, daemon, task_id, name = running
+        _write_rows(stream, name, range(50), create=True)
+        wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(50)}, daemon=daemon)
+
+        def task() -> dict:
+            return daemon.call("get", {"task_id": task_id}).data["task"]
+
+        refusal = f", retrying: {_refused(cluster.bootstrap, 'wrong password')}"
+
+        def told() -> str | None:
+            view = task()
+            assert view["state"] == "Running", view
+            warnings = (view.get("progress") or {}).get("warnings") or []
+            said = [w for w in warnings if w.endswith(refusal) and w in view["reason"]]
+            return said[0] if said else None
+
+        os.kill(cluster.pid, signal.SIGUSR1)  # the broker turns the daemon's user away
+        warning = wait_until(told, 30, "the refusal in the task's reason and warnings")
+        assert warning.startswith(f"source queue kafka://{cluster.bootstrap} unreachable since ")
+        os.kill(cluster.pid, signal.SIGUSR2)
+        wait_until(lambda: not told(), 30, "the refusal withdrawn")
+        _write_rows(stream, name, range(50, 100))
+        wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(100)}, daemon=daemon)
+        assert task()["state"] == "Running"
 
 
 def _refused(bootstrap: str, case: str) -> str:

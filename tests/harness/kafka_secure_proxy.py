@@ -13,6 +13,8 @@ passing bytes through:
 - SaslAuthenticate checks PLAIN, or runs SCRAM (RFC 5802, RFC 7677) against its user table;
   wrong credentials are error 58 SASL_AUTHENTICATION_FAILED with ``AUTH_FAILED_MESSAGE``, as
   Kafka does. Any other request before authentication closes the connection.
+- SIGUSR1 revokes every user (logins refused, open connections cut: credentials taken away
+  from a running client), SIGUSR2 gives them back.
 
 The client side is librdkafka's real code; the broker side of TLS is Python's ``ssl``, the broker
 side of SASL is this file. Run as a script it imports only the standard library.
@@ -295,16 +297,31 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _proxy(config: ProxyConfig, port: int, mock: tuple[str, int], ready: Path) -> None:
+    revoked = False  # SIGUSR1: every login refused, every connection cut; SIGUSR2: undone
+    clients: set[asyncio.StreamWriter] = set()
+
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        users = {} if revoked else config.users
         try:
-            if config.users and not await _authenticate(client_r, client_w, mock, config.users):
+            if config.users and not await _authenticate(client_r, client_w, mock, users):
                 client_w.close()
                 return
         except (OSError, asyncio.IncompleteReadError, ValueError, KeyError, struct.error):
             client_w.close()
             return
+        clients.add(client_w)
         mock_r, mock_w = await asyncio.open_connection(*mock)
-        await asyncio.gather(_pipe(client_r, mock_w), _pipe(mock_r, client_w))
+        try:
+            await asyncio.gather(_pipe(client_r, mock_w), _pipe(mock_r, client_w))
+        finally:
+            clients.discard(client_w)
+
+    def revoke(now: bool) -> None:
+        nonlocal revoked
+        revoked = now
+        for client in list(clients) if now else []:
+            client.close()
+        print(f"secure proxy: logins {'refused' if now else 'accepted'}", file=sys.stderr)
 
     context = _server_context(config)
     timeout = {"ssl_handshake_timeout": 5.0} if context is not None else {}
@@ -313,6 +330,8 @@ async def _proxy(config: ProxyConfig, port: int, mock: tuple[str, int], ready: P
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, revoke, True)
+    loop.add_signal_handler(signal.SIGUSR2, revoke, False)
     tmp = ready.with_name(ready.name + ".tmp")
     tmp.write_text(f"127.0.0.1:{port}\n", encoding="utf-8")
     os.replace(tmp, ready)
