@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -74,8 +74,18 @@ class PulsarSettings(ConfigSection):
     authParams: SecretStr = SecretStr("")
 
 
+def _unset_when_empty(value: Any) -> Any:
+    """milvus.yaml leaves these keys empty (``saslUsername:``), which YAML reads as null: the
+    default, so its block loads as it is."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
 class KafkaSslSettings(ConfigSection):
     """``kafka.ssl`` as milvus.yaml spells it: TLS to the brokers, files in PEM."""
+
+    _empty_is_default = model_validator(mode="before")(_unset_when_empty)
 
     enabled: bool = False
     tlsCert: str = ""  # the client's certificate (mutual TLS), with tlsKey
@@ -96,6 +106,8 @@ KafkaSaslMechanism = Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 class KafkaSettings(ConfigSection):
     """A cluster's Kafka, in milvus.yaml's spelling (``kafka.saslUsername``, ``kafka.ssl``...)."""
+
+    _empty_is_default = model_validator(mode="before")(_unset_when_empty)
 
     address: str = ""
     saslUsername: str = ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from replicator.config.connections import KafkaSettings
@@ -201,3 +202,11 @@ def test_a_wal_switch_naming_its_security_uses_that_alone(defaults: WalDefaults)
         "fetch.wait.max.ms": 20,
         "security.protocol": "SSL",
     }
+
+
+def test_milvus_yaml_s_block_with_its_empty_keys_loads_as_it_is() -> None:
+    block = yaml.safe_load(
+        "address: k:9092\nsaslUsername:\nsaslPassword:\nsaslMechanisms:\nsecurityProtocol:\n"
+        "ssl:\n  enabled: false\n  tlsCert:\n  tlsKey:\n  tlsCaCert:\n  tlsKeyPassword:\n"
+    )
+    assert KafkaSettings.model_validate(block).security_protocol == "PLAINTEXT"
