@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -73,14 +74,133 @@ class PulsarSettings(ConfigSection):
     authParams: SecretStr = SecretStr("")
 
 
+def _unset_when_empty(value: Any) -> Any:
+    """milvus.yaml leaves these keys empty (``saslUsername:``), which YAML reads as null: the
+    default, so its block loads as it is."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
+class KafkaSslSettings(ConfigSection):
+    """``kafka.ssl`` as milvus.yaml spells it: TLS to the brokers, files in PEM."""
+
+    _empty_is_default = model_validator(mode="before")(_unset_when_empty)
+
+    enabled: bool = False
+    tlsCert: str = ""  # the client's certificate (mutual TLS), with tlsKey
+    tlsKey: str = ""
+    tlsCaCert: str = ""  # the CA the brokers' certificates are checked against (else the system's)
+    tlsKeyPassword: SecretStr = SecretStr("")
+    # ours: the broker's certificate must name the host the daemon dialled (librdkafka's
+    # ssl.endpoint.identification.algorithm=https); false turns the check off, for brokers whose
+    # certificates name another host. The chain is checked either way.
+    verifyHostname: bool = True
+
+
+KafkaSecurityProtocol = Literal["", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+# librdkafka also has GSSAPI and OAUTHBEARER; neither is configured by a user name and password,
+# and milvus.yaml has no keys for what they need
+KafkaSaslMechanism = Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
 class KafkaSettings(ConfigSection):
+    """A cluster's Kafka, in milvus.yaml's spelling (``kafka.saslUsername``, ``kafka.ssl``...)."""
+
+    _empty_is_default = model_validator(mode="before")(_unset_when_empty)
+
     address: str = ""
+    saslUsername: str = ""
+    saslPassword: SecretStr = SecretStr("")
+    saslMechanisms: KafkaSaslMechanism = ""
+    # empty: SASL_SSL with a SASL user and ssl.enabled, SASL_PLAINTEXT with a user alone, SSL
+    # with ssl.enabled alone, else PLAINTEXT
+    securityProtocol: KafkaSecurityProtocol = ""
+    ssl: KafkaSslSettings = Field(default_factory=KafkaSslSettings)
     # ours: the longest a caught-up channel reader's fetch waits at the broker (librdkafka's
     # fetch.wait.max.ms, whose default it keeps). A Kafka broker answers as soon as a record
     # arrives: this is the rate of empty fetches of a quiet channel, not lag, except on a
     # broker that holds a fetch for the whole wait (librdkafka's mock cluster, which the
     # tests and benchmarks use: bench/lag.py sets 20)
     fetchWaitMs: int = Field(default=500, ge=1, le=60_000)
+
+    @property
+    def security_protocol(self) -> str:
+        """``securityProtocol``, else the one the SASL user and ``ssl.enabled`` imply."""
+        if self.securityProtocol:
+            return self.securityProtocol
+        sasl, tls = bool(self.saslUsername), self.ssl.enabled
+        return {
+            (True, True): "SASL_SSL",
+            (True, False): "SASL_PLAINTEXT",
+            (False, True): "SSL",
+            (False, False): "PLAINTEXT",
+        }[(sasl, tls)]
+
+    @model_validator(mode="after")
+    def _security_consistent(self) -> KafkaSettings:
+        protocol = self.security_protocol
+        sasl = protocol.startswith("SASL_")
+        tls = protocol.endswith("SSL")
+        if self.saslMechanisms and not self.saslUsername:
+            raise ValueError("kafka.saslMechanisms is set but kafka.saslUsername is empty")
+        if sasl:
+            if not self.saslUsername:
+                raise ValueError(f"kafka.securityProtocol {protocol} needs kafka.saslUsername")
+            if not self.saslPassword.get_secret_value():
+                raise ValueError("kafka.saslUsername is set but kafka.saslPassword is empty")
+            if not self.saslMechanisms:
+                raise ValueError(
+                    "kafka.saslUsername is set but kafka.saslMechanisms is empty "
+                    "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+                )
+        elif self.saslUsername:
+            raise ValueError(
+                f"kafka.saslUsername is set but kafka.securityProtocol is {protocol} "
+                "(SASL_PLAINTEXT or SASL_SSL use it)"
+            )
+        if self.ssl.enabled and not tls:
+            raise ValueError(
+                f"kafka.ssl.enabled is true but kafka.securityProtocol is {protocol} "
+                "(SSL or SASL_SSL use TLS)"
+            )
+        files = {"tlsCert": self.ssl.tlsCert, "tlsKey": self.ssl.tlsKey}
+        files["tlsCaCert"] = self.ssl.tlsCaCert
+        for key, path in files.items():
+            if path and not tls:
+                raise ValueError(f"kafka.ssl.{key} is set but TLS is off (kafka.ssl.enabled)")
+            if path and not os.path.isfile(path):
+                raise ValueError(f"kafka.ssl.{key}: no such file: {path}")
+        if bool(self.ssl.tlsCert) != bool(self.ssl.tlsKey):
+            raise ValueError("kafka.ssl.tlsCert and kafka.ssl.tlsKey go together (mutual TLS)")
+        if self.ssl.tlsKeyPassword.get_secret_value() and not self.ssl.tlsKey:
+            raise ValueError("kafka.ssl.tlsKeyPassword is set but kafka.ssl.tlsKey is empty")
+        return self
+
+    def client_security(self) -> dict[str, str]:
+        """The librdkafka settings of this security (secrets revealed: never log it), for every
+        client of these brokers: readers, watermark reads, probes, ``milvus-cdc check``."""
+        protocol = self.security_protocol
+        config = {"security.protocol": protocol.lower()}
+        if protocol.startswith("SASL_"):
+            config["sasl.mechanisms"] = self.saslMechanisms
+            config["sasl.username"] = self.saslUsername
+            config["sasl.password"] = self.saslPassword.get_secret_value()
+        if protocol.endswith("SSL"):
+            verify = "https" if self.ssl.verifyHostname else "none"
+            config["ssl.endpoint.identification.algorithm"] = verify
+            optional = {
+                "ssl.ca.location": self.ssl.tlsCaCert,
+                "ssl.certificate.location": self.ssl.tlsCert,
+                "ssl.key.location": self.ssl.tlsKey,
+                "ssl.key.password": self.ssl.tlsKeyPassword.get_secret_value(),
+            }
+            config.update({k: v for k, v in optional.items() if v})
+        return config
+
+    def client_config(self) -> dict[str, str]:
+        """``bootstrap.servers`` and the security settings (secrets revealed: never log it)."""
+        return {"bootstrap.servers": self.address, **self.client_security()}
 
 
 class RocksmqSettings(ConfigSection):

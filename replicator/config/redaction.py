@@ -21,7 +21,16 @@ def redacted(settings: CdcSettings) -> dict[str, Any]:
     return data
 
 
-_SECRET_KEYS = {"password", "token", "authparams", "mysqlsourceurl", "key", "sha256"}
+_SECRET_KEYS = {
+    "password",
+    "saslpassword",
+    "tlskeypassword",
+    "token",
+    "authparams",
+    "mysqlsourceurl",
+    "key",
+    "sha256",
+}
 
 
 def _redact_tree(node: Any) -> None:

@@ -135,7 +135,7 @@ def task_consistent_ts(statuses: Iterable[ChannelStatus]) -> int:
 
 
 UPDATE_ATTEMPTS = 3  # reads and compare-and-sets of a task's reason
-_UNREACHABLE = re.compile(r".+ unreachable since \S+, retrying")
+_UNREACHABLE = re.compile(r".+ unreachable since \S+, retrying(: .+)?")
 
 
 def skipped_totals(statuses: Iterable[ChannelStatus]) -> dict[str, int]:
@@ -165,10 +165,12 @@ def collection_totals(statuses: Iterable[ChannelStatus]) -> list[dict[str, Any]]
     return [collections[k] for k in sorted(collections)]
 
 
-def unreachable_warning(role: str, label: str, since: float) -> str:
-    """The warning of an endpoint a running task cannot reach (server/tasks/reachability.py)."""
+def unreachable_warning(role: str, label: str, since: float, refusal: str = "") -> str:
+    """The warning of an endpoint a running task cannot reach (server/tasks/reachability.py);
+    ``refusal``: why an endpoint that answers turns the daemon away (credentials, certificates)."""
     when = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{role} {label} unreachable since {when}, retrying"
+    told = f": {refusal}" if refusal else ""
+    return f"{role} {label} unreachable since {when}, retrying{told}"
 
 
 class TaskWarnings:

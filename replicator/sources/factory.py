@@ -7,7 +7,9 @@ documentation and configuration use), per kind:
 
 - kafka: ``broker_address`` | ``address`` | ``bootstrap_servers`` | ``bootstrap.servers``;
   ``security_protocol``, ``sasl_mechanisms``/``sasl_mechanism``, ``sasl_username``,
-  ``sasl_password`` (and their dotted librdkafka spellings);
+  ``sasl_password`` (and their dotted librdkafka spellings); a message that names none of these
+  is read with the daemon's configured security of that cluster (``kafka.saslUsername``,
+  ``kafka.ssl``...), one that names any of them with its own alone;
 - rocksmq: ``path``;
 - pulsar: ``address`` | ``broker_address``, ``tenant``, ``namespace``, ``auth_plugin``,
   ``auth_params``.
@@ -35,6 +37,8 @@ _KAFKA_EXTRA = {
     "sasl_username": "sasl.username",
     "sasl_password": "sasl.password",
 }
+# the librdkafka settings that make a client's security
+_KAFKA_SECURITY = ("security.", "sasl.", "ssl.")
 _PULSAR = {
     "address": "address",
     "broker_address": "address",
@@ -62,11 +66,15 @@ def open_source(kind: str, config: Mapping[str, str], defaults: WalDefaults) -> 
         address = _first(config, _KAFKA_ADDRESS) or defaults.kafka_address
         if not address:
             raise SourceConfigError("kafka: no broker address (in the message or kafka.address)")
+        named = {
+            _KAFKA_EXTRA.get(key, key): value
+            for key, value in config.items()
+            if key in _KAFKA_EXTRA or key in _KAFKA_EXTRA.values()
+        }
         extra = dict(defaults.kafka_extra)
-        for key, value in config.items():
-            name = _KAFKA_EXTRA.get(key, key if key in _KAFKA_EXTRA.values() else "")
-            if name:
-                extra[name] = value
+        if named:  # the message's security replaces the configured one, never mixes with it
+            extra = {k: v for k, v in extra.items() if not k.startswith(_KAFKA_SECURITY)}
+        extra.update(named)
         _ignore(kind, config, {*_KAFKA_ADDRESS, *_KAFKA_EXTRA, *_KAFKA_EXTRA.values()})
         return KafkaSource(address, extra)
     if kind == "rocksmq":

@@ -3,7 +3,9 @@ the same name; a record's id is its offset, 8 bytes little-endian, as Milvus's o
 
 from __future__ import annotations
 
+import re
 import struct
+import threading
 import uuid
 from typing import Any
 
@@ -26,6 +28,31 @@ WATERMARK_TIMEOUT = 10.0
 FETCH_WAIT_MS = 500
 
 
+# librdkafka's errors that say the brokers answer but turn this client away, and the timing it
+# appends to their text (dropped: the reason reads the same at every attempt)
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+_TIMING = re.compile(r" \(after \d+ms in state \w+\)$")
+
+
+class BrokerRefusals:
+    """The ``error_cb`` of a client: keeps the last refusal (SASL authentication failed, a
+    certificate not verified), which librdkafka reports only there; its calls then fail with
+    "all broker connections are down" alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.last = ""
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            with self._lock:
+                self.last = _TIMING.sub("", error.str())
+
+    def explain(self, failure: object) -> str:
+        """The refusal behind ``failure`` when there is one (it says more), else ``failure``."""
+        return self.last or str(failure)
+
+
 def encode_offset(offset: int) -> bytes:
     return struct.pack("<q", offset)
 
@@ -39,6 +66,7 @@ def decode_offset(msg_id: bytes) -> int:
 class KafkaChannelReader:
     def __init__(self, config: dict[str, Any], pchannel: str, start: Position | None) -> None:
         self.pchannel = pchannel
+        self._refusals = BrokerRefusals()
         self._consumer = Consumer(
             {
                 "fetch.wait.max.ms": FETCH_WAIT_MS,  # the source's setting, if any, wins
@@ -53,6 +81,7 @@ class KafkaChannelReader:
                 "enable.partition.eof": False,
                 # prefetch at most this much per channel (librdkafka's default is 64 MB)
                 "queued.max.messages.kbytes": READ_BYTES // 1024,
+                "error_cb": self._refusals,
             }
         )
         self.seek(start)
@@ -73,7 +102,10 @@ class KafkaChannelReader:
                     rest = self._consumer.consume(num_messages=max_records - 1, timeout=0)
                     messages = [first, *rest]
         except KafkaException as exc:
-            raise SourceUnavailableError(f"kafka: {exc}") from exc
+            raise SourceUnavailableError(f"kafka: {self._refusals.explain(exc)}") from exc
+        if self._refusals.last and not messages:
+            refusal, self._refusals.last = self._refusals.last, ""
+            raise SourceUnavailableError(f"kafka {self.pchannel}: {refusal}")
         records = []
         for message in messages:
             error = message.error()
@@ -129,7 +161,12 @@ class KafkaSource:
 
     def watermarks(self, pchannel: str, timeout: float | None = None) -> tuple[int, int]:
         wait = WATERMARK_TIMEOUT if timeout is None else max(0.1, timeout)
-        config = {**self._config, "group.id": f"milvus-cdc-{uuid.uuid4().hex}"}
+        refusals = BrokerRefusals()
+        config = {
+            **self._config,
+            "group.id": f"milvus-cdc-{uuid.uuid4().hex}",
+            "error_cb": refusals,
+        }
         if timeout is not None:  # a broker that accepts and never answers: given up as soon
             config["socket.timeout.ms"] = max(10, int(wait * 1000))
             config["socket.connection.setup.timeout.ms"] = max(1000, int(wait * 1000))
@@ -142,7 +179,7 @@ class KafkaSource:
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
                 return 0, 0  # no topic yet: Milvus has written nothing to this channel
-
-            raise SourceUnavailableError(f"kafka: {exc}") from exc
+            consumer.poll(0)  # serves error_cb: the refusal behind "all brokers down", if any
+            raise SourceUnavailableError(f"kafka: {refusals.explain(exc)}") from exc
         finally:
             consumer.close()

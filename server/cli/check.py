@@ -33,6 +33,7 @@ from replicator.config.settings import CdcSettings
 from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
 from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
+from replicator.sources.kafka import BrokerRefusals
 from server.cli.client import secret_from_env
 from server.cli.render import table
 from server.errors import TargetUnreachableError
@@ -113,11 +114,19 @@ def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]
     kind = source.mq_type
     if kind == "kafka":
         # log_level 0: librdkafka's own connection errors would flood stderr; the result says it
-        admin = AdminClient({"bootstrap.servers": source.kafka.address, "log_level": 0})
+        refusals = BrokerRefusals()  # SASL or certificates: the reason, else only "all down"
+        config: dict[str, Any] = {
+            **source.kafka.client_config(),
+            "log_level": 0,
+            "error_cb": refusals,
+        }
+        admin = AdminClient(config)
         try:
             metadata = admin.list_topics(timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - KafkaException and friends: not reachable
-            raise CheckFailedError(f"kafka {source.kafka.address}: {exc}") from None
+            admin.poll(0)
+            told = refusals.explain(exc)
+            raise CheckFailedError(f"kafka {source.kafka.address}: {told}") from None
         present = sum(1 for ch in channels if ch in metadata.topics)
         return "", (
             f"kafka {source.kafka.address}: {len(metadata.brokers)} broker(s), "

@@ -98,7 +98,10 @@ def cluster_context(
     pulsar = source_config.pulsar
     defaults = WalDefaults(
         kafka_address=source_config.kafka.address,
-        kafka_extra={"fetch.wait.max.ms": source_config.kafka.fetchWaitMs},
+        kafka_extra={
+            "fetch.wait.max.ms": source_config.kafka.fetchWaitMs,
+            **source_config.kafka.client_security(),
+        },
         rocksmq_path=source_config.rocksmq.path,
         pulsar={
             "address": pulsar.address,

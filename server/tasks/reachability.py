@@ -5,8 +5,11 @@ running task's target, each distinct endpoint once per round, in parallel, with 
 An endpoint that does not answer puts a warning on every running task that uses it, in its
 ``reason`` and ``progress.warnings`` (``source queue kafka://10.0.0.5:9092 unreachable since
 2026-11-27T01:02:03Z, retrying``), taken away once it answers again; ``cdc_endpoint_up`` shows
-each probed endpoint. The tasks themselves go on retrying as before: the probe only says why
-nothing moves (a Kafka or Pulsar consumer whose broker is gone reads nothing and raises nothing).
+each probed endpoint. An endpoint that answers and turns the daemon away says why after
+``retrying`` (``...retrying: sasl_ssl://10.0.0.5:9092/bootstrap: SASL authentication error:
+Authentication failed: ...``). The tasks themselves go on retrying as before: the probe only
+says why nothing moves (a Kafka or Pulsar consumer whose broker is gone reads nothing and raises
+nothing).
 
 What a probe asks, per kind (never a secret in a label or a log line):
 
@@ -56,26 +59,41 @@ class Endpoint:
         return self.role, self.label
 
 
+class RefusedError(Exception):
+    """The endpoint answers and turns the daemon away: credentials or certificates."""
+
+
 @dataclass(frozen=True)
 class Outage:
     since: float  # when a probe first failed (Unix time)
     error: str
+    refusal: str = ""  # why the endpoint turns the daemon away, when it does
 
     def warning(self, endpoint: Endpoint) -> str:
-        return unreachable_warning(endpoint.role, endpoint.label, self.since)
+        return unreachable_warning(endpoint.role, endpoint.label, self.since, self.refusal)
 
 
 def _kafka_probe(config: Mapping[str, Any]) -> Probe:
     def probe(timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
+        from replicator.sources.kafka import BrokerRefusals
+
+        refusals = BrokerRefusals()
         settings: dict[str, Any] = {
             **config,
             "socket.timeout.ms": int(timeout * 1000),
             "logger": _QUIET,
+            "error_cb": refusals,
         }
         admin = AdminClient(settings)
-        admin.list_topics(timeout=timeout)
+        try:
+            admin.list_topics(timeout=timeout)
+        except Exception:
+            admin.poll(0)  # serves error_cb
+            if refusals.last:
+                raise RefusedError(refusals.last) from None
+            raise
 
     return probe
 
@@ -119,7 +137,7 @@ def source_endpoints(source: SourceSettings) -> list[Endpoint]:
         queue = Endpoint(
             "source queue",
             f"kafka://{source.kafka.address}",
-            _kafka_probe({"bootstrap.servers": source.kafka.address}),
+            _kafka_probe(source.kafka.client_config()),
         )
     elif kind == "rocksmq":
         queue = Endpoint(
@@ -166,6 +184,7 @@ class _ProbeRun:
 
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
         self.error = ""
+        self.refusal = ""
         self.done = threading.Event()
         thread = threading.Thread(
             target=self._run, args=(endpoint, timeout), name="reachability", daemon=True
@@ -177,6 +196,7 @@ class _ProbeRun:
             endpoint.probe(timeout)
         except Exception as exc:  # noqa: BLE001 - any failure means "does not answer"
             self.error = _short(exc)
+            self.refusal = str(exc) if isinstance(exc, RefusedError) else ""
         finally:
             self.done.set()
 
@@ -213,7 +233,8 @@ class ReachabilityWatch:
                 if before is not None:
                     log.info("%s %s answers again", endpoint.role, endpoint.label)
                 continue
-            outages[key] = before or Outage(now, error)
+            refusal = run.refusal if run.done.is_set() else ""
+            outages[key] = Outage(before.since if before else now, error, refusal)
             if before is None:
                 log.warning("%s %s unreachable: %s", endpoint.role, endpoint.label, error)
         self.outages = outages

@@ -152,12 +152,18 @@ class StreamingWriter:
     """
 
     def __init__(
-        self, bootstrap: str | None, *, wal_term: int = 1, start_ms: int | None = None
+        self,
+        bootstrap: str | None,
+        *,
+        wal_term: int = 1,
+        start_ms: int | None = None,
+        client: dict[str, str] | None = None,
     ) -> None:
+        """``client``: more librdkafka settings (a broker behind TLS or SASL)."""
         self._producer = (
             None
             if bootstrap is None
-            else Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+            else Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **(client or {})})
         )
         self._dry_offsets: dict[str, int] = {}
         # pchannels moved to another WAL (switch_to): where their records go now

@@ -93,4 +93,110 @@ def make_test_ca(directory: Path, common_name: str = "milvus-cdc test CA") -> Te
         )
     )
     found.key_file.chmod(0o600)
+    (directory / "ca.key").write_bytes(
+        ca_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (directory / "ca.key").chmod(0o600)
     return found
+
+
+@dataclass(frozen=True)
+class KafkaPki:
+    """Certificates for the secure Kafka tests (tests/harness/kafka_secure_proxy.py)."""
+
+    ca_file: Path  # the CA every good certificate chains to
+    server_cert: Path  # 127.0.0.1 and localhost
+    server_key: Path
+    client_cert: Path  # for mutual TLS
+    client_key: Path
+    wrong_host_cert: Path  # chains to the CA, names another host
+    wrong_host_key: Path
+    expired_cert: Path  # chains to the CA, names 127.0.0.1, expired yesterday
+    expired_key: Path
+    other_ca_file: Path  # a CA nothing here is signed by
+
+
+def _write_pair(
+    directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
+) -> tuple[Path, Path]:
+    cert_file, key_file = directory / f"{stem}.pem", directory / f"{stem}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_file.chmod(0o600)
+    return cert_file, key_file
+
+
+def _issue(
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+    common_name: str,
+    names: list[x509.GeneralName],
+    usage: x509.ObjectIdentifier,
+    not_after: datetime.datetime,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_after - datetime.timedelta(days=2))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _load_ca(found: TestCa) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    cert = x509.load_pem_x509_certificate(found.ca_file.read_bytes())
+    key = serialization.load_pem_private_key((found.ca_file.parent / "ca.key").read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return cert, key
+
+
+def make_kafka_pki(directory: Path) -> KafkaPki:
+    """A CA, the good server and client certificates, and the bad ones the failure tests use."""
+    ca = make_test_ca(directory / "ca")
+    other = make_test_ca(directory / "other", common_name="another CA")
+    issuer = _load_ca(ca)
+    now = datetime.datetime.now(datetime.UTC)
+    tomorrow = now + datetime.timedelta(days=1)
+    usage = x509.oid.ExtendedKeyUsageOID
+    local = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    client = _issue(issuer, "milvus-cdc", [], usage.CLIENT_AUTH, tomorrow)
+    wrong = _issue(
+        issuer,
+        "kafka.elsewhere.test",
+        [x509.DNSName("kafka.elsewhere.test")],
+        usage.SERVER_AUTH,
+        tomorrow,
+    )
+    expired = _issue(
+        issuer, "127.0.0.1", local, usage.SERVER_AUTH, now - datetime.timedelta(days=1)
+    )
+    client_files = _write_pair(directory, "client", *client)
+    wrong_files = _write_pair(directory, "wrong-host", *wrong)
+    expired_files = _write_pair(directory, "expired", *expired)
+    return KafkaPki(
+        ca.ca_file,
+        ca.cert_file,
+        ca.key_file,
+        *client_files,
+        *wrong_files,
+        *expired_files,
+        other.ca_file,
+    )
