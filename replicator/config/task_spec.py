@@ -251,14 +251,10 @@ class TaskSpec:
         return [s for s in found if isinstance(s, str)]
 
     def public_view(self) -> dict[str, Any]:
-        """The stored document as responses show it: no password, no token."""
-        view = self.to_stored()
-        if self.kafka_connect_param:
-            kafka = dict(view[KAFKA_PARAM])
-            if kafka.get("sasl"):
-                kafka["sasl"] = {k: v for k, v in kafka["sasl"].items() if k != "password"}
-            view[KAFKA_PARAM] = kafka
-            return view
+        """The stored document as responses show it: no password, no token, wherever they are
+        (also in a target kind this release does not know)."""
+        view: dict[str, Any] = without_secrets(self.document)
+        return view
         connect = dict(view.get(MILVUS_PARAM) or {})
         connect.pop("password", None)
         connect.pop("token", None)
