@@ -7,8 +7,10 @@ from harness.services import free_port
 from harness.task_bodies import create_body
 
 from metastore import Position
+from metastore.format import STORE_FORMAT
 from metastore.sql import SqlMetaStore
 from metastore.sql_engine import sqlite_url
+from replicator.config.release import RELEASE
 from server.http.openapi import openapi_document
 
 pytestmark = pytest.mark.integration
@@ -74,7 +76,14 @@ def test_task_resource_lifecycle(daemon, milvus_lite_service):
     status, _, fleet = daemon.request("GET", "/v1/fleet")
     assert status == 200 and fleet["member_id"] == owner and fleet["renewed"] is True
     assert fleet["members"] == [
-        {"member_id": owner, "address": f"127.0.0.1:{daemon.port}", "tasks": 1, "self": True}
+        {
+            "member_id": owner,
+            "address": f"127.0.0.1:{daemon.port}",
+            "release": RELEASE,
+            "store_format": STORE_FORMAT,
+            "tasks": 1,
+            "self": True,
+        }
     ]
 
     status, headers, body = daemon.request("DELETE", "/v1/tasks/rest-1")
