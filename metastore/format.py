@@ -60,16 +60,17 @@ MIGRATIONS: Mapping[int, Migration] = {
 }
 
 
-def format_of(store: MetaStore) -> int:
-    """The version of the format a store's data is in."""
-    found = store.store_format()
-    return found.version if found is not None else UNRECORDED
-
-
 def check_readable(store: MetaStore, release: str, latest: int = STORE_FORMAT) -> int:
     """The store's format version, or ``StoreFormatError`` when it is newer than ``latest``
     (the store was written by a newer release; nothing is changed)."""
-    found = store.store_format()
+    return _readable_version(store, store.store_format(), release, latest)
+
+
+def _readable_version(
+    store: MetaStore, found: StoreFormat | None, release: str, latest: int
+) -> int:
+    """The version of ``found`` (the store's recorded format), refused when newer than
+    ``latest``."""
     version = found.version if found is not None else UNRECORDED
     if version > latest:
         writer = found.release if found is not None else "?"
@@ -93,7 +94,7 @@ def migrate_store(
     a step that failed (the store stays in the format before it)."""
     for _ in range(latest + 1):  # one read per step, and one more to see it done
         found = store.store_format()
-        version = check_readable(store, release, latest)
+        version = _readable_version(store, found, release, latest)
         if version == latest:
             return found if found is not None else StoreFormat(UNRECORDED, "")
         step = migrations.get(version)

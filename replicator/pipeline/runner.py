@@ -186,6 +186,7 @@ class ReplicationRunner:
             context.channels,
             self.rpc_channel,
             backfills=context.backfill is not None,
+            start_at_end=self.spec.start_at_end,
         )
         self.timings = TaskTimings()  # where the lag goes (/metrics), across reconnects
         self._stop = StopSignal()  # set to stop the workers: by stop() or a worker error

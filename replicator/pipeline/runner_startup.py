@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from metastore import MetaStore, Position, TaskRecord
 from replicator.backfill.state import BackfillJob, BackfillState
-from replicator.config.task_spec import TaskSpec
 from replicator.log_context import log_context
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.bootstrap import channel_starts, replicate_start
@@ -103,8 +102,11 @@ class RunnerStartup:
         dml_channels: list[str],
         rpc_channel: str,
         backfills: bool,
+        start_at_end: bool,
     ) -> None:
+        """``start_at_end``: a new task starts at its channels' ends (the spec's ``start_at``)."""
         self.task = task
+        self.start_at_end = start_at_end
         self.store = store
         self.selection = selection
         self.warnings = warnings
@@ -142,8 +144,7 @@ class RunnerStartup:
             read.watermarks,
             read.catalog,
             self.selection,
-            at_end=(active is not None and active.covers_all)
-            or TaskSpec.of(self.task).start_at_end,
+            at_end=(active is not None and active.covers_all) or self.start_at_end,
         )
         if starts.history_lost and active is None:
             self.warnings.warn(history_lost(starts.history_lost))
@@ -155,7 +156,7 @@ class RunnerStartup:
                 read.source,
                 self.rpc_channel,
                 read.saved.get(self.rpc_channel),
-                at_end=TaskSpec.of(self.task).start_at_end,
+                at_end=self.start_at_end,
             )
         missing = [ch for ch in self._channels if ch not in read.saved]
         if missing:

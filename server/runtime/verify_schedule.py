@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from metastore import TaskRecord, TaskState
 from replicator.compare.state import VerifyJob
 from replicator.config.daemon import VerifySettings
-from replicator.config.task_spec import TaskSpec, spec_problem
+from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.errors import ApiError
 from server.logs import log_context
 from server.tasks.requests import VerifyRequest
@@ -57,11 +57,12 @@ async def run_scheduled(
     """Start the verifies that are due; the ids of their tasks."""
     started = []
     for task in await supervisor.list():
-        if spec_problem(task):
+        try:
+            spec = TaskSpec.of(task)
+        except UnreadableSpecError:
             continue  # a task this release cannot read is left alone
-        spec = TaskSpec.of(task)
-        if spec.is_kafka:
-            continue  # nothing to compare a topic with
+        if spec.unrunnable_reason() or spec.is_kafka:
+            continue  # nor one it cannot run; and a topic has nothing to compare with
         schedule = schedule_of(spec, defaults)
         if not due(task, supervisor.verify_job(task.task_id), schedule, now):
             continue

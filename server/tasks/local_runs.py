@@ -205,7 +205,8 @@ class LocalRuns:
         """Fix where the task starts (``runner.prepare``), within its connect timeout (and a
         little more); a 503 naming the source when it cannot be read, ``verb``: what did not
         happen to the task then ("created", "started")."""
-        bound = TaskSpec.of(task).connect_timeout
+        spec = TaskSpec.of(task)
+        bound = spec.connect_timeout
         with log_context(task_id=task.task_id):
             try:
                 # the runner keeps to the bound; this guards the answer should it not
@@ -219,8 +220,7 @@ class LocalRuns:
                 failure = exc
             log.warning("start positions not fixed: %s", failure)
         where = ", ".join(
-            f"{e.role} {e.label}"
-            for e in source_endpoints(self._settings.source_of(TaskSpec.of(task)))
+            f"{e.role} {e.label}" for e in source_endpoints(self._settings.source_of(spec))
         )
         raise UnavailableError(
             self._redactor.scrub(

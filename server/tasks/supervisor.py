@@ -84,10 +84,8 @@ class TaskSupervisor:
         self._settings = settings
         self.fleet = Membership(settings.fleet, settings.host_port[1])
         self.runs = LocalRuns(store, settings, runner_factory, self.fleet, redactor)
-        self._runs = self.runs
         self.creation = TaskCreation(self.runs, settings, target_checker)
         self.rounds = FleetRounds(self.runs, settings, self.creation.visible_tasks, key_check)
-        self._rounds = self.rounds
         self._verify = VerifyManager(store, settings, self.live_applied)
         self._progress_sources: list[ProgressSource] = []
 
@@ -103,68 +101,68 @@ class TaskSupervisor:
         tasks = await self.creation.visible_tasks(stored, at_start=True)
         await asyncio.to_thread(self._verify.load, [t.task_id for t in tasks])
         for task in tasks:
-            self._runs.remember_state(task)
+            self.runs.remember_state(task)
         # before the fleet hears of this member
-        self._rounds.note_missing_keys(await asyncio.to_thread(self._rounds.read_missing_keys))
-        await self._rounds.renew()
-        await self._rounds.reconcile()
-        self._rounds.start_loops()
+        self.rounds.note_missing_keys(await asyncio.to_thread(self.rounds.read_missing_keys))
+        await self.rounds.renew()
+        await self.rounds.reconcile()
+        self.rounds.start_loops()
         log.info(
             "supervisor started with %d task(s); fleet member %s runs %d",
             len(tasks),
             self.fleet.member_id,
-            len(self._runs.runners),
+            len(self.runs.runners),
         )
 
     async def drain(self, budget: float) -> None:
         """Stop every runner (each saves its positions) and leave the fleet, so that other
         daemons take the tasks at once; states stay as stored, so a restart resumes them.
         Runners still busy after ``budget`` seconds are abandoned."""
-        await self._rounds.stop_loops()
-        async with self._runs.lock:
-            runners = list(self._runs.runners.items())
-            self._runs.runners.clear()
+        await self.rounds.stop_loops()
+        async with self.runs.lock:
+            runners = list(self.runs.runners.items())
+            self.runs.runners.clear()
         await asyncio.to_thread(self._verify.stop_all)
         if runners:
             results = await asyncio.wait(
-                [asyncio.create_task(self._runs.stop_runner(tid, r)) for tid, r in runners],
+                [asyncio.create_task(self.runs.stop_runner(tid, r)) for tid, r in runners],
                 timeout=budget,
             )
             if results[1]:
                 log.warning(
                     "drain budget of %.1f s spent; %d runner(s) abandoned", budget, len(results[1])
                 )
-        for fence in self._runs.fences.values():
+        for fence in self.runs.fences.values():
             fence.revoke()  # an abandoned runner writes nothing after the leases are dropped
-        self._runs.fences.clear()
-        await self._rounds.leave()
+        self.runs.fences.clear()
+        await self.rounds.leave()
 
     # --- the fleet, through its rounds ---------------------------------------------------------
     @property
     def missing_keys(self) -> MissingKeys | None:
         """What this daemon's key ring lacks, as of the last round (None: nothing)."""
-        return self._rounds.missing_keys
+        return self.rounds.missing_keys
 
     def left_alone(self) -> dict[str, str]:
         """The tasks this release can neither read nor run (a newer release's), and why: no
         lease of theirs is taken and none of them is changed."""
-        return dict(self._runs.left_alone)
+        return dict(self.runs.left_alone)
 
     async def renew(self) -> None:
         """One heartbeat (:meth:`FleetRounds.renew`)."""
-        await self._rounds.renew()
+        await self.rounds.renew()
 
     async def reconcile(self) -> None:
         """One fleet round (:meth:`FleetRounds.reconcile`)."""
-        await self._rounds.reconcile()
+        await self.rounds.reconcile()
 
     def fleet_view(self) -> dict[str, Any]:
         """This daemon and the fleet as of the last round (:meth:`FleetRounds.fleet_view`)."""
-        return self._rounds.fleet_view()
+        return self.rounds.fleet_view()
 
     async def owners(self) -> dict[str, str]:
         """The member holding each task's lease (:meth:`FleetRounds.owners`)."""
-        return await self._rounds.owners()
+        return await self.rounds.owners()
 
     # --- requests ----------------------------------------------------------------------------
     async def create(self, request: CreateRequest) -> TaskRecord:
@@ -173,39 +171,39 @@ class TaskSupervisor:
 
     def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
         """(task id, spec, runner) of every task running on this daemon now."""
-        for task_id in set(self._runs.runner_specs) - set(self._runs.runners):
-            self._runs.runner_specs.pop(task_id, None)
+        for task_id in set(self.runs.runner_specs) - set(self.runs.runners):
+            self.runs.runner_specs.pop(task_id, None)
         return [
-            (task_id, self._runs.runner_specs[task_id], runner)
-            for task_id, runner in list(self._runs.runners.items())
-            if task_id in self._runs.runner_specs
+            (task_id, self.runs.runner_specs[task_id], runner)
+            for task_id, runner in list(self.runs.runners.items())
+            if task_id in self.runs.runner_specs
         ]
 
     def live_applied(self, task_id: str) -> dict[str, int] | None:
         """The source time each pchannel of a task running here has applied (its runner's
         figures, fresher than the saved positions); None when it runs elsewhere or not at
         all."""
-        runner = self._runs.runners.get(task_id)
+        runner = self.runs.runners.get(task_id)
         if runner is None:
             return None
         return runner.applied_ticks()
 
     def state_counts(self) -> dict[TaskState, int]:
-        return dict(Counter(self._runs.states.values()))
+        return dict(Counter(self.runs.states.values()))
 
     def task_states(self) -> dict[str, TaskState]:
-        return dict(self._runs.states)
+        return dict(self.runs.states)
 
     def progress(self, task_id: str, *, fleet: bool = True) -> dict[str, Any] | None:
         """The runner's status while it runs, with the task's last verify under ``verify``
         (shown whatever the task's state). ``fleet``: a task another member runs shows the
         summary that member published with its last heartbeat."""
-        runner = self._runs.runners.get(task_id)
+        runner = self.runs.runners.get(task_id)
         status: dict[str, Any] | None
         if runner is not None:
             status = runner.status()
         else:
-            status = self._rounds.remote.get(task_id) if fleet else None
+            status = self.rounds.remote.get(task_id) if fleet else None
         verify = self._verify.view(task_id)
         jobs: dict[str, Any] = {}
         for source in self._progress_sources:
@@ -221,10 +219,10 @@ class TaskSupervisor:
         ``fleet``: also the summaries other members publish of theirs (get and list)."""
         jobs = [task_id for source in self._progress_sources for task_id in source.task_ids()]
         task_ids = {
-            *self._runs.runners,
+            *self.runs.runners,
             *self._verify.task_ids(),
             *jobs,
-            *(self._rounds.remote if fleet else ()),
+            *(self.rounds.remote if fleet else ()),
         }
         return {
             task_id: progress
@@ -253,13 +251,13 @@ class TaskSupervisor:
 
     def runner_of(self, task_id: str) -> TaskRunner | None:
         """The runner of a task running here."""
-        return self._runs.runners.get(task_id)
+        return self.runs.runners.get(task_id)
 
     def timings(self) -> dict[str, TaskTimings]:
         """Where the lag of each task running here goes (replicator/pipeline/timings.py);
         runners that keep none (test doubles) are left out."""
         found = {}
-        for task_id, runner in list(self._runs.runners.items()):
+        for task_id, runner in list(self.runs.runners.items()):
             timings = getattr(runner, "timings", None)
             if isinstance(timings, TaskTimings):
                 found[task_id] = timings
@@ -272,26 +270,26 @@ class TaskSupervisor:
 
     async def set_reason(self, task_id: str, reason: str) -> TaskRecord:
         """Change a task's reason, its state kept (a failover says what the target holds)."""
-        async with self._runs.lock:
+        async with self.runs.lock:
             task = await self.get(task_id)
-            return await self._runs.set_state(task, task.state, reason)
+            return await self.runs.set_state(task, task.state, reason)
 
     async def pause(self, task_id: str, reason: str = PAUSED_BY_USER) -> TaskRecord:
         """Pause a task wherever it runs: here, its runner stops first; on another member, the
         state is stored and the call waits (``OWNER_STOP_WAIT`` at most) for that member's next
         round to stop its runner and give up the lease. ``reason``: why (a switchover names
         the reverse task)."""
-        async with self._runs.lock:
-            self._runs.changes += 1
+        async with self.runs.lock:
+            self.runs.changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.PAUSED:
                 raise ConflictError(f"task {task_id} is already Paused")
-            runner = self._runs.runners.pop(task_id, None)
+            runner = self.runs.runners.pop(task_id, None)
             if runner is not None:
-                await self._runs.stop_runner(task_id, runner)
+                await self.runs.stop_runner(task_id, runner)
                 task = await self.get(task_id)  # a runner may record a warning until it stops
-            paused = await self._runs.set_state(task, TaskState.PAUSED, reason)
-            await self._runs.release_lease(task_id)
+            paused = await self.runs.set_state(task, TaskState.PAUSED, reason)
+            await self.runs.release_lease(task_id)
         if runner is None:
             await self._wait_owner_stops(task_id)
         return paused
@@ -306,7 +304,7 @@ class TaskSupervisor:
             except MetaStoreError:
                 return
             if holder is None:
-                self._runs.owners.pop(task_id, None)
+                self.runs.owners.pop(task_id, None)
                 return
             if time.monotonic() >= deadline:
                 log.warning(
@@ -318,22 +316,22 @@ class TaskSupervisor:
             await asyncio.sleep(0.1)
 
     async def resume(self, task_id: str) -> TaskRecord:
-        async with self._runs.lock:
-            self._runs.changes += 1
+        async with self.runs.lock:
+            self.runs.changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
-            return await self._runs.launch(task)
+            return await self.runs.launch(task)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:
         """Ask for a backfill of a task's collections: a Running task stops its workers (their
         positions are saved), copies, then streams again from those positions; any other
         state runs it at the next resume. 409 while another backfill of the task is under
         way. Returns the task and the backfill's job id."""
-        async with self._runs.lock:
+        async with self.runs.lock:
             task = await self.get(request.task_id)
-            owner = self._runs.owners.get(task.task_id)
-            if task.task_id not in self._runs.runners and owner not in (None, self.fleet.member_id):
+            owner = self.runs.owners.get(task.task_id)
+            if task.task_id not in self.runs.runners and owner not in (None, self.fleet.member_id):
                 raise ConflictError(
                     f"task {task.task_id} runs on fleet member {owner}: ask that daemon for "
                     "the backfill (or pause the task, ask here, and resume it)"
@@ -359,15 +357,15 @@ class TaskSupervisor:
             await asyncio.to_thread(state.save_job, job)
             with log_context(task_id=task.task_id):
                 log.info("backfill %s of %s asked", job.job_id, job.requested)
-            self._runs.changes += 1
-            runner = self._runs.runners.pop(task.task_id, None)
+            self.runs.changes += 1
+            runner = self.runs.runners.pop(task.task_id, None)
             if runner is not None:
-                await self._runs.stop_runner(task.task_id, runner)
+                await self.runs.stop_runner(task.task_id, runner)
                 task = await self.get(task.task_id)
-                fence = self._runs.fences.get(task.task_id)
+                fence = self.runs.fences.get(task.task_id)
                 # a lapsed lease is left to the next round, which reads whether it is held
                 if task.state is TaskState.RUNNING and fence and fence.lease and not fence.revoked:
-                    task = await self._runs.start_runner(task, lease=fence.lease)
+                    task = await self.runs.start_runner(task, lease=fence.lease)
             return task, job.job_id
 
     def verify_job(self, task_id: str) -> VerifyJob | None:
@@ -380,7 +378,7 @@ class TaskSupervisor:
         """Start a verify job of a task's collections (in any state: a task that does not run
         applies nothing, so its differences cannot settle and ranges end unsettled). 409 while
         another verify of the task runs. Returns the task and the job id."""
-        async with self._runs.lock:
+        async with self.runs.lock:
             task = await self.get(request.task_id)
             spec = TaskSpec.of(task)
             if spec.is_kafka:
@@ -409,18 +407,18 @@ class TaskSupervisor:
             return task, job.job_id
 
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
-        async with self._runs.lock:
-            self._runs.changes += 1
+        async with self.runs.lock:
+            self.runs.changes += 1
             await asyncio.to_thread(self._verify.forget, task_id)
-            runner = self._runs.runners.pop(task_id, None)
+            runner = self.runs.runners.pop(task_id, None)
             if runner is not None:
-                await self._runs.stop_runner(task_id, runner)
+                await self.runs.stop_runner(task_id, runner)
             # its lease goes with it: a runner on another member is refused its next write
             # (the task is gone) and stopped at that member's next round
             removed = await asyncio.to_thread(self._store.delete_task, task_id)
-            self._runs.states.pop(task_id, None)
-            self._runs.fences.pop(task_id, None)
-            self._runs.owners.pop(task_id, None)
+            self.runs.states.pop(task_id, None)
+            self.runs.fences.pop(task_id, None)
+            self.runs.owners.pop(task_id, None)
         if not removed and not ignore_not_found:
             raise NotFoundError(f"task {task_id} not found")
         if removed:

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
 # The test-side context manager
 
 
-def _read_address(path: Path) -> str | None:
+def read_address_file(path: Path) -> str | None:
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
@@ -156,7 +156,7 @@ def kafka_mock_cluster(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with _running(argv, log_path=log_path, env=env, cwd=workdir, grace=5.0) as process:
         bootstrap = wait_until(
-            lambda: _read_address(address_file),
+            lambda: read_address_file(address_file),
             startup_timeout,
             f"kafka mock cluster (address file {address_file})",
             process=process,

@@ -373,7 +373,7 @@ def kafka_secure_cluster(
     workdir: Path, config: ProxyConfig, *, startup_timeout: float = 30.0
 ) -> Iterator[SecureKafka]:
     """A one-broker Kafka mock reached only through the proxy, in a child process of its own."""
-    from harness.kafka_mock import _read_address
+    from harness.kafka_mock import read_address_file
     from harness.services import MissingBinaryError, _running, wait_until
 
     if importlib.util.find_spec("confluent_kafka") is None:
@@ -389,7 +389,7 @@ def kafka_secure_cluster(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with _running(argv, log_path=log_path, env=env, cwd=workdir, grace=5.0) as process:
         bootstrap = wait_until(
-            lambda: _read_address(address_file),
+            lambda: read_address_file(address_file),
             startup_timeout,
             f"kafka secure proxy (address file {address_file})",
             process=process,
