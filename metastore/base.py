@@ -224,6 +224,22 @@ class MetaStore(Protocol):
         """Remove ``key_id`` from the record unless it was recorded again since ``version``;
         True when it was removed."""
 
+    # --- records of the root path, each changed by compare-and-set (disaster recovery's pairs) -
+    def get_record(self, key: str) -> tuple[bytes, int] | None:
+        """The value stored under ``key`` with its version (it changes at every write); None
+        when nothing is stored."""
+
+    def list_records(self, prefix: str) -> dict[str, tuple[bytes, int]]:
+        """Every record whose key starts with ``prefix``, each with its version."""
+
+    def put_record(self, key: str, value: bytes, expected: int | None) -> int | None:
+        """Store ``value`` under ``key`` if its version is still ``expected`` (None: nothing is
+        stored), in one compare-and-set; the new version, or None when another write came
+        first."""
+
+    def delete_record(self, key: str, expected: int) -> bool:
+        """Remove the record if its version is still ``expected``; False otherwise."""
+
     # --- the format of the data --------------------------------------------------------------
     def store_format(self) -> StoreFormat | None:
         """The format this root path's data is in; None where none is recorded (a store of a

@@ -114,6 +114,19 @@ class DelegatingStore:
     def forget_secret_key_id(self, key_id: str, version: int) -> bool:
         return self.inner.forget_secret_key_id(key_id, version)
 
+    # --- records of the root path ---------------------------------------------------------------
+    def get_record(self, key: str) -> tuple[bytes, int] | None:
+        return self.inner.get_record(key)
+
+    def list_records(self, prefix: str) -> dict[str, tuple[bytes, int]]:
+        return self.inner.list_records(prefix)
+
+    def put_record(self, key: str, value: bytes, expected: int | None) -> int | None:
+        return self.inner.put_record(key, value, expected)
+
+    def delete_record(self, key: str, expected: int) -> bool:
+        return self.inner.delete_record(key, expected)
+
     # --- lifecycle -----------------------------------------------------------------------------
     def store_format(self) -> StoreFormat | None:
         return self.inner.store_format()

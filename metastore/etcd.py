@@ -9,6 +9,8 @@ Layout under ``<rootPath>/``::
     fleet/leases/<task_id>           JSON {"owner": member_id}, attached to the owner's etcd lease
     secret-keys/<key_id>             JSON {"recorded_at": ...}: a key id the secrets are sealed
                                      with (never the key); its mod_revision is its version
+    records/<key>                    raw bytes changed by compare-and-set (disaster recovery's
+                                     cluster pairs); its mod_revision is its version
 
 Every write that belongs to a task is a transaction guarded by ``version(tasks/<id>) > 0``, so
 nothing is written for a task deleted meanwhile; delete removes all four ranges in one
@@ -369,6 +371,41 @@ class EtcdMetaStore:
         ok, _ = self._call(
             lambda: self._client.transaction(
                 compare=[t.mod(key) == version], success=[t.delete(key)], failure=[]
+            )
+        )
+        return bool(ok)
+
+    # --- records of the root path ------------------------------------------------------------
+    # the version is the key's modification revision
+    def get_record(self, key: str) -> tuple[bytes, int] | None:
+        value, meta = self._call(lambda: self._client.get(f"{self._prefix}records/{key}"))
+        return None if value is None else (bytes(value), int(meta.mod_revision))
+
+    def list_records(self, prefix: str) -> dict[str, tuple[bytes, int]]:
+        base = f"{self._prefix}records/"
+        items = self._call(lambda: list(self._client.get_prefix(base + prefix)))
+        return {
+            meta.key.decode()[len(base) :]: (bytes(value), int(meta.mod_revision))
+            for value, meta in items
+        }
+
+    def put_record(self, key: str, value: bytes, expected: int | None) -> int | None:
+        full = f"{self._prefix}records/{key}"
+        t = self._client.transactions
+        compare = [t.version(full) == 0] if expected is None else [t.mod(full) == expected]
+        ok, responses = self._call(
+            lambda: self._client.transaction(
+                compare=compare, success=[t.put(full, value)], failure=[]
+            )
+        )
+        return int(responses[0].response_put.header.revision) if ok else None
+
+    def delete_record(self, key: str, expected: int) -> bool:
+        full = f"{self._prefix}records/{key}"
+        t = self._client.transactions
+        ok, _ = self._call(
+            lambda: self._client.transaction(
+                compare=[t.mod(full) == expected], success=[t.delete(full)], failure=[]
             )
         )
         return bool(ok)

@@ -66,6 +66,7 @@ from metastore.sql_schema import (
     positions_table,
     secret_keys_table,
     state_table,
+    records_table,
     store_format_table,
     task_from_row,
     tasks_table,
@@ -535,6 +536,53 @@ class SqlMetaStore:
                 delete(secret_keys_table).where(
                     self._secret_key(key_id), secret_keys_table.c.version == version
                 )
+            ).rowcount
+        return bool(removed)
+
+    # --- records of the root path ------------------------------------------------------------
+    def _record(self, key: str) -> Any:
+        return (records_table.c.root_path == self.root_path) & (records_table.c.record_key == key)
+
+    def get_record(self, key: str) -> tuple[bytes, int] | None:
+        query = select(records_table.c.value, records_table.c.version).where(self._record(key))
+        with self._tx() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else (bytes(row.value), int(row.version))
+
+    def list_records(self, prefix: str) -> dict[str, tuple[bytes, int]]:
+        query = select(
+            records_table.c.record_key, records_table.c.value, records_table.c.version
+        ).where(
+            records_table.c.root_path == self.root_path,
+            records_table.c.record_key.startswith(prefix, autoescape=True),
+        )
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return {str(r.record_key): (bytes(r.value), int(r.version)) for r in rows}
+
+    def put_record(self, key: str, value: bytes, expected: int | None) -> int | None:
+        try:
+            with self._tx() as conn:
+                if expected is None:
+                    conn.execute(
+                        insert(records_table).values(
+                            root_path=self.root_path, record_key=key, value=value, version=1
+                        )
+                    )
+                    return 1
+                changed = conn.execute(
+                    update(records_table)
+                    .where(self._record(key), records_table.c.version == expected)
+                    .values(value=value, version=expected + 1)
+                ).rowcount
+                return expected + 1 if changed else None
+        except IntegrityError:  # another daemon stored it first
+            return None
+
+    def delete_record(self, key: str, expected: int) -> bool:
+        with self._tx() as conn:
+            removed = conn.execute(
+                delete(records_table).where(self._record(key), records_table.c.version == expected)
             ).rowcount
         return bool(removed)
 

@@ -98,6 +98,17 @@ store_format_table = Table(
     Column("updated_at", Double, nullable=False),
 )
 
+# records of the root path changed by compare-and-set (disaster recovery's cluster pairs); the
+# version is raised by one at every write
+records_table = Table(
+    "cdc_records",
+    metadata,
+    Column("root_path", String(128), primary_key=True),
+    Column("record_key", String(255), primary_key=True),
+    Column("value", _BIG_BLOB, nullable=False),
+    Column("version", BigInteger, nullable=False),
+)
+
 
 # what a database answers when another daemon created the same table or index first
 _CREATED_MEANWHILE = ("already exists", "duplicate key name")
@@ -144,6 +155,7 @@ __all__ = [
     "metadata",
     "position_from_row",
     "positions_table",
+    "records_table",
     "secret_keys_table",
     "state_table",
     "store_format_table",

@@ -256,6 +256,41 @@ def test_secret_key_ids_are_forgotten_only_unless_recorded_again(store_opener, r
     assert store.delete_task("t1") and set(store.secret_key_ids()) == {"k1"}  # not a task's
 
 
+def test_records_change_by_compare_and_set_only(store_opener, root_path):
+    store = store_opener(root_path)
+    assert store.get_record("pairs/a+b") is None
+    first = store.put_record("pairs/a+b", b"one", None)
+    assert first is not None
+    assert store.put_record("pairs/a+b", b"again", None) is None  # it exists: refused
+    assert store.get_record("pairs/a+b") == (b"one", first)
+    second = store.put_record("pairs/a+b", b"\x00two", first)
+    assert second is not None and second != first
+    assert store.put_record("pairs/a+b", b"stale", first) is None  # an old version: refused
+    assert store.get_record("pairs/a+b") == (b"\x00two", second)
+    store.put_record("pairs/c+d", b"other", None)
+    store.put_record("pairs_not/x", b"x", None)
+    store.put_record("pairs%/y", b"y", None)  # a LIKE wildcard in a key is a plain character
+    assert {k: v for k, (v, _) in store.list_records("pairs/").items()} == {
+        "pairs/a+b": b"\x00two",
+        "pairs/c+d": b"other",
+    }
+    assert set(store.list_records("pairs%")) == {"pairs%/y"}
+    assert store.delete_record("pairs/a+b", first) is False  # changed since
+    assert store.delete_record("pairs/a+b", second) is True
+    assert store.get_record("pairs/a+b") is None
+    assert store.put_record("pairs/a+b", b"new", None) is not None  # absent again: created
+    assert store_opener(root_path + "-other").list_records("") == {}  # per root path
+    store.create_task(make_task("t1"))
+    assert store.delete_task("t1") and store.get_record("pairs/c+d") is not None  # not a task's
+
+
+def test_racing_record_writers_one_wins(store_opener, root_path):
+    stores = [store_opener(root_path) for _ in range(4)]
+    version = stores[0].put_record("pairs/race", b"0", None)
+    results = [s.put_record("pairs/race", f"{i}".encode(), version) for i, s in enumerate(stores)]
+    assert sum(r is not None for r in results) == 1, results
+
+
 def test_root_paths_keep_daemons_apart(store_opener, root_path):
     one = store_opener(root_path + "-one")
     two = store_opener(root_path + "-two")
