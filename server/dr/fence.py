@@ -78,6 +78,58 @@ class EtcdQuotaFence:
         self._etcd(delete)
         log.info("fence lifted on cluster %s", self.cluster)
 
+    def read(self) -> tuple[bytes | None, int, int, int]:
+        """The key's value, modification and creation revisions (0 when absent) and the etcd
+        revision of the read."""
+
+        def get(client: Any) -> tuple[bytes | None, int, int, int]:
+            response = client.get_response(self.key)
+            if not response.kvs:
+                return None, 0, 0, int(response.header.revision)
+            kv = response.kvs[0]
+            return (
+                bytes(kv.value),
+                int(kv.mod_revision),
+                int(kv.create_revision),
+                int(response.header.revision),
+            )
+
+        return self._etcd(get)  # type: ignore[no-any-return]
+
+    def create(self) -> int:
+        """Write the key if it is absent, in one transaction; the revision written, 0 when the
+        key was there (someone else's)."""
+
+        def put(client: Any) -> int:
+            t = client.transactions
+            ok, responses = client.transaction(
+                compare=[t.version(self.key) == 0],
+                success=[t.put(self.key, FENCE_VALUE)],
+                failure=[],
+            )
+            return int(responses[0].response_put.header.revision) if ok else 0
+
+        revision = self._etcd(put)
+        if revision:
+            log.info("writes fenced on cluster %s (%s=true)", self.cluster, self.key)
+        return int(revision)
+
+    def delete_if(self, revision: int) -> bool:
+        """Delete the key if it is still the write of ``revision``, in one transaction; False
+        when it changed (or is gone)."""
+
+        def delete(client: Any) -> bool:
+            t = client.transactions
+            ok, _ = client.transaction(
+                compare=[t.mod(self.key) == revision], success=[t.delete(self.key)], failure=[]
+            )
+            return bool(ok)
+
+        deleted = bool(self._etcd(delete))
+        if deleted:
+            log.info("fence lifted on cluster %s", self.cluster)
+        return deleted
+
     def is_set(self) -> bool:
         value = self._etcd(lambda client: client.get(self.key)[0])
         return value is not None and value.strip().lower() == FENCE_VALUE

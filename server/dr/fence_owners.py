@@ -1,0 +1,183 @@
+"""Fences with owners: the fence keys a cluster pair writes (:mod:`fence`), who holds each, and
+how they are lifted (:mod:`pair` keeps the record).
+
+- **acquire**: a job joins the owners of the fence on a cluster. The first owner writes the key,
+  only where it is absent (one etcd transaction), and records the revision it wrote; a key that
+  was already there is the operator's: recorded as such, and never lifted.
+- **release**: a job leaves the owners. The last one marks the fence ``lifting`` (in the same
+  compare-and-set), deletes the key in one transaction conditioned on the revision the pair
+  wrote (a key someone rewrote since is theirs and stays), then removes the hold. A fence being
+  lifted is not joined: a job waits until it is gone and writes it anew.
+- **lift_ownerless**: a fence no job holds any more (its job failed half-way, its daemon died,
+  its task was deleted) is lifted by the next ``recover`` round, whoever runs it; a lift that
+  fails stays recorded and is tried again next round.
+
+A job that stopped between recording itself as the writer and recording the revision leaves a
+hold with ``written_after``: a key created after that etcd revision with the fence's value is
+taken as the pair's (an operator setting the same key at that very moment would see it lifted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from replicator.config.settings import CdcSettings
+from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
+from server.dr.pair import ClusterPair, FenceHold, PairStore
+
+log = logging.getLogger(__name__)
+
+JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
+
+
+class PairFences:
+    def __init__(self, pairs: PairStore, settings: CdcSettings, pair: tuple[str, str]) -> None:
+        self.pairs = pairs
+        self.settings = settings
+        self.pair = pair
+
+    def fence(self, cluster: str) -> EtcdQuotaFence:
+        return EtcdQuotaFence(cluster, self.settings.cluster(cluster))
+
+    def _update(self, change: object) -> ClusterPair:
+        return self.pairs.update(*self.pair, change)  # type: ignore[arg-type]
+
+    def acquire(self, cluster: str, job_id: str) -> FenceHold:
+        """Hold the fence on ``cluster`` for ``job_id``, writing its key when nobody holds it;
+        the hold as recorded. FenceError when the key cannot be written, or a fence being
+        lifted is not gone within ``JOIN_WAIT``."""
+        fence = self.fence(cluster)
+        deadline = time.monotonic() + JOIN_WAIT
+        while True:
+            joined = self._join(cluster, job_id, fence.read()[3])
+            if joined is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise FenceError(
+                    f"the fence on cluster {cluster} is being lifted and was not gone after "
+                    f"{JOIN_WAIT:g} s"
+                )
+            time.sleep(0.5)
+        hold, writes = joined
+        if not writes:
+            return hold
+        revision = fence.create()
+        if revision:
+            hold = replace(hold, revision=revision)
+        else:
+            value, _, _, _ = fence.read()
+            if value is not None and value.strip().lower() != FENCE_VALUE:
+                self.release(cluster, job_id)
+                raise FenceError(
+                    f"{fence.label} is set to {value.decode(errors='replace')!r} by someone "
+                    "else: the job does not overwrite it"
+                )
+            hold = replace(hold, operator=True)  # there before: the operator's
+            log.warning("%s was already set: the operator's fence, never lifted", fence.label)
+
+        def record(pair: ClusterPair) -> ClusterPair:
+            current = pair.fences.get(cluster)
+            if current is None or job_id not in current.owners:
+                return pair
+            return pair.with_fence(
+                cluster, replace(current, revision=hold.revision, operator=hold.operator)
+            )
+
+        self._update(record)
+        return hold
+
+    def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
+        """``job_id`` among the owners, in one compare-and-set: the hold, and whether this job
+        writes the key (it is the first owner); None while the fence is being lifted."""
+        result: list[tuple[FenceHold, bool]] = []
+
+        def join(pair: ClusterPair) -> ClusterPair:
+            result.clear()
+            hold = pair.fences.get(cluster)
+            if hold is not None and hold.lifting:
+                return pair
+            writes = hold is None
+            if hold is None:
+                hold = FenceHold(owners=(job_id,), written_after=before)
+            elif job_id not in hold.owners:
+                hold = replace(hold, owners=(*hold.owners, job_id))
+            result.append((hold, writes))
+            return pair.with_fence(cluster, hold)
+
+        self._update(join)
+        return result[0] if result else None
+
+    def release(self, cluster: str, job_id: str) -> None:
+        """``job_id`` no longer holds the fence on ``cluster``; the last owner lifts it.
+        FenceError when the lift fails (the hold stays for ``lift_ownerless``)."""
+
+        def leave(pair: ClusterPair) -> ClusterPair:
+            hold = pair.fences.get(cluster)
+            if hold is None or job_id not in hold.owners:
+                return pair
+            owners = tuple(o for o in hold.owners if o != job_id)
+            if owners:
+                return pair.with_fence(cluster, replace(hold, owners=owners))
+            if hold.operator:
+                return pair.with_fence(cluster, None)
+            return pair.with_fence(cluster, replace(hold, owners=(), lifting=True))
+
+        pair = self._update(leave)
+        hold = pair.fences.get(cluster)
+        if hold is not None and hold.lifting:
+            self._lift(cluster, hold)
+
+    def lift_ownerless(self, live_jobs: set[str]) -> list[str]:
+        """Lift every fence of the pair whose owners are all gone (not in ``live_jobs``); the
+        problems of those that could not be lifted (retried next time)."""
+        problems = []
+        for cluster, hold in self.pairs.get(*self.pair).fences.items():
+            if hold.lifting or not set(hold.owners) & live_jobs:
+
+                def orphan(pair: ClusterPair, cluster: str = cluster) -> ClusterPair:
+                    current = pair.fences.get(cluster)
+                    if current is None or set(current.owners) & live_jobs:
+                        return pair
+                    if current.operator:
+                        return pair.with_fence(cluster, None)
+                    return pair.with_fence(cluster, replace(current, owners=(), lifting=True))
+
+                current = self._update(orphan).fences.get(cluster)
+                if current is None or not current.lifting:
+                    continue
+                log.warning(
+                    "the fence on cluster %s has no running job (its owners: %s): lifting it",
+                    cluster,
+                    ", ".join(hold.owners) or "none",
+                )
+                try:
+                    self._lift(cluster, current)
+                except FenceError as exc:
+                    problems.append(str(exc))
+        return problems
+
+    def _lift(self, cluster: str, hold: FenceHold) -> None:
+        fence = self.fence(cluster)
+        value, mod, created, _ = fence.read()
+        ours = value is not None and value.strip().lower() == FENCE_VALUE
+        if value is None:
+            pass  # gone already
+        elif hold.revision and mod == hold.revision:
+            fence.delete_if(mod)
+        elif not hold.revision and ours and created > hold.written_after:
+            fence.delete_if(mod)  # written by a job that stopped before recording it
+        else:
+            log.warning(
+                "%s was changed by someone else since the pair wrote it: left as it is",
+                fence.label,
+            )
+
+        def forget(pair: ClusterPair) -> ClusterPair:
+            current = pair.fences.get(cluster)
+            if current is None or not current.lifting:
+                return pair
+            return pair.with_fence(cluster, None)
+
+        self._update(forget)
