@@ -22,8 +22,18 @@ import time
 import uuid
 from pathlib import Path
 
-import etcd3
 import pytest
+from harness.dr_clusters import (
+    POINTS,
+    cluster,
+    consistent_known,
+    create_task,
+    fence_at,
+    switchover_ends,
+    task,
+)
+from harness.dr_clusters import row as _row
+from harness.dr_clusters import seconds_of as _seconds
 from harness.installed import daemon_command
 from harness.services import wait_until
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,26 +43,9 @@ from pymilvus.exceptions import MilvusException
 from replicator.config.connections import SourceSettings
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.switchover import FAULT_ENV
-from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal
+from tests.e2e.test_replication import create_source_collection, rows, wait_equal
 
 pytestmark = pytest.mark.e2e
-
-FENCE = "config/quotaAndLimits/limitWriting/forceDeny"
-
-
-def cluster(milvus, etcd_endpoint: str) -> dict:
-    config: dict = {
-        "etcd": {"address": [etcd_endpoint]},
-        "etcdRootPath": milvus.etcd_root_path,
-        "channelPrefix": milvus.chan_prefix,
-        "milvus": {"uri": milvus.uri},
-        "mqType": milvus.mq_type,
-    }
-    if milvus.mq_type == "kafka":
-        config["kafka"] = {"address": milvus.kafka_bootstrap}
-    else:
-        config["rocksmq"] = {"path": str(milvus.rocksmq_path)}
-    return config
 
 
 class Writer(threading.Thread):
@@ -83,11 +76,6 @@ class Writer(threading.Thread):
         self.client.close()
 
 
-def _row(key: int) -> dict:
-    vec = [float(key % 7)] + [0.5] * (DIM - 1)
-    return {"id": key, "vec": vec, "title": f"t{key}", "score": 0.5}
-
-
 @pytest.fixture
 def clusters(milvus_source, milvus_source_rocksmq, etcd_service):
     """Both clusters' settings; every fence a test may leave is removed afterwards (the two
@@ -108,12 +96,7 @@ def clusters(milvus_source, milvus_source_rocksmq, etcd_service):
 
 
 def fence_value(etcd_service, root: str) -> bytes | None:
-    host, port = etcd_service.endpoint.rsplit(":", 1)
-    client = etcd3.client(host=host.split("//")[-1], port=int(port))
-    try:
-        return client.get(f"{root}/{FENCE}")[0]
-    finally:
-        client.close()
+    return fence_at(etcd_service.endpoint, root)
 
 
 @pytest.fixture
@@ -141,33 +124,6 @@ def replicated(daemon, milvus_a, milvus_b, prefix: str, keys: range) -> tuple:
     return name, a, b, ab
 
 
-def create_task(daemon, task_id: str, source: str, target: str, collection: str) -> None:
-    reply = daemon.call(
-        "create",
-        {
-            "task_id": task_id,
-            "source_cluster": source,
-            "target_cluster": target,
-            "collection_infos": [{"name": collection}],
-        },
-    )
-    assert reply.code == 200, reply.message
-
-
-def task(daemon, task_id: str) -> dict:
-    reply = daemon.call("get", {"task_id": task_id})
-    assert reply.code == 200, reply.message
-    return reply.data["task"]
-
-
-def switchover_ends(daemon, task_id: str, timeout: float = 240) -> dict:
-    def finished() -> dict | None:
-        job = (task(daemon, task_id).get("progress") or {}).get("switchover") or {}
-        return job if job.get("state") in ("done", "failed") else None
-
-    return wait_until(finished, timeout, f"switchover of {task_id}", interval=0.5)
-
-
 FENCED = ("verifying", "reversing", "done", "failed")
 
 
@@ -179,10 +135,6 @@ def watched(daemon, task_id: str, enough) -> dict | None:
     """The task's stale-write watch once ``enough`` says so of it."""
     watch = (task(daemon, task_id).get("progress") or {}).get("stale_writes")
     return watch if watch and enough(watch) else None
-
-
-def _seconds(moment: dict | None) -> float:
-    return moment["ts"] / 2**18 / 1000 if moment else 0.0
 
 
 def scraped(daemon) -> dict:
@@ -211,14 +163,6 @@ async def dashboard_facts(daemon, task_id: str, showing: str, workdir: Path) -> 
         )
         assert browser.exceptions == []
         return str(facts)
-
-
-def consistent_known(daemon, task_id: str) -> dict:
-    return wait_until(
-        lambda: (task(daemon, task_id).get("progress") or {}).get("consistent_up_to"),
-        60,
-        f"consistent_up_to of {task_id}",
-    )
 
 
 def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write(
@@ -420,11 +364,6 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     assert task(dr_daemon, job["reverse_task_id"])["state"] == "Running"
     a.close()
     b.close()
-
-
-# where a switchover job can be held or made to fail (server/dr/switchover.py FAULT_ENV); the
-# reverse task exists only from "reversed" on, and from there the job only goes forward
-POINTS = ("fencing", "draining", "verifying", "reversing", "reversed")
 
 
 def faulty_daemon(daemon_factory, clusters, fault: str):

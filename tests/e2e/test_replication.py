@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.dr_clusters import DIM, create_source_collection
 from harness.services import ServiceStartError, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import DataType, MilvusClient
@@ -19,7 +20,7 @@ from replicator.backfill.transfer import pages_by_key
 
 pytestmark = pytest.mark.e2e
 
-DIM = 8
+__all__ = ["DIM", "create_source_collection"]  # imported from here by other tests
 
 
 def source_config(milvus_source, etcd_service, kafka_mock) -> dict:
@@ -128,18 +129,6 @@ def source_database(uri: str, db: str) -> MilvusClient:
     finally:
         admin.close()
     return MilvusClient(uri=uri, db_name=db, dedicated=True)
-
-
-def create_source_collection(client: MilvusClient, name: str, *, dynamic: bool = True) -> None:
-    """id (int64 key), vec, title, score, with a FLAT index: the collection most tests use."""
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=dynamic)
-    schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
-    schema.add_field("title", DataType.VARCHAR, max_length=64)
-    schema.add_field("score", DataType.DOUBLE)
-    index = client.prepare_index_params()
-    index.add_index("vec", index_type="FLAT", metric_type="L2")
-    client.create_collection(name, schema=schema, index_params=index)
 
 
 def create_task(daemon, target_uri: str, *collections: str) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.services import (
@@ -130,8 +131,18 @@ def _lists_collections(uri: str, port: int) -> bool:
     return _port_open(port) and local_milvus.lists_collections(uri)
 
 
-@contextlib.contextmanager
-def _milvus_standalone(
+@dataclass(frozen=True)
+class _Prepared:
+    """One instance's configuration written to its directory: how to run it, and what it is
+    once it runs (``source`` without its pid)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    source: MilvusSource
+    what: str
+
+
+def _prepare_standalone(
     workdir: Path,
     etcd_endpoint: str,
     *,
@@ -139,9 +150,8 @@ def _milvus_standalone(
     kafka_bootstrap: str | None,
     root_path: str,
     chan_prefix: str | None,
-    startup_timeout: float,
     bin_cache: Path | None,
-) -> Iterator[MilvusSource]:
+) -> _Prepared:
     from milvus import MilvusServerConfig
 
     base_dir = workdir.resolve()
@@ -195,52 +205,167 @@ def _milvus_standalone(
 
     proxy_port = ports["proxy_port"]
     uri = f"http://{LOOPBACK}:{proxy_port}"
-    log_path = base_dir / "milvus.log"
+    source = MilvusSource(
+        uri=uri,
+        host=LOOPBACK,
+        port=proxy_port,
+        pid=0,
+        etcd_endpoint=etcd_address,
+        etcd_root_path=root_path,
+        chan_prefix=chan_prefix,
+        mq_type=mq_type,
+        kafka_bootstrap=kafka_bootstrap if mq_type == "kafka" else None,
+        rocksmq_path=rocksmq_path if mq_type == "rocksmq" else None,
+        metrics_port=metrics_port,
+        ports=dict(ports),
+        base_dir=base_dir,
+        log_path=base_dir / "milvus.log",
+    )
     argv = [str(bin_dir / "milvus"), "run", "standalone"]
     what = f"milvus 2.3.5 standalone on {uri} ({mq_type}, etcd root {root_path!r})"
+    return _Prepared(argv=argv, env=env, source=source, what=what)
+
+
+@contextlib.contextmanager
+def _serving(prepared: _Prepared, startup_timeout: float) -> Iterator[MilvusSource]:
+    """Run a prepared instance until it serves; stop it (SIGTERM, then SIGKILL) at the end."""
+    source, what = prepared.source, prepared.what
+    log_path = source.log_path
     started: subprocess.Popen[bytes] | None = None
     try:
         with _running(
-            argv, log_path=log_path, env=env, cwd=base_dir, grace=STOP_GRACE_S
+            prepared.argv,
+            log_path=log_path,
+            env=prepared.env,
+            cwd=source.base_dir,
+            grace=STOP_GRACE_S,
         ) as process:
             started = process
             wait_until(
-                lambda: local_milvus.healthz(metrics_port),
+                lambda: local_milvus.healthz(source.metrics_port),
                 startup_timeout,
-                f"{what}: /healthz on port {metrics_port}",
+                f"{what}: /healthz on port {source.metrics_port}",
                 process=process,
                 log_paths=[log_path],
                 interval=0.2,
             )
             wait_until(
-                lambda: _lists_collections(uri, proxy_port),
+                lambda: _lists_collections(source.uri, source.port),
                 startup_timeout,
                 f"{what}: list_collections",
                 process=process,
                 log_paths=[log_path],
                 interval=0.2,
             )
-            yield MilvusSource(
-                uri=uri,
-                host=LOOPBACK,
-                port=proxy_port,
-                pid=process.pid,
-                etcd_endpoint=etcd_address,
-                etcd_root_path=root_path,
-                chan_prefix=chan_prefix,
-                mq_type=mq_type,
-                kafka_bootstrap=kafka_bootstrap if mq_type == "kafka" else None,
-                rocksmq_path=rocksmq_path if mq_type == "rocksmq" else None,
-                metrics_port=metrics_port,
-                ports=dict(ports),
-                base_dir=base_dir,
-                log_path=log_path,
-            )
+            yield replace(source, pid=process.pid)
     finally:
         if started is not None:
             local_milvus.remove_outside_files(started.pid)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[harness] milvus pid {started.pid} exit code {started.returncode}\n")
+
+
+@contextlib.contextmanager
+def _milvus_standalone(
+    workdir: Path,
+    etcd_endpoint: str,
+    *,
+    mq_type: str,
+    kafka_bootstrap: str | None,
+    root_path: str,
+    chan_prefix: str | None,
+    startup_timeout: float,
+    bin_cache: Path | None,
+) -> Iterator[MilvusSource]:
+    prepared = _prepare_standalone(
+        workdir,
+        etcd_endpoint,
+        mq_type=mq_type,
+        kafka_bootstrap=kafka_bootstrap,
+        root_path=root_path,
+        chan_prefix=chan_prefix,
+        bin_cache=bin_cache,
+    )
+    with _serving(prepared, startup_timeout) as source:
+        yield source
+
+
+class RestartableMilvus:
+    """A Milvus 2.3.5 standalone that can be killed (``SIGKILL``, as a lost cluster) and started
+    again on the same ports, data directory, etcd root and queue, so clients and the daemon's
+    cluster settings keep pointing at it. A restart does not rewrite its configuration (the
+    wheel's port check would fail on the dead server's ports still in TIME_WAIT; Milvus itself
+    binds them with SO_REUSEADDR). Right after a kill, a start waits about 27 s for the dead
+    instance's etcd sessions to expire."""
+
+    def __init__(self, prepared: _Prepared, startup_timeout: float) -> None:
+        self._prepared = prepared
+        self._startup_timeout = startup_timeout
+        self._stack: contextlib.ExitStack | None = None
+        self.current: MilvusSource | None = None
+        self.starts = 0
+
+    @property
+    def source(self) -> MilvusSource:
+        """The instance's addresses (``pid`` is the running process's, 0 while it is down)."""
+        return self.current or self._prepared.source
+
+    @property
+    def alive(self) -> bool:
+        return self.current is not None
+
+    def start(self) -> MilvusSource:
+        assert self.current is None, f"{self._prepared.what} is running"
+        stack = contextlib.ExitStack()
+        try:
+            self.current = stack.enter_context(_serving(self._prepared, self._startup_timeout))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        self.starts += 1
+        return self.current
+
+    def kill(self) -> None:
+        """``kill -9`` of the running instance (its data stays for the next start)."""
+        assert self.current is not None, f"{self._prepared.what} is not running"
+        os.kill(self.current.pid, signal.SIGKILL)
+        self.close()
+
+    def close(self) -> None:
+        stack, self._stack, self.current = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+@contextlib.contextmanager
+def restartable_milvus(
+    workdir: Path,
+    etcd_endpoint: str,
+    *,
+    kafka_bootstrap: str | None = None,
+    root_path: str = DEFAULT_ROOT_PATH,
+    startup_timeout: float = 180.0,
+    bin_cache: Path | None = None,
+) -> Iterator[RestartableMilvus]:
+    """A started RestartableMilvus: WAL on the Kafka at ``kafka_bootstrap`` (which outlives a
+    kill, as a real cluster's queue does), else in RocksMQ under its directory. Stopped at the
+    end."""
+    prepared = _prepare_standalone(
+        workdir,
+        etcd_endpoint,
+        mq_type="kafka" if kafka_bootstrap else "rocksmq",
+        kafka_bootstrap=kafka_bootstrap,
+        root_path=root_path,
+        chan_prefix=None,
+        bin_cache=bin_cache,
+    )
+    milvus = RestartableMilvus(prepared, startup_timeout)
+    milvus.start()
+    try:
+        yield milvus
+    finally:
+        milvus.close()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,159 @@
+"""Long seeded walks over disaster recovery (tests/harness/dr_walk.py; issue 41, Build item 6),
+with results: each seed's steps, the invariants checked, the first that broke (if any) and the
+time each verb took (count, median, max).
+
+Fresh services per seed: one etcd (both clusters' metadata and the fleet's metastore), the
+librdkafka mock, cluster ``a`` a Milvus 2.3.5 on the mock and ``b`` one on RocksMQ, both
+restartable (either may be killed by a failover step); daemons as fleet members.
+
+    python bench/dr_walk.py --seeds 7 --steps 30 [--out bench/results/dr_walk.md]
+
+A seed whose walk broke an invariant is reproduced by the same command with that seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from harness import services  # noqa: E402
+from harness.daemon import Daemon  # noqa: E402
+from harness.dr_walk import ClusterHandle, InvariantError, Walk, WalkResult  # noqa: E402
+from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
+from harness.milvus_source import restartable_milvus  # noqa: E402
+
+
+def say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def one_walk(seed: int, steps: int, work: Path) -> WalkResult:
+    with contextlib.ExitStack() as stack:
+        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
+        kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
+        a = stack.enter_context(
+            restartable_milvus(
+                work / "a", etcd.endpoint, kafka_bootstrap=kafka.bootstrap, root_path="walk-a"
+            )
+        )
+        b = stack.enter_context(restartable_milvus(work / "b", etcd.endpoint, root_path="walk-b"))
+
+        def make_daemon(name: str, **config: Any) -> Daemon:
+            workdir = work / name
+            workdir.mkdir(exist_ok=True)
+            settings: dict[str, Any] = {
+                "sourceConfig": {
+                    "etcd": {"address": [etcd.endpoint]},
+                    "etcdRootPath": "no-source",
+                    "kafka": {"address": kafka.bootstrap},
+                    "dmlChannelNum": 2,
+                },
+                "drainTimeoutSeconds": 5,
+                "auth": {"allowAnonymous": True},
+                **config,
+            }
+            return Daemon(workdir=workdir, config=settings)
+
+        walk = Walk(
+            seed=seed,
+            clusters={
+                "a": ClusterHandle("a", a.source, a),
+                "b": ClusterHandle("b", b.source, b),
+            },
+            etcd_endpoint=etcd.endpoint,
+            make_daemon=make_daemon,
+            workdir=work,
+            say=say,
+        )
+        try:
+            walk.setup(home="a")
+            walk.run(steps)
+        except InvariantError as failure:
+            say(str(failure))
+        finally:
+            walk.close()
+            for daemon in walk.fleet.members.values():  # killed ones are already gone
+                if daemon.process is not None and daemon.process.poll() is None:
+                    daemon.kill()
+        return walk.result
+
+
+def timings_table(results: list[WalkResult]) -> list[str]:
+    merged: dict[str, list[float]] = {}
+    for result in results:
+        for verb, seconds in result.timings.items():
+            merged.setdefault(verb, []).extend(seconds)
+    lines = ["| verb | count | median s | max s |", "|---|---|---|---|"]
+    for verb, seconds in sorted(merged.items()):
+        lines.append(
+            f"| {verb} | {len(seconds)} | {statistics.median(seconds):.1f} | {max(seconds):.1f} |"
+        )
+    return lines
+
+
+def report(results: list[WalkResult], command: str, began: datetime, total: float) -> str:
+    lines = [
+        "# Disaster-recovery walks",
+        "",
+        f"Command: `{command}`",
+        f"Run: {began:%Y-%m-%d %H:%M} UTC, {platform.node()}, Python "
+        f"{platform.python_version()}, whole script {total:.0f} s",
+        "",
+        "Two Milvus 2.3.5 standalones (a on the Kafka mock, b on RocksMQ, both restartable), a "
+        "fleet of daemons on one etcd metastore, two flows of one cluster pair under a writer "
+        "each (tests/harness/dr_walk.py). A walk stops at the first invariant that breaks.",
+        "",
+        "| seed | steps run | result | seconds |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        verdict = "every invariant held" if r.failure is None else f"**{r.failure.check}** broke"
+        lines.append(f"| {r.seed} | {len(r.steps)} | {verdict} | {r.seconds:.0f} |")
+    lines += ["", "Time per verb (all seeds):", "", *timings_table(results), ""]
+    for r in results:
+        checks = ", ".join(f"{name} {n}" for name, n in sorted(r.checks.items()))
+        lines += [f"## Seed {r.seed}", "", f"Invariants that held (times checked): {checks}", ""]
+        lines += [s.line() for s in r.steps]
+        if r.failure is not None:
+            lines += [
+                "",
+                f"Broke after step {len(r.failure.steps)}: `{r.failure.check}`: {r.failure.detail}",
+                "",
+                f"Reproduce: `python bench/dr_walk.py --seeds {r.seed} --steps "
+                f"{len(r.failure.steps)}`",
+            ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="7", help="comma-separated seeds, one walk each")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dr_walk.md")
+    args = parser.parse_args()
+    began, start = datetime.now(UTC), time.monotonic()
+    results = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        with tempfile.TemporaryDirectory(prefix=f"dr-walk-{seed}-{uuid.uuid4().hex[:4]}-") as d:
+            results.append(one_walk(seed, args.steps, Path(d)))
+    command = f"python bench/dr_walk.py --seeds {args.seeds} --steps {args.steps}"
+    text = report(results, command, began, time.monotonic() - start)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,936 @@
+"""A seeded random walk over disaster recovery (issue 41, Build item 6): two real Milvus 2.3.5
+clusters ``a`` and ``b``, a fleet of daemons on one etcd metastore, flows of one cluster pair
+(one collection each, a task per direction) under a writer per flow, and steps chosen at random
+among those the model says apply. After every step the invariants are checked against the real
+clusters, each by name.
+
+The model (:class:`Model`) holds what should be true: which cluster is each flow's primary,
+which task carries production, every write the writers had acknowledged (by which cluster, at
+what time) and what each failover answered (``consistent_up_to``, the export file). The steps:
+
+==========================  ===================================================================
+switchover                  the active task switched over (either way), the writer moved when
+                            the job says writers may move (``reversing`` or ``done``, README)
+switchover_home             the same, of a flow whose primary is not its home cluster
+switchover_daemon_killed    the daemon restarted with the job held at a random fault point
+                            (``hold:<point>``), ``kill -9`` there, started again
+failover                    ``kill -9`` of a flow's primary Milvus (a restartable one) under the
+                            writer, then a failover of every flow it was the primary of
+restart_lost                the lost cluster started again on its data, etcd root and queue
+failback                    a failed-over flow's lost cluster re-seeded until ``in_sync``
+switchover_both             both flows of the pair switched over at once
+fleet_takeover              a second daemon joins (held at a fault point), the first is killed
+                            and comes back, the second is killed mid-switchover: the first
+                            finishes or rolls the job back
+==========================  ===================================================================
+
+The invariants (:meth:`Walk.check_invariants`), each failing with a message that says what broke:
+
+- ``acknowledged_on_primary``: every write a writer had acknowledged is on the flow's primary,
+  except those the lost cluster acknowledged after the ``consistent_up_to`` its failover
+  reported (every write acknowledged at or before it is there);
+- ``target_plus_export``: for every failover, each write the lost cluster acknowledged is on
+  the cluster that took over or in the failover's export;
+- ``one_direction_running``: exactly one task of a replicating flow is Running, and it reads
+  the primary; none of a failed-over flow;
+- ``no_ownerless_fence``: no ``forceDeny`` key in either cluster's etcd once no job runs (the
+  walk sets no operator fence), after ``FENCE_GRACE`` seconds;
+- ``at_most_two_tasks``: never more than two tasks of one flow;
+- ``equal_in_sync``: a replicating flow's replica catches up with every key its primary held,
+  and holds no key the primary does not;
+- ``verb_accepted``: a verb the model says applies is not refused.
+
+A failing walk raises :class:`InvariantError`, whose message names the seed, the steps so far and
+the check; ``CDC_WALK_SEED=<seed>`` makes the suite's walk take that seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pymilvus import MilvusClient
+
+from harness.daemon import Daemon
+from harness.dr_clusters import (
+    POINTS,
+    cluster,
+    consistent_known,
+    create_source_collection,
+    create_task,
+    fence_at,
+    job_of,
+    row,
+    seconds_of,
+    task,
+)
+from harness.milvus_source import MilvusSource, RestartableMilvus
+from harness.services import wait_until
+from replicator.backfill.transfer import pages_by_key
+
+SEED_ENV = "CDC_WALK_SEED"
+FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"  # server/dr/switchover.py FAULT_ENV
+WRITERS_MAY_MOVE = ("reversing", "done")  # README: move the writers when the job says reversing
+FENCE_GRACE = 15.0  # seconds a fence may outlive its job (a recover round lifts an orphan)
+CATCH_UP = 120.0  # seconds a replica may take to hold what its primary held
+JOB_TIMEOUT = 300.0
+FAILBACK_TIMEOUT = 900.0
+BATCH = 5  # rows per insert of a writer
+
+MakeDaemon = Callable[..., Daemon]
+
+
+# ----------------------------------------------------------------------------------------------
+# The clusters and the writer
+
+
+@dataclass
+class ClusterHandle:
+    """One named cluster of the walk: a Milvus that may be killed (``restartable``) or not."""
+
+    label: str
+    milvus: MilvusSource
+    restartable: RestartableMilvus | None = None
+
+    @property
+    def killable(self) -> bool:
+        return self.restartable is not None
+
+    @property
+    def alive(self) -> bool:
+        return self.restartable is None or self.restartable.alive
+
+    @property
+    def uri(self) -> str:
+        return self.milvus.uri
+
+
+@dataclass(frozen=True)
+class Ack:
+    cluster: str  # the cluster that acknowledged the write
+    at: float  # when the insert returned, by this host's clock (the clusters' clock too)
+
+
+class MovingWriter(threading.Thread):
+    """Inserts ``BATCH`` rows at a time into one collection of the cluster it is pointed at,
+    until stopped; ``acked`` holds every acknowledged key with its cluster and time."""
+
+    def __init__(self, collection: str, uris: dict[str, str], at: str, first: int) -> None:
+        super().__init__(daemon=True, name=f"writer-{collection}")
+        self.collection = collection
+        self.uris = uris
+        self.at = at
+        self.next = first
+        self.acked: dict[int, Ack] = {}
+        self.refused: dict[str, int] = {}
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._clients: dict[str, MilvusClient] = {}
+
+    def move_to(self, label: str) -> None:
+        self.at = label
+
+    def snapshot(self) -> dict[int, Ack]:
+        with self._lock:
+            return dict(self.acked)
+
+    def _client(self, label: str) -> MilvusClient:
+        if label not in self._clients:
+            self._clients[label] = MilvusClient(uri=self.uris[label], dedicated=True, timeout=5)
+        return self._clients[label]
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            label = self.at
+            keys = list(range(self.next, self.next + BATCH))
+            try:
+                self._client(label).insert(self.collection, [row(k) for k in keys], timeout=5)
+            except Exception:  # noqa: BLE001 - a fenced or lost cluster refuses in many ways
+                self.refused[label] = self.refused.get(label, 0) + 1
+                client = self._clients.pop(label, None)
+                if client is not None:
+                    client.close()
+                time.sleep(0.3)
+                continue
+            acked = Ack(label, time.time())
+            with self._lock:
+                self.acked.update(dict.fromkeys(keys, acked))
+            self.next += BATCH
+            time.sleep(0.1)
+        for client in self._clients.values():
+            client.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass(frozen=True)
+class Failover:
+    """What one failover answered."""
+
+    task_id: str
+    lost: str  # the cluster killed
+    took_over: str  # the failed-over task's target
+    at: float  # when it was asked
+    consistent: float  # consistent_up_to, Unix seconds (0: none answered)
+    exported: frozenset[int]  # keys inserted by the export's records
+    complete: bool
+
+
+@dataclass
+class Flow:
+    """One collection replicated between the pair, with a task per direction at most."""
+
+    name: str
+    collection: str
+    home: str
+    primary: str
+    tasks: dict[str, str]  # source cluster -> task id
+    writer: MovingWriter
+    state: str = "replicating"  # or "failed_over"
+    failovers: list[Failover] = field(default_factory=list)
+
+    @property
+    def active_task(self) -> str | None:
+        return self.tasks.get(self.primary) if self.state == "replicating" else None
+
+    def replica(self, pair: Sequence[str]) -> str:
+        return next(c for c in pair if c != self.primary)
+
+
+@dataclass
+class Model:
+    pair: tuple[str, str]
+    flows: dict[str, Flow] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# Results
+
+
+class InvariantError(AssertionError):
+    """An invariant broke; the message names the seed, the steps and the check."""
+
+    def __init__(self, check: str, message: str, seed: int, steps: Sequence[StepRecord]) -> None:
+        self.check = check
+        self.detail = message
+        self.seed = seed
+        self.steps = list(steps)
+        lines = "\n".join(f"  {s.line()}" for s in steps)
+        super().__init__(
+            f"walk seed {seed}: check {check} failed after step {len(steps)}: {message}\n"
+            f"steps:\n{lines}\nreproduce: {SEED_ENV}={seed}"
+        )
+
+
+@dataclass
+class StepRecord:
+    index: int
+    kind: str
+    detail: str
+    outcome: str = ""
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return f"{self.index}. {self.kind} {self.detail}: {self.outcome} ({self.seconds:.1f} s)"
+
+
+@dataclass
+class WalkResult:
+    seed: int
+    steps: list[StepRecord] = field(default_factory=list)
+    checks: dict[str, int] = field(default_factory=dict)  # check name -> times it held
+    timings: dict[str, list[float]] = field(default_factory=dict)  # verb -> seconds
+    failure: InvariantError | None = None
+    seconds: float = 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The fleet of daemons
+
+
+class Fleet:
+    """Daemons sharing one etcd metastore, as fleet members named after their ``memberId``."""
+
+    def __init__(self, make: MakeDaemon, config: dict[str, Any]) -> None:
+        self._make = make
+        self._config = config
+        self.members: dict[str, Daemon] = {}
+
+    def member(self, name: str) -> Daemon:
+        if name not in self.members:
+            fleet = {"leaseSeconds": 3.0, "checkSeconds": 0.5, "memberId": name}
+            self.members[name] = self._make(name, fleet=fleet, **self._config)
+        return self.members[name]
+
+    def live(self) -> list[Daemon]:
+        return [d for d in self.members.values() if d.process and d.process.poll() is None]
+
+    def any(self) -> Daemon:
+        return self.live()[0]
+
+    def name_of(self, daemon: Daemon) -> str:
+        return next(n for n, d in self.members.items() if d is daemon)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        reply = self.any().call("list")
+        assert reply.code == 200, reply.message
+        listed: list[dict[str, Any]] = reply.data["tasks"]
+        return listed
+
+    def owner_of(self, task_id: str, timeout: float = 60) -> Daemon:
+        """The live member running ``task_id`` (waiting for the fleet to place it)."""
+
+        def placed() -> Daemon | None:
+            owner = task(self.any(), task_id).get("owner")
+            daemon = self.members.get(str(owner))
+            return daemon if daemon in self.live() else None
+
+        return wait_until(placed, timeout, f"a live member running {task_id}", interval=0.5)
+
+
+def _log_size(daemon: Daemon) -> int:
+    return daemon.log_path.stat().st_size if daemon.log_path.exists() else 0
+
+
+def _logged_since(daemon: Daemon, offset: int, text: str) -> bool:
+    if not daemon.log_path.exists():
+        return False
+    with open(daemon.log_path, "rb") as log:
+        log.seek(offset)
+        return text.encode() in log.read()
+
+
+def primary_keys(client: MilvusClient, collection: str) -> set[int]:
+    """Every primary key of ``collection``, read by key ranges with Strong consistency (the
+    query iterator's hints make 2.3.5 skip keys and read stale: replicator/backfill/transfer)."""
+    client.load_collection(collection, timeout=60)
+    keys: set[int] = set()
+    for page in pages_by_key(client, collection, "id", "", ["id"], None, 4000):
+        keys.update(int(r["id"]) for r in page)
+    return keys
+
+
+def _sample(keys: set[int]) -> list[int]:
+    return sorted(keys)[:8]
+
+
+# ----------------------------------------------------------------------------------------------
+# The walk
+
+
+class Walk:
+    """Set up with :meth:`setup`, then :meth:`run` a number of steps; :meth:`close` at the end."""
+
+    KINDS: dict[str, int] = {  # kind -> weight when it applies
+        "switchover": 3,
+        "switchover_home": 2,
+        "switchover_daemon_killed": 2,
+        "failover": 2,
+        "restart_lost": 4,
+        "failback": 3,
+        "switchover_both": 1,
+        "fleet_takeover": 1,
+    }
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        clusters: dict[str, ClusterHandle],
+        etcd_endpoint: str,
+        make_daemon: MakeDaemon,
+        workdir: Path,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clusters = clusters
+        self.etcd_endpoint = etcd_endpoint
+        self.workdir = workdir
+        self.say = say
+        pair = tuple(sorted(clusters))
+        assert len(pair) == 2, pair
+        self.model = Model(pair=(pair[0], pair[1]))
+        self.result = WalkResult(seed=seed)
+        self._clients: dict[str, MilvusClient] = {}
+        # the daemons' ``clusters`` settings
+        self.cluster_settings = {
+            label: cluster(c.milvus, etcd_endpoint) for label, c in clusters.items()
+        }
+        self.fleet = Fleet(
+            make_daemon,
+            {
+                "clusters": self.cluster_settings,
+                "verify": {"settleSeconds": 20},
+                "metaStoreConfig": {
+                    "storeType": "etcd",
+                    "etcd": {"address": [etcd_endpoint]},
+                    "rootPath": f"walk-{seed}-{uuid.uuid4().hex[:6]}",
+                },
+                "secrets": {"keyFile": str(workdir / "fleet.key")},
+            },
+        )
+        self._started = time.monotonic()
+
+    # --- set up ----------------------------------------------------------------------------
+    def setup(self, home: str, flows: int = 2) -> None:
+        """``flows`` collections on ``home`` (disjoint, one pair), a task each to the other
+        cluster, replicated and under a writer each; one fleet member."""
+        self.fleet.member("m1").start()
+        other = next(c for c in self.model.pair if c != home)
+        tag = uuid.uuid4().hex[:6]
+        for n in range(1, flows + 1):
+            name = f"f{n}"
+            collection = f"walk{self.seed % 100000}_{name}_{tag}"
+            client = self.client(home)
+            create_source_collection(client, collection)
+            client.insert(collection, [row(k) for k in range(100)])
+            task_id = f"w{name}-{tag}"
+            create_task(self.fleet.any(), task_id, home, other, collection)
+            uris = {label: c.uri for label, c in self.clusters.items()}
+            writer = MovingWriter(collection, uris, home, first=1_000_000 * n)
+            self.model.flows[name] = Flow(name, collection, home, home, {home: task_id}, writer)
+        for flow in self.model.flows.values():
+            self._wait_replica_holds(flow, flow.primary, other)
+            consistent_known(self.fleet.any(), flow.tasks[home])
+            flow.writer.start()
+        self.say(f"walk seed {self.seed}: flows {list(self.model.flows)} on {home}, tasks running")
+
+    def client(self, label: str) -> MilvusClient:
+        if label not in self._clients:
+            self._clients[label] = MilvusClient(uri=self.clusters[label].uri, dedicated=True)
+        return self._clients[label]
+
+    def _drop_client(self, label: str) -> None:
+        client = self._clients.pop(label, None)
+        if client is not None:
+            client.close()
+
+    def keys(self, label: str, collection: str) -> set[int]:
+        def read() -> set[int] | None:
+            try:
+                return primary_keys(self.client(label), collection) or None
+            except Exception:
+                self._drop_client(label)  # a restarted cluster: a new connection
+                raise
+
+        return wait_until(read, 60, f"the keys of {collection} on {label}", interval=1.0)
+
+    # --- the walk ----------------------------------------------------------------------------
+    def run(self, steps: int, kinds: Sequence[str] | None = None) -> WalkResult:
+        """``steps`` steps chosen among ``kinds`` (all by default); the invariants after each.
+        Raises InvariantError at the first that breaks (also kept in the result)."""
+        allowed = list(kinds or self.KINDS)
+        try:
+            self.check_invariants()
+            for index in range(1, steps + 1):
+                moves = {k: self._moves(k) for k in allowed}
+                moves = {k: m for k, m in moves.items() if m}
+                if not moves:
+                    self.say("no step applies: the walk ends")
+                    break
+                names = sorted(moves)
+                kind = self.rng.choices(names, weights=[self.KINDS[k] for k in names])[0]
+                move = self.rng.choice(moves[kind])
+                point = self.rng.choice(POINTS)
+                record = StepRecord(index, kind, self._describe(kind, move, point))
+                self.result.steps.append(record)
+                self.say(f"step {index}: {kind} {record.detail}")
+                began = time.monotonic()
+                record.outcome = getattr(self, f"_step_{kind}")(move, point)
+                record.seconds = time.monotonic() - began
+                self.say(f"step {record.line()}")
+                self.check_invariants()
+        except InvariantError as failure:
+            self.result.failure = failure
+            raise
+        finally:
+            self.result.seconds = time.monotonic() - self._started
+        return self.result
+
+    def _describe(self, kind: str, move: str, point: str) -> str:
+        where = f"flow {move}" if move in self.model.flows else move
+        if kind in ("switchover_daemon_killed", "fleet_takeover"):
+            return f"{where} at {point}"
+        return where
+
+    def fail(self, check: str, message: str) -> None:
+        raise InvariantError(check, message, self.seed, self.result.steps)
+
+    def timed(self, verb: str, seconds: float) -> None:
+        self.result.timings.setdefault(verb, []).append(seconds)
+
+    # --- which moves apply ---------------------------------------------------------------------
+    def _all_alive(self) -> bool:
+        return all(c.alive for c in self.clusters.values())
+
+    def _replicating(self) -> list[Flow]:
+        return [f for f in self.model.flows.values() if f.state == "replicating"]
+
+    def _moves(self, kind: str) -> list[str]:
+        flows = self.model.flows.values()
+        single = len(self.fleet.live()) == 1
+        ready = self._all_alive() and single
+        if kind == "switchover" or kind == "switchover_daemon_killed" or kind == "fleet_takeover":
+            return [f.name for f in self._replicating()] if ready else []
+        if kind == "switchover_home":
+            return [f.name for f in self._replicating() if f.primary != f.home] if ready else []
+        if kind == "switchover_both":
+            primaries = {f.primary for f in self._replicating()}
+            both = len(self._replicating()) == len(self.model.flows) >= 2 and len(primaries) == 1
+            return ["both flows"] if ready and both else []
+        if kind == "failover":
+            # a primary that may be killed, every flow it is the primary of still replicating
+            candidates = []
+            for label, handle in self.clusters.items():
+                mine = [f for f in flows if f.primary == label]
+                if (
+                    handle.killable
+                    and self._all_alive()
+                    and mine
+                    and all(f.state == "replicating" for f in mine)
+                ):
+                    candidates.append(label)
+            return candidates
+        if kind == "restart_lost":
+            return [label for label, c in self.clusters.items() if not c.alive]
+        if kind == "failback":
+            return [
+                f.name
+                for f in flows
+                if f.state == "failed_over" and self.clusters[f.failovers[-1].lost].alive
+            ]
+        raise ValueError(kind)
+
+    # --- steps -----------------------------------------------------------------------------------
+    def _ask_switchover(self, daemon: Daemon, task_id: str) -> str:
+        """Ask a switchover of ``task_id``; its job id. A lag or consistent-up-to refusal is
+        asked again (the task catches up); any other refusal fails ``verb_accepted``."""
+        consistent_known(daemon, task_id)
+        body = {"max_lag_seconds": 30, "timeout_seconds": 240, "stale_check_seconds": 0}
+        deadline = time.monotonic() + 90
+        while True:
+            status, _, answer = daemon.request(
+                "POST", f"/v1/tasks/{task_id}/switchover", body, timeout=60
+            )
+            if status == 202:
+                return str(answer["job_id"])
+            detail = str((answer or {}).get("detail", answer))
+            transient = "max_lag_seconds" in detail or "not known yet" in detail
+            if not transient or time.monotonic() > deadline:
+                self.fail("verb_accepted", f"switchover of {task_id} refused: {status} {detail}")
+            time.sleep(2)
+
+    def _follow(
+        self,
+        daemon: Daemon,
+        asked: dict[str, tuple[Flow, str]],
+        until: Callable[[], bool] | None = None,
+        timeout: float = JOB_TIMEOUT,
+    ) -> dict[str, dict[str, Any]]:
+        """Watch switchover jobs (task id -> (flow, job id)) on ``daemon`` until each ends (or
+        ``until`` holds), moving each flow's writer once its job says writers may move; the
+        jobs as last seen."""
+        seen: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        while True:
+            for task_id, (flow, job_id) in asked.items():
+                try:
+                    job = job_of(daemon, task_id)
+                except Exception:  # noqa: BLE001 - a daemon being killed or started
+                    continue
+                if job.get("job_id") != job_id:
+                    continue
+                seen[task_id] = job
+                target = flow.replica(self.model.pair)
+                if job.get("state") in WRITERS_MAY_MOVE and flow.writer.at != target:
+                    flow.writer.move_to(target)
+                    self.say(f"  writer of {flow.name} moved to {target} ({job['state']})")
+            if until is not None and until():
+                return seen
+            ended = [j for j in seen.values() if j.get("state") in ("done", "failed")]
+            if until is None and len(ended) == len(asked):
+                return seen
+            if time.monotonic() > deadline:
+                states = {t: j.get("state") for t, j in seen.items()}
+                self.fail("verb_accepted", f"switchover jobs not ended in {timeout:g} s: {states}")
+            time.sleep(0.3)
+
+    def _settle(self, flow: Flow, job: dict[str, Any]) -> str:
+        """The model after a switchover job of ``flow`` ended as ``job`` says."""
+        if job.get("state") == "done":
+            new = flow.replica(self.model.pair)
+            flow.tasks[new] = str(job["reverse_task_id"])
+            flow.primary = new
+            flow.writer.move_to(new)
+            return f"done: {flow.name} primary {new} (task {flow.tasks[new]})"
+        if flow.writer.at != flow.primary:
+            self.say(f"  writer of {flow.name} moved back to {flow.primary} (job failed)")
+            flow.writer.move_to(flow.primary)
+        return f"failed ({job.get('reason', '')[:160]}); rolled_back {job.get('rolled_back')}"
+
+    def _switchover(self, names: Sequence[str]) -> str:
+        flows = [self.model.flows[n] for n in names]
+        daemon = self.fleet.any()
+        began = time.monotonic()
+        asked = {}
+        for flow in flows:
+            active = flow.active_task
+            assert active is not None
+            asked[active] = (flow, self._ask_switchover(daemon, active))
+        jobs = self._follow(daemon, asked)
+        self.timed("switchover", time.monotonic() - began)
+        return "; ".join(self._settle(flow, jobs[t]) for t, (flow, _) in asked.items())
+
+    def _step_switchover(self, name: str, point: str) -> str:
+        return self._switchover([name])
+
+    def _step_switchover_home(self, name: str, point: str) -> str:
+        return self._switchover([name])
+
+    def _step_switchover_both(self, move: str, point: str) -> str:
+        return self._switchover(list(self.model.flows))
+
+    def _held_then_killed(
+        self,
+        daemon: Daemon,
+        flow: Flow,
+        point: str,
+        before_kill: Callable[[], object] = lambda: None,
+    ) -> dict[str, Any]:
+        """Ask a switchover on ``daemon`` (started with the job held at ``point``), wait for the
+        hold, call ``before_kill``, kill the daemon; the task and job ids."""
+        active = flow.active_task
+        assert active is not None
+        offset = _log_size(daemon)
+        job_id = self._ask_switchover(daemon, active)
+        held = f"switchover held at {point}"
+        self._follow(
+            daemon,
+            {active: (flow, job_id)},
+            until=lambda: _logged_since(daemon, offset, held),
+            timeout=180,
+        )
+        before_kill()
+        daemon.kill()
+        daemon.env.pop(FAULT_ENV, None)
+        self.say(f"  daemon {self.fleet.name_of(daemon)} killed at {point}")
+        return {"task_id": active, "job_id": job_id}
+
+    def _step_switchover_daemon_killed(self, name: str, point: str) -> str:
+        flow = self.model.flows[name]
+        daemon = self.fleet.any()
+        began = time.monotonic()
+        daemon.stop()
+        daemon.env[FAULT_ENV] = f"hold:{point}:120"
+        daemon.start()
+        self.timed("daemon_restart", time.monotonic() - began)
+        asked = self._held_then_killed(daemon, flow, point)
+        began = time.monotonic()
+        daemon.start()
+        self.timed("daemon_restart", time.monotonic() - began)
+        jobs = self._follow(daemon, {asked["task_id"]: (flow, asked["job_id"])})
+        self.timed("switchover_after_kill", time.monotonic() - began)
+        return self._settle(flow, jobs[asked["task_id"]])
+
+    def _step_fleet_takeover(self, name: str, point: str) -> str:
+        flow = self.model.flows[name]
+        first = self.fleet.any()
+        first_name = self.fleet.name_of(first)
+        spare_name = "m2" if first_name == "m1" else "m1"
+        spare = self.fleet.member(spare_name)
+        spare.env[FAULT_ENV] = f"hold:{point}:120"
+        spare.start()
+        began = time.monotonic()
+        first.kill()  # the spare takes every task over once the first's lease lapses
+        active = flow.active_task
+        assert active is not None
+        wait_until(
+            lambda: task(spare, active).get("owner") == spare_name,
+            120,
+            f"{spare_name} running {active}",
+            interval=0.5,
+        )
+        self.timed("fleet_task_takeover", time.monotonic() - began)
+        # the first comes back while the job is held, and takes it over once the spare is gone
+        asked = self._held_then_killed(spare, flow, point, before_kill=first.start)
+        began = time.monotonic()
+        jobs = self._follow(first, {asked["task_id"]: (flow, asked["job_id"])})
+        self.timed("fleet_job_takeover", time.monotonic() - began)
+        job = jobs[asked["task_id"]]
+        return f"{self._settle(flow, job)}; the job ended on {job.get('member')}"
+
+    def _step_failover(self, label: str, point: str) -> str:
+        handle = self.clusters[label]
+        assert handle.restartable is not None
+        mine = [f for f in self.model.flows.values() if f.primary == label]
+        handle.restartable.kill()
+        self._drop_client(label)
+        self.say(f"  {label} killed (kill -9)")
+        time.sleep(1.0)
+        outcomes = []
+        for flow in mine:
+            active = flow.active_task
+            assert active is not None
+            daemon = self.fleet.owner_of(active)
+            began = time.monotonic()
+            at = time.time()
+            status, _, answer = daemon.request(
+                "POST", f"/v1/tasks/{active}/failover", {"export_seconds": 30}, timeout=120
+            )
+            self.timed("failover", time.monotonic() - began)
+            if status != 200:
+                self.fail("verb_accepted", f"failover of {active} refused: {status} {answer}")
+            took_over = flow.replica(self.model.pair)
+            flow.writer.move_to(took_over)
+            export = answer.get("unreplicated") or {}
+            exported = self._exported(str(export.get("file") or ""))
+            failover = Failover(
+                task_id=active,
+                lost=label,
+                took_over=took_over,
+                at=at,
+                consistent=seconds_of(answer.get("consistent_up_to")),
+                exported=frozenset(exported),
+                complete=bool(export.get("complete")),
+            )
+            flow.failovers.append(failover)
+            flow.state = "failed_over"
+            flow.primary = took_over
+            lag = at - failover.consistent if failover.consistent else None
+            outcomes.append(
+                f"{flow.name}: consistent_up_to {lag:.2f} s before the failover, "
+                f"{len(exported)} exported insert(s), complete {failover.complete}"
+                if lag is not None
+                else f"{flow.name}: no consistent_up_to"
+            )
+        return "; ".join(outcomes)
+
+    def _exported(self, file: str) -> set[int]:
+        if not file or not Path(file).exists():
+            return set()
+        keys = set()
+        for line in Path(file).read_text().splitlines():
+            record = json.loads(line)
+            if record.get("op") == "insert":
+                keys.add(int(record["pk"]))
+        return keys
+
+    def _step_restart_lost(self, label: str, point: str) -> str:
+        handle = self.clusters[label]
+        assert handle.restartable is not None
+        began = time.monotonic()
+        handle.restartable.start()
+        self._drop_client(label)
+        seconds = time.monotonic() - began
+        self.timed("restart_cluster", seconds)
+        return f"{label} serving again after {seconds:.1f} s"
+
+    def _step_failback(self, name: str, point: str) -> str:
+        flow = self.model.flows[name]
+        failover = flow.failovers[-1]
+        daemon = self.fleet.owner_of(failover.task_id)
+        began = time.monotonic()
+        status, _, answer = daemon.request("POST", f"/v1/tasks/{failover.task_id}/failback", {})
+        if status != 202:
+            self.fail(
+                "verb_accepted",
+                f"failback of {failover.task_id} (flow {name}, the failed-over task) refused: "
+                f"{status} {(answer or {}).get('detail', answer)}",
+            )
+        reverse = str(answer["reverse_task_id"])
+
+        def ended() -> dict[str, Any] | None:
+            job = job_of(daemon, failover.task_id, "failback")
+            return job if job.get("state") in ("in_sync", "failed") else None
+
+        job = wait_until(
+            ended, FAILBACK_TIMEOUT, f"the failback of {failover.task_id}", interval=1.0
+        )
+        self.timed("failback", time.monotonic() - began)
+        if job["state"] != "in_sync":
+            self.fail("verb_accepted", f"failback of {failover.task_id} failed: {job['reason']}")
+        flow.tasks[flow.primary] = reverse
+        flow.state = "replicating"
+        return f"in_sync: {flow.name} replicated {flow.primary} -> {failover.lost} by {reverse}"
+
+    # --- invariants ---------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        for name, check in (
+            ("one_direction_running", self._one_direction_running),
+            ("at_most_two_tasks", self._at_most_two_tasks),
+            ("no_ownerless_fence", self._no_ownerless_fence),
+            ("acknowledged_on_primary", self._acknowledged_on_primary),
+            ("target_plus_export", self._target_plus_export),
+            ("equal_in_sync", self._equal_in_sync),
+        ):
+            problem = check()
+            if problem:
+                self.fail(name, problem)
+            self.result.checks[name] = self.result.checks.get(name, 0) + 1
+
+    def _flow_tasks(self) -> dict[str, list[dict[str, Any]]]:
+        listed = self.fleet.tasks()
+        return {
+            f.name: [t for t in listed if f.collection in json.dumps(t)]
+            for f in self.model.flows.values()
+        }
+
+    def _one_direction_running(self) -> str:
+        for name, tasks in self._flow_tasks().items():
+            flow = self.model.flows[name]
+            running = sorted(t["task_id"] for t in tasks if t["state"] == "Running")
+            expected = [flow.active_task] if flow.active_task else []
+            if running != expected:
+                states = {t["task_id"]: t["state"] for t in tasks}
+                return (
+                    f"flow {name} ({flow.state}, primary {flow.primary}): Running {running}, "
+                    f"expected {expected}; its tasks {states}"
+                )
+        return ""
+
+    def _at_most_two_tasks(self) -> str:
+        for name, tasks in self._flow_tasks().items():
+            if len(tasks) > 2:
+                found = {t["task_id"]: (t["source_cluster"], t["state"]) for t in tasks}
+                return f"flow {name} has {len(tasks)} tasks: {found}"
+        return ""
+
+    def _no_ownerless_fence(self) -> str:
+        # no job runs between steps and the walk sets no operator fence: no key may stay
+        def fenced() -> list[str]:
+            return [
+                f"{label} ({c.milvus.etcd_root_path})"
+                for label, c in self.clusters.items()
+                if fence_at(self.etcd_endpoint, c.milvus.etcd_root_path) is not None
+            ]
+
+        found = fenced()
+        deadline = time.monotonic() + FENCE_GRACE
+        while found and time.monotonic() < deadline:
+            time.sleep(1.0)
+            found = fenced()
+        if found:
+            return (
+                f"forceDeny set in the etcd of {', '.join(found)} with no job running, "
+                f"{FENCE_GRACE:g} s after the step"
+            )
+        return ""
+
+    def _exempt(self, flow: Flow, key_ack: Ack) -> bool:
+        """A write the lost cluster acknowledged after its failover's consistent_up_to."""
+        return any(
+            key_ack.cluster == f.lost and f.consistent < key_ack.at <= f.at for f in flow.failovers
+        )
+
+    def _acknowledged_on_primary(self) -> str:
+        for flow in self.model.flows.values():
+            if not self.clusters[flow.primary].alive:
+                continue
+            acked = flow.writer.snapshot()
+            required = {k for k, a in acked.items() if not self._exempt(flow, a)}
+            held = self.keys(flow.primary, flow.collection)
+            missing = required - held
+            if missing:
+                by: dict[str, int] = {}
+                for k in missing:
+                    by[acked[k].cluster] = by.get(acked[k].cluster, 0) + 1
+                last = max(acked[k].at for k in missing)
+                return (
+                    f"flow {flow.name}: {len(missing)} of {len(required)} acknowledged writes "
+                    f"(not after a failover's consistent_up_to) are not on its primary "
+                    f"{flow.primary}: acknowledged by {by}, the last at "
+                    f"{time.strftime('%H:%M:%S', time.gmtime(last))}; e.g. {_sample(missing)}"
+                )
+        return ""
+
+    def _target_plus_export(self) -> str:
+        for flow in self.model.flows.values():
+            acked = flow.writer.snapshot()
+            for f in flow.failovers:
+                if not self.clusters[f.took_over].alive:
+                    continue
+                lost_writes = {k for k, a in acked.items() if a.cluster == f.lost and a.at <= f.at}
+                held = self.keys(f.took_over, flow.collection)
+                missing = lost_writes - held - f.exported
+                if missing:
+                    return (
+                        f"flow {flow.name}, failover of {f.task_id}: {len(missing)} write(s) "
+                        f"{f.lost} acknowledged are neither on {f.took_over} nor in the export "
+                        f"({len(f.exported)} inserts, complete {f.complete}); e.g. "
+                        f"{_sample(missing)}"
+                    )
+        return ""
+
+    def _equal_in_sync(self) -> str:
+        for flow in self._replicating():
+            replica = flow.replica(self.model.pair)
+            if not (self.clusters[flow.primary].alive and self.clusters[replica].alive):
+                continue
+            expected = self.keys(flow.primary, flow.collection)
+            lacking = self._wait_replica_holds(flow, flow.primary, replica, expected)
+            if lacking:
+                return (
+                    f"flow {flow.name}: replica {replica} lacks {len(lacking)} of the "
+                    f"{len(expected)} keys its primary {flow.primary} held, {CATCH_UP:g} s on; "
+                    f"e.g. {_sample(lacking)}"
+                )
+            extra = self.keys(replica, flow.collection) - self.keys(flow.primary, flow.collection)
+            if extra:
+                return (
+                    f"flow {flow.name}: replica {replica} holds {len(extra)} key(s) its primary "
+                    f"{flow.primary} does not; e.g. {_sample(extra)}"
+                )
+        return ""
+
+    def _wait_replica_holds(
+        self, flow: Flow, primary: str, replica: str, expected: set[int] | None = None
+    ) -> set[int]:
+        """Wait until ``replica`` holds every key of ``expected`` (default: what ``primary``
+        holds now); the keys it still lacks after ``CATCH_UP`` seconds."""
+        if expected is None:
+            expected = self.keys(primary, flow.collection)
+        lacking = set(expected)
+        deadline = time.monotonic() + CATCH_UP
+        while True:
+            try:
+                lacking = expected - primary_keys(self.client(replica), flow.collection)
+            except Exception:  # noqa: BLE001 - the collection not made there yet, or reconnecting
+                self._drop_client(replica)
+            if not lacking or time.monotonic() > deadline:
+                return lacking
+            time.sleep(1.0)
+
+    # --- the end ------------------------------------------------------------------------
+    def close(self) -> None:
+        for flow in self.model.flows.values():
+            flow.writer.stop.set()
+        for flow in self.model.flows.values():
+            if flow.writer.is_alive():
+                flow.writer.join(30)
+        for label in list(self._clients):
+            self._drop_client(label)
+        for daemon in self.fleet.live():
+            daemon.stop()
+
+
+def walk_seed(default: int) -> int:
+    """The seed ``CDC_WALK_SEED`` names, else ``default``."""
+    import os
+
+    value = os.environ.get(SEED_ENV, "").strip()
+    return int(value) if value else default
+
+
+def iter_steps(result: WalkResult) -> Iterator[str]:
+    for step in result.steps:
+        yield step.line()
