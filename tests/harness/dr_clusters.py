@@ -98,7 +98,9 @@ def switchover_ends(daemon: Daemon, task_id: str, timeout: float = 240) -> dict[
         job = job_of(daemon, task_id)
         return job if job.get("state") in ("done", "failed") else None
 
-    return wait_until(finished, timeout, f"switchover of {task_id}", interval=0.5)
+    job = wait_until(finished, timeout, f"switchover of {task_id}", interval=0.5)
+    assert job is not None
+    return job
 
 
 def consistent_known(daemon: Daemon, task_id: str, timeout: float = 60) -> dict[str, Any]:
@@ -108,7 +110,9 @@ def consistent_known(daemon: Daemon, task_id: str, timeout: float = 60) -> dict[
         )
         return moment
 
-    return wait_until(known, timeout, f"consistent_up_to of {task_id}")
+    moment = wait_until(known, timeout, f"consistent_up_to of {task_id}")
+    assert moment is not None
+    return moment
 
 
 def seconds_of(moment: dict[str, Any] | None) -> float:

@@ -38,7 +38,8 @@ The invariants (:meth:`Walk.check_invariants`), each failing with a message that
 - ``at_most_two_tasks``: never more than two tasks of one flow;
 - ``equal_in_sync``: a replicating flow's replica catches up with every key its primary held,
   and holds no key the primary does not;
-- ``verb_accepted``: a verb the model says applies is not refused.
+- ``verb_accepted``: a verb the model says applies is not refused, and its job ends;
+- ``step_completed``: every wait of a step ends (a job's state, a task placed on a member).
 
 A failing walk raises :class:`InvariantError`, whose message names the seed, the steps so far and
 the check; ``CDC_WALK_SEED=<seed>`` makes the suite's walk take that seed.
@@ -54,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pymilvus import MilvusClient
 
@@ -72,8 +73,7 @@ from harness.dr_clusters import (
     task,
 )
 from harness.milvus_source import MilvusSource, RestartableMilvus
-from harness.services import wait_until
-from replicator.backfill.transfer import pages_by_key
+from harness.services import ServiceStartError, wait_until
 
 SEED_ENV = "CDC_WALK_SEED"
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"  # server/dr/switchover.py FAULT_ENV
@@ -83,6 +83,8 @@ CATCH_UP = 120.0  # seconds a replica may take to hold what its primary held
 JOB_TIMEOUT = 300.0
 FAILBACK_TIMEOUT = 900.0
 BATCH = 5  # rows per insert of a writer
+KEY_CHUNK = 16_000  # keys per query of primary_keys
+FIRST_ROWS = 100  # keys 0..99, written before the tasks
 
 MakeDaemon = Callable[..., Daemon]
 
@@ -127,12 +129,18 @@ class MovingWriter(threading.Thread):
         self.collection = collection
         self.uris = uris
         self.at = at
+        self.first = first
         self.next = first
         self.acked: dict[int, Ack] = {}
         self.refused: dict[str, int] = {}
         self.stop = threading.Event()
         self._lock = threading.Lock()
         self._clients: dict[str, MilvusClient] = {}
+
+    def key_ranges(self) -> list[range]:
+        """Every key written so far, or being written: the rows before the tasks, then the
+        writer's (one batch past what it acknowledged)."""
+        return [range(FIRST_ROWS), range(self.first, self.next + BATCH)]
 
     def move_to(self, label: str) -> None:
         self.at = label
@@ -249,7 +257,8 @@ class WalkResult:
     steps: list[StepRecord] = field(default_factory=list)
     checks: dict[str, int] = field(default_factory=dict)  # check name -> times it held
     timings: dict[str, list[float]] = field(default_factory=dict)  # verb -> seconds
-    failure: InvariantError | None = None
+    failure: InvariantError | None = None  # the first
+    failures: list[InvariantError] = field(default_factory=list)  # every one (keep_going)
     seconds: float = 0.0
 
 
@@ -294,7 +303,9 @@ class Fleet:
             daemon = self.members.get(str(owner))
             return daemon if daemon in self.live() else None
 
-        return wait_until(placed, timeout, f"a live member running {task_id}", interval=0.5)
+        owner = wait_until(placed, timeout, f"a live member running {task_id}", interval=0.5)
+        assert owner is not None
+        return owner
 
 
 def _log_size(daemon: Daemon) -> int:
@@ -309,13 +320,23 @@ def _logged_since(daemon: Daemon, offset: int, text: str) -> bool:
         return text.encode() in log.read()
 
 
-def primary_keys(client: MilvusClient, collection: str) -> set[int]:
-    """Every primary key of ``collection``, read by key ranges with Strong consistency (the
-    query iterator's hints make 2.3.5 skip keys and read stale: replicator/backfill/transfer)."""
-    client.load_collection(collection, timeout=60)
+def primary_keys(client: MilvusClient, collection: str, ranges: Sequence[range]) -> set[int]:
+    """The primary keys of ``collection`` within ``ranges``, read with Strong consistency in
+    key ranges of at most ``KEY_CHUNK`` (a query answers 16,384 rows at most; the query
+    iterator's hints make 2.3.5 skip keys and read stale, replicator/backfill/transfer.py)."""
     keys: set[int] = set()
-    for page in pages_by_key(client, collection, "id", "", ["id"], None, 4000):
-        keys.update(int(r["id"]) for r in page)
+    for whole in ranges:
+        for lo in range(whole.start, whole.stop, KEY_CHUNK):
+            hi = min(lo + KEY_CHUNK, whole.stop)
+            found = client.query(
+                collection,
+                filter=f"id >= {lo} and id < {hi}",
+                output_fields=["id"],
+                limit=hi - lo,
+                consistency_level="Strong",
+                timeout=30,
+            )
+            keys.update(int(r["id"]) for r in found)
     return keys
 
 
@@ -350,8 +371,18 @@ class Walk:
         make_daemon: MakeDaemon,
         workdir: Path,
         say: Callable[[str], None] = print,
+        move_writers_at: Sequence[str] = WRITERS_MAY_MOVE,
+        keep_going: bool = False,
     ) -> None:
+        """``move_writers_at``: the job states at which a flow's writer moves to the new
+        primary; ``keep_going``: a broken invariant is recorded (``result.failures``) and the
+        walk goes on, the keys it named excused from the checks after it."""
         self.seed = seed
+        self.move_writers_at = tuple(move_writers_at)
+        self.keep_going = keep_going
+        # flow -> keys a recorded failure named (keep_going): not checked again
+        self._excused: dict[str, set[int]] = {}
+        self._named: dict[str, set[int]] = {}  # flow -> keys the failing check named
         self.rng = random.Random(seed)
         self.clusters = clusters
         self.etcd_endpoint = etcd_endpoint
@@ -362,6 +393,7 @@ class Walk:
         self.model = Model(pair=(pair[0], pair[1]))
         self.result = WalkResult(seed=seed)
         self._clients: dict[str, MilvusClient] = {}
+        self._loaded: set[tuple[str, str]] = set()  # (cluster, collection) loaded here
         # the daemons' ``clusters`` settings
         self.cluster_settings = {
             label: cluster(c.milvus, etcd_endpoint) for label, c in clusters.items()
@@ -393,7 +425,7 @@ class Walk:
             collection = f"walk{self.seed % 100000}_{name}_{tag}"
             client = self.client(home)
             create_source_collection(client, collection)
-            client.insert(collection, [row(k) for k in range(100)])
+            client.insert(collection, [row(k) for k in range(FIRST_ROWS)])
             task_id = f"w{name}-{tag}"
             create_task(self.fleet.any(), task_id, home, other, collection)
             uris = {label: c.uri for label, c in self.clusters.items()}
@@ -411,19 +443,29 @@ class Walk:
         return self._clients[label]
 
     def _drop_client(self, label: str) -> None:
+        self._loaded = {(c, name) for c, name in self._loaded if c != label}
         client = self._clients.pop(label, None)
         if client is not None:
             client.close()
 
-    def keys(self, label: str, collection: str) -> set[int]:
+    def keys(self, label: str, flow: Flow, ranges: Sequence[range] | None = None) -> set[int]:
+        """The keys of ``flow``'s collection on ``label`` (within ``ranges``, default every key
+        written so far), waiting for a cluster that reconnects or loads."""
+        spans = ranges or flow.writer.key_ranges()
+
         def read() -> set[int] | None:
             try:
-                return primary_keys(self.client(label), collection) or None
+                if (label, flow.collection) not in self._loaded:
+                    self.client(label).load_collection(flow.collection, timeout=60)
+                    self._loaded.add((label, flow.collection))
+                return primary_keys(self.client(label), flow.collection, spans) or None
             except Exception:
                 self._drop_client(label)  # a restarted cluster: a new connection
                 raise
 
-        return wait_until(read, 60, f"the keys of {collection} on {label}", interval=1.0)
+        keys = wait_until(read, 60, f"the keys of {flow.collection} on {label}", interval=1.0)
+        assert keys is not None
+        return keys
 
     # --- the walk ----------------------------------------------------------------------------
     def run(self, steps: int, kinds: Sequence[str] | None = None) -> WalkResult:
@@ -433,6 +475,8 @@ class Walk:
         try:
             self.check_invariants()
             for index in range(1, steps + 1):
+                if self.result.failure is not None and not self.keep_going:
+                    break
                 moves = {k: self._moves(k) for k in allowed}
                 moves = {k: m for k, m in moves.items() if m}
                 if not moves:
@@ -446,12 +490,21 @@ class Walk:
                 self.result.steps.append(record)
                 self.say(f"step {index}: {kind} {record.detail}")
                 began = time.monotonic()
-                record.outcome = getattr(self, f"_step_{kind}")(move, point)
+                try:
+                    record.outcome = getattr(self, f"_step_{kind}")(move, point)
+                except InvariantError as failure:
+                    record.outcome = f"refused: {failure.detail[:200]}"
+                    self._record(failure)
+                except ServiceStartError as exc:  # a wait of the step that never ended
+                    record.outcome = f"did not complete: {str(exc)[:200]}"
+                    self._record(
+                        InvariantError("step_completed", str(exc), self.seed, self.result.steps)
+                    )
                 record.seconds = time.monotonic() - began
                 self.say(f"step {record.line()}")
                 self.check_invariants()
         except InvariantError as failure:
-            self.result.failure = failure
+            self.result.failure = self.result.failure or failure
             raise
         finally:
             self.result.seconds = time.monotonic() - self._started
@@ -463,8 +516,16 @@ class Walk:
             return f"{where} at {point}"
         return where
 
-    def fail(self, check: str, message: str) -> None:
+    def fail(self, check: str, message: str) -> NoReturn:
         raise InvariantError(check, message, self.seed, self.result.steps)
+
+    def _record(self, failure: InvariantError) -> None:
+        """A broken invariant: raised, or (``keep_going``) kept and the walk goes on."""
+        self.result.failure = self.result.failure or failure
+        self.result.failures.append(failure)
+        self.say(str(failure).split("\nsteps:")[0])
+        if not self.keep_going:
+            raise failure
 
     def timed(self, verb: str, seconds: float) -> None:
         self.result.timings.setdefault(verb, []).append(seconds)
@@ -552,7 +613,7 @@ class Walk:
                     continue
                 seen[task_id] = job
                 target = flow.replica(self.model.pair)
-                if job.get("state") in WRITERS_MAY_MOVE and flow.writer.at != target:
+                if job.get("state") in self.move_writers_at and flow.writer.at != target:
                     flow.writer.move_to(target)
                     self.say(f"  writer of {flow.name} moved to {target} ({job['state']})")
             if until is not None and until():
@@ -738,7 +799,7 @@ class Walk:
     def _step_failback(self, name: str, point: str) -> str:
         flow = self.model.flows[name]
         failover = flow.failovers[-1]
-        daemon = self.fleet.owner_of(failover.task_id)
+        daemon = self.fleet.any()  # the failed-over task is Paused: no member runs it
         began = time.monotonic()
         status, _, answer = daemon.request("POST", f"/v1/tasks/{failover.task_id}/failback", {})
         if status != 202:
@@ -757,6 +818,7 @@ class Walk:
             ended, FAILBACK_TIMEOUT, f"the failback of {failover.task_id}", interval=1.0
         )
         self.timed("failback", time.monotonic() - began)
+        assert job is not None
         if job["state"] != "in_sync":
             self.fail("verb_accepted", f"failback of {failover.task_id} failed: {job['reason']}")
         flow.tasks[flow.primary] = reverse
@@ -773,10 +835,16 @@ class Walk:
             ("target_plus_export", self._target_plus_export),
             ("equal_in_sync", self._equal_in_sync),
         ):
+            began = time.monotonic()
+            self._named = {}
             problem = check()
-            if problem:
-                self.fail(name, problem)
-            self.result.checks[name] = self.result.checks.get(name, 0) + 1
+            self.timed(f"check {name}", time.monotonic() - began)
+            if not problem:
+                self.result.checks[name] = self.result.checks.get(name, 0) + 1
+                continue
+            for flow, keys in self._named.items():
+                self._excused.setdefault(flow, set()).update(keys)
+            self._record(InvariantError(name, problem, self.seed, self.result.steps))
 
     def _flow_tasks(self) -> dict[str, list[dict[str, Any]]]:
         listed = self.fleet.tasks()
@@ -837,10 +905,12 @@ class Walk:
             if not self.clusters[flow.primary].alive:
                 continue
             acked = flow.writer.snapshot()
-            required = {k for k, a in acked.items() if not self._exempt(flow, a)}
-            held = self.keys(flow.primary, flow.collection)
+            excused = self._excused.get(flow.name, set())
+            required = {k for k, a in acked.items() if not self._exempt(flow, a)} - excused
+            held = self.keys(flow.primary, flow)
             missing = required - held
             if missing:
+                self._named[flow.name] = missing
                 by: dict[str, int] = {}
                 for k in missing:
                     by[acked[k].cluster] = by.get(acked[k].cluster, 0) + 1
@@ -860,9 +930,10 @@ class Walk:
                 if not self.clusters[f.took_over].alive:
                     continue
                 lost_writes = {k for k, a in acked.items() if a.cluster == f.lost and a.at <= f.at}
-                held = self.keys(f.took_over, flow.collection)
-                missing = lost_writes - held - f.exported
+                held = self.keys(f.took_over, flow)
+                missing = lost_writes - held - f.exported - self._excused.get(flow.name, set())
                 if missing:
+                    self._named[flow.name] = missing
                     return (
                         f"flow {flow.name}, failover of {f.task_id}: {len(missing)} write(s) "
                         f"{f.lost} acknowledged are neither on {f.took_over} nor in the export "
@@ -876,16 +947,20 @@ class Walk:
             replica = flow.replica(self.model.pair)
             if not (self.clusters[flow.primary].alive and self.clusters[replica].alive):
                 continue
-            expected = self.keys(flow.primary, flow.collection)
-            lacking = self._wait_replica_holds(flow, flow.primary, replica, expected)
+            spans = flow.writer.key_ranges()
+            expected = self.keys(flow.primary, flow, spans)
+            excused = self._excused.get(flow.name, set())
+            lacking = self._wait_replica_holds(flow, flow.primary, replica, expected - excused)
             if lacking:
+                self._named[flow.name] = lacking
                 return (
                     f"flow {flow.name}: replica {replica} lacks {len(lacking)} of the "
                     f"{len(expected)} keys its primary {flow.primary} held, {CATCH_UP:g} s on; "
                     f"e.g. {_sample(lacking)}"
                 )
-            extra = self.keys(replica, flow.collection) - self.keys(flow.primary, flow.collection)
+            extra = self.keys(replica, flow, spans) - self.keys(flow.primary, flow, spans) - excused
             if extra:
+                self._named[flow.name] = extra
                 return (
                     f"flow {flow.name}: replica {replica} holds {len(extra)} key(s) its primary "
                     f"{flow.primary} does not; e.g. {_sample(extra)}"
@@ -898,12 +973,12 @@ class Walk:
         """Wait until ``replica`` holds every key of ``expected`` (default: what ``primary``
         holds now); the keys it still lacks after ``CATCH_UP`` seconds."""
         if expected is None:
-            expected = self.keys(primary, flow.collection)
+            expected = self.keys(primary, flow)
         lacking = set(expected)
         deadline = time.monotonic() + CATCH_UP
         while True:
             try:
-                lacking = expected - primary_keys(self.client(replica), flow.collection)
+                lacking = expected - self.keys(replica, flow)
             except Exception:  # noqa: BLE001 - the collection not made there yet, or reconnecting
                 self._drop_client(replica)
             if not lacking or time.monotonic() > deadline:
