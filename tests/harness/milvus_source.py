@@ -265,31 +265,6 @@ def _serving(prepared: _Prepared, startup_timeout: float) -> Iterator[MilvusSour
                 log.write(f"[harness] milvus pid {started.pid} exit code {started.returncode}\n")
 
 
-@contextlib.contextmanager
-def _milvus_standalone(
-    workdir: Path,
-    etcd_endpoint: str,
-    *,
-    mq_type: str,
-    kafka_bootstrap: str | None,
-    root_path: str,
-    chan_prefix: str | None,
-    startup_timeout: float,
-    bin_cache: Path | None,
-) -> Iterator[MilvusSource]:
-    prepared = _prepare_standalone(
-        workdir,
-        etcd_endpoint,
-        mq_type=mq_type,
-        kafka_bootstrap=kafka_bootstrap,
-        root_path=root_path,
-        chan_prefix=chan_prefix,
-        bin_cache=bin_cache,
-    )
-    with _serving(prepared, startup_timeout) as source:
-        yield source
-
-
 class RestartableMilvus:
     """A Milvus 2.3.5 standalone that can be killed (``SIGKILL``, as a lost cluster) and started
     again on the same ports, data directory, etcd root and queue, so clients and the daemon's
@@ -383,16 +358,16 @@ def milvus_source(
     on the Kafka at `kafka_bootstrap` in topics named after `chan_prefix` (default: root_path).
     `bin_cache` is where the unpacked binary is kept (default ~/.cache/milvus-cdc-tests, or
     $MILVUS_CDC_TEST_CACHE)."""
-    with _milvus_standalone(
+    prepared = _prepare_standalone(
         workdir,
         etcd_endpoint,
         mq_type="kafka",
         kafka_bootstrap=kafka_bootstrap,
         root_path=root_path,
         chan_prefix=chan_prefix,
-        startup_timeout=startup_timeout,
         bin_cache=bin_cache,
-    ) as source:
+    )
+    with _serving(prepared, startup_timeout) as source:
         yield source
 
 
@@ -408,14 +383,14 @@ def milvus_source_rocksmq(
 ) -> Iterator[MilvusSource]:
     """As milvus_source(), with the WAL in RocksMQ at `<workdir>/data/rocksmq` (its metadata
     RocksDB beside it, `..._meta_kv`); the result's rocksmq_path names it."""
-    with _milvus_standalone(
+    prepared = _prepare_standalone(
         workdir,
         etcd_endpoint,
         mq_type="rocksmq",
         kafka_bootstrap=None,
         root_path=root_path,
         chan_prefix=chan_prefix,
-        startup_timeout=startup_timeout,
         bin_cache=bin_cache,
-    ) as source:
+    )
+    with _serving(prepared, startup_timeout) as source:
         yield source
