@@ -32,7 +32,6 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
 from harness.dr_walk import (  # noqa: E402
-    WRITERS_MAY_MOVE,
     ClusterHandle,
     InvariantError,
     Walk,
@@ -85,7 +84,6 @@ def one_walk(seed: int, steps: int, work: Path, args: argparse.Namespace) -> Wal
             make_daemon=make_daemon,
             workdir=work,
             say=say,
-            move_writers_at=args.move_writers_at.split(","),
             keep_going=args.keep_going,
         )
         try:
@@ -159,11 +157,6 @@ def main() -> None:
     parser.add_argument("--seeds", default="7", help="comma-separated seeds, one walk each")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument(
-        "--move-writers-at",
-        default=",".join(WRITERS_MAY_MOVE),
-        help="job states at which a flow's writer moves to the new primary (README: reversing)",
-    )
-    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="record a broken invariant and walk on (the keys it named are excused after it)",
@@ -176,8 +169,6 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"dr-walk-{seed}-{uuid.uuid4().hex[:4]}-") as d:
             results.append(one_walk(seed, args.steps, Path(d), args))
     command = f"python bench/dr_walk.py --seeds {args.seeds} --steps {args.steps}"
-    if args.move_writers_at != ",".join(WRITERS_MAY_MOVE):
-        command += f" --move-writers-at {args.move_writers_at}"
     if args.keep_going:
         command += " --keep-going"
     text = report(results, command, began, time.monotonic() - start)

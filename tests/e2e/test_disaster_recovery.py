@@ -42,7 +42,7 @@ from pymilvus.exceptions import MilvusException
 
 from replicator.config.connections import SourceSettings
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
-from server.dr.switchover import FAULT_ENV
+from server.dr.flows import FAULT_ENV
 from tests.e2e.test_replication import create_source_collection, rows, wait_equal
 
 pytestmark = pytest.mark.e2e
@@ -366,6 +366,10 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     b.close()
 
 
+# the fault points from which a job only goes forward
+FORWARD = ("moving", "reversed")
+
+
 def faulty_daemon(daemon_factory, clusters, fault: str):
     daemon = daemon_factory("dr", clusters=clusters, verify={"settleSeconds": 20})
     daemon.env[FAULT_ENV] = fault
@@ -411,7 +415,7 @@ def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     b.close()
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", [*POINTS, "moving"])
 def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
 ):
@@ -428,7 +432,7 @@ def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     del daemon.env[FAULT_ENV]
     daemon.start()
     job = switchover_ends(daemon, ab)
-    if point == "reversed":
+    if point in FORWARD:
         assert job["state"] == "done", job
     else:
         assert job["state"] == "failed" and job["rolled_back"] is True, job

@@ -17,8 +17,10 @@ from harness.services import wait_until
 DIM = 8
 # the key a switchover writes into a cluster's etcd (under its root path) to stop its writes
 FENCE = "config/quotaAndLimits/limitWriting/forceDeny"
-# where a switchover job can be held or made to fail (server/dr/switchover.py FAULT_ENV); the
-# reverse task exists only from "reversed" on, and from there the job only goes forward
+# where a switchover job can be held or made to fail (server/dr/flows.py FAULT_ENV); the
+# reverse flow's start is fixed (writers may move) from "moving" on, the reverse task exists from
+# "reversed" on, and from "moving" the job only goes forward ("moving" is not in this list: the
+# tests of a failure at each step ask it apart)
 POINTS = ("fencing", "draining", "verifying", "reversing", "reversed")
 
 

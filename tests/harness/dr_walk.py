@@ -10,10 +10,10 @@ what time) and what each failover answered (``consistent_up_to``, the export fil
 
 ==========================  ===================================================================
 switchover                  the active task switched over (either way), the writer moved when
-                            the job says writers may move (``reversing`` or ``done``, README)
+                            the job says writers may move (``writers_may_move_at``, README)
 switchover_home             the same, of a flow whose primary is not its home cluster
 switchover_daemon_killed    the daemon restarted with the job held at a random fault point
-                            (``hold:<point>``), ``kill -9`` there, started again
+                            (``hold:<point>``, ``WALK_POINTS``), ``kill -9`` there, started again
 failover                    ``kill -9`` of a flow's primary Milvus (a restartable one) under the
                             writer, then a failover of every flow it was the primary of
 restart_lost                the lost cluster started again on its data, etcd root and queue
@@ -74,10 +74,10 @@ from harness.dr_clusters import (
 )
 from harness.milvus_source import MilvusSource, RestartableMilvus
 from harness.services import ServiceStartError, wait_until
+from server.dr.flows import FAULT_ENV
 
 SEED_ENV = "CDC_WALK_SEED"
-FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"  # server/dr/switchover.py FAULT_ENV
-WRITERS_MAY_MOVE = ("reversing", "done")  # README: move the writers when the job says reversing
+WALK_POINTS = (*POINTS, "moving")  # where a switchover job is held before its daemon is killed
 FENCE_GRACE = 15.0  # seconds a fence may outlive its job (a recover round lifts an orphan)
 CATCH_UP = 120.0  # seconds a replica may take to hold what its primary held
 JOB_TIMEOUT = 300.0
@@ -308,6 +308,12 @@ class Fleet:
         return owner
 
 
+def writers_may_move(job: dict[str, Any]) -> bool:
+    """README: move the writers to the new primary once the job shows ``writers_may_move_at``
+    (the reverse flow's start is saved: the point of no return), or is done."""
+    return bool(job.get("writers_may_move_at")) or job.get("state") == "done"
+
+
 def _log_size(daemon: Daemon) -> int:
     return daemon.log_path.stat().st_size if daemon.log_path.exists() else 0
 
@@ -371,14 +377,11 @@ class Walk:
         make_daemon: MakeDaemon,
         workdir: Path,
         say: Callable[[str], None] = print,
-        move_writers_at: Sequence[str] = WRITERS_MAY_MOVE,
         keep_going: bool = False,
     ) -> None:
-        """``move_writers_at``: the job states at which a flow's writer moves to the new
-        primary; ``keep_going``: a broken invariant is recorded (``result.failures``) and the
-        walk goes on, the keys it named excused from the checks after it."""
+        """``keep_going``: a broken invariant is recorded (``result.failures``) and the walk goes
+        on, the keys it named excused from the checks after it."""
         self.seed = seed
-        self.move_writers_at = tuple(move_writers_at)
         self.keep_going = keep_going
         # flow -> keys a recorded failure named (keep_going): not checked again
         self._excused: dict[str, set[int]] = {}
@@ -485,7 +488,7 @@ class Walk:
                 names = sorted(moves)
                 kind = self.rng.choices(names, weights=[self.KINDS[k] for k in names])[0]
                 move = self.rng.choice(moves[kind])
-                point = self.rng.choice(POINTS)
+                point = self.rng.choice(WALK_POINTS)
                 record = StepRecord(index, kind, self._describe(kind, move, point))
                 self.result.steps.append(record)
                 self.say(f"step {index}: {kind} {record.detail}")
@@ -613,7 +616,7 @@ class Walk:
                     continue
                 seen[task_id] = job
                 target = flow.replica(self.model.pair)
-                if job.get("state") in self.move_writers_at and flow.writer.at != target:
+                if writers_may_move(job) and flow.writer.at != target:
                     flow.writer.move_to(target)
                     self.say(f"  writer of {flow.name} moved to {target} ({job['state']})")
             if until is not None and until():
