@@ -187,7 +187,8 @@ class Failover:
     task_id: str
     lost: str  # the cluster killed
     took_over: str  # the failed-over task's target
-    at: float  # when it was asked
+    killed_at: float  # when the lost cluster was killed
+    at: float  # when the failover was asked
     consistent: float  # consistent_up_to, Unix seconds (0: none answered)
     exported: frozenset[int]  # keys inserted by the export's records
     complete: bool
@@ -737,6 +738,7 @@ class Walk:
         handle = self.clusters[label]
         assert handle.restartable is not None
         mine = [f for f in self.model.flows.values() if f.primary == label]
+        killed_at = time.time()
         handle.restartable.kill()
         self._drop_client(label)
         self.say(f"  {label} killed (kill -9)")
@@ -762,6 +764,7 @@ class Walk:
                 task_id=active,
                 lost=label,
                 took_over=took_over,
+                killed_at=killed_at,
                 at=at,
                 consistent=seconds_of(answer.get("consistent_up_to")),
                 exported=frozenset(exported),
@@ -937,11 +940,14 @@ class Walk:
                 missing = lost_writes - held - f.exported - self._excused.get(flow.name, set())
                 if missing:
                     self._named[flow.name] = missing
+                    acks = sorted(acked[k].at for k in missing)
                     return (
                         f"flow {flow.name}, failover of {f.task_id}: {len(missing)} write(s) "
                         f"{f.lost} acknowledged are neither on {f.took_over} nor in the export "
-                        f"({len(f.exported)} inserts, complete {f.complete}); e.g. "
-                        f"{_sample(missing)}"
+                        f"({len(f.exported)} inserts, complete {f.complete}); acknowledged "
+                        f"{acks[0] - f.consistent:+.2f}..{acks[-1] - f.consistent:+.2f} s from "
+                        f"the reported consistent_up_to, {f.killed_at - acks[-1]:.2f} s before "
+                        f"the kill; e.g. {_sample(missing)}"
                     )
         return ""
 
