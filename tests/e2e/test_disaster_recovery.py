@@ -450,7 +450,7 @@ def one_direction_left(daemon, name: str, job: dict, ab: str, etcd_service, milv
     )
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", [*POINTS, "moving"])
 def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
 ):
@@ -459,7 +459,7 @@ def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
     assert asked.code == 200, asked.message
     job = switchover_ends(daemon, ab)
-    if point == "reversed":  # the reverse task exists: forward, never back
+    if point in FORWARD:  # past the point of no return: forward (retried), never back
         assert job["state"] == "done", job
     else:
         assert job["state"] == "failed" and job["rolled_back"] is True, job
