@@ -292,11 +292,12 @@ class DisasterRecovery:
             )
             ends = (job.source_cluster, job.target_cluster)
             spec = TaskSpec.of(task)
-            await self.pairs.claim(
-                ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
-            )
+            # made first: a cluster no longer configured stops it here, nothing claimed
             run = SwitchoverRun(
                 self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
+            )
+            await self.pairs.claim(
+                ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
             )
             await asyncio.to_thread(save_job, self.sup.store, job)
             forward = job.state == "reversing" and (

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import etcd3
@@ -248,10 +249,14 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     writer.start()
     try:
         wait_until(lambda: len(writer.acknowledged) >= 50, 60, "the writer's first rows")
-        asked = dr_daemon.call(
-            "switchover", {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 15}
-        )
-        assert asked.code == 200, asked.message
+        # two requests at once: one job starts, the other is refused (the pair's claim)
+        body = {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 15}
+        with ThreadPoolExecutor(2) as pool:
+            both = list(pool.map(lambda _: dr_daemon.call("switchover", body), range(2)))
+        assert sorted(r.code for r in both) == [200, 409], [(r.code, r.message) for r in both]
+        asked = next(r for r in both if r.code == 200)
+        refused = next(r for r in both if r.code == 409)
+        assert "under way" in refused.message, refused.message
         # the writer keeps trying through the fence; it stops (as an operator's writers move to
         # b) once the job verifies, before a's fence is lifted
         wait_until(lambda: job_state(dr_daemon, ab) in FENCED, 120, "the switchover fenced")
@@ -270,6 +275,10 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
         "done",
     ]
     assert job["fenced_at"]["ts"] <= job["consistent_up_to"]["ts"], job
+    # the WAL after the paused task's positions held no change, then b's end was fixed as the
+    # reverse flow's start: only then may writers move
+    assert job["wal_quiet_at"]["ts"] <= job["writers_may_move_at"]["ts"], job
+    assert job["reverse_start"], job
     assert job["verify"]["divergent_rows"] == 0 and job["verify"]["state"] == "done", job
     assert writer.refused > 0, "the writer was never refused: the fence did not stop it"
     # every write a acknowledged is on b, and b holds nothing else
@@ -279,6 +288,9 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     # the fence on a is lifted: the reverse flow writes there
     assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
     ba = job["reverse_task_id"]
+    # the pair's active direction is b -> a: resuming ab would run both
+    again = dr_daemon.call("resume", {"task_id": ab})
+    assert again.code == 409 and "would run both directions" in again.message, again.message
     # a stale client writes to a after the switchover: five new rows, one row overwritten, one
     # deleted. The reverse task's watch of a's WAL shows them, by kind; the check after the
     # switchover (a verify) finds them too
