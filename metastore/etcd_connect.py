@@ -15,6 +15,9 @@ import grpc
 
 @dataclass(frozen=True)
 class EtcdTls:
+    """TLS to etcd: the CA its certificate chains to (empty: the system's) and, for mutual
+    TLS, the client's certificate and key, as PEM files."""
+
     ca_cert_path: str = ""
     cert_path: str = ""
     key_path: str = ""
@@ -56,6 +59,8 @@ def connect_etcd(
     for address in addresses:
         host, port, secure = parse_etcd_address(address)
         secure = secure or tls is not None
+        if secure and creds is None:  # an https:// address without TLS files: the system's CAs
+            creds = grpc.ssl_channel_credentials()
         # time_retry: the client shuns an endpoint that failed once for this long (its default,
         # 300 s, would keep the daemon away from an etcd that came back after a blip).
         endpoints.append(
@@ -65,13 +70,19 @@ def connect_etcd(
         )
     # failover=True even for one endpoint: with it, "every endpoint failed" is raised as the
     # client's NoServerAvailableError rather than a bare ValueError.
-    return etcd3.MultiEndpointEtcd3Client(
+    client = etcd3.MultiEndpointEtcd3Client(
         endpoints=endpoints,
         timeout=timeout,
         user=username or None,
         password=password or None,
         failover=True,
     )
+    if any(not endpoint.secure for endpoint in endpoints):
+        # the client sends its auth token twice: as call metadata and as gRPC call credentials,
+        # which gRPC refuses on a plaintext channel ("does not have a sufficient security
+        # level"); the metadata alone is what etcd reads
+        client.call_credentials = None
+    return client
 
 
 def _read(path: str) -> bytes | None:

@@ -24,13 +24,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import grpc
 from confluent_kafka.admin import AdminClient
+from etcd3.exceptions import Etcd3Exception
 
 from metastore.sealed import secrets_problem
 from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings
-from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
+from replicator.config.stores import (
+    describe_metastore,
+    etcd_client_for,
+    explain_etcd,
+    open_metastore,
+)
 from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
 from replicator.sources.kafka import BrokerRefusals
@@ -95,12 +102,16 @@ def check_metastore(settings: CdcSettings) -> tuple[str, str]:
 
 def check_source_etcd(settings: CdcSettings, timeout: float) -> tuple[str, str]:
     source = settings.sourceConfig
-    client = etcd_client_for(source.etcd, timeout=timeout)
     try:
-        version = str(client.status().version)
-        collections = SourceCatalog(client, source.root_path, source.meta_sub_path).collections()
-    finally:
-        client.close()
+        client = etcd_client_for(source.etcd, timeout=timeout)
+        try:
+            version = str(client.status().version)
+            catalog = SourceCatalog(client, source.root_path, source.meta_sub_path)
+            collections = catalog.collections()
+        finally:
+            client.close()
+    except (Etcd3Exception, grpc.RpcError) as exc:
+        raise CheckFailedError(str(explain_etcd(source.etcd, exc))) from None
     live = sum(1 for c in collections.values() if not c.dropped)
     return (
         f"etcd {version}",
