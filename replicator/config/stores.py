@@ -82,4 +82,7 @@ def describe_metastore(config: MetaStoreSettings) -> str:
     if config.storeType == "etcd":
         urls = endpoint_urls(config.etcd.address, etcd_tls_of(config.etcd))
         return f"etcd at {', '.join(urls)} (rootPath {config.rootPath})"
-    return f"mysql (rootPath {config.rootPath})"
+    from metastore.sql_engine import mysql_url_from_source, mysql_where
+
+    url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
+    return f"{mysql_where(url)} (rootPath {config.rootPath})"

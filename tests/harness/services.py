@@ -433,8 +433,11 @@ def mariadb_server(
     password: str = MARIADB_PASSWORD,
     database: str = MARIADB_DATABASE,
     startup_timeout: float = 60.0,
+    tls: ServerTls | None = None,
 ) -> Iterator[MariaDBService]:
-    """A fresh MariaDB on a free loopback port, root password set, `database` created."""
+    """A fresh MariaDB on a free loopback port, root password set, `database` created;
+    `tls`: it offers TLS with that certificate (client certificates checked against its
+    client CA for users that require one)."""
     mariadbd = _find_binary("mariadbd", "/usr/sbin/mariadbd", package="mariadb-server")
     install_db = _find_binary(
         "mariadb-install-db", "/usr/bin/mariadb-install-db", package="mariadb-server"
@@ -490,6 +493,10 @@ def mariadb_server(
             "--innodb-buffer-pool-size=64M",
             "--skip-name-resolve",
         ]
+        if tls is not None:
+            argv += [f"--ssl-cert={tls.cert_file}", f"--ssl-key={tls.key_file}"]
+            if tls.client_ca_file is not None:
+                argv.append(f"--ssl-ca={tls.client_ca_file}")
         with _running(argv, log_path=out_log, grace=15.0) as process:
             what = f"mariadbd on {LOOPBACK}:{port}"
             wait_until(
