@@ -72,6 +72,47 @@ class PulsarSettings(ConfigSection):
     namespace: str = "default"
     authPlugin: str = ""
     authParams: SecretStr = SecretStr("")
+    # ours, named as the Java client's settings: TLS to a ``pulsar+ssl://`` address
+    tlsTrustCertsFilePath: str = ""  # the brokers' CA (empty: the system's)
+    tlsEnableHostnameVerification: bool = True  # pulsar-client's default is false
+    tlsAllowInsecureConnection: bool = False  # true: any broker certificate is accepted
+    tlsCertificateFilePath: str = ""  # mutual TLS without the tls authPlugin
+    tlsKeyFilePath: str = ""
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> PulsarSettings:
+        files = {
+            "tlsTrustCertsFilePath": self.tlsTrustCertsFilePath,
+            "tlsCertificateFilePath": self.tlsCertificateFilePath,
+            "tlsKeyFilePath": self.tlsKeyFilePath,
+        }
+        tls = self.address.strip().startswith("pulsar+ssl://")
+        for key, path in files.items():
+            if path and not tls:
+                raise ValueError(f"pulsar.{key} is set but pulsar.address is not pulsar+ssl://")
+            if path and not os.path.isfile(path):
+                raise ValueError(f"pulsar.{key}: no such file: {path}")
+        if bool(self.tlsCertificateFilePath) != bool(self.tlsKeyFilePath):
+            raise ValueError("pulsar.tlsCertificateFilePath and pulsar.tlsKeyFilePath go together")
+        return self
+
+    def source_kwargs(self) -> dict[str, Any]:
+        """``PulsarSource``'s keyword arguments (secrets in clear: for the client only)."""
+        return {
+            "address": self.address,
+            "tenant": self.tenant,
+            "namespace": self.namespace,
+            "auth_plugin": self.authPlugin,
+            "auth_params": self.authParams.get_secret_value(),
+            "max_message_size": self.maxMessageSize,
+            "tls": {
+                "trust_certs_file": self.tlsTrustCertsFilePath,
+                "validate_hostname": self.tlsEnableHostnameVerification,
+                "allow_insecure": self.tlsAllowInsecureConnection,
+                "cert_file": self.tlsCertificateFilePath,
+                "key_file": self.tlsKeyFilePath,
+            },
+        }
 
 
 def _unset_when_empty(value: Any) -> Any:

@@ -148,20 +148,13 @@ def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]
         if not (path / "CURRENT").is_file():
             raise CheckFailedError(f"rocksmq {path}: no RocksDB directory there (no CURRENT file)")
         return "", f"rocksmq {path}: RocksDB directory present"
-    import pulsar
+    from replicator.sources.pulsar import PulsarSource
 
     pulsar_settings = source.pulsar
-    auth = None
-    if pulsar_settings.authPlugin:
-        auth = pulsar.Authentication(
-            pulsar_settings.authPlugin, pulsar_settings.authParams.get_secret_value()
-        )
-    client = pulsar.Client(
-        pulsar_settings.address,
-        authentication=auth,
-        operation_timeout_seconds=max(1, int(timeout)),
-        connection_timeout_ms=int(timeout * 1000),
-    )
+    try:  # the readers' own client: the same authentication and TLS
+        client = PulsarSource(**pulsar_settings.source_kwargs()).new_client(timeout)
+    except Exception as exc:  # noqa: BLE001 - a setting pulsar-client refuses
+        raise CheckFailedError(f"pulsar {pulsar_settings.address}: {exc}") from None
     try:
         topic = f"persistent://{pulsar_settings.tenant}/{pulsar_settings.namespace}/{channels[0]}"
         client.get_topic_partitions(topic)

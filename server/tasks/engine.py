@@ -96,7 +96,6 @@ def cluster_context(
         lambda: read_catalog(SourceCatalog.imports), max_age=POLL_ANSWER_AGE
     )
 
-    pulsar = source_config.pulsar
     defaults = WalDefaults(
         kafka_address=source_config.kafka.address,
         kafka_extra={
@@ -104,14 +103,7 @@ def cluster_context(
             **source_config.kafka.client_security(),
         },
         rocksmq_path=source_config.rocksmq.path,
-        pulsar={
-            "address": pulsar.address,
-            "tenant": pulsar.tenant,
-            "namespace": pulsar.namespace,
-            "auth_plugin": pulsar.authPlugin,
-            "auth_params": pulsar.authParams.get_secret_value(),
-            "max_message_size": pulsar.maxMessageSize,
-        },
+        pulsar=source_config.pulsar.source_kwargs(),
     )
 
     shared: list[SharedSource] = []  # the daemon's one shared source, opened on demand
