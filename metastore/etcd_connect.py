@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 import etcd3
 import grpc
 
+from metastore.etcd_login import EtcdLogin
+
 
 @dataclass(frozen=True)
 class EtcdTls:
@@ -68,21 +70,16 @@ def connect_etcd(
                 host, port, secure=secure, creds=creds if secure else None, time_retry=1.0
             )
         )
+    if username or password:
+        # logged in here rather than by the client, which would log in once for its life
+        # (metastore/etcd_login.py); a wrong password raises etcd's grpc.RpcError here
+        login = EtcdLogin(username, password, timeout)
+        login.log_in_first([endpoint.channel for endpoint in endpoints])
+        for endpoint in endpoints:
+            endpoint.channel = login.intercept(endpoint.channel)
     # failover=True even for one endpoint: with it, "every endpoint failed" is raised as the
     # client's NoServerAvailableError rather than a bare ValueError.
-    client = etcd3.MultiEndpointEtcd3Client(
-        endpoints=endpoints,
-        timeout=timeout,
-        user=username or None,
-        password=password or None,
-        failover=True,
-    )
-    if any(not endpoint.secure for endpoint in endpoints):
-        # the client sends its auth token twice: as call metadata and as gRPC call credentials,
-        # which gRPC refuses on a plaintext channel ("does not have a sufficient security
-        # level"); the metadata alone is what etcd reads
-        client.call_credentials = None
-    return client
+    return etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=timeout, failover=True)
 
 
 def _read(path: str) -> bytes | None:

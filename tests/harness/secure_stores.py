@@ -63,13 +63,16 @@ def secure_etcd(
     cert: tuple[Path, Path] | None = None,
     mutual: bool = False,
     password: str = "",
+    token_ttl: int = 300,
 ) -> Iterator[SecureEtcd]:
     """An etcd with TLS (``cert``: the server's certificate and key, by default the good
-    one); ``mutual``: client certificates of the test CA required; ``password``: auth on."""
+    one); ``mutual``: client certificates of the test CA required; ``password``: auth on,
+    its tokens forgotten after ``token_ttl`` seconds unused (etcd's default: 300)."""
     cert_file, key_file = cert or (pki.server_cert, pki.server_key)
     tls = ServerTls(cert_file, key_file, pki.ca_file if mutual else None)
     plain_port = free_port()
-    with etcd_server(workdir, tls=tls, plain_port=plain_port) as service:
+    ttl = ["--auth-token-ttl", str(token_ttl)]
+    with etcd_server(workdir, tls=tls, plain_port=plain_port, extra_args=ttl) as service:
         if password:
             enable_etcd_auth(service.endpoint, pki, password)
         plain = f"http://127.0.0.1:{plain_port}"

@@ -281,13 +281,14 @@ def etcd_server(
     ports: tuple[int, int] | None = None,
     tls: ServerTls | None = None,
     plain_port: int | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[EtcdService]:
     """A single-member etcd on free loopback ports, data under `workdir`.
 
     `ports` (client, peer) restarts an etcd where a stopped one was, to test recovery.
     `tls`: its clients connect over TLS (``https://``), mutual TLS with a client CA; its
     health is then asked on a plain-HTTP metrics port of its own; ``plain_port``: it also
-    listens for plain-HTTP clients there.
+    listens for plain-HTTP clients there; ``extra_args``: more of etcd's flags.
     """
     etcd = _find_binary("etcd", "/usr/bin/etcd", package="etcd-server")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -319,6 +320,7 @@ def etcd_server(
         argv += ["--listen-metrics-urls", health_url]
         if tls.client_ca_file is not None:
             argv += ["--client-cert-auth", "--trusted-ca-file", str(tls.client_ca_file)]
+    argv += extra_args
     # etcd reads ETCD_* environment variables as flags (and Milvus-style settings such as
     # ETCD_ENDPOINTS would confuse it): start it without them, except the one etcd 3.4 needs
     # on arm64.

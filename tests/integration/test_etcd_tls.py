@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from server.tasks.reachability import ReachabilityWatch, source_endpoints
 pytestmark = pytest.mark.integration
 
 PASSWORD = "Etcd-Pa55-never-shown"
+TOKEN_TTL = 1  # seconds an unused login token lives on the etcd with a password
 UNTRUSTED = "certificate verify failed: unable to get local issuer certificate"
 EXPIRED = "certificate verify failed: certificate has expired"
 WRONG_HOST = (
@@ -49,7 +51,7 @@ def etcds(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[dict[s
     kinds: dict[str, dict[str, Any]] = {
         "one-way": {},
         "mutual": {"mutual": True},
-        "locked": {"mutual": True, "password": PASSWORD},
+        "locked": {"mutual": True, "password": PASSWORD, "token_ttl": TOKEN_TTL},
         "expired": {"cert": (pki.expired_cert, pki.expired_key)},
         "wrong-host": {"cert": (pki.wrong_host_cert, pki.wrong_host_key)},
     }
@@ -114,6 +116,20 @@ def test_etcd_metastore_over_tls_and_with_a_password(pki, etcds, root_path, case
         store.close()
     address = config.etcd.address[0]
     assert describe_metastore(config) == f"etcd at {address} (rootPath {root_path})"
+
+
+@pytest.mark.parametrize("case", ["password", "mutual TLS and password"])
+def test_a_login_etcd_forgot_is_renewed(pki, etcds, root_path, case):
+    """etcd forgets a token unused for --auth-token-ttl (and all at a restart): the client
+    logs in again instead of being refused for good."""
+    store = open_metastore(metastore_config(etcd_settings(pki, etcds, case), root_path))
+    try:
+        assert store.list_tasks() == []
+        time.sleep(TOKEN_TTL + 1.5)  # etcd checks its tokens' time every second
+        store.create_task(TaskRecord("t1", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        assert [t.task_id for t in store.list_tasks()] == ["t1"]
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
