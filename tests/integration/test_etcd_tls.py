@@ -21,7 +21,9 @@ from rocksdict import Options, Rdict
 
 from metastore import MetaStoreUnavailableError, TaskRecord, TaskState
 from replicator.config.connections import MetaStoreSettings, SourceSettings
+from replicator.config.settings import CdcSettings
 from replicator.config.stores import describe_metastore, open_metastore
+from server.cli.check import CheckFailedError, check_source_etcd
 from server.tasks.reachability import ReachabilityWatch, source_endpoints
 
 pytestmark = pytest.mark.integration
@@ -72,6 +74,18 @@ def etcd_settings(pki: Pki, etcds: dict[str, SecureEtcd], case: str) -> dict[str
         "mutual TLS": {"address": [etcds["mutual"].https], **tls, **client},
         "password": {"address": [etcds["locked"].plain], **login},
         "mutual TLS and password": {"address": [etcds["locked"].https], **tls, **client, **login},
+        # the same, as milvus.yaml spells its etcd block (an address without a scheme)
+        "milvus.yaml spelling": {
+            "endpoints": etcds["locked"].https.removeprefix("https://"),
+            "ssl": {
+                "enabled": True,
+                "tlsCert": str(pki.client_cert),
+                "tlsKey": str(pki.client_key),
+                "tlsCACert": str(pki.ca_file),
+                "tlsMinVersion": "1.3",
+            },
+            "auth": {"enabled": True, "userName": ETCD_USER, "password": PASSWORD},
+        },
         "wrong CA": {
             "address": [etcds["one-way"].https],
             **tls,
@@ -90,7 +104,7 @@ def etcd_settings(pki: Pki, etcds: dict[str, SecureEtcd], case: str) -> dict[str
     }[case]
 
 
-GOOD = ["one-way TLS", "mutual TLS", "password", "mutual TLS and password"]
+GOOD = ["one-way TLS", "mutual TLS", "password", "mutual TLS and password", "milvus.yaml spelling"]
 REFUSALS = {
     "wrong CA": UNTRUSTED,
     "expired": EXPIRED,
@@ -115,7 +129,8 @@ def test_etcd_metastore_over_tls_and_with_a_password(pki, etcds, root_path, case
     finally:
         store.close()
     address = config.etcd.address[0]
-    assert describe_metastore(config) == f"etcd at {address} (rootPath {root_path})"
+    url = address if "://" in address else f"https://{address}"
+    assert describe_metastore(config) == f"etcd at {url} (rootPath {root_path})"
 
 
 @pytest.mark.parametrize("case", ["password", "mutual TLS and password"])
@@ -149,6 +164,19 @@ def test_reachability_probe_says_why_the_source_etcd_refuses(pki, etcds):
     assert outage.refusal == f"{etcds['one-way'].https}: {UNTRUSTED}"
 
 
+@pytest.mark.parametrize("case", ["milvus.yaml spelling", "wrong password"])
+def test_check_reads_the_source_etcd_or_says_why_not(pki, etcds, case):
+    etcd = etcd_settings(pki, etcds, case)
+    settings = CdcSettings.model_validate({"sourceConfig": {"etcd": etcd, "etcdRootPath": "x"}})
+    if case == "wrong password":
+        with pytest.raises(CheckFailedError) as raised:
+            check_source_etcd(settings, 3)
+        assert str(raised.value) == f"{etcds['locked'].https}: {BAD_PASSWORD}"
+        return
+    version, detail = check_source_etcd(settings, 3)
+    assert version.startswith("etcd 3.") and detail == "0 collection(s) under x/meta"
+
+
 def empty_rocksdb(path: Path) -> str:
     """A RocksDB no Milvus has written yet: a source queue that is always there."""
     options = Options(raw_mode=True)
@@ -166,12 +194,12 @@ def test_source_etcd_over_tls_at_create_and_the_metastore_of_the_daemon(
     queue = {"mqType": "rocksmq", "rocksmq": {"path": empty_rocksdb(tmp_path / "rmq")}}
     clusters = {
         f"c{i}": {**queue, "etcdRootPath": "no-source", "etcd": etcd_settings(pki, etcds, case)}
-        for i, case in enumerate(["mutual TLS and password", *sorted(REFUSALS)])
+        for i, case in enumerate(["milvus.yaml spelling", *sorted(REFUSALS)])
     }
     store = {"storeType": "etcd", "rootPath": root_path}
     store["etcd"] = etcd_settings(pki, etcds, "mutual TLS and password")
     daemon = daemon_factory(metaStoreConfig=store, clusters=clusters).start()
-    for i, case in enumerate(["mutual TLS and password", *sorted(REFUSALS)]):
+    for i, case in enumerate(["milvus.yaml spelling", *sorted(REFUSALS)]):
         body = {
             "task_id": f"t{i}",
             "source_cluster": f"c{i}",
@@ -214,3 +242,24 @@ def test_daemon_with_a_wrong_ca_for_its_etcd_metastore_says_why_it_cannot_start(
     assert code != 0
     expected = f"etcd metastore unavailable: {etcd['address'][0]}: {UNTRUSTED}"
     assert expected in daemon.log_text(), daemon.log_text()[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"address": ["a:1"], "endpoints": "b:1"}, "give address or endpoints"),
+        ({"ssl": {"enabled": True}, "enableTLS": True}, "give ssl.enabled or enableTLS, not both"),
+        ({"auth": {"userName": "u", "passwd": "x"}}, "etcd.auth.passwd: unknown key"),
+        ({"enableTLS": True, "tlsCACertPath": "/no/ca.pem"}, "etcd.tlsCACertPath: no such file"),
+        (
+            {"ssl": {"enabled": True, "tlsCert": "CERT"}},
+            "etcd.tlsCertPath and etcd.tlsKeyPath go together",
+        ),
+    ],
+)
+def test_etcd_settings_that_cannot_work_are_refused_by_name(pki, block, message):
+    given = dict(block)
+    if "ssl" in given and given["ssl"].get("tlsCert") == "CERT":
+        given["ssl"] = {**given["ssl"], "tlsCert": str(pki.client_cert)}
+    with pytest.raises(ValueError, match=message):
+        SourceSettings.model_validate({"etcd": given})
