@@ -2,28 +2,22 @@
 
 The etcd client (gRPC) reports a failed TLS handshake as ``ConnectionFailedError`` with no
 text; gRPC's own detail says little more ("Unwrap failed", "Hostname Verification Check
-failed"). So when a call fails to connect, each endpoint is asked again with a plain TLS
-handshake of Python's ``ssl`` under the same CA and client certificate, which says exactly what
-is wrong: ``certificate verify failed: unable to get local issuer certificate`` (a wrong CA),
-``certificate verify failed: certificate has expired``, ``certificate verify failed: Hostname
-mismatch, certificate is not valid for '127.0.0.1'.``, or that the server turned our own
-certificate away. An etcd that answered and refused (a wrong password) says why itself
+failed"). So when a call fails to connect, each endpoint is asked again with a TLS handshake of
+our own under the same CA and client certificate (metastore/tls_probe.py), which says exactly
+what is wrong. An etcd that answered and refused (a wrong password) says why itself
 (``etcdserver: authentication failed, invalid user ID or password``).
 """
 
 from __future__ import annotations
 
-import socket
-import ssl
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import grpc
 
 from metastore.etcd_connect import EtcdTls, parse_etcd_address
+from metastore.tls_probe import ConnectProblem, handshake_problem
 
-# the gRPC codes of a call that never reached etcd (everything else is etcd's own answer)
-_NOT_REACHED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN)
+# etcd's answers that turn a client away (the rest: it was not reached, or did not answer)
 _REFUSALS = (
     grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED,
@@ -32,16 +26,7 @@ _REFUSALS = (
 )
 
 
-@dataclass(frozen=True)
-class EtcdFailure:
-    """What went wrong; ``refused``: the etcd turned the daemon away (credentials or
-    certificates), as opposed to not answering."""
-
-    reason: str
-    refused: bool
-
-    def __str__(self) -> str:
-        return self.reason
+EtcdFailure = ConnectProblem  # what explain_etcd_failure says
 
 
 def endpoint_urls(addresses: list[str], tls: EtcdTls | None) -> list[str]:
@@ -69,7 +54,16 @@ def explain_etcd_failure(
     for address in addresses:
         host, port, secure = parse_etcd_address(address)
         secure = secure or tls is not None
-        problem = handshake_problem(host, port, tls if secure else None, timeout)
+        files = tls or EtcdTls()
+        problem = handshake_problem(
+            host,
+            port,
+            tls=secure,
+            ca=files.ca_cert_path,
+            cert=files.cert_path,
+            key=files.key_path,
+            timeout=timeout,
+        )
         if problem is not None:
             url = endpoint_urls([address], tls)[0]
             reasons.append(EtcdFailure(f"{url}: {problem.reason}", problem.refused))
@@ -79,56 +73,6 @@ def explain_etcd_failure(
         )
     detail = rpc.details() if rpc is not None else ""
     return EtcdFailure(f"{where}: {detail or f'{type(exc).__name__}: {exc}'}", refused=False)
-
-
-def handshake_problem(
-    host: str, port: int, tls: EtcdTls | None, timeout: float
-) -> EtcdFailure | None:
-    """What keeps a client of ``host:port`` out, seen from a TCP connection and (``tls``) a
-    TLS handshake under the same CA and client certificate; None: nothing found."""
-    try:
-        raw = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:
-        return EtcdFailure(exc.strerror or type(exc).__name__, refused=False)
-    with raw:
-        if tls is None:
-            return None
-        try:
-            context = _client_context(tls)
-        except (OSError, ssl.SSLError) as exc:
-            return EtcdFailure(f"cannot use the TLS files: {exc}", refused=True)
-        try:
-            with context.wrap_socket(raw, server_hostname=host) as conn:
-                return _server_refusal(conn)
-        except ssl.SSLCertVerificationError as exc:
-            return EtcdFailure(f"certificate verify failed: {exc.verify_message}", refused=True)
-        except ssl.SSLError as exc:
-            return EtcdFailure(f"TLS handshake failed: {exc.reason or exc}", refused=True)
-        except OSError as exc:
-            return EtcdFailure(f"TLS handshake failed: {exc}", refused=False)
-
-
-def _server_refusal(conn: ssl.SSLSocket) -> EtcdFailure | None:
-    """Under TLS 1.3 a server refuses the client's certificate after the handshake: its
-    alert arrives with the first read (a server that accepts sends its HTTP/2 settings)."""
-    conn.settimeout(1.0)
-    try:
-        conn.recv(1)
-    except ssl.SSLError as exc:
-        return EtcdFailure(
-            f"the server refused the client certificate: {exc.reason or exc}", refused=True
-        )
-    except OSError:
-        return None
-    return None
-
-
-def _client_context(tls: EtcdTls) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=tls.ca_cert_path or None)
-    if tls.cert_path:
-        context.load_cert_chain(tls.cert_path, tls.key_path or None)
-    context.set_alpn_protocols(["h2"])  # as gRPC asks
-    return context
 
 
 def _rpc_error(exc: BaseException) -> grpc.RpcError | None:
@@ -153,4 +97,4 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-__all__ = ["EtcdFailure", "endpoint_urls", "explain_etcd_failure", "handshake_problem"]
+__all__ = ["EtcdFailure", "endpoint_urls", "explain_etcd_failure"]
