@@ -27,6 +27,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.services import (
     LOOPBACK,
@@ -126,8 +127,24 @@ def _is_milvus_setting(name: str) -> bool:
     return any(upper.startswith(prefix) for prefix in _MILVUS_ENV_PREFIXES)
 
 
-def _lists_collections(uri: str, port: int) -> bool:
-    return _port_open(port) and local_milvus.lists_collections(uri)
+def _lists_collections(uri: str, port: int, client: Mapping[str, Any] | None = None) -> bool:
+    if not client:
+        return _port_open(port) and local_milvus.lists_collections(uri)
+    from pymilvus import MilvusClient
+
+    _port_open(port)
+    milvus = MilvusClient(uri=uri, timeout=3, dedicated=True, **client)
+    try:
+        milvus.list_collections(timeout=3)
+    finally:
+        milvus.close()
+    return True
+
+
+def _env_name(key: str) -> str:
+    """The environment variable Milvus reads for a yaml key (``tls.serverPemPath`` ->
+    ``TLS_SERVERPEMPATH``)."""
+    return key.replace(".", "_").upper()
 
 
 @contextlib.contextmanager
@@ -141,7 +158,11 @@ def _milvus_standalone(
     chan_prefix: str | None,
     startup_timeout: float,
     bin_cache: Path | None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[MilvusSource]:
+    """``settings``: more milvus.yaml keys (TLS, authorization); ``client``: the pymilvus
+    ``MilvusClient`` arguments its readiness is asked with then (TLS files, a token)."""
     from milvus import MilvusServerConfig
 
     base_dir = workdir.resolve()
@@ -166,6 +187,7 @@ def _milvus_standalone(
         "common.gracefulStopTimeout": str(GRACEFUL_STOP_TIMEOUT_S),
     }
     yaml_settings.update({f"{component}.ip": LOOPBACK for component in _COMPONENTS})
+    yaml_settings.update(settings or {})
     for key, value in yaml_settings.items():
         config.set(key, value)
     config.resolve()  # writes configs/milvus.yaml and configs/glog.conf
@@ -187,6 +209,7 @@ def _milvus_standalone(
         }
     )
     env.update({f"{component.upper()}_IP": LOOPBACK for component in _COMPONENTS})
+    env.update({_env_name(key): value for key, value in (settings or {}).items()})
     if mq_type == "kafka":
         assert kafka_bootstrap, "kafka_bootstrap is required with mq_type='kafka'"
         env["KAFKA_BROKERLIST"] = kafka_bootstrap
@@ -194,7 +217,8 @@ def _milvus_standalone(
         env["ROCKSMQ_PATH"] = str(rocksmq_path)
 
     proxy_port = ports["proxy_port"]
-    uri = f"http://{LOOPBACK}:{proxy_port}"
+    tls = (settings or {}).get("common.security.tlsMode", "0") != "0"
+    uri = f"{'https' if tls else 'http'}://{LOOPBACK}:{proxy_port}"
     log_path = base_dir / "milvus.log"
     argv = [str(bin_dir / "milvus"), "run", "standalone"]
     what = f"milvus 2.3.5 standalone on {uri} ({mq_type}, etcd root {root_path!r})"
@@ -213,7 +237,7 @@ def _milvus_standalone(
                 interval=0.2,
             )
             wait_until(
-                lambda: _lists_collections(uri, proxy_port),
+                lambda: _lists_collections(uri, proxy_port, client),
                 startup_timeout,
                 f"{what}: list_collections",
                 process=process,
@@ -280,6 +304,8 @@ def milvus_source_rocksmq(
     chan_prefix: str | None = None,
     startup_timeout: float = 120.0,
     bin_cache: Path | None = None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[MilvusSource]:
     """As milvus_source(), with the WAL in RocksMQ at `<workdir>/data/rocksmq` (its metadata
     RocksDB beside it, `..._meta_kv`); the result's rocksmq_path names it."""
@@ -292,5 +318,7 @@ def milvus_source_rocksmq(
         chan_prefix=chan_prefix,
         startup_timeout=startup_timeout,
         bin_cache=bin_cache,
+        settings=settings,
+        client=client,
     ) as source:
         yield source
