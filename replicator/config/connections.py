@@ -313,6 +313,10 @@ class SourceMilvusSettings(ConfigSection):
     username: str = ""
     password: SecretStr = SecretStr("")
     token: SecretStr = SecretStr("")
+    # ours: every proxy of the cluster (their uris), when clients reach several: a switchover's
+    # fence is in effect once each of them refuses a write (each proxy picks up the quota on
+    # its own); empty: ``uri`` alone
+    proxies: list[str] = Field(default_factory=list)
 
 
 class SourceSettings(ConfigSection):

@@ -401,6 +401,32 @@ def test_a_switchover_that_cannot_finish_rolls_back(
     b.close()
 
 
+def test_the_fence_counts_only_once_every_listed_proxy_refuses_writes(
+    daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    """Each proxy of a cluster picks up forceDeny on its own: with ``milvus.proxies`` listing an
+    endpoint that never refuses (here b's, standing for a proxy that missed the quota), the
+    fence is never taken as in effect, and the job rolls back leaving no fence."""
+    listed = {
+        **clusters["a"],
+        "milvus": {**clusters["a"]["milvus"], "proxies": [milvus_source_rocksmq.uri]},
+    }
+    daemon = daemon_factory("dr", clusters={**clusters, "a": listed}).start()
+    _, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drp", range(50))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30, "timeout_seconds": 20})
+    assert asked.code == 200, asked.message
+    job = switchover_ends(daemon, ab)
+    assert job["state"] == "failed" and job["rolled_back"] is True, job
+    assert "writes were still accepted" in job["reason"], job
+    assert job["fenced_at"] is None, job
+    wait_until(
+        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None, 30, "no fence"
+    )
+    assert task(daemon, ab)["state"] == "Running"
+    a.close()
+    b.close()
+
+
 def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
 ):
