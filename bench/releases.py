@@ -15,7 +15,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "e2e")]
 
 from harness.daemon import Daemon  # noqa: E402
-from harness.services import wait_until  # noqa: E402
-from harness.streaming_writer import StreamingWriter  # noqa: E402
+from harness.services import ServiceStartError, wait_until  # noqa: E402
+from harness.upgrade_stream import CHANNELS  # noqa: E402
 
 # release -> the last commit of its wave (CHANGELOG.md)
 RELEASES = {"0.1.0": "0443b98", "0.2.0": "5a2d20a", "0.3.0": "f7eaa3b"}
-CHANNELS = 2
-LIVE_ID, PAUSED_ID = 71001, 71002
-# test secrets of the dumps' tasks (test data: they guard nothing)
-PASSWORD = "dump-target-Pa55-sealed-at-rest"
-TOKEN = "dump-target-token-sealed-at-rest"
 
 
 def export_release(commit: str, into: Path) -> Path:
@@ -63,55 +57,6 @@ def supports(release: str, feature: str) -> bool:
     (leases and members, 0.2.0)."""
     del feature  # both arrived with 0.2.0
     return release != "0.1.0"
-
-
-@dataclass
-class Stream:
-    """The 2.6 source: ``CHANNELS`` pchannels under ``prefix`` and what the target must hold of
-    the live task's collection (primary key -> tag)."""
-
-    writer: StreamingWriter
-    prefix: str
-    expected: dict[int, str] = field(default_factory=dict)
-
-    def pchannel(self, i: int) -> str:
-        return f"{self.prefix}-rootcoord-dml_{i}"
-
-    def vchannels(self, collection_id: int) -> list[str]:
-        return [f"{self.pchannel(i)}_{collection_id}v{i}" for i in range(CHANNELS)]
-
-    def tick_all(self) -> None:
-        for i in range(CHANNELS):
-            self.writer.time_tick(self.pchannel(i))
-
-    def source_config(self, etcd: str, kafka: str) -> dict[str, Any]:
-        return {
-            "etcd": {"address": [etcd]},
-            "etcdRootPath": f"{self.prefix}-meta",
-            "channelPrefix": self.prefix,
-            "kafka": {"address": kafka},
-            "dmlChannelNum": CHANNELS,
-        }
-
-    def insert(self, first: int, last: int, tag: str = "row") -> None:
-        """Rows ``first`` .. ``last - 1`` of the live collection, spread over its vchannels."""
-        v = self.vchannels(LIVE_ID)
-        for i, start in enumerate(range(first, last, 20)):
-            pks = range(start, min(start + 20, last))
-            self.writer.insert(v[i % CHANNELS], LIVE_ID, pks, tag=tag)
-            self.expected.update({pk: f"{tag}-{pk}" for pk in pks})
-        self.tick_all()
-
-    def upsert(self, pks: range, tag: str) -> None:
-        self.writer.upsert(self.vchannels(LIVE_ID)[0], LIVE_ID, pks, tag=tag)
-        self.expected.update({pk: f"{tag}-{pk}" for pk in pks})
-        self.tick_all()
-
-    def delete(self, pks: range) -> None:
-        self.writer.delete(self.vchannels(LIVE_ID)[1], LIVE_ID, pks)
-        for pk in pks:
-            self.expected.pop(pk, None)
-        self.tick_all()
 
 
 def daemon_config(
@@ -185,11 +130,12 @@ def wait_rows(uri: str, collection: str, expected: dict[int, str], timeout: floa
 
         try:
             wait_until(same, timeout, f"{collection} holds the stream's rows")
-        except Exception:
+        except ServiceStartError:
             missing = sorted(set(expected) - set(got))[:10]
             wrong = [k for k in expected if k in got and got[k] != expected[k]][:10]
             extra = sorted(set(got) - set(expected))[:10]
-            raise AssertionError(f"{collection}: missing {missing} wrong {wrong} extra {extra}")
+            told = f"{collection}: missing {missing} wrong {wrong} extra {extra}"
+            raise AssertionError(told) from None
     finally:
         client.close()
 

@@ -32,14 +32,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from releases import (
-    LIVE_ID,
-    PASSWORD,
-    PAUSED_ID,
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
+from harness.services import etcd_server, milvus_lite_server  # noqa: E402
+from harness.streaming_writer import StreamingWriter  # noqa: E402
+from harness.upgrade_stream import LIVE_ID, PASSWORD, PAUSED_ID, TOKEN, Stream  # noqa: E402
+from releases import (  # noqa: E402
     RELEASES,
-    REPO,
-    TOKEN,
-    Stream,
     create_task,
     daemon_config,
     export_release,
@@ -48,10 +49,7 @@ from releases import (
     wait_rows,
 )
 
-from harness.kafka_mock import kafka_mock_cluster
-from harness.services import etcd_server, milvus_lite_server
-from harness.streaming_writer import StreamingWriter
-from metastore.etcd_connect import connect_etcd
+from metastore.etcd_connect import connect_etcd  # noqa: E402
 
 COMMAND = "python bench/store_dumps.py"
 

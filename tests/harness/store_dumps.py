@@ -40,7 +40,7 @@ class Dump:
 
     @property
     def tasks(self) -> dict[str, dict[str, Any]]:
-        """"live" and "paused" -> task_id, collection, collection_id, state, secret."""
+        """ "live" and "paused" -> task_id, collection, collection_id, state, secret."""
         return dict(self.manifest["tasks"])
 
     @property
