@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import sqlite3
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -95,3 +96,15 @@ class Dump:
         for key, value in dumped.items():
             raw = value["text"].encode() if "text" in value else base64.b64decode(value["base64"])
             client.put(f"{root}/{key}", raw)
+
+
+def retarget_sqlite(path: Path, uri: str) -> None:
+    """Point every Milvus task of the SQLite store at ``path`` to the target at ``uri`` (the
+    dump's target was a Milvus Lite of the run that made it; only the address changes)."""
+    with sqlite3.connect(path) as db:
+        for task_id, spec in db.execute("SELECT task_id, spec FROM cdc_tasks").fetchall():
+            document = json.loads(spec)
+            document["milvus_connect_param"]["uri"] = uri
+            db.execute(
+                "UPDATE cdc_tasks SET spec = ? WHERE task_id = ?", (json.dumps(document), task_id)
+            )
