@@ -75,16 +75,20 @@ def daemon_config(
 
 
 def release_daemon(
-    workdir: Path, config: dict[str, Any], tree: Path | None, python: str = sys.executable
+    workdir: Path, config: dict[str, Any], tree: Path | None, python: Path | None = None
 ) -> Daemon:
-    """A daemon of the release exported at ``tree`` (None: this checkout's release)."""
+    """A daemon of the release exported at ``tree`` (None: this checkout's release), run by
+    ``python``: a virtualenv's the release is installed into, or (None) this interpreter with
+    the export on PYTHONPATH."""
     workdir.mkdir(parents=True, exist_ok=True)
     if tree is None:
         return Daemon(workdir=workdir, config=config)
+    if python is not None:
+        return Daemon(workdir=workdir, config=config, command=[str(python), "-m", "server"])
     return Daemon(
         workdir=workdir,
         config=config,
-        command=[python, "-m", "server"],
+        command=[sys.executable, "-m", "server"],
         env={"PYTHONPATH": str(tree)},
     )
 
@@ -126,7 +130,10 @@ def wait_rows(uri: str, collection: str, expected: dict[int, str], timeout: floa
             nonlocal got
             found = client.query(collection, filter="id >= 0", output_fields=["tag"], limit=16384)
             got = {int(r["id"]): str(r["tag"]) for r in found}
-            return got == expected
+            if got != expected:
+                return False
+            counted = client.query(collection, filter="", output_fields=["count(*)"])
+            return int(counted[0]["count(*)"]) == len(expected)  # no key held twice
 
         try:
             wait_until(same, timeout, f"{collection} holds the stream's rows")

@@ -4,6 +4,7 @@ what the target must hold of the live one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ class Stream:
     writer: StreamingWriter
     prefix: str
     expected: dict[int, str] = field(default_factory=dict)
+    collection_id: int = LIVE_ID  # the collection ``expected`` is of
 
     def pchannel(self, i: int) -> str:
         return f"{self.prefix}-rootcoord-dml_{i}"
@@ -44,22 +46,31 @@ class Stream:
             "dmlChannelNum": CHANNELS,
         }
 
+    def by_shard(self, pks: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """``pks`` by the vchannel each lives on (key mod ``CHANNELS``): as in Milvus, every
+        write of one key goes to one shard, so its insert and its delete stay in order."""
+        v = self.vchannels(self.collection_id)
+        shards = [(v[i], [pk for pk in pks if pk % CHANNELS == i]) for i in range(CHANNELS)]
+        return [(vchannel, keys) for vchannel, keys in shards if keys]
+
     def insert(self, first: int, last: int, tag: str = "row") -> None:
-        """Rows ``first`` .. ``last - 1`` of the live collection, spread over its vchannels."""
-        v = self.vchannels(LIVE_ID)
-        for i, start in enumerate(range(first, last, 20)):
-            pks = range(start, min(start + 20, last))
-            self.writer.insert(v[i % CHANNELS], LIVE_ID, pks, tag=tag)
-            self.expected.update({pk: f"{tag}-{pk}" for pk in pks})
+        """Rows ``first`` .. ``last - 1`` of the collection, in batches of 20, each on its
+        shard."""
+        for start in range(first, last, 20):
+            for vchannel, pks in self.by_shard(range(start, min(start + 20, last))):
+                self.writer.insert(vchannel, self.collection_id, pks, tag=tag)
+                self.expected.update({pk: f"{tag}-{pk}" for pk in pks})
         self.tick_all()
 
     def upsert(self, pks: range, tag: str) -> None:
-        self.writer.upsert(self.vchannels(LIVE_ID)[0], LIVE_ID, pks, tag=tag)
-        self.expected.update({pk: f"{tag}-{pk}" for pk in pks})
+        for vchannel, keys in self.by_shard(pks):
+            self.writer.upsert(vchannel, self.collection_id, keys, tag=tag)
+            self.expected.update({pk: f"{tag}-{pk}" for pk in keys})
         self.tick_all()
 
     def delete(self, pks: range) -> None:
-        self.writer.delete(self.vchannels(LIVE_ID)[1], LIVE_ID, pks)
-        for pk in pks:
-            self.expected.pop(pk, None)
+        for vchannel, keys in self.by_shard(pks):
+            self.writer.delete(vchannel, self.collection_id, keys)
+            for pk in keys:
+                self.expected.pop(pk, None)
         self.tick_all()
