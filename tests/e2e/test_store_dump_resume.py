@@ -1,4 +1,4 @@
-"""A daemon of this release started on the SQLite store an earlier release really wrote
+"""A daemon of this release started on the store (SQLite, etcd) an earlier release really wrote
 (tests/data/stores) resumes its task from the positions that release saved, under a writer:
 nothing written before them replayed, nothing after them lost.
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 from harness.store_dumps import RELEASES, SQLITE_ROOT, Dump, retarget_sqlite
@@ -20,7 +22,9 @@ from harness.upgrade_stream import LIVE_ID, Stream
 from pymilvus import DataType, MilvusClient
 from test_streaming_source import wait_rows
 
-from metastore import StoreFormat, TaskState
+from metastore import MetaStore, StoreFormat, TaskState
+from metastore.etcd import EtcdMetaStore
+from metastore.etcd_connect import connect_etcd
 from metastore.format import STORE_FORMAT
 from metastore.sealed import SealedMetaStore
 from metastore.sql import SqlMetaStore
@@ -57,26 +61,54 @@ def rewrite_up_to(stream: Stream, saved: dict[str, int]) -> None:
             assert written.offset == n  # a fresh topic: offsets as the old run's
 
 
-@pytest.mark.parametrize("release", RELEASES)
-def test_a_daemon_resumes_an_earlier_releases_store_from_its_saved_positions(
-    release, daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client
-):
-    dump = Dump(release, "sqlite")
-    live, paused = dump.tasks["live"], dump.tasks["paused"]
-    prefix = dump.manifest["channel_prefix"]
-    stream = Stream(StreamingWriter(kafka_mock.bootstrap), prefix, dict(dump.target_rows))
-    daemon = daemon_factory(
-        f"on-{release}",
-        sourceConfig=stream.source_config(etcd_service.endpoint, kafka_mock.bootstrap),
-    )
-    meta = dump.copy_sqlite(daemon.workdir / "meta.db")
-    retarget_sqlite(meta, milvus_lite_service.uri)
+def place_dump(dump: Dump, daemon, target_uri: str, etcd_endpoint: str) -> Callable[[], MetaStore]:
+    """The dump where ``daemon`` opens its store (its tasks pointed at ``target_uri``), and the
+    key file beside it where the daemon reads its key; opens that store."""
+    if dump.kind == "sqlite":
+        meta = dump.copy_sqlite(daemon.workdir / "meta.db")
+        retarget_sqlite(meta, target_uri)
+
+        def opener() -> MetaStore:
+            return SqlMetaStore(sqlite_url(str(meta)), SQLITE_ROOT)
+    else:
+        root = daemon.config["metaStoreConfig"]["rootPath"]
+        client = connect_etcd([etcd_endpoint])
+        dump.load_etcd(client, root, target_uri)
+        client.close()
+
+        def opener() -> MetaStore:
+            return EtcdMetaStore(connect_etcd([etcd_endpoint]), root)
+
     key_file = Path(daemon.config["secrets"]["keyFile"])
     if dump.key_file is not None:  # 0.1.0 had no key: this release makes one and seals
         key_file.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dump.key_file, key_file)
         key_file.chmod(0o600)
-    store = SqlMetaStore(sqlite_url(str(meta)), SQLITE_ROOT)
+    return opener
+
+
+# every release's SQLite store, and the last one's etcd store (tests/integration/
+# test_store_dumps.py reads every dump's records on every backend; this keeps the suite short)
+CASES = [*((release, "sqlite") for release in RELEASES), (RELEASES[-1], "etcd")]
+
+
+@pytest.mark.parametrize(("release", "kind"), CASES)
+def test_a_daemon_resumes_an_earlier_releases_store_from_its_saved_positions(
+    release, kind, daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client
+):
+    dump = Dump(release, kind)
+    live, paused = dump.tasks["live"], dump.tasks["paused"]
+    prefix = dump.manifest["channel_prefix"]
+    stream = Stream(StreamingWriter(kafka_mock.bootstrap), prefix, dict(dump.target_rows))
+    stores = {"etcd": {"address": [etcd_service.endpoint]}, "rootPath": f"resume-{uuid4().hex}"}
+    daemon = daemon_factory(
+        f"on-{release}-{kind}",
+        sourceConfig=stream.source_config(etcd_service.endpoint, kafka_mock.bootstrap),
+        **({"metaStoreConfig": {"storeType": "etcd", **stores}} if kind == "etcd" else {}),
+    )
+    open_store = place_dump(dump, daemon, milvus_lite_service.uri, etcd_service.endpoint)
+    key_file = Path(daemon.config["secrets"]["keyFile"])
+    store = open_store()
     saved = {
         channel: decode_offset(store.get_positions(live["task_id"])[channel].msg_id)
         for channel in dump.channels
@@ -103,7 +135,7 @@ def test_a_daemon_resumes_an_earlier_releases_store_from_its_saved_positions(
     assert daemon.stop() == 0
     assert all(secret not in daemon.log_text() for secret in [*live["secret"].values()])
 
-    store = SealedMetaStore(SqlMetaStore(sqlite_url(str(meta)), SQLITE_ROOT), KeyFile(key_file))
+    store = SealedMetaStore(open_store(), KeyFile(key_file))
     try:
         assert store.store_format() == StoreFormat(STORE_FORMAT, RELEASE)
         for task in (live, paused):

@@ -90,11 +90,16 @@ class Dump:
             source.dispose()
             target.dispose()
 
-    def load_etcd(self, client: Any, root: str) -> None:
-        """Every key of the etcd dump put under ``root``."""
+    def load_etcd(self, client: Any, root: str, target_uri: str | None = None) -> None:
+        """Every key of the etcd dump put under ``root``; with ``target_uri``, the tasks
+        pointed at that target (see :func:`retarget_sqlite`)."""
         dumped: dict[str, dict[str, str]] = json.loads((self.folder / "etcd.json").read_text())
         for key, value in dumped.items():
             raw = value["text"].encode() if "text" in value else base64.b64decode(value["base64"])
+            if target_uri is not None and key.startswith("tasks/"):
+                record = json.loads(raw)
+                record["spec"]["milvus_connect_param"]["uri"] = target_uri
+                raw = json.dumps(record).encode()
             client.put(f"{root}/{key}", raw)
 
 
