@@ -1,12 +1,12 @@
 """Rolling upgrades: a breaking step of the store's format (a test-only step 2 -> 3 of a release
 "0.5.0", registered here) waits until every live fleet member reads format 3, on every backend;
-the daemon keeps the store in format 2 and raises it when the older members are gone. With a
-real daemon of this release in the fleet: the step waits while it runs, is taken once it
+the daemon keeps the store in format 2 and raises it when the older members are gone (its
+scheduler's job tries again). With a real daemon of this release in the fleet: the step waits while it runs, is taken once it
 stops, and this release then refuses the format-3 store by name."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 import pytest
 from harness.services import wait_until
@@ -15,8 +15,14 @@ from metastore import StoreFormat
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
 from metastore.format import MIGRATIONS, STORE_FORMAT, Migration
+from metastore.sql import SqlMetaStore
+from metastore.sql_engine import sqlite_url
 from replicator.config.release import RELEASE
+from replicator.config.settings import load_settings
+from server.runtime import jobs as jobs_module
 from server.runtime.store_format import StoreFormatKeeper
+from server.tasks.supervisor import TaskSupervisor
+from server.tasks.target_check import check_target_reachable
 
 pytestmark = pytest.mark.integration
 
@@ -96,14 +102,39 @@ async def test_a_live_daemon_of_this_release_holds_the_step_back_then_refuses_th
         # started again, this release meets a store it cannot read: refused by name, untouched
         member.launch()
         assert member.process is not None
-        deadline = time.monotonic() + 30
-        while member.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert member.process.returncode not in (None, 0)
+        await asyncio.to_thread(member.process.wait, 30)
+        assert member.process.returncode != 0
         assert (
             f"holds data in format {NEXT}, written by release 0.5.0; release {RELEASE} reads "
             f"formats 1 to {STORE_FORMAT} only" in member.log_text()
         )
         assert store.store_format() == StoreFormat(NEXT, "0.5.0")
     finally:
+        store.close()
+
+
+async def test_the_scheduler_raises_the_format_once_the_older_member_is_gone(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs_module, "RETRY_SECONDS", 0.2)
+    store = SqlMetaStore(sqlite_url(str(tmp_path / "meta.db")), "cdc")
+    store.heartbeat("old", {"release": RELEASE, "store_format": STORE_FORMAT}, TTL)
+    applied: list = []
+    keeper = next_release(store, "new", applied)
+    keeper.migrate()
+    assert keeper.pending
+    settings = load_settings(None, {})
+    supervisor = TaskSupervisor(store, settings, lambda *a: None, check_target_reachable)
+    jobs = jobs_module.DaemonJobs(settings.scheduler, supervisor, store, store_format=keeper)
+    jobs.start()
+    try:
+        assert jobs.scheduler.get_job("raise_store_format") is not None
+        await asyncio.sleep(1.0)  # it ran, and waits: the older member is live
+        assert keeper.pending and applied == []
+        store.leave("old")
+        for _ in range(50):
+            if not keeper.pending:
+                break
+            await asyncio.sleep(0.1)
+        assert store.store_format() == StoreFormat(NEXT, "0.5.0") and len(applied) == 1
+    finally:
+        jobs.stop()
         store.close()
