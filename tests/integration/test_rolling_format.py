@@ -1,8 +1,9 @@
 """Rolling upgrades: a breaking step of the store's format (a test-only step 2 -> 3 of a release
 "0.5.0", registered here) waits until every live fleet member reads format 3, on every backend;
 the daemon keeps the store in format 2 and raises it when the older members are gone (its
-scheduler's job tries again). With a real daemon of this release in the fleet: the step waits while it runs, is taken once it
-stops, and this release then refuses the format-3 store by name."""
+scheduler's job tries again). With a real daemon of this release in the fleet: the step waits
+while it runs, is taken once it stops, and this release then refuses the format-3 store by
+name."""
 
 from __future__ import annotations
 
