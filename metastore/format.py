@@ -130,12 +130,14 @@ def migrate_store(
     latest: int = STORE_FORMAT,
     migrations: Mapping[int, Migration] = MIGRATIONS,
     fleet: FleetFormats | None = None,
+    on_wait: Callable[[MetaStore, Migration, list[str]], None] | None = None,
 ) -> StoreFormat:
     """Bring the store's data to format ``latest``, one step at a time (see the module's rules);
     the format it is in once done: before ``latest`` when a breaking step waits for members of
     ``fleet`` that cannot read it (None: no other member is asked about). ``StoreFormatError``
     for a newer format (nothing changed) or a step that failed (the store stays in the format
-    before it)."""
+    before it). ``on_wait`` is told of a breaking step that waits and the members it waits for
+    (by default a warning is logged)."""
     for _ in range(latest + 1):  # one read per step, and one more to see it done
         found = store.store_format()
         version = _readable_version(store, found, release, latest)
@@ -147,7 +149,9 @@ def migrate_store(
                 f"the metastore (rootPath {store.root_path}) is in format {version}, and "
                 f"release {release} has no migration from it to format {version + 1}"
             )
-        if step.breaking and fleet is not None and _unready_readers(store, step, fleet()):
+        behind = unready_readers(step, fleet()) if step.breaking and fleet is not None else []
+        if behind:
+            (on_wait or log_wait)(store, step, behind)
             return found if found is not None else StoreFormat(UNRECORDED, "")
         log.info(
             "metastore (rootPath %s): migrating from format %d to %d: %s",
@@ -176,23 +180,24 @@ def migrate_store(
     )
 
 
-def _unready_readers(
-    store: MetaStore, step: Migration, members: Mapping[str, MemberFormat]
-) -> list[str]:
-    """The members that cannot read the format a breaking ``step`` makes, said in the log."""
-    behind = sorted(
+def unready_readers(step: Migration, members: Mapping[str, MemberFormat]) -> list[str]:
+    """The members that cannot read the format a breaking ``step`` makes, as the log names
+    them."""
+    return sorted(
         f"{member} (release {found.release or 'before 0.4.0'}, reads formats to {found.reads})"
         for member, found in members.items()
         if found.reads < step.to
     )
-    if behind:
-        log.warning(
-            "metastore (rootPath %s): format %d (%s) waits: fleet member(s) %s cannot read it; "
-            "this daemon keeps the store in format %d and tries again",
-            store.root_path,
-            step.to,
-            step.summary,
-            ", ".join(behind),
-            step.to - 1,
-        )
-    return behind
+
+
+def log_wait(store: MetaStore, step: Migration, behind: list[str]) -> None:
+    """Say that ``step`` waits for the members ``behind``."""
+    log.warning(
+        "metastore (rootPath %s): format %d (%s) waits: fleet member(s) %s cannot read it; "
+        "this daemon keeps the store in format %d and tries again",
+        store.root_path,
+        step.to,
+        step.summary,
+        ", ".join(behind),
+        step.to - 1,
+    )

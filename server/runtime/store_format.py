@@ -9,7 +9,14 @@ import logging
 from collections.abc import Mapping
 
 from metastore import MetaStore, MetaStoreError, StoreFormat
-from metastore.format import MIGRATIONS, STORE_FORMAT, Migration, fleet_formats, migrate_store
+from metastore.format import (
+    MIGRATIONS,
+    STORE_FORMAT,
+    Migration,
+    fleet_formats,
+    log_wait,
+    migrate_store,
+)
 from replicator.config.release import RELEASE
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,7 @@ class StoreFormatKeeper:
         self.latest = latest
         self.migrations = migrations
         self.current: StoreFormat | None = None
+        self._waited_for: list[str] = []  # the members a breaking step waited for, last said
 
     @property
     def pending(self) -> bool:
@@ -52,8 +60,15 @@ class StoreFormatKeeper:
             latest=self.latest,
             migrations=self.migrations,
             fleet=lambda: fleet_formats(self.store, self.member_id),
+            on_wait=self._say_wait,
         )
         return self.current
+
+    def _say_wait(self, store: MetaStore, step: Migration, behind: list[str]) -> None:
+        """The wait said once per set of members (the scheduler asks every few seconds)."""
+        if behind != self._waited_for:
+            self._waited_for = behind
+            log_wait(store, step, behind)
 
     async def retry(self) -> None:
         """The scheduler's job: the waiting steps tried again; a failure is logged and the store

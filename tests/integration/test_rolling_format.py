@@ -65,6 +65,9 @@ async def test_a_breaking_step_waits_until_every_live_member_reads_it(
     store.leave("older")
     await keeper.retry()  # the scheduler's job: "old" still reads format 2 only
     assert keeper.pending and applied == [] and store.store_format().version == STORE_FORMAT
+    await keeper.retry()  # the same members: not said again
+    said = [r.getMessage() for r in caplog.records if "waits" in r.getMessage()]
+    assert len(said) == 2 and "older (release" not in said[-1]
 
     store.leave("old")  # the last older member stopped; a member of the new release runs
     store.heartbeat("other-new", {"release": "0.5.0", "store_format": NEXT}, TTL)
