@@ -52,11 +52,13 @@ def install_release(tree: Path, venv: Path) -> Path:
     return python
 
 
+# the first release with each feature an upgrade run configures
+FIRST_WITH = {"secrets": (0, 2, 0), "fleet": (0, 2, 0)}  # sealed at rest; leases and members
+
+
 def supports(release: str, feature: str) -> bool:
-    """Whether ``release`` has ``feature``: "secrets" (sealed at rest, 0.2.0) or "fleet"
-    (leases and members, 0.2.0)."""
-    del feature  # both arrived with 0.2.0
-    return release != "0.1.0"
+    """Whether ``release`` has ``feature`` (a key of ``FIRST_WITH``)."""
+    return tuple(int(part) for part in release.split(".")) >= FIRST_WITH[feature]
 
 
 def daemon_config(

@@ -416,7 +416,7 @@ def render(outcomes: list[Outcome], args: argparse.Namespace, seconds: float) ->
         "",
         "Rolling (both releases in one fleet) runs on MariaDB and etcd, the stores a fleet shares;"
         " 0.1.0 had no fleet. Gap: seconds from the earlier release's SIGTERM until this release"
-        " ran (0.1: started after the stop; rolling: already running).",
+        " ran (without rolling: started after the stop; rolling: already running).",
     ]
     notes = [f"- {o.release} {o.store}: {n}" for o in outcomes for n in o.notes]
     if notes:
