@@ -12,9 +12,14 @@ from urllib.parse import urlsplit
 import etcd3
 import grpc
 
+from metastore.etcd_login import EtcdLogin
+
 
 @dataclass(frozen=True)
 class EtcdTls:
+    """TLS to etcd: the CA its certificate chains to (empty: the system's) and, for mutual
+    TLS, the client's certificate and key, as PEM files."""
+
     ca_cert_path: str = ""
     cert_path: str = ""
     key_path: str = ""
@@ -56,6 +61,8 @@ def connect_etcd(
     for address in addresses:
         host, port, secure = parse_etcd_address(address)
         secure = secure or tls is not None
+        if secure and creds is None:  # an https:// address without TLS files: the system's CAs
+            creds = grpc.ssl_channel_credentials()
         # time_retry: the client shuns an endpoint that failed once for this long (its default,
         # 300 s, would keep the daemon away from an etcd that came back after a blip).
         endpoints.append(
@@ -63,15 +70,16 @@ def connect_etcd(
                 host, port, secure=secure, creds=creds if secure else None, time_retry=1.0
             )
         )
+    if username or password:
+        # logged in here rather than by the client, which would log in once for its life
+        # (metastore/etcd_login.py); a wrong password raises etcd's grpc.RpcError here
+        login = EtcdLogin(username, password, timeout)
+        login.log_in_first([endpoint.channel for endpoint in endpoints])
+        for endpoint in endpoints:
+            endpoint.channel = login.intercept(endpoint.channel)
     # failover=True even for one endpoint: with it, "every endpoint failed" is raised as the
     # client's NoServerAvailableError rather than a bare ValueError.
-    return etcd3.MultiEndpointEtcd3Client(
-        endpoints=endpoints,
-        timeout=timeout,
-        user=username or None,
-        password=password or None,
-        failover=True,
-    )
+    return etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=timeout, failover=True)
 
 
 def _read(path: str) -> bytes | None:

@@ -25,6 +25,17 @@ Rules every migration keeps:
   idempotent); only one raises the version, the other sees the new version and goes on.
 - **A newer format is refused, touching nothing**: the error names both formats and the
   release that wrote the store.
+- **A breaking step waits for the fleet.** A step marked ``breaking`` changes what records
+  mean: a release that reads only the formats before it cannot read the store after it. It is
+  applied only when every other live member of the fleet (the store's members, by their
+  heartbeats' ``store_format``: the newest format each reads; a member of a release before 0.4
+  names none and reads format 1) reads its format. Until then the store stays in the format
+  before it, the release keeps writing that format (``migrate_store`` returns it: code that
+  writes a breaking format's records asks for it), and the daemon tries again on a timer
+  (server/runtime/store_format.py). An older release that starts after the step refuses the
+  store by name (above). A member that starts in the instant between the check and the raise,
+  before its first heartbeat, is not seen: an older member of the fleet is stopped before the
+  last one is started in the new release.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from metastore.base import MetaStore, StoreFormat
+from metastore.base import Member, MetaStore, StoreFormat
 from metastore.errors import StoreFormatError
 
 log = logging.getLogger(__name__)
@@ -49,6 +60,36 @@ class Migration:
     to: int
     summary: str
     apply: Callable[[MetaStore], None]
+    # releases reading only formats before ``to`` cannot read the store after this step: it
+    # waits until every live fleet member reads ``to`` (the module's rules)
+    breaking: bool = False
+
+
+@dataclass(frozen=True)
+class MemberFormat:
+    """What one live fleet member runs: its release ("" before 0.4.0, whose heartbeats name
+    none) and the newest store format it reads."""
+
+    release: str
+    reads: int
+
+
+# the other live members of the fleet, by id; read before each breaking step
+FleetFormats = Callable[[], Mapping[str, MemberFormat]]
+
+
+def member_format(member: Member) -> MemberFormat:
+    """The release and newest readable format a member's heartbeat names."""
+    reads = member.info.get("store_format")
+    return MemberFormat(
+        str(member.info.get("release") or ""), reads if isinstance(reads, int) else UNRECORDED
+    )
+
+
+def fleet_formats(store: MetaStore, own_member_id: str) -> dict[str, MemberFormat]:
+    """Each live member of the store's fleet but ``own_member_id`` (whose heartbeat of an
+    earlier run may still be live), with what it reads."""
+    return {m.member_id: member_format(m) for m in store.members() if m.member_id != own_member_id}
 
 
 def _record_the_format(store: MetaStore) -> None:
@@ -88,10 +129,15 @@ def migrate_store(
     *,
     latest: int = STORE_FORMAT,
     migrations: Mapping[int, Migration] = MIGRATIONS,
+    fleet: FleetFormats | None = None,
+    on_wait: Callable[[MetaStore, Migration, list[str]], None] | None = None,
 ) -> StoreFormat:
     """Bring the store's data to format ``latest``, one step at a time (see the module's rules);
-    the format it is in once done. ``StoreFormatError`` for a newer format (nothing changed) or
-    a step that failed (the store stays in the format before it)."""
+    the format it is in once done: before ``latest`` when a breaking step waits for members of
+    ``fleet`` that cannot read it (None: no other member is asked about). ``StoreFormatError``
+    for a newer format (nothing changed) or a step that failed (the store stays in the format
+    before it). ``on_wait`` is told of a breaking step that waits and the members it waits for
+    (by default a warning is logged)."""
     for _ in range(latest + 1):  # one read per step, and one more to see it done
         found = store.store_format()
         version = _readable_version(store, found, release, latest)
@@ -103,6 +149,10 @@ def migrate_store(
                 f"the metastore (rootPath {store.root_path}) is in format {version}, and "
                 f"release {release} has no migration from it to format {version + 1}"
             )
+        behind = unready_readers(step, fleet()) if step.breaking and fleet is not None else []
+        if behind:
+            (on_wait or log_wait)(store, step, behind)
+            return found if found is not None else StoreFormat(UNRECORDED, "")
         log.info(
             "metastore (rootPath %s): migrating from format %d to %d: %s",
             store.root_path,
@@ -127,4 +177,27 @@ def migrate_store(
     raise StoreFormatError(
         f"the metastore (rootPath {store.root_path}) did not settle in format {latest}: "
         "other daemons keep changing its format record"
+    )
+
+
+def unready_readers(step: Migration, members: Mapping[str, MemberFormat]) -> list[str]:
+    """The members that cannot read the format a breaking ``step`` makes, as the log names
+    them."""
+    return sorted(
+        f"{member} (release {found.release or 'before 0.4.0'}, reads formats to {found.reads})"
+        for member, found in members.items()
+        if found.reads < step.to
+    )
+
+
+def log_wait(store: MetaStore, step: Migration, behind: list[str]) -> None:
+    """Say that ``step`` waits for the members ``behind``."""
+    log.warning(
+        "metastore (rootPath %s): format %d (%s) waits: fleet member(s) %s cannot read it; "
+        "this daemon keeps the store in format %d and tries again",
+        store.root_path,
+        step.to,
+        step.summary,
+        ", ".join(behind),
+        step.to - 1,
     )

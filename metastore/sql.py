@@ -57,7 +57,7 @@ from metastore.errors import (
     TaskExistsError,
     TaskNotFoundError,
 )
-from metastore.sql_engine import brief_error, make_engine
+from metastore.sql_engine import brief_error, make_engine, mysql_where
 from metastore.sql_schema import (
     create_schema,
     leases_table,
@@ -105,7 +105,7 @@ class SqlMetaStore:
         except SQLAlchemyError as exc:
             self.close()
             raise MetaStoreUnavailableError(
-                f"cannot open the SQL metastore: {brief_error(exc)}"
+                f"cannot open the SQL metastore {mysql_where(url)}: {brief_error(exc)}"
             ) from exc
 
     # --- plumbing ----------------------------------------------------------------------------

@@ -14,10 +14,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from metastore.format import migrate_store
 from metastore.sealed import SealedMetaStore
 from replicator import RunnerFactory
-from replicator.config.release import RELEASE
 from replicator.config.secret_keys import open_task_store, seal_stored_secrets
 from replicator.config.settings import CdcSettings, unused_settings
 from replicator.config.stores import describe_metastore
@@ -28,6 +26,7 @@ from server.app_state import (
     METRICS,
     SETTINGS,
     STORE,
+    STORE_FORMAT,
     SUPERVISOR,
     Lifecycle,
 )
@@ -43,8 +42,10 @@ from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
 from server.runtime.jobs import install_jobs
 from server.runtime.metrics import DaemonMetrics
+from server.runtime.store_format import StoreFormatKeeper
 from server.tasks.creation import TargetChecker
 from server.tasks.engine import make_runner_factory
+from server.tasks.fleet import Membership
 from server.tasks.supervisor import TaskSupervisor
 from server.tasks.target_check import check_target_reachable
 
@@ -71,12 +72,17 @@ def create_app(
         for unused in unused_settings(settings):
             log.warning("set but not used by this daemon: %s", unused)
         store = await asyncio.to_thread(open_task_store, settings, create_key=True)
-        try:  # an earlier release's data brought to this release's format, once
-            await asyncio.to_thread(migrate_store, store, RELEASE)
+        # an earlier release's data brought to this release's format, once (a breaking step
+        # only when every live fleet member reads it; the scheduler tries it again until then)
+        member_id = Membership(settings.fleet, settings.host_port[1]).member_id
+        keeper = StoreFormatKeeper(store, member_id)
+        try:
+            await asyncio.to_thread(keeper.migrate)
         except BaseException:
             await asyncio.to_thread(store.close)
             raise
         app[STORE] = store
+        app[STORE_FORMAT] = keeper
         await asyncio.to_thread(seal_stored_secrets, store)
         yield
         await asyncio.to_thread(store.close)
@@ -95,7 +101,7 @@ def create_app(
         app[SUPERVISOR] = supervisor
         disaster = DisasterRecovery(supervisor, settings)
         supervisor.add_progress_source(disaster)
-        supervisor.add_resume_check(disaster.check_resume)
+        supervisor.add_resume_check(disaster.pairs.check_resume)
         app[DISASTER] = disaster
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,

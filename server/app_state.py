@@ -15,6 +15,7 @@ from replicator.config.settings import CdcSettings
 from server.dr.manager import DisasterRecovery
 from server.http.auth import Authenticator
 from server.runtime.metrics import DaemonMetrics
+from server.runtime.store_format import StoreFormatKeeper
 from server.tasks.supervisor import TaskSupervisor
 
 
@@ -25,6 +26,7 @@ class Lifecycle:
 
 SETTINGS = web.AppKey("settings", CdcSettings)
 STORE = web.AppKey("store", MetaStore)
+STORE_FORMAT = web.AppKey("store_format", StoreFormatKeeper)
 SUPERVISOR = web.AppKey("supervisor", TaskSupervisor)
 DISASTER = web.AppKey("disaster", DisasterRecovery)
 METRICS = web.AppKey("metrics", DaemonMetrics)

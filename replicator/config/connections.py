@@ -12,6 +12,46 @@ from metastore.etcd_connect import parse_etcd_address
 from metastore.sql_engine import mysql_url_from_source
 from replicator.config.section import ConfigSection
 
+# milvus.yaml's spelling of an etcd block (``etcd.endpoints``, ``etcd.ssl.*``,
+# ``etcd.auth.*``) -> the Go tool's, which these settings keep
+_MILVUS_ETCD_SSL = {
+    "enabled": "enableTLS",
+    "tlsCert": "tlsCertPath",
+    "tlsKey": "tlsKeyPath",
+    "tlsCACert": "tlsCACertPath",
+    "tlsMinVersion": "tlsMinVersion",
+}
+_MILVUS_ETCD_AUTH = {"enabled": "enableAuth", "userName": "username", "password": "password"}
+
+
+def _milvus_etcd_spelling(value: Any) -> Any:
+    """Read ``endpoints``, ``ssl:`` and ``auth:`` as milvus.yaml writes them; a block that
+    spells one thing both ways is refused by name."""
+    if not isinstance(value, dict):
+        return value
+    given = dict(value)
+    endpoints = given.pop("endpoints", None)
+    if endpoints is not None:
+        if "address" in given:
+            raise ValueError("etcd: give address or endpoints (milvus.yaml's), not both")
+        listed = endpoints.split(",") if isinstance(endpoints, str) else endpoints
+        given["address"] = [str(e).strip() for e in listed if str(e).strip()]
+    for block, keys in (("ssl", _MILVUS_ETCD_SSL), ("auth", _MILVUS_ETCD_AUTH)):
+        section = given.pop(block, None)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ValueError(f"etcd.{block}: expected a mapping")
+        for key, item in section.items():
+            if key not in keys:
+                raise ValueError(f"etcd.{block}.{key}: unknown key")
+            if item is None:  # left empty in milvus.yaml: the default
+                continue
+            if keys[key] in given:
+                raise ValueError(f"etcd: give {block}.{key} or {keys[key]}, not both")
+            given[keys[key]] = item
+    return given
+
 
 class EtcdSettings(ConfigSection):
     address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
@@ -23,6 +63,24 @@ class EtcdSettings(ConfigSection):
     tlsKeyPath: str = ""
     tlsCACertPath: str = ""
     tlsMinVersion: str = "1.3"
+
+    _milvus_spelling = model_validator(mode="before")(_milvus_etcd_spelling)
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> EtcdSettings:
+        if not self.enableTLS:
+            return self
+        files = {
+            "tlsCACertPath": self.tlsCACertPath,
+            "tlsCertPath": self.tlsCertPath,
+            "tlsKeyPath": self.tlsKeyPath,
+        }
+        for key, path in files.items():
+            if path and not os.path.isfile(path):
+                raise ValueError(f"etcd.{key}: no such file: {path}")
+        if bool(self.tlsCertPath) != bool(self.tlsKeyPath):
+            raise ValueError("etcd.tlsCertPath and etcd.tlsKeyPath go together (mutual TLS)")
+        return self
 
     @field_validator("address")
     @classmethod
@@ -72,6 +130,47 @@ class PulsarSettings(ConfigSection):
     namespace: str = "default"
     authPlugin: str = ""
     authParams: SecretStr = SecretStr("")
+    # ours, named as the Java client's settings: TLS to a ``pulsar+ssl://`` address
+    tlsTrustCertsFilePath: str = ""  # the brokers' CA (empty: the system's)
+    tlsEnableHostnameVerification: bool = True  # pulsar-client's default is false
+    tlsAllowInsecureConnection: bool = False  # true: any broker certificate is accepted
+    tlsCertificateFilePath: str = ""  # mutual TLS without the tls authPlugin
+    tlsKeyFilePath: str = ""
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> PulsarSettings:
+        files = {
+            "tlsTrustCertsFilePath": self.tlsTrustCertsFilePath,
+            "tlsCertificateFilePath": self.tlsCertificateFilePath,
+            "tlsKeyFilePath": self.tlsKeyFilePath,
+        }
+        tls = self.address.strip().startswith("pulsar+ssl://")
+        for key, path in files.items():
+            if path and not tls:
+                raise ValueError(f"pulsar.{key} is set but pulsar.address is not pulsar+ssl://")
+            if path and not os.path.isfile(path):
+                raise ValueError(f"pulsar.{key}: no such file: {path}")
+        if bool(self.tlsCertificateFilePath) != bool(self.tlsKeyFilePath):
+            raise ValueError("pulsar.tlsCertificateFilePath and pulsar.tlsKeyFilePath go together")
+        return self
+
+    def source_kwargs(self) -> dict[str, Any]:
+        """``PulsarSource``'s keyword arguments (secrets in clear: for the client only)."""
+        return {
+            "address": self.address,
+            "tenant": self.tenant,
+            "namespace": self.namespace,
+            "auth_plugin": self.authPlugin,
+            "auth_params": self.authParams.get_secret_value(),
+            "max_message_size": self.maxMessageSize,
+            "tls": {
+                "trust_certs_file": self.tlsTrustCertsFilePath,
+                "validate_hostname": self.tlsEnableHostnameVerification,
+                "allow_insecure": self.tlsAllowInsecureConnection,
+                "cert_file": self.tlsCertificateFilePath,
+                "key_file": self.tlsKeyFilePath,
+            },
+        }
 
 
 def _unset_when_empty(value: Any) -> Any:
@@ -214,6 +313,10 @@ class SourceMilvusSettings(ConfigSection):
     username: str = ""
     password: SecretStr = SecretStr("")
     token: SecretStr = SecretStr("")
+    # ours: every proxy of the cluster (their uris), when clients reach several: a switchover's
+    # fence is in effect once each of them refuses a write (each proxy picks up the quota on
+    # its own); empty: ``uri`` alone
+    proxies: list[str] = Field(default_factory=list)
 
 
 class SourceSettings(ConfigSection):

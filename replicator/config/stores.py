@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from metastore import MetaStore
+import grpc
+from etcd3.exceptions import Etcd3Exception
+
+from metastore import MetaStore, MetaStoreUnavailableError
 from metastore.etcd_connect import EtcdTls, connect_etcd
+from metastore.etcd_diagnosis import EtcdFailure, endpoint_urls, explain_etcd_failure
 from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
 
@@ -24,23 +28,38 @@ def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaS
     return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
 
 
+def etcd_tls_of(config: EtcdSettings) -> EtcdTls | None:
+    """The TLS files of ``enableTLS`` (None: plain, unless an address says ``https://``)."""
+    if not config.enableTLS:
+        return None
+    return EtcdTls(config.tlsCACertPath, config.tlsCertPath, config.tlsKeyPath)
+
+
 def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-    tls = None
-    if config.enableTLS:
-        tls = EtcdTls(config.tlsCACertPath, config.tlsCertPath, config.tlsKeyPath)
+    """A client of this etcd; with ``enableAuth`` it authenticates at once, so a wrong
+    password raises here (a ``grpc.RpcError``: see ``explain_etcd``)."""
     return connect_etcd(
         config.address,
         username=config.username if config.enableAuth else "",
         password=config.password.get_secret_value() if config.enableAuth else "",
-        tls=tls,
+        tls=etcd_tls_of(config),
         timeout=timeout,
     )
+
+
+def explain_etcd(config: EtcdSettings, exc: BaseException) -> EtcdFailure:
+    """Why this etcd failed a call, naming its endpoints (never the password)."""
+    return explain_etcd_failure(config.address, etcd_tls_of(config), exc)
 
 
 def _open_etcd(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
     from metastore.etcd import EtcdMetaStore
 
-    return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
+    try:
+        return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
+    except (MetaStoreUnavailableError, Etcd3Exception, grpc.RpcError) as exc:
+        reason = explain_etcd(config.etcd, exc)
+        raise MetaStoreUnavailableError(f"etcd metastore unavailable: {reason}") from exc
 
 
 OPENERS: dict[str, Callable[[MetaStoreSettings, float | None], MetaStore]] = {
@@ -61,5 +80,9 @@ def describe_metastore(config: MetaStoreSettings) -> str:
     if config.storeType == "sqlite":
         return f"sqlite at {config.sqlitePath} (rootPath {config.rootPath})"
     if config.storeType == "etcd":
-        return f"etcd at {', '.join(config.etcd.address)} (rootPath {config.rootPath})"
-    return f"mysql (rootPath {config.rootPath})"
+        urls = endpoint_urls(config.etcd.address, etcd_tls_of(config.etcd))
+        return f"etcd at {', '.join(urls)} (rootPath {config.rootPath})"
+    from metastore.sql_engine import mysql_url_from_source, mysql_where
+
+    url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
+    return f"{mysql_where(url)} (rootPath {config.rootPath})"

@@ -28,6 +28,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pulsar
@@ -35,7 +36,12 @@ import pulsar
 from metastore import Position
 from replicator.events import RawRecord
 from replicator.sources.base import READ_BYTES, SourceUnavailableError
-from replicator.sources.pulsar_auth import auth_config, build_authentication
+from replicator.sources.pulsar_auth import (
+    PulsarTls,
+    auth_config,
+    build_authentication,
+    tls_client_args,
+)
 from replicator.sources.pulsar_ids import (
     EARLIEST,
     LATEST,
@@ -276,6 +282,7 @@ class PulsarSource:
         auth_params: str = "",
         max_message_size: int = 5242880,
         *,
+        tls: Mapping[str, Any] | None = None,
         operation_timeout_seconds: int = 30,
         connection_timeout_ms: int = 10_000,
         disconnect_grace_seconds: float = 30.0,
@@ -286,6 +293,7 @@ class PulsarSource:
         self.tenant = tenant
         self.namespace = namespace
         self._auth = auth_config(auth_plugin, auth_params)
+        self.tls = PulsarTls(**(tls or {}))  # PulsarTls's fields, as PulsarSettings names them
         self.max_message_size = max_message_size
         self.receiver_queue_size = receiver_queue_size(max_message_size)
         self.operation_timeout_seconds = operation_timeout_seconds
@@ -318,7 +326,7 @@ class PulsarSource:
         return msg_id_before(MessageIdParts.from_offset(offset).serialize())
 
     # -- client --------------------------------------------------------------------------------
-    def _new_client(self, timeout: float | None = None) -> Any:
+    def new_client(self, timeout: float | None = None) -> Any:
         """A client; ``timeout``: one whose every call (connection, lookup, reader) gives up
         within about that many seconds."""
         operation, connection = self.operation_timeout_seconds, self.connection_timeout_ms
@@ -329,6 +337,7 @@ class PulsarSource:
             return pulsar.Client(
                 self.address,
                 authentication=build_authentication(self._auth),
+                **tls_client_args(self.address, self.tls),
                 operation_timeout_seconds=operation,
                 connection_timeout_ms=connection,
                 logger=logging.getLogger("pulsar"),
@@ -341,7 +350,7 @@ class PulsarSource:
     def _acquire_client(self) -> Any:
         with self._lock:
             if self._client is None:
-                self._client = self._new_client()
+                self._client = self.new_client()
             self._users += 1
             return self._client
 
@@ -380,7 +389,7 @@ class PulsarSource:
         if timeout is not None:
             wait = min(wait, timeout)
         timeout_ms = max(1, int(wait * 1000))
-        client = self._new_client(timeout) if own else self._acquire_client()
+        client = self.new_client(timeout) if own else self._acquire_client()
         try:
             first = self._peek(client, topic, pulsar.MessageId.earliest, False, timeout_ms)
             if first is None:

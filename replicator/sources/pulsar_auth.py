@@ -1,4 +1,5 @@
-"""Pulsar authentication from Milvus's ``authPlugin``/``authParams``, for pulsar-client."""
+"""Pulsar authentication from Milvus's ``authPlugin``/``authParams``, and TLS to the brokers,
+as pulsar-client's ``Client`` arguments."""
 
 from __future__ import annotations
 
@@ -139,6 +140,35 @@ def build_authentication(config: AuthConfig | None) -> Any:
     raise ValueError(f"unknown Pulsar authentication method {config.method!r}")
 
 
+@dataclass(frozen=True)
+class PulsarTls:
+    """TLS to the brokers of a ``pulsar+ssl://`` service URL (PEM files)."""
+
+    trust_certs_file: str = ""  # the brokers' CA; empty: the system's
+    validate_hostname: bool = True
+    allow_insecure: bool = False  # any broker certificate is accepted
+    cert_file: str = ""  # mutual TLS (the ``tls`` authPlugin is the other way to give one)
+    key_file: str = ""
+
+
+def tls_client_args(service_url: str, tls: PulsarTls) -> dict[str, Any]:
+    """pulsar-client ``Client`` arguments of ``tls`` for ``service_url``: none for a plain
+    ``pulsar://`` URL (a WAL switch may name one), the TLS ones for ``pulsar+ssl://``."""
+    if not service_url.strip().startswith("pulsar+ssl://"):
+        return {}
+    args: dict[str, Any] = {
+        "use_tls": True,
+        "tls_validate_hostname": tls.validate_hostname,
+        "tls_allow_insecure_connection": tls.allow_insecure,
+    }
+    if tls.trust_certs_file:
+        args["tls_trust_certs_file_path"] = tls.trust_certs_file
+    if tls.cert_file:
+        args["tls_certificate_file_path"] = tls.cert_file
+        args["tls_private_key_file_path"] = tls.key_file
+    return args
+
+
 def _token_file_reader(path: str) -> Callable[[], str]:
     def read() -> str:  # read at every (re)connection: the token can be rotated on disk
         return Path(path).read_text(encoding="utf-8").strip()
@@ -146,4 +176,11 @@ def _token_file_reader(path: str) -> Callable[[], str]:
     return read
 
 
-__all__ = ["AuthConfig", "auth_config", "build_authentication", "parse_auth_params"]
+__all__ = [
+    "AuthConfig",
+    "PulsarTls",
+    "auth_config",
+    "build_authentication",
+    "parse_auth_params",
+    "tls_client_args",
+]

@@ -24,13 +24,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import grpc
 from confluent_kafka.admin import AdminClient
+from etcd3.exceptions import Etcd3Exception
 
 from metastore.sealed import secrets_problem
 from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings
-from replicator.config.stores import describe_metastore, etcd_client_for, open_metastore
+from replicator.config.stores import (
+    describe_metastore,
+    etcd_client_for,
+    explain_etcd,
+    open_metastore,
+)
 from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
 from replicator.sources.kafka import BrokerRefusals
@@ -95,12 +102,16 @@ def check_metastore(settings: CdcSettings) -> tuple[str, str]:
 
 def check_source_etcd(settings: CdcSettings, timeout: float) -> tuple[str, str]:
     source = settings.sourceConfig
-    client = etcd_client_for(source.etcd, timeout=timeout)
     try:
-        version = str(client.status().version)
-        collections = SourceCatalog(client, source.root_path, source.meta_sub_path).collections()
-    finally:
-        client.close()
+        client = etcd_client_for(source.etcd, timeout=timeout)
+        try:
+            version = str(client.status().version)
+            catalog = SourceCatalog(client, source.root_path, source.meta_sub_path)
+            collections = catalog.collections()
+        finally:
+            client.close()
+    except (Etcd3Exception, grpc.RpcError) as exc:
+        raise CheckFailedError(str(explain_etcd(source.etcd, exc))) from None
     live = sum(1 for c in collections.values() if not c.dropped)
     return (
         f"etcd {version}",
@@ -137,20 +148,13 @@ def check_source_queue(settings: CdcSettings, timeout: float) -> tuple[str, str]
         if not (path / "CURRENT").is_file():
             raise CheckFailedError(f"rocksmq {path}: no RocksDB directory there (no CURRENT file)")
         return "", f"rocksmq {path}: RocksDB directory present"
-    import pulsar
+    from replicator.sources.pulsar import PulsarSource
 
     pulsar_settings = source.pulsar
-    auth = None
-    if pulsar_settings.authPlugin:
-        auth = pulsar.Authentication(
-            pulsar_settings.authPlugin, pulsar_settings.authParams.get_secret_value()
-        )
-    client = pulsar.Client(
-        pulsar_settings.address,
-        authentication=auth,
-        operation_timeout_seconds=max(1, int(timeout)),
-        connection_timeout_ms=int(timeout * 1000),
-    )
+    try:  # the readers' own client: the same authentication and TLS
+        client = PulsarSource(**pulsar_settings.source_kwargs()).new_client(timeout)
+    except Exception as exc:  # noqa: BLE001 - a setting pulsar-client refuses
+        raise CheckFailedError(f"pulsar {pulsar_settings.address}: {exc}") from None
     try:
         topic = f"persistent://{pulsar_settings.tenant}/{pulsar_settings.namespace}/{channels[0]}"
         client.get_topic_partitions(topic)

@@ -158,12 +158,18 @@ class EtcdQuotaFence:
             client.close()
 
     def _refuses_delete(self) -> bool:
-        """Try a delete that matches no row in a collection of the cluster; True when the
-        cluster refuses it as a write."""
+        """Try a delete that matches no row in a collection of the cluster, through its Milvus
+        endpoint and every proxy the operator lists (``milvus.proxies``: each proxy picks up
+        the quota on its own); True when every one of them refuses it as a write."""
+        args = client_args(self.source)
+        endpoints = [args["uri"], *self.source.milvus.proxies]
+        return all(self._refused_at({**args, "uri": uri}) for uri in endpoints)
+
+    def _refused_at(self, args: dict[str, Any]) -> bool:
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
-        client = MilvusClient(**client_args(self.source), timeout=10)
+        client = MilvusClient(**args, timeout=10)
         try:
             target = _a_collection(client)
             if target is None:
@@ -179,7 +185,9 @@ class EtcdQuotaFence:
             except MilvusException as exc:
                 if is_write_refusal(exc):
                     return True
-                raise FenceError(f"cluster {self.cluster}: the probe write failed: {exc}") from exc
+                raise FenceError(
+                    f"cluster {self.cluster}: the probe write to {args['uri']} failed: {exc}"
+                ) from exc
             return False
         finally:
             client.close()

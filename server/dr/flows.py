@@ -31,7 +31,9 @@ POLL = 0.25  # seconds between looks at a verify job
 # effect), "draining", "verifying" (the verify job started), "reversing" (the task paused, the
 # reverse start not fixed), "moving" (the point of no return passed: writers may move, the
 # reverse task not created yet), "reversed" (the reverse task created, the fence still on).
+# A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
+_FAILED: set[str] = set()  # the points whose failure fired
 
 
 class InjectedFaultError(Exception):
@@ -48,7 +50,8 @@ async def injected_fault(point: str) -> None:
     if kind == "hold":
         log.warning("switchover held at %s for %s s (%s)", point, seconds, FAULT_ENV)
         await asyncio.sleep(float(seconds or 60))
-    elif kind == "fail":
+    elif kind == "fail" and point not in _FAILED:
+        _FAILED.add(point)
         raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")
 
 

@@ -34,18 +34,16 @@ from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from replicator.pipeline.status import consistent_view
 from replicator.task_runner import TaskRunner
-from server.dr.claims import ClaimLostError, FlowClaim
+from server.dr.claims import ClaimLostError
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.failover import export_unreplicated
-from server.dr.fence_owners import PairFences
-from server.dr.pair import FAILED_OVER, FAILING_BACK, ClusterPair, PairStore
-from server.dr.pair_rules import claimed, pruned, resume_allowed
+from server.dr.pair import FAILED_OVER, FAILING_BACK, ClusterPair
+from server.dr.pair_keeper import PairKeeper
 from server.dr.record import (
     DR_PREFIX,
     FAILBACK_KEY,
     FAILOVER_KEY,
-    LINK_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
     iso,
@@ -138,7 +136,7 @@ class DisasterRecovery:
     def __init__(self, supervisor: TaskOperations, settings: CdcSettings) -> None:
         self.sup = supervisor
         self.settings = settings
-        self.pairs = PairStore(supervisor.store)
+        self.pairs = PairKeeper(supervisor, settings)
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
         self._failbacks: dict[str, asyncio.Task[None]] = {}  # task id -> its failback here
         self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
@@ -208,9 +206,9 @@ class DisasterRecovery:
             request.stale_check_seconds,
         )
         ends = (spec.source_cluster, spec.target_cluster)
-        await self._claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
+        await self.pairs.claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
         run = SwitchoverRun(
-            self.sup, self.settings, job, self.pairs, on_save=self._on_switchover_saved
+            self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
         )
         try:
             await asyncio.to_thread(save_job, self.sup.store, job)
@@ -221,70 +219,6 @@ class DisasterRecovery:
         with log_context(task_id=tid):
             log.info("switchover %s asked (lag %.2f s)", job.job_id, lag)
         return {"task_id": tid, "job_id": job.job_id, "switchover": job.view()}
-
-    # --- the pairs -----------------------------------------------------------------------------
-    async def _claim(
-        self, ends: tuple[str, str], verb: str, task_id: str, source: str, job_id: str
-    ) -> ClusterPair:
-        """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
-        apply, or another job runs there)."""
-        existing = {t.task_id for t in await self.sup.list()}
-        records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
-        linked = (
-            str(json.loads(records[LINK_KEY]).get("reverse_of") or "")
-            if LINK_KEY in records
-            else ""
-        )
-        failed_over = FAILOVER_KEY in records
-        me = self.sup.fleet.member_id
-
-        def change(pair: ClusterPair) -> ClusterPair:
-            return claimed(
-                pair,
-                verb,
-                task_id,
-                source,
-                job_id,
-                me,
-                existing=existing,
-                linked=linked,
-                failed_over=failed_over,
-            )
-
-        return await asyncio.to_thread(self.pairs.update, *ends, change)
-
-    async def check_resume(self, task: TaskRecord) -> None:
-        """Refuse (409) resuming a task where it would run both directions of its flow, undo a
-        failover, or cut into a job (the supervisor asks before every resume)."""
-        try:
-            spec = TaskSpec.of(task)
-        except Exception:  # noqa: BLE001 - a spec this release cannot read has no pair here
-            return
-        if not spec.source_cluster or not spec.target_cluster:
-            return
-        pair = await asyncio.to_thread(self.pairs.get, spec.source_cluster, spec.target_cluster)
-        resume_allowed(pair, task.task_id, task.reason)
-
-    async def _tend_pairs(self, existing: set[str]) -> None:
-        """Forget deleted tasks in every pair (their claims with them) and lift the fences no
-        running job holds; a lift that fails is tried again next round."""
-        for pair in await asyncio.to_thread(self.pairs.all):
-            try:
-                current = await asyncio.to_thread(
-                    self.pairs.update, *pair.clusters, lambda p: pruned(p, existing)
-                )
-                if not current.fences:
-                    continue
-                fences = PairFences(self.pairs, self.settings, current.clusters)
-                live = {f.job.job_id for f in current.flows.values() if f.job is not None}
-                for problem in await asyncio.to_thread(fences.lift_ownerless, live):
-                    log.warning("cluster pair %s: %s", current.key, problem)
-            except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
-                log.warning("cluster pair %s not tended: %s", pair.key, exc)
-
-    def pair_views(self) -> list[dict[str, Any]]:
-        """Every pair as stored (``GET /v1/pairs``)."""
-        return [pair.view() for pair in self.pairs.all()]
 
     def _on_switchover_saved(self, job: SwitchoverJob) -> None:
         self._remember_view(job.task_id, "switchover", job.view())
@@ -321,7 +255,7 @@ class DisasterRecovery:
                     "switchover",
                     {"state": "unreadable", "reason": f"{type(exc).__name__}: {exc}"},
                 )
-        await self._tend_pairs({t.task_id for t in tasks})
+        await self.pairs.tend({t.task_id for t in tasks})
 
     async def _recover_task(self, task: TaskRecord, alive: set[str]) -> None:
         me = self.sup.fleet.member_id
@@ -344,19 +278,12 @@ class DisasterRecovery:
             if tid not in self._runs:
                 self._on_switchover_saved(job)
             return
-        if not await self._gone(job.source_cluster, job.target_cluster, tid, job.member, alive):
+        if not await self.pairs.gone(
+            job.source_cluster, job.target_cluster, tid, job.member, alive
+        ):
             self._on_switchover_saved(job)  # its daemon runs it
             return
         await self._take_over_switchover(task, job.with_(member=me))
-
-    async def _gone(self, one: str, other: str, task_id: str, member: str, alive: set[str]) -> bool:
-        """Whether the job of ``task_id`` run by ``member`` needs a new daemon: its member is
-        this daemon (restarted: it runs nothing of it) or not live, or its claim lapsed."""
-        if member == self.sup.fleet.member_id or member not in alive:
-            return True
-        pair = await asyncio.to_thread(self.pairs.get, one, other)
-        flow = pair.flow_of(task_id)
-        return flow is not None and flow.job is not None and flow.job.expired()
 
     async def _take_over_switchover(self, task: TaskRecord, job: SwitchoverJob) -> None:
         with log_context(task_id=task.task_id):
@@ -365,11 +292,12 @@ class DisasterRecovery:
             )
             ends = (job.source_cluster, job.target_cluster)
             spec = TaskSpec.of(task)
-            await self._claim(
-                ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
-            )
+            # made first: a cluster no longer configured stops it here, nothing claimed
             run = SwitchoverRun(
-                self.sup, self.settings, job, self.pairs, on_save=self._on_switchover_saved
+                self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
+            )
+            await self.pairs.claim(
+                ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
             )
             await asyncio.to_thread(save_job, self.sup.store, job)
             forward = job.state == "reversing" and (
@@ -400,16 +328,16 @@ class DisasterRecovery:
             return await self._fail_over(task, request)
         ends = (spec.source_cluster, spec.target_cluster)
         job_id = f"failover-{uuid.uuid4().hex[:8]}"
-        await self._claim(ends, "failover", tid, spec.source_cluster, job_id)
-        claim = FlowClaim(self.pairs, ends, tid, job_id, self.sup.fleet.member_id)
+        await self.pairs.claim(ends, "failover", tid, spec.source_cluster, job_id)
+        claim = self.pairs.flow_claim(ends, tid, job_id)
         try:
             answer = await self._fail_over(task, request)
         except BaseException:
             await claim.release()
             raise
         await claim.release(state=FAILED_OVER, active=spec.target_cluster)
-        await self._tend_pairs({t.task_id for t in await self.sup.list()})
-        pair = await asyncio.to_thread(self.pairs.get, *ends)
+        await self.pairs.tend({t.task_id for t in await self.sup.list()})
+        pair = await asyncio.to_thread(self.pairs.store.get, *ends)
         hold = pair.fences.get(spec.target_cluster)
         if hold is not None:
             answer["target_fenced"] = (
@@ -493,8 +421,8 @@ class DisasterRecovery:
             raise ConflictError(f"task {tid}: a failback of it is under way")
         ends = (spec.source_cluster, spec.target_cluster)
         job_id = f"failback-{uuid.uuid4().hex[:8]}"
-        pair = await self._claim(ends, "failback", tid, spec.source_cluster, job_id)
-        claim = FlowClaim(self.pairs, ends, tid, job_id, self.sup.fleet.member_id)
+        pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)
+        claim = self.pairs.flow_claim(ends, tid, job_id)
         flow = pair.flow_of(tid)
         reused = flow.reverse_of(tid) if flow is not None else ""
         now = time.time()
@@ -530,7 +458,7 @@ class DisasterRecovery:
             tasks = {**current.tasks, ends[1]: run.reverse_id}
             return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
 
-        await asyncio.to_thread(self.pairs.update, *ends, reversed_flow)
+        await asyncio.to_thread(self.pairs.store.update, *ends, reversed_flow)
         await run.save(state="seeding")
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
         with log_context(task_id=tid):
@@ -575,14 +503,14 @@ class DisasterRecovery:
         spec = TaskSpec.of(task)
         ends = (spec.source_cluster or "", spec.target_cluster or "")
         member = str(record.get("member") or "")
-        if not await self._gone(*ends, tid, member, alive):
+        if not await self.pairs.gone(*ends, tid, member, alive):
             self._on_failback_saved(tid, record)
             return
         job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
-        await self._claim(ends, "failback", tid, ends[0], job_id)
+        await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
         record.update(member=me, job_id=job_id)
         record.setdefault("production_cluster", ends[1])
-        claim = FlowClaim(self.pairs, ends, tid, job_id, me)
+        claim = self.pairs.flow_claim(ends, tid, job_id)
         run = FailbackRun(self.sup, record, self._on_failback_saved, claim)
         self._on_failback_saved(tid, record)
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())

@@ -63,6 +63,8 @@ class SwitchoverJob:
     # where the reverse flow starts on the target's channels (Position JSON by channel), read
     # once the task stopped writing there; saved with ``writers_may_move_at``, the point of no
     # return: from then on the job only goes forward (writers may be on the target)
+    # the source's WAL read from the paused task's positions to its end, no change found
+    wal_quiet_at: dict[str, Any] | None = None
     reverse_start: dict[str, Any] | None = None
     writers_may_move_at: dict[str, Any] | None = None
     reason: str = ""

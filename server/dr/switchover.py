@@ -8,8 +8,11 @@ fencing    writes stopped on A (an owned fence, :mod:`fence_owners`), and seen r
            ``fenced_at``
 draining   every channel of the task applied up to ``fenced_at`` (its consistent-up-to)
 verifying  every replicated collection compared (the verify engine), no difference allowed
-reversing  the task paused (by this job: its reason names the job), then B's WAL end read and
-           saved as the reverse flow's start with ``writers_may_move_at``: the point of no return.
+reversing  the task paused (by this job: its reason names the job); A's WAL read from the
+           task's saved positions to its end holds no change of its collections
+           (``wal_quiet_at``: proof from the WAL that nothing slipped past the fence or the
+           drain, else a roll back); then B's WAL end read and saved as the reverse flow's
+           start with ``writers_may_move_at``: the point of no return.
            Writers may move to B from then on: every write B takes is after that start. The
            reverse task B -> A is created there (or, when the flow has one, that task started
            again there), then A's fence released (A must take the reverse flow's writes)
@@ -51,6 +54,7 @@ from server.dr.pair import REPLICATING, PairStore
 from server.dr.record import LINK_KEY, SwitchoverJob, iso, moment, save_job, save_json
 from server.dr.stale_watch import arm, load_watch
 from server.dr.task_ops import TaskOperations
+from server.dr.wal_tail import unapplied_changes
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
 from server.tasks.engine import cluster_context
@@ -67,6 +71,7 @@ OPERATOR_FENCE = (
 FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its etcd config
 # every few seconds, its quota centre pushes the rates to the proxies every few more)
 RETRY_SECONDS = 2.0  # between attempts of a step past the point of no return
+QUIET_PROOF_SECONDS = 60.0  # the read of the source's WAL after the pause, at most
 
 
 class SwitchoverError(Exception):
@@ -256,6 +261,7 @@ class SwitchoverRun:
         )
         await self.sup.pause(job.task_id, reason=reason)
         await injected_fault("reversing")
+        await self._prove_quiet()
         start = await asyncio.to_thread(wal_ends, self.settings, job.target_cluster)
         await self._save(
             self.job.with_(reverse_start=start, writers_may_move_at=moment(time.time()))
@@ -265,6 +271,29 @@ class SwitchoverRun:
             job.job_id,
             job.target_cluster,
         )
+
+    async def _prove_quiet(self) -> None:
+        """The task stopped: read the source's WAL from its saved positions (what the target
+        holds) to the end. Any row change or DDL of its collections there slipped past the
+        fence (or the drain): the target lacks it, and the job rolls back (the resumed task
+        applies it). Proof from the WAL, not from clocks."""
+        job = self.job
+        spec = TaskSpec.of(await self.sup.get(job.task_id))
+        positions = await self.sup.positions(job.task_id)
+        context = cluster_context(self.settings, job.source_cluster, shared_readers=False)
+        found = await asyncio.to_thread(
+            unapplied_changes,
+            context,
+            spec,
+            positions,
+            min(QUIET_PROOF_SECONDS, self._left("proving")),
+        )
+        if found:
+            raise SwitchoverError(
+                f"the source's WAL holds {sum(found.values())} change(s) of the task's "
+                f"collections after where the task stopped ({found}): writes got past the fence"
+            )
+        await self._save(self.job.with_(wal_quiet_at=moment(time.time())))
 
     async def reverse(self) -> SwitchoverJob:
         """Past the point of no return: create (or start again) the reverse flow at its saved

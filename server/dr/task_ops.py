@@ -42,8 +42,12 @@ class TaskOperations(Protocol):
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
         """Delete a task, its runner stopped first."""
 
-    async def pause(self, task_id: str, reason: str = ...) -> TaskRecord:
-        """Pause a task wherever it runs, with ``reason``."""
+    async def pause(self, task_id: str, reason: str = ..., stop_wait: float = ...) -> TaskRecord:
+        """Pause a task wherever it runs, with ``reason``, waiting ``stop_wait`` seconds at most
+        for another member's runner to stop."""
+
+    async def runner_stopped(self, task_id: str) -> bool:
+        """Whether no live fleet member runs the task."""
 
     async def resume(self, task_id: str) -> TaskRecord:
         """Resume a task."""

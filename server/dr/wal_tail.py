@@ -84,6 +84,28 @@ def records_after(
         reader.close()
 
 
+def unapplied_changes(
+    context: RunnerContext,
+    spec: TaskSpec,
+    positions: dict[str, Position],
+    budget: float,
+) -> dict[str, int]:
+    """The row changes and DDL of the task's collections in its WAL after ``positions`` (a
+    stopped task's saved positions: what the target holds), counted by channel; raises
+    TimeoutError when the channels are not read to their ends within ``budget`` seconds."""
+    deadline = time.monotonic() + budget
+    selected = selected_collections(context, spec)
+    source = context.source()
+    found: dict[str, int] = {}
+    for pchannel in context.channels:
+        for event, _ in records_after(
+            source, pchannel, positions.get(pchannel), selected, deadline
+        ):
+            if event is not None:
+                found[pchannel] = found.get(pchannel, 0) + 1
+    return found
+
+
 def primary_key_name(meta: CollectionMeta) -> str:
     for f in meta.schema.fields:
         if f.is_primary_key:

@@ -18,6 +18,9 @@ transient retry      every ``retry.checkSeconds``: a task in Failed whose reason
                      ``maxBackoffSeconds``; ``maxAttempts`` (0: no limit) bounds the attempts.
 switchover recovery  every RECOVER_SECONDS: a switchover job whose daemon is gone is finished
                      (its reverse task exists) or rolled back (server/dr/manager.py).
+store format         every store_format.RETRY_SECONDS while a breaking step of the metastore's
+                     format waits for older fleet members: tried again
+                     (server/runtime/store_format.py).
 
 Saving positions of idle channels is not a job here: each channel worker of the engine saves
 its position on a time tick when it has saved nothing for a while (replicator/pipeline), in the
@@ -48,9 +51,10 @@ from replicator.config.daemon import RetrySettings, SchedulerSettings, VerifySet
 from replicator.config.task_spec import TaskSpec
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError
-from server.app_state import DISASTER, METRICS, STORE, SUPERVISOR
+from server.app_state import DISASTER, METRICS, STORE, STORE_FORMAT, SUPERVISOR
 from server.errors import ApiError
 from server.logs import log_context
+from server.runtime.store_format import RETRY_SECONDS, StoreFormatKeeper
 from server.runtime.verify_schedule import run_scheduled
 from server.tasks.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
 from server.tasks.supervisor import TaskSupervisor
@@ -328,11 +332,14 @@ class DaemonJobs:
         verify: VerifySettings | None = None,
         source_of: SourceOf | None = None,
         recover_jobs: Callable[[], Awaitable[None]] | None = None,
+        store_format: StoreFormatKeeper | None = None,
     ):
         """``source_of``: the source cluster a task reads (``CdcSettings.source_of``); None: the
         sources are not probed. ``recover_jobs``: finishes or rolls back the disaster-recovery
-        jobs a stopped daemon left (``DisasterRecovery.recover``)."""
+        jobs a stopped daemon left (``DisasterRecovery.recover``). ``store_format``: raises the
+        store's format once every fleet member reads it."""
         self.recover_jobs = recover_jobs
+        self.store_format = store_format
         self.settings = settings
         self.source_of = source_of
         self.verify = verify or VerifySettings()
@@ -380,6 +387,11 @@ class DaemonJobs:
         if self.recover_jobs is not None:
             await self.recover_jobs()
 
+    async def raise_store_format(self) -> None:
+        """A breaking step of the store's format tried again (it waits for older members)."""
+        if self.store_format is not None:
+            await self.store_format.retry()
+
     async def retry_transient(self) -> None:
         try:
             await self.retrier.run_once(self.supervisor, time.time())
@@ -402,6 +414,8 @@ class DaemonJobs:
         ]
         if self.settings.retry.enabled:
             jobs.append((self.retry_transient, self.settings.retry.checkSeconds))
+        if self.store_format is not None and self.store_format.pending:
+            jobs.append((self.raise_store_format, RETRY_SECONDS))
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             # APScheduler logs two INFO lines per run of every job; keep its warnings and errors
             logging.getLogger("apscheduler").setLevel(logging.WARNING)
@@ -444,7 +458,15 @@ def install_jobs(
     async def jobs_ctx(app: web.Application) -> AsyncIterator[None]:
         disaster = app.get(DISASTER)
         recover = disaster.recover if disaster is not None else None
-        jobs = DaemonJobs(settings, app[SUPERVISOR], app[STORE], verify, source_of, recover)
+        jobs = DaemonJobs(
+            settings,
+            app[SUPERVISOR],
+            app[STORE],
+            verify,
+            source_of,
+            recover,
+            app.get(STORE_FORMAT),
+        )
         app[METRICS].registry.register(_JobsCollector(jobs))
         app[JOBS] = jobs
         jobs.start()

@@ -19,7 +19,7 @@ from replicator.backfill.phase import DriverLauncher
 from replicator.codec.streaming import record_kind
 from replicator.config.connections import milvus_param
 from replicator.config.settings import CdcSettings
-from replicator.config.stores import etcd_client_for
+from replicator.config.stores import etcd_client_for, explain_etcd
 from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
@@ -75,7 +75,8 @@ def cluster_context(
                 client = clients[0]
             return read(SourceCatalog(client, source_config.root_path, source_config.meta_sub_path))
         except (Etcd3Exception, grpc.RpcError, ValueError) as exc:
-            raise SourceUnavailableError(f"source etcd: {type(exc).__name__}: {exc}") from exc
+            reason = explain_etcd(source_config.etcd, exc)
+            raise SourceUnavailableError(f"source etcd {reason}") from exc
 
     # the tasks' whole-catalog reads, one at a time for all of them (a fresh answer each:
     # replicator/meta/shared_read.py); fifty tasks starting together make one etcd read
@@ -95,7 +96,6 @@ def cluster_context(
         lambda: read_catalog(SourceCatalog.imports), max_age=POLL_ANSWER_AGE
     )
 
-    pulsar = source_config.pulsar
     defaults = WalDefaults(
         kafka_address=source_config.kafka.address,
         kafka_extra={
@@ -103,14 +103,7 @@ def cluster_context(
             **source_config.kafka.client_security(),
         },
         rocksmq_path=source_config.rocksmq.path,
-        pulsar={
-            "address": pulsar.address,
-            "tenant": pulsar.tenant,
-            "namespace": pulsar.namespace,
-            "auth_plugin": pulsar.authPlugin,
-            "auth_params": pulsar.authParams.get_secret_value(),
-            "max_message_size": pulsar.maxMessageSize,
-        },
+        pulsar=source_config.pulsar.source_kwargs(),
     )
 
     shared: list[SharedSource] = []  # the daemon's one shared source, opened on demand

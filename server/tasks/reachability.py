@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import grpc
+from etcd3.exceptions import Etcd3Exception
+
 from replicator.config.connections import SourceSettings
-from replicator.config.stores import etcd_client_for
+from replicator.config.stores import etcd_client_for, explain_etcd
 from replicator.config.task_spec import TaskSpec
 from replicator.pipeline.status import unreachable_warning
 from server.tasks.target_check import check_target_reachable, describe_target
@@ -121,11 +124,17 @@ def _path_probe(path: str) -> Probe:
 
 def _etcd_probe(source: SourceSettings) -> Probe:
     def probe(timeout: float) -> None:
-        client = etcd_client_for(source.etcd, timeout=timeout)
         try:
-            client.status()
-        finally:
-            client.close()
+            client = etcd_client_for(source.etcd, timeout=timeout)
+            try:
+                client.status()
+            finally:
+                client.close()
+        except (Etcd3Exception, grpc.RpcError) as exc:
+            failure = explain_etcd(source.etcd, exc)
+            if failure.refused:  # certificates or credentials: say why
+                raise RefusedError(failure.reason) from None
+            raise
 
     return probe
 

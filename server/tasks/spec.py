@@ -359,8 +359,11 @@ def _validate_connect(
             f"{where}.dial_config: two-way TLS needs ca_pem_path, client_pem_path and "
             "client_key_path together"
         )
-    if (dial.server_pem_path or any(two_way)) and not param.enable_tls:
-        raise BadRequestError(f"{where}.dial_config: certificate paths need enable_tls: true")
+    tls = param.enable_tls or urlsplit(param.uri or "").scheme == "https"
+    if (dial.server_pem_path or any(two_way)) and not tls:
+        raise BadRequestError(
+            f"{where}.dial_config: certificate paths need enable_tls: true (or an https:// uri)"
+        )
     if param.channel_num:
         raise BadRequestError(
             f"{where}.channel_num: not used by this daemon (each source channel is written by "

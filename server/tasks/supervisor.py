@@ -285,11 +285,13 @@ class TaskSupervisor:
             task = await self.get(task_id)
             return await self.runs.set_state(task, task.state, reason)
 
-    async def pause(self, task_id: str, reason: str = PAUSED_BY_USER) -> TaskRecord:
+    async def pause(
+        self, task_id: str, reason: str = PAUSED_BY_USER, stop_wait: float = OWNER_STOP_WAIT
+    ) -> TaskRecord:
         """Pause a task wherever it runs: here, its runner stops first; on another member, the
-        state is stored and the call waits (``OWNER_STOP_WAIT`` at most) for that member's next
-        round to stop its runner and give up the lease. ``reason``: why (a switchover names
-        the reverse task)."""
+        state is stored and the call waits (``stop_wait`` seconds at most) for that member's
+        next round to stop its runner and give up the lease (:meth:`runner_stopped` tells
+        whether it did). ``reason``: why (a switchover names the reverse task)."""
         async with self.runs.lock:
             self.runs.changes += 1
             task = await self.get(task_id)
@@ -302,13 +304,19 @@ class TaskSupervisor:
             paused = await self.runs.set_state(task, TaskState.PAUSED, reason)
             await self.runs.release_lease(task_id)
         if runner is None:
-            await self._wait_owner_stops(task_id)
+            await self._wait_owner_stops(task_id, stop_wait)
         return paused
 
-    async def _wait_owner_stops(self, task_id: str) -> None:
-        """Until no member holds the task's lease (its runner stopped), ``OWNER_STOP_WAIT`` at
+    async def runner_stopped(self, task_id: str) -> bool:
+        """Whether no live fleet member holds the task's lease (none runs it: a member that
+        died holds it until it expires, and runs nothing meanwhile)."""
+        holder = (await asyncio.to_thread(self._store.leases)).get(task_id)
+        return holder is None or holder.owner not in await self.live_members()
+
+    async def _wait_owner_stops(self, task_id: str, wait: float) -> None:
+        """Until no member holds the task's lease (its runner stopped), ``wait`` seconds at
         most: a member that died holds it until it expires, and runs nothing meanwhile."""
-        deadline = time.monotonic() + OWNER_STOP_WAIT
+        deadline = time.monotonic() + wait
         while True:
             try:
                 holder = (await asyncio.to_thread(self._store.leases)).get(task_id)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import grpc
 
 from server.errors import TargetUnreachableError
 
@@ -20,7 +23,7 @@ def milvus_client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
     elif connect.get("username"):
         kwargs["user"] = connect["username"]
         kwargs["password"] = connect["password"]
-    if connect.get("enable_tls"):
+    if connect.get("enable_tls") or uri.startswith("https://"):
         kwargs["secure"] = True
         dial = connect.get("dial_config") or {}
         for key in (
@@ -54,6 +57,12 @@ def check_target_reachable(connect: dict[str, Any]) -> str:
     try:
         client = MilvusClient(**kwargs)
     except Exception as exc:  # noqa: BLE001 - pymilvus raises many kinds; all mean "not reachable"
+        refusal = explain_target_refusal(connect)
+        if refusal:  # pymilvus says only "illegal connection params or server unavailable"
+            raise TargetUnreachableError(
+                f"milvus_connect_param: target Milvus at {describe_target(connect)} refused "
+                f"the daemon: {_scrub(refusal, connect)}"
+            ) from None
         raise TargetUnreachableError(
             f"milvus_connect_param: target Milvus at {describe_target(connect)} is not reachable "
             f"within {connect['connect_timeout']} s: {_scrub(str(exc), connect)}"
@@ -67,6 +76,52 @@ def check_target_reachable(connect: dict[str, Any]) -> str:
         ) from None
     finally:
         client.close()
+
+
+def explain_target_refusal(connect: dict[str, Any], budget: float = 2.0) -> str:
+    """Why a target that answers turns the daemon away (empty: it does not, or does not
+    answer): a TLS handshake with the task's files (metastore/tls_probe.py), else the server's
+    own answer to GetVersion with the task's credentials. Within ``budget`` seconds in all (a
+    target that hangs adds no more than that to an answer)."""
+    from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
+
+    from metastore.tls_probe import handshake_problem, speaks_tls
+    from replicator.sinks.milvus_channel import auth_metadata, open_channel, target_address
+
+    deadline = time.monotonic() + budget
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    address, secure = target_address(connect)
+    host, _, port = address.rpartition(":")
+    dial = connect.get("dial_config") or {}
+    problem = handshake_problem(
+        host,
+        int(port),
+        tls=secure,
+        ca=dial.get("ca_pem_path") or dial.get("server_pem_path") or "",
+        cert=dial.get("client_pem_path") or "",
+        key=dial.get("client_key_path") or "",
+        server_name=dial.get("server_name") or "",
+        timeout=left(),
+    )
+    if problem is not None:
+        return problem.reason if problem.refused else ""
+    if not secure and speaks_tls(host, int(port), left()):
+        return "it speaks TLS: give an https:// uri or enable_tls"
+    channel = open_channel(address, secure, connect)
+    try:
+        stub = milvus_pb2_grpc.MilvusServiceStub(channel)
+        stub.GetVersion(
+            milvus_pb2.GetVersionRequest(), metadata=auth_metadata(connect), timeout=left()
+        )
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return str(exc.details())
+    finally:
+        channel.close()
+    return ""
 
 
 def _scrub(text: str, connect: dict[str, Any]) -> str:

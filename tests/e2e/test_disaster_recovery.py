@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -192,10 +193,14 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     writer.start()
     try:
         wait_until(lambda: len(writer.acknowledged) >= 50, 60, "the writer's first rows")
-        asked = dr_daemon.call(
-            "switchover", {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 15}
-        )
-        assert asked.code == 200, asked.message
+        # two requests at once: one job starts, the other is refused (the pair's claim)
+        body = {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 15}
+        with ThreadPoolExecutor(2) as pool:
+            both = list(pool.map(lambda _: dr_daemon.call("switchover", body), range(2)))
+        assert sorted(r.code for r in both) == [200, 409], [(r.code, r.message) for r in both]
+        asked = next(r for r in both if r.code == 200)
+        refused = next(r for r in both if r.code == 409)
+        assert "under way" in refused.message, refused.message
         # the writer keeps trying through the fence; it stops (as an operator's writers move to
         # b) once the job verifies, before a's fence is lifted
         wait_until(lambda: job_state(dr_daemon, ab) in FENCED, 120, "the switchover fenced")
@@ -214,6 +219,10 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
         "done",
     ]
     assert job["fenced_at"]["ts"] <= job["consistent_up_to"]["ts"], job
+    # the WAL after the paused task's positions held no change, then b's end was fixed as the
+    # reverse flow's start: only then may writers move
+    assert job["wal_quiet_at"]["ts"] <= job["writers_may_move_at"]["ts"], job
+    assert job["reverse_start"], job
     assert job["verify"]["divergent_rows"] == 0 and job["verify"]["state"] == "done", job
     assert writer.refused > 0, "the writer was never refused: the fence did not stop it"
     # every write a acknowledged is on b, and b holds nothing else
@@ -223,6 +232,9 @@ def test_switchover_moves_production_to_b_and_back_with_every_acknowledged_write
     # the fence on a is lifted: the reverse flow writes there
     assert fence_value(etcd_service, milvus_source.etcd_root_path) is None
     ba = job["reverse_task_id"]
+    # the pair's active direction is b -> a: resuming ab would run both
+    again = dr_daemon.call("resume", {"task_id": ab})
+    assert again.code == 409 and "would run both directions" in again.message, again.message
     # a stale client writes to a after the switchover: five new rows, one row overwritten, one
     # deleted. The reverse task's watch of a's WAL shows them, by kind; the check after the
     # switchover (a verify) finds them too
@@ -333,6 +345,32 @@ def test_a_switchover_that_cannot_finish_rolls_back(
     b.close()
 
 
+def test_the_fence_counts_only_once_every_listed_proxy_refuses_writes(
+    daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
+):
+    """Each proxy of a cluster picks up forceDeny on its own: with ``milvus.proxies`` listing an
+    endpoint that never refuses (here b's, standing for a proxy that missed the quota), the
+    fence is never taken as in effect, and the job rolls back leaving no fence."""
+    listed = {
+        **clusters["a"],
+        "milvus": {**clusters["a"]["milvus"], "proxies": [milvus_source_rocksmq.uri]},
+    }
+    daemon = daemon_factory("dr", clusters={**clusters, "a": listed}).start()
+    _, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drp", range(50))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30, "timeout_seconds": 20})
+    assert asked.code == 200, asked.message
+    job = switchover_ends(daemon, ab)
+    assert job["state"] == "failed" and job["rolled_back"] is True, job
+    assert "writes were still accepted" in job["reason"], job
+    assert job["fenced_at"] is None, job
+    wait_until(
+        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None, 30, "no fence"
+    )
+    assert task(daemon, ab)["state"] == "Running"
+    a.close()
+    b.close()
+
+
 def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     dr_daemon, milvus_source, milvus_source_rocksmq, etcd_service
 ):
@@ -391,7 +429,7 @@ def one_direction_left(daemon, name: str, job: dict, ab: str, etcd_service, milv
     )
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", [*POINTS, "moving"])
 def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
 ):
@@ -400,7 +438,7 @@ def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
     assert asked.code == 200, asked.message
     job = switchover_ends(daemon, ab)
-    if point == "reversed":  # the reverse task exists: forward, never back
+    if point in FORWARD:  # past the point of no return: forward (retried), never back
         assert job["state"] == "done", job
     else:
         assert job["state"] == "failed" and job["rolled_back"] is True, job

@@ -27,7 +27,7 @@ from harness.kafka_secure_proxy import (
 )
 from harness.services import wait_until
 from harness.streaming_writer import StreamingWriter
-from harness.tls import KafkaPki, make_kafka_pki
+from harness.tls import Pki, make_test_pki
 
 from replicator.config.connections import KafkaSettings, SourceSettings
 from replicator.sources.kafka import KafkaSource
@@ -46,11 +46,11 @@ _CERT_FAILED = (
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> KafkaPki:
-    return make_kafka_pki(tmp_path_factory.mktemp("kafka-pki"))
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_test_pki(tmp_path_factory.mktemp("kafka-pki"))
 
 
-def _proxy(pki: KafkaPki, case: str) -> ProxyConfig:
+def _proxy(pki: Pki, case: str) -> ProxyConfig:
     server = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
     return {
         "ssl": ProxyConfig(**server),
@@ -65,7 +65,7 @@ def _proxy(pki: KafkaPki, case: str) -> ProxyConfig:
     }[case]
 
 
-def _kafka(pki: KafkaPki, case: str) -> dict[str, object]:
+def _kafka(pki: Pki, case: str) -> dict[str, object]:
     """``sourceConfig.kafka`` as an operator copies it from milvus.yaml (address added later)."""
     tls = {"enabled": True, "tlsCaCert": str(pki.ca_file)}
     sasl = {"saslUsername": "cdc", "saslPassword": PASSWORD}
@@ -87,7 +87,7 @@ def _kafka(pki: KafkaPki, case: str) -> dict[str, object]:
 
 @pytest.fixture
 def secure(
-    request: pytest.FixtureRequest, pki: KafkaPki, tmp_path: Path
+    request: pytest.FixtureRequest, pki: Pki, tmp_path: Path
 ) -> Iterator[tuple[SecureKafka, dict]]:
     case = request.param
     with kafka_secure_cluster(tmp_path / "kafka", _proxy(pki, case)) as cluster:

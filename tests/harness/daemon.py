@@ -61,6 +61,9 @@ class Daemon:
     host: str = "127.0.0.1"
     # set in the process's environment over the test's own (fault injection, for one)
     env: dict[str, str] = field(default_factory=dict)
+    # set: the command that starts this daemon instead of the installed one (another release's
+    # ``python -m server``, its checkout named by ``env["PYTHONPATH"]``)
+    command: list[str] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -79,6 +82,8 @@ class Daemon:
         config = {**self.config, "address": f"{self.host}:{self.port}", "logFormat": "json"}
         self.config_path.write_text(yaml.safe_dump(config))
         command, installed = daemon_command()
+        if self.command is not None:
+            command = self.command
         env = {
             k: v
             for k, v in os.environ.items()

@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from harness.services import (
     LOOPBACK,
@@ -127,8 +128,24 @@ def _is_milvus_setting(name: str) -> bool:
     return any(upper.startswith(prefix) for prefix in _MILVUS_ENV_PREFIXES)
 
 
-def _lists_collections(uri: str, port: int) -> bool:
-    return _port_open(port) and local_milvus.lists_collections(uri)
+def _lists_collections(uri: str, port: int, client: Mapping[str, Any] | None = None) -> bool:
+    if not client:
+        return _port_open(port) and local_milvus.lists_collections(uri)
+    from pymilvus import MilvusClient
+
+    _port_open(port)
+    milvus = MilvusClient(uri=uri, timeout=3, dedicated=True, **client)
+    try:
+        milvus.list_collections(timeout=3)
+    finally:
+        milvus.close()
+    return True
+
+
+def _env_name(key: str) -> str:
+    """The environment variable Milvus reads for a yaml key (``tls.serverPemPath`` ->
+    ``TLS_SERVERPEMPATH``)."""
+    return key.replace(".", "_").upper()
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,7 @@ class _Prepared:
     env: dict[str, str]
     source: MilvusSource
     what: str
+    client: Mapping[str, Any] | None = None  # MilvusClient arguments of its readiness probe
 
 
 def _prepare_standalone(
@@ -151,7 +169,11 @@ def _prepare_standalone(
     root_path: str,
     chan_prefix: str | None,
     bin_cache: Path | None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> _Prepared:
+    """``settings``: more milvus.yaml keys (TLS, authorization); ``client``: the pymilvus
+    ``MilvusClient`` arguments its readiness is asked with then (TLS files, a token)."""
     from milvus import MilvusServerConfig
 
     base_dir = workdir.resolve()
@@ -176,6 +198,7 @@ def _prepare_standalone(
         "common.gracefulStopTimeout": str(GRACEFUL_STOP_TIMEOUT_S),
     }
     yaml_settings.update({f"{component}.ip": LOOPBACK for component in _COMPONENTS})
+    yaml_settings.update(settings or {})
     for key, value in yaml_settings.items():
         config.set(key, value)
     config.resolve()  # writes configs/milvus.yaml and configs/glog.conf
@@ -197,6 +220,7 @@ def _prepare_standalone(
         }
     )
     env.update({f"{component.upper()}_IP": LOOPBACK for component in _COMPONENTS})
+    env.update({_env_name(key): value for key, value in (settings or {}).items()})
     if mq_type == "kafka":
         assert kafka_bootstrap, "kafka_bootstrap is required with mq_type='kafka'"
         env["KAFKA_BROKERLIST"] = kafka_bootstrap
@@ -204,7 +228,8 @@ def _prepare_standalone(
         env["ROCKSMQ_PATH"] = str(rocksmq_path)
 
     proxy_port = ports["proxy_port"]
-    uri = f"http://{LOOPBACK}:{proxy_port}"
+    tls = (settings or {}).get("common.security.tlsMode", "0") != "0"
+    uri = f"{'https' if tls else 'http'}://{LOOPBACK}:{proxy_port}"
     source = MilvusSource(
         uri=uri,
         host=LOOPBACK,
@@ -223,7 +248,7 @@ def _prepare_standalone(
     )
     argv = [str(bin_dir / "milvus"), "run", "standalone"]
     what = f"milvus 2.3.5 standalone on {uri} ({mq_type}, etcd root {root_path!r})"
-    return _Prepared(argv=argv, env=env, source=source, what=what)
+    return _Prepared(argv=argv, env=env, source=source, what=what, client=client)
 
 
 @contextlib.contextmanager
@@ -250,7 +275,7 @@ def _serving(prepared: _Prepared, startup_timeout: float) -> Iterator[MilvusSour
                 interval=0.2,
             )
             wait_until(
-                lambda: _lists_collections(source.uri, source.port),
+                lambda: _lists_collections(source.uri, source.port, prepared.client),
                 startup_timeout,
                 f"{what}: list_collections",
                 process=process,
@@ -380,6 +405,8 @@ def milvus_source_rocksmq(
     chan_prefix: str | None = None,
     startup_timeout: float = 120.0,
     bin_cache: Path | None = None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[MilvusSource]:
     """As milvus_source(), with the WAL in RocksMQ at `<workdir>/data/rocksmq` (its metadata
     RocksDB beside it, `..._meta_kv`); the result's rocksmq_path names it."""
@@ -391,6 +418,8 @@ def milvus_source_rocksmq(
         root_path=root_path,
         chan_prefix=chan_prefix,
         bin_cache=bin_cache,
+        settings=settings,
+        client=client,
     )
     with _serving(prepared, startup_timeout) as source:
         yield source

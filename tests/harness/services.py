@@ -20,6 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -59,6 +60,16 @@ class EtcdService:
     pid: int
     log_path: Path
     peer_port: int = 0  # with ``port``: where etcd_server(ports=...) starts it again
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS for a server the harness starts: its certificate and key, and (mutual TLS) the CA
+    its clients' certificates must chain to."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,23 +263,38 @@ _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _etcd_healthy(endpoint: str) -> bool:
-    with _NO_PROXY_OPENER.open(f"{endpoint}/health", timeout=1) as response:
+    try:
+        response = _NO_PROXY_OPENER.open(f"{endpoint}/health", timeout=1)
+    except urllib.error.HTTPError as exc:  # not healthy yet (503); closed, else it leaks
+        exc.close()
+        raise
+    with response:
         body = json.loads(response.read().decode("utf-8"))
     return body.get("health") in ("true", True)
 
 
 @contextlib.contextmanager
 def etcd_server(
-    workdir: Path, *, startup_timeout: float = 30.0, ports: tuple[int, int] | None = None
+    workdir: Path,
+    *,
+    startup_timeout: float = 30.0,
+    ports: tuple[int, int] | None = None,
+    tls: ServerTls | None = None,
+    plain_port: int | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[EtcdService]:
     """A single-member etcd on free loopback ports, data under `workdir`.
 
     `ports` (client, peer) restarts an etcd where a stopped one was, to test recovery.
+    `tls`: its clients connect over TLS (``https://``), mutual TLS with a client CA; its
+    health is then asked on a plain-HTTP metrics port of its own; ``plain_port``: it also
+    listens for plain-HTTP clients there; ``extra_args``: more of etcd's flags.
     """
     etcd = _find_binary("etcd", "/usr/bin/etcd", package="etcd-server")
     workdir.mkdir(parents=True, exist_ok=True)
     client_port, peer_port = ports or _free_ports(2)
-    client_url = f"http://{LOOPBACK}:{client_port}"
+    client_url = f"{'https' if tls else 'http'}://{LOOPBACK}:{client_port}"
+    health_url = client_url
     peer_url = f"http://{LOOPBACK}:{peer_port}"
     log_path = workdir / "etcd.log"
     argv = [
@@ -278,7 +304,7 @@ def etcd_server(
         "--data-dir",
         str(workdir / "data"),
         "--listen-client-urls",
-        client_url,
+        client_url + (f",http://{LOOPBACK}:{plain_port}" if plain_port else ""),
         "--advertise-client-urls",
         client_url,
         "--listen-peer-urls",
@@ -288,6 +314,13 @@ def etcd_server(
         "--initial-cluster",
         f"t={peer_url}",
     ]
+    if tls is not None:
+        health_url = f"http://{LOOPBACK}:{free_port()}"
+        argv += ["--cert-file", str(tls.cert_file), "--key-file", str(tls.key_file)]
+        argv += ["--listen-metrics-urls", health_url]
+        if tls.client_ca_file is not None:
+            argv += ["--client-cert-auth", "--trusted-ca-file", str(tls.client_ca_file)]
+    argv += extra_args
     # etcd reads ETCD_* environment variables as flags (and Milvus-style settings such as
     # ETCD_ENDPOINTS would confuse it): start it without them, except the one etcd 3.4 needs
     # on arm64.
@@ -298,7 +331,7 @@ def etcd_server(
     }
     with _running(argv, log_path=log_path, env=env) as process:
         wait_until(
-            lambda: _etcd_healthy(client_url),
+            lambda: _etcd_healthy(health_url),
             startup_timeout,
             f"etcd on {client_url}",
             process=process,
@@ -402,8 +435,11 @@ def mariadb_server(
     password: str = MARIADB_PASSWORD,
     database: str = MARIADB_DATABASE,
     startup_timeout: float = 60.0,
+    tls: ServerTls | None = None,
 ) -> Iterator[MariaDBService]:
-    """A fresh MariaDB on a free loopback port, root password set, `database` created."""
+    """A fresh MariaDB on a free loopback port, root password set, `database` created;
+    `tls`: it offers TLS with that certificate (client certificates checked against its
+    client CA for users that require one)."""
     mariadbd = _find_binary("mariadbd", "/usr/sbin/mariadbd", package="mariadb-server")
     install_db = _find_binary(
         "mariadb-install-db", "/usr/bin/mariadb-install-db", package="mariadb-server"
@@ -459,6 +495,10 @@ def mariadb_server(
             "--innodb-buffer-pool-size=64M",
             "--skip-name-resolve",
         ]
+        if tls is not None:
+            argv += [f"--ssl-cert={tls.cert_file}", f"--ssl-key={tls.key_file}"]
+            if tls.client_ca_file is not None:
+                argv.append(f"--ssl-ca={tls.client_ca_file}")
         with _running(argv, log_path=out_log, grace=15.0) as process:
             what = f"mariadbd on {LOOPBACK}:{port}"
             wait_until(

@@ -105,8 +105,9 @@ def make_test_ca(directory: Path, common_name: str = "milvus-cdc test CA") -> Te
 
 
 @dataclass(frozen=True)
-class KafkaPki:
-    """Certificates for the secure Kafka tests (tests/harness/kafka_secure_proxy.py)."""
+class Pki:
+    """Certificates for the secure-connection tests (Kafka through tests/harness/
+    kafka_secure_proxy.py, etcd, MariaDB, Milvus): good ones and the bad ones."""
 
     ca_file: Path  # the CA every good certificate chains to
     server_cert: Path  # 127.0.0.1 and localhost
@@ -168,7 +169,7 @@ def _load_ca(found: TestCa) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKe
     return cert, key
 
 
-def make_kafka_pki(directory: Path) -> KafkaPki:
+def make_test_pki(directory: Path) -> Pki:
     """A CA, the good server and client certificates, and the bad ones the failure tests use."""
     ca = make_test_ca(directory / "ca")
     other = make_test_ca(directory / "other", common_name="another CA")
@@ -180,8 +181,8 @@ def make_kafka_pki(directory: Path) -> KafkaPki:
     client = _issue(issuer, "milvus-cdc", [], usage.CLIENT_AUTH, tomorrow)
     wrong = _issue(
         issuer,
-        "kafka.elsewhere.test",
-        [x509.DNSName("kafka.elsewhere.test")],
+        "server.elsewhere.test",
+        [x509.DNSName("server.elsewhere.test")],
         usage.SERVER_AUTH,
         tomorrow,
     )
@@ -191,7 +192,7 @@ def make_kafka_pki(directory: Path) -> KafkaPki:
     client_files = _write_pair(directory, "client", *client)
     wrong_files = _write_pair(directory, "wrong-host", *wrong)
     expired_files = _write_pair(directory, "expired", *expired)
-    return KafkaPki(
+    return Pki(
         ca.ca_file,
         ca.cert_file,
         ca.key_file,

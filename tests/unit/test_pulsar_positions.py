@@ -372,7 +372,7 @@ def test_secrets_stay_out_of_repr_and_logs(caplog: pytest.LogCaptureFixture) -> 
     source = PulsarSource("pulsar://127.0.0.1:1", auth_plugin="token", auth_params=SECRET)
     assert SECRET not in repr(source)
     assert SECRET not in str(vars(source).get("_auth"))
-    client = source._new_client()  # a real client: it connects lazily, nothing is sent
+    client = source.new_client()  # a real client: it connects lazily, nothing is sent
     client.close()
     assert SECRET not in caplog.text
 
@@ -455,7 +455,7 @@ def fake_topic() -> list[FakeMessage]:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient(fake_topic())
-    monkeypatch.setattr(PulsarSource, "_new_client", lambda self: client)
+    monkeypatch.setattr(PulsarSource, "new_client", lambda self: client)
     return client
 
 
@@ -581,7 +581,7 @@ def test_refused_credentials_are_not_retried(fake: FakeClient) -> None:
 
 def test_bad_address_is_a_configuration_error() -> None:
     with pytest.raises(PulsarConfigError, match="scheme"):
-        PulsarSource("http2://broker:6650")._new_client()
+        PulsarSource("http2://broker:6650").new_client()
 
 
 def test_a_lasting_disconnection_is_reported(fake: FakeClient) -> None:

@@ -1,0 +1,128 @@
+"""Log in to an etcd with a user and password, and stay logged in.
+
+etcd answers a login with a token that it forgets when it has not been used for
+``--auth-token-ttl`` (300 s by default) and whenever it restarts; the etcd client library logs
+in once, in its constructor, so a client idle for five minutes (the source's etcd of a daemon
+without tasks) or outliving an etcd restart would be refused for good ("etcdserver: invalid
+auth token"). Here every call of the client's channels carries the current token, and a call
+refused for a forgotten token logs in again and is sent once more.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from etcd3 import etcdrpc
+
+_AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
+_FORGOTTEN = "invalid auth token"
+
+
+class EtcdLogin:
+    """The token of one user, shared by the channels of a client's endpoints."""
+
+    def __init__(self, username: str, password: str, timeout: float | None) -> None:
+        self._username = username
+        self._password = password
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self.token = ""
+
+    def log_in(self, channel: grpc.Channel) -> str:
+        """Log in over ``channel`` (a wrong password raises etcd's ``grpc.RpcError``)."""
+        request = etcdrpc.AuthenticateRequest(name=self._username, password=self._password)
+        token = str(etcdrpc.AuthStub(channel).Authenticate(request, self._timeout).token)
+        with self._lock:
+            self.token = token
+        return token
+
+    def log_in_first(self, channels: list[grpc.Channel]) -> None:
+        """Log in over the first endpoint that answers; raise the last refusal else."""
+        failure: grpc.RpcError | None = None
+        for channel in channels:
+            try:
+                self.log_in(channel)
+                return
+            except grpc.RpcError as exc:
+                failure = exc
+                if _code(exc) != grpc.StatusCode.UNAVAILABLE:
+                    break  # etcd answered: its refusal is the answer
+        if failure is not None:
+            raise failure
+
+    def intercept(self, channel: grpc.Channel) -> grpc.Channel:
+        """``channel``, its calls carrying the token, logging in again once when refused."""
+        return grpc.intercept_channel(channel, _TokenCalls(self, channel))
+
+
+class _Details(
+    collections.namedtuple(
+        "_Details",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,  # type: ignore[misc]  # grpc has no type information
+):
+    """A call's details with other metadata (gRPC's own type cannot be built)."""
+
+
+def _with_token(details: Any, token: str) -> _Details:
+    metadata = [(k, v) for k, v in (details.metadata or ()) if k != "token"]
+    metadata.append(("token", token))
+    return _Details(
+        details.method,
+        details.timeout,
+        metadata,
+        None,  # the token goes as metadata only (call credentials are refused on plain HTTP)
+        getattr(details, "wait_for_ready", None),
+        getattr(details, "compression", None),
+    )
+
+
+def _code(error: Any) -> Any:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _forgotten(error: Any) -> bool:
+    details = getattr(error, "details", None)
+    text = details() if callable(details) else ""
+    return _code(error) == grpc.StatusCode.UNAUTHENTICATED and _FORGOTTEN in (text or "")
+
+
+class _TokenCalls(  # grpc has no type information: its bases are Any
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
+):
+    def __init__(self, login: EtcdLogin, raw: grpc.Channel) -> None:
+        self._login = login
+        self._raw = raw  # logging in again goes around the interceptor
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        if details.method == _AUTHENTICATE:
+            return continuation(details, request)
+        outcome = continuation(_with_token(details, self._login.token), request)
+        if _forgotten(outcome.exception()):
+            token = self._login.log_in(self._raw)
+            outcome = continuation(_with_token(details, token), request)
+        return outcome
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        return continuation(_with_token(details, self._login.token), request)
+
+    def intercept_stream_stream(
+        self, continuation: Callable[..., Any], details: Any, requests: Iterator[Any]
+    ) -> Any:
+        # a lease keep-alive: not sent again (its requests are consumed); the next call logs in
+        return continuation(_with_token(details, self._login.token), requests)
+
+
+__all__ = ["EtcdLogin"]

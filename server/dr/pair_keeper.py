@@ -1,0 +1,107 @@
+"""The cluster pairs as the disaster-recovery requests use them (:mod:`pair`, :mod:`pair_rules`):
+claims of a task's flow for a verb, the check before a resume, which job needs a new daemon, and
+the tending of every pair each ``recover`` round (deleted tasks forgotten, ownerless fences
+lifted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from metastore import TaskRecord
+from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
+from server.dr.claims import FlowClaim
+from server.dr.fence_owners import PairFences
+from server.dr.pair import ClusterPair, PairStore
+from server.dr.pair_rules import claimed, pruned, resume_allowed
+from server.dr.record import DR_PREFIX, FAILOVER_KEY, LINK_KEY
+from server.dr.task_ops import TaskOperations
+
+log = logging.getLogger(__name__)
+
+
+class PairKeeper:
+    def __init__(self, supervisor: TaskOperations, settings: CdcSettings) -> None:
+        self.sup = supervisor
+        self.settings = settings
+        self.store = PairStore(supervisor.store)
+
+    def flow_claim(self, ends: tuple[str, str], task_id: str, job_id: str) -> FlowClaim:
+        """The claim of ``job_id`` on ``task_id``'s flow, held by this daemon."""
+        return FlowClaim(self.store, ends, task_id, job_id, self.sup.fleet.member_id)
+
+    async def claim(
+        self, ends: tuple[str, str], verb: str, task_id: str, source: str, job_id: str
+    ) -> ClusterPair:
+        """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
+        apply, or another job runs there)."""
+        existing = {t.task_id for t in await self.sup.list()}
+        records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
+        linked = (
+            str(json.loads(records[LINK_KEY]).get("reverse_of") or "")
+            if LINK_KEY in records
+            else ""
+        )
+        failed_over = FAILOVER_KEY in records
+        me = self.sup.fleet.member_id
+
+        def change(pair: ClusterPair) -> ClusterPair:
+            return claimed(
+                pair,
+                verb,
+                task_id,
+                source,
+                job_id,
+                me,
+                existing=existing,
+                linked=linked,
+                failed_over=failed_over,
+            )
+
+        return await asyncio.to_thread(self.store.update, *ends, change)
+
+    async def check_resume(self, task: TaskRecord) -> None:
+        """Refuse (409) resuming a task where it would run both directions of its flow, undo a
+        failover, or cut into a job (the supervisor asks before every resume)."""
+        try:
+            spec = TaskSpec.of(task)
+        except Exception:  # noqa: BLE001 - a spec this release cannot read has no pair here
+            return
+        if not spec.source_cluster or not spec.target_cluster:
+            return
+        pair = await asyncio.to_thread(self.store.get, spec.source_cluster, spec.target_cluster)
+        resume_allowed(pair, task.task_id, task.reason)
+
+    async def tend(self, existing: set[str]) -> None:
+        """Forget deleted tasks in every pair (their claims with them) and lift the fences no
+        running job holds; a lift that fails is tried again next round."""
+        for pair in await asyncio.to_thread(self.store.all):
+            try:
+                current = await asyncio.to_thread(
+                    self.store.update, *pair.clusters, lambda p: pruned(p, existing)
+                )
+                if not current.fences:
+                    continue
+                fences = PairFences(self.store, self.settings, current.clusters)
+                live = {f.job.job_id for f in current.flows.values() if f.job is not None}
+                for problem in await asyncio.to_thread(fences.lift_ownerless, live):
+                    log.warning("cluster pair %s: %s", current.key, problem)
+            except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
+                log.warning("cluster pair %s not tended: %s", pair.key, exc)
+
+    def views(self) -> list[dict[str, Any]]:
+        """Every pair as stored (``GET /v1/pairs``)."""
+        return [pair.view() for pair in self.store.all()]
+
+    async def gone(self, one: str, other: str, task_id: str, member: str, alive: set[str]) -> bool:
+        """Whether the job of ``task_id`` run by ``member`` needs a new daemon: its member is
+        this daemon (restarted: it runs nothing of it) or not live, or its claim lapsed."""
+        if member == self.sup.fleet.member_id or member not in alive:
+            return True
+        pair = await asyncio.to_thread(self.store.get, one, other)
+        flow = pair.flow_of(task_id)
+        return flow is not None and flow.job is not None and flow.job.expired()

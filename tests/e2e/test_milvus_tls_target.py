@@ -1,0 +1,162 @@
+"""A real Milvus 2.3.5 that wants TLS (``common.security.tlsMode`` 1) and a login
+(``common.security.authorizationEnabled``) as the target: replicated into through
+``milvus_connect_param`` with ``enable_tls``/``dial_config`` or an ``https://`` URI, and a
+token or a user and password; the password shows in no answer and no log line.
+
+The source is a Milvus 2.6 stream on the Kafka mock (as tests/e2e/test_streaming_source.py
+writes it): the only real Milvus here is the target."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness.milvus_source import MilvusSource, milvus_source_rocksmq
+from harness.streaming_writer import StreamingWriter
+from harness.tls import Pki, make_test_pki
+from pymilvus import MilvusClient
+
+from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
+
+pytestmark = pytest.mark.e2e
+
+USER = "cdc"
+PASSWORD = "Milvus-Target-Pa55-never-shown"
+ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_test_pki(tmp_path_factory.mktemp("milvus-pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_milvus(
+    tmp_path_factory: pytest.TempPathFactory, etcd_service: Any, pki: Pki
+) -> Iterator[MilvusSource]:
+    """Milvus 2.3.5 with one-way TLS and authorization, and a user ``cdc`` with admin rights."""
+    settings = {
+        "common.security.tlsMode": "1",
+        "tls.serverPemPath": str(pki.server_cert),
+        "tls.serverKeyPath": str(pki.server_key),
+        "tls.caPemPath": str(pki.ca_file),
+        "common.security.authorizationEnabled": "true",
+    }
+    with milvus_source_rocksmq(
+        tmp_path_factory.mktemp("milvus-tls"),
+        etcd_service.endpoint,
+        root_path=f"tls-{uuid.uuid4().hex[:8]}",
+        settings=settings,
+        client={"token": ROOT, "server_pem_path": str(pki.ca_file)},
+    ) as milvus:
+        root = root_client(milvus, pki)
+        try:
+            root.create_user(USER, PASSWORD)
+            root.grant_role(USER, "admin")
+        finally:
+            root.close()
+        yield milvus
+
+
+def root_client(milvus: MilvusSource, pki: Pki) -> MilvusClient:
+    return MilvusClient(
+        uri=milvus.uri,
+        token=ROOT,
+        server_pem_path=str(pki.ca_file),
+        timeout=10,
+        dedicated=True,
+    )
+
+
+def _write(stream: Stream, collection_id: int, name: str, keys: range) -> None:
+    (vchannel,) = stream.vchannels(collection_id, 1)
+    stream.writer.create_collection(collection_id, name, [vchannel])
+    stream.writer.insert(vchannel, collection_id, keys)
+    stream.tick_all()
+
+
+def test_replicates_into_a_milvus_with_tls_and_authorization(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    """Two tasks into the TLS Milvus: an ``https://`` URI with a token; host and port with
+    ``enable_tls``, the CA as ``dial_config.server_pem_path``, and a user and password."""
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    stream = Stream(writer, f"tls{uuid.uuid4().hex[:6]}", channels=1)
+    target = root_client(tls_milvus, pki)
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+        dial = {"server_pem_path": str(pki.ca_file)}
+        by_token = {
+            "uri": tls_milvus.uri,
+            "token": f"{USER}:{PASSWORD}",
+            "dial_config": dial,
+            "connect_timeout": 10,
+        }
+        by_password = {
+            "host": tls_milvus.host,
+            "port": tls_milvus.port,
+            "enable_tls": True,
+            "dial_config": dial,
+            "username": USER,
+            "password": PASSWORD,
+            "connect_timeout": 10,
+        }
+        names = {}
+        for i, connect in enumerate((by_token, by_password)):
+            names[i] = f"tls_{i}_{uuid.uuid4().hex[:6]}"
+            start_task(daemon, "", stream, names[i], milvus_connect_param=connect)
+        for i, name in names.items():
+            _write(stream, 71000 + i, name, range(i * 100, i * 100 + 50))
+        for i, name in names.items():
+            wait_for_collection(target, name)
+            expected = {pk: f"row-{pk}" for pk in range(i * 100, i * 100 + 50)}
+            wait_rows(target, name, expected, daemon=daemon)
+        answers = [daemon.call("list").body, str(daemon.request("GET", "/v1/tasks"))]
+        daemon.stop()
+        for text in [*map(str, answers), daemon.log_text()]:
+            assert PASSWORD not in text
+    finally:
+        target.close()
+        writer.close()
+
+
+def test_a_refused_target_fails_the_create_naming_it_and_why(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    stream = Stream(StreamingWriter(kafka_mock.bootstrap), "refused", channels=1)
+    try:
+        daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    finally:
+        stream.writer.close()
+    base = {
+        "uri": tls_milvus.uri,
+        "token": f"{USER}:{PASSWORD}",
+        "dial_config": {"server_pem_path": str(pki.ca_file)},
+        "connect_timeout": 3,
+    }
+    plain = tls_milvus.uri.replace("https://", "http://")
+    cases = {
+        "wrong password": (
+            {**base, "token": f"{USER}:not-it"},
+            "auth check failure, please check username and password are correct",
+        ),
+        "wrong CA": (
+            {**base, "dial_config": {"server_pem_path": str(pki.other_ca_file)}},
+            "certificate verify failed: unable to get local issuer certificate",
+        ),
+        "no TLS": (
+            {**base, "uri": plain, "dial_config": None},
+            "it speaks TLS: give an https:// uri or enable_tls",
+        ),
+    }
+    for case, (connect, reason) in cases.items():
+        body = {"milvus_connect_param": connect, "collection_infos": [{"name": "x"}]}
+        reply = daemon.call("create", body)
+        where = connect["uri"]
+        expected = f"milvus_connect_param: target Milvus at {where} refused the daemon: {reason}"
+        assert (reply.status, reply.message) == (400, expected), case
+        assert PASSWORD not in reply.raw.decode()
+    assert daemon.call("list").data["tasks"] == []
