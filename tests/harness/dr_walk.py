@@ -387,6 +387,9 @@ class Walk:
         # flow -> keys a recorded failure named (keep_going): not checked again
         self._excused: dict[str, set[int]] = {}
         self._named: dict[str, set[int]] = {}  # flow -> keys the failing check named
+        # (flow, lost cluster) -> writes a failover left neither on the target nor in its export:
+        # looked for on the lost cluster once it is back (did its queue keep them?)
+        self._missed: dict[tuple[str, str], set[int]] = {}
         self.rng = random.Random(seed)
         self.clusters = clusters
         self.etcd_endpoint = etcd_endpoint
@@ -800,7 +803,16 @@ class Walk:
         self._drop_client(label)
         seconds = time.monotonic() - began
         self.timed("restart_cluster", seconds)
-        return f"{label} serving again after {seconds:.1f} s"
+        outcome = f"{label} serving again after {seconds:.1f} s"
+        for (name, lost), missed in sorted(self._missed.items()):
+            if lost == label and missed:
+                held = missed & self.keys(label, self.model.flows[name])
+                outcome += (
+                    f"; {len(held)} of the {len(missed)} write(s) of {name} its failover missed "
+                    f"are on the restarted {label}"
+                )
+                self._missed[(name, lost)] = set()
+        return outcome
 
     def _step_failback(self, name: str, point: str) -> str:
         flow = self.model.flows[name]
@@ -940,6 +952,7 @@ class Walk:
                 missing = lost_writes - held - f.exported - self._excused.get(flow.name, set())
                 if missing:
                     self._named[flow.name] = missing
+                    self._missed.setdefault((flow.name, f.lost), set()).update(missing)
                     acks = sorted(acked[k].at for k in missing)
                     return (
                         f"flow {flow.name}, failover of {f.task_id}: {len(missing)} write(s) "
