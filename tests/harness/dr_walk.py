@@ -29,8 +29,9 @@ The invariants (:meth:`Walk.check_invariants`), each failing with a message that
 - ``acknowledged_on_primary``: every write a writer had acknowledged is on the flow's primary,
   except those the lost cluster acknowledged after the ``consistent_up_to`` its failover
   reported (every write acknowledged at or before it is there);
-- ``target_plus_export``: for every failover, each write the lost cluster acknowledged is on
-  the cluster that took over or in the failover's export;
+- ``target_plus_export``: for every failover, each write the lost cluster acknowledged since
+  the flow's previous failover (that one accounts for those before) is on the cluster that took
+  over or in the failover's export;
 - ``one_direction_running``: exactly one task of a replicating flow is Running, and it reads
   the primary; none of a failed-over flow;
 - ``no_ownerless_fence``: no ``forceDeny`` key in either cluster's etcd once no job runs (the
@@ -944,10 +945,16 @@ class Walk:
     def _target_plus_export(self) -> str:
         for flow in self.model.flows.values():
             acked = flow.writer.snapshot()
+            since = 0.0  # an earlier failover of the flow accounted for the writes before it
             for f in flow.failovers:
+                window, since = (since, f.at), f.at
                 if not self.clusters[f.took_over].alive:
                     continue
-                lost_writes = {k for k, a in acked.items() if a.cluster == f.lost and a.at <= f.at}
+                lost_writes = {
+                    k
+                    for k, a in acked.items()
+                    if a.cluster == f.lost and window[0] < a.at <= window[1]
+                }
                 held = self.keys(f.took_over, flow)
                 missing = lost_writes - held - f.exported - self._excused.get(flow.name, set())
                 if missing:
