@@ -16,9 +16,8 @@ from replicator.compare.classify import RangeRead
 from replicator.config.redaction import secret_values
 from replicator.config.settings import ConfigError, load_settings
 from replicator.config.task_spec import TaskSpec
-from replicator.hybrid_time import from_seconds, to_seconds
+from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import (
-    CAUGHT_UP_MARGIN,
     ChannelStatus,
     consistent_view,
     task_consistent_ts,
@@ -114,15 +113,27 @@ def test_cluster_names_are_checked_and_their_secrets_redacted():
 
 
 # --- consistent-up-to --------------------------------------------------------------------------
-def test_a_channel_is_consistent_up_to_its_applied_tick_or_while_caught_up_the_read_less_a_margin():
+def test_a_channel_is_consistent_up_to_its_applied_tick_or_while_caught_up_its_last_tick():
     status = ChannelStatus("dml_0")
     assert status.consistent_ts == 0
     status.applied(from_seconds(1000.0))
     assert status.consistent_ts == from_seconds(1000.0)
-    status.mark_caught_up(2000.0)
-    assert to_seconds(status.consistent_ts) == pytest.approx(2000.0 - CAUGHT_UP_MARGIN, abs=1e-3)
+    # a read begun long after the last tick claims that tick, not the moment of the read
+    status.mark_caught_up(from_seconds(1000.2), read_started=2000.0)
+    assert status.consistent_ts == from_seconds(1000.2)
+    assert status.caught_up_at == 2000.0
     status.caught_up = False  # records arrived: only the applied tick counts again
     assert status.consistent_ts == from_seconds(1000.0)
+
+
+def test_a_channel_that_never_ticked_bounds_nothing_and_claims_nothing():
+    ticking, empty = ChannelStatus("dml_0"), ChannelStatus("dml_1")
+    ticking.mark_caught_up(from_seconds(1000.0), read_started=5000.0)
+    assert task_consistent_ts([ticking, empty]) == 0  # dml_1 not read to its end yet
+    empty.mark_caught_up(0, read_started=5000.0)
+    assert empty.holds_nothing and empty.consistent_ts == 0
+    assert task_consistent_ts([ticking, empty]) == from_seconds(1000.0)
+    assert task_consistent_ts([empty]) == 0  # no tick anywhere: nothing is proven
 
 
 def test_a_task_is_consistent_up_to_its_slowest_channel_and_unknown_while_one_is():
