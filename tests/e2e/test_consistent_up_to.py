@@ -1,0 +1,69 @@
+"""What ``consistent_up_to`` claims of a task that has read its channels to their end: only the
+time ticks it read prove anything. A write's time is given before it reaches the queue (a 2.3
+proxy stamps, then produces; a 2.6 append takes its tick, then appends), so the moment a read
+begins proves nothing about writes stamped before it (issue 41, bug 9).
+
+Shown on a 2.6 stream written into the Kafka mock (tests/harness/streaming_writer.py), into
+Milvus Lite; the failover's figure on a real Milvus 2.3.5 is in test_disaster_recovery.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from harness.services import wait_until
+
+from tests.e2e.test_streaming_source import start_task, task_view, wait_for_collection, wait_rows
+
+pytestmark = pytest.mark.e2e
+
+# longer than two of a quiet channel's longest idle reads (5 s, the worker's
+# IDLE_READ_SECONDS_MAX): every channel has begun and ended a read to its end meanwhile,
+# begun well after the write took its time
+SLOW_APPEND_SECONDS = 12.0
+
+
+def consistent_ts(daemon, task_id: str) -> int:
+    moment = task_view(daemon, task_id)["progress"].get("consistent_up_to") or {}
+    return int(moment.get("ts") or 0)
+
+
+def test_a_write_stamped_before_a_caught_up_read_is_not_claimed_until_it_is_applied(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """A write takes its time, then reaches the WAL 12 s later; meanwhile the task reads every
+    channel to its end, again and again. Its ``consistent_up_to`` stays below the write's time
+    (at the channels' last ticks) until the write is on the target, then passes it."""
+    w = stream.writer
+    coll = 57001
+    name = f"slow_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    v0, v1 = stream.vchannels(coll, 2)
+    w.create_collection(coll, name, [v0, v1])
+    w.insert(v0, coll, range(10))
+    w.insert(v1, coll, range(10, 20))
+    stream.tick_all()
+    last_tick = w.tso.next() - 1  # every channel's last tick is at or below it
+    wait_for_collection(target_client, name)
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(20)})
+    wait_until(lambda: consistent_ts(daemon, task_id), 30, "consistent_up_to known")
+
+    stamped = w.tso.next()  # the write takes its time ...
+    claims = []
+    deadline = time.monotonic() + SLOW_APPEND_SECONDS
+    while time.monotonic() < deadline:  # ... while the task reads to the end, caught up
+        claims.append(consistent_ts(daemon, task_id))
+        time.sleep(0.5)
+    assert task_view(daemon, task_id)["progress"]["lag_seconds"] == 0, "not caught up"
+    assert max(claims) < stamped, (max(claims) - stamped) / 2**18 / 1000
+    assert max(claims) <= last_tick  # what the ticks prove, no more
+    w.insert(v0, coll, range(20, 30), tt=stamped)  # ... and reaches the queue
+    assert consistent_ts(daemon, task_id) < stamped  # read, not applied: no tick yet
+    stream.tick_all()
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(30)})
+    wait_until(
+        lambda: consistent_ts(daemon, task_id) >= stamped, 30, "consistent_up_to past the write"
+    )
