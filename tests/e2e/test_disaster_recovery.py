@@ -686,6 +686,8 @@ def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_ans
         first = min(r.ts for r in after)
         assert answer["unapplied_from"]["ts"] == first
         assert consistent["ts"] < first
+        ahead = _hybrid_seconds(first - consistent["ts"])
+        print(f"failover: the first unapplied record {ahead:.3f} s after it")
     covered = {k for w in writers for k, at in w.stamps.items() if at <= _seconds(consistent)}
     assert len(covered) >= 50, (len(covered), consistent)
     assert not covered - on_b, sorted(covered - on_b)[:10]
