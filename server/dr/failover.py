@@ -134,4 +134,4 @@ def _read_tails(
         tail = ChannelTail(channel, saved.ts if saved is not None else 0)
         tail.inflight_bound = state.inflight_bound(channel)
         tails.append(tail)
-    return export_unapplied(context, spec, tails, positions, out, budget)
+    return export_unapplied(context, spec, tails, positions, state.collections(), out, budget)

@@ -29,6 +29,7 @@ from replicator.config.task_spec import TaskSpec
 from replicator.events import CollectionEvent, Delete, FailedRecord, Insert, RawRecord, TimeTick
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import consistent_view
 from replicator.sinks.kafka_events import dumps, rows_of, ts_view
 from server.dr.wal_tail import changed_keys, decoded_after, primary_key_name, selected_collections
@@ -126,20 +127,24 @@ def export_unapplied(
     spec: TaskSpec,
     tails: list[ChannelTail],
     positions: dict[str, Position],
+    learnt: list[CollectionMeta],
     out: Path,
     budget: float,
 ) -> Unreplicated:
     """Read each channel of ``tails`` (one per DML channel, with its saved ``positions``) to
-    its end, ``budget`` seconds in all; every record of the selected collections the target
-    does not hold goes to ``out``, one JSON event per row change or DDL."""
+    its end, ``budget`` seconds in all; every record of the selected collections (in the source
+    catalog, or ``learnt`` by the task from the WAL: a 2.6 source's, a catalog lost with its
+    cluster) the target does not hold goes to ``out``, one JSON event per row change or DDL."""
     result = Unreplicated(channels=tails)
     deadline = time.monotonic() + budget
+    selection = TaskSelection.from_spec(spec)
+    selected = {m.collection_id: m for m in learnt if selection.selects(m.db_name, m.name)}
     try:
-        selected = selected_collections(context, spec)
+        selected.update(selected_collections(context, spec))
     except Exception as exc:  # noqa: BLE001 - the source is being lost: any failure is told
+        # records of a collection only the catalog knows would be missed: not complete
         result.complete = False
         result.problems.append(f"the source catalog cannot be read: {exc}")
-        return result
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")

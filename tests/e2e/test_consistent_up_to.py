@@ -3,18 +3,23 @@ time ticks it read prove anything. A write's time is given before it reaches the
 proxy stamps, then produces; a 2.6 append takes its tick, then appends), so the moment a read
 begins proves nothing about writes stamped before it (issue 41, bug 9).
 
-Shown on a 2.6 stream written into the Kafka mock (tests/harness/streaming_writer.py), into
-Milvus Lite; the failover's figure on a real Milvus 2.3.5 is in test_disaster_recovery.py.
+And what a failover exports of a 2.6 WAL whose ticks are out of offset order: exactly the
+records the target lacks. Shown on a 2.6 stream written into the Kafka mock
+(tests/harness/streaming_writer.py), into Milvus Lite; the failover on a real Milvus 2.3.5 is in
+test_disaster_recovery.py.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from harness.services import wait_until
 
+from tests.e2e.test_replication import rows
 from tests.e2e.test_streaming_source import start_task, task_view, wait_for_collection, wait_rows
 
 pytestmark = pytest.mark.e2e
@@ -67,3 +72,46 @@ def test_a_write_stamped_before_a_caught_up_read_is_not_claimed_until_it_is_appl
     wait_until(
         lambda: consistent_ts(daemon, task_id) >= stamped, 30, "consistent_up_to past the write"
     )
+
+
+def test_a_failover_exports_what_the_target_lacks_and_not_a_record_released_out_of_order(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream, tmp_path
+):
+    """2.6 ticks are not monotonic in offset order: A (tick s2) is appended before B (s1 < s2),
+    then a TimeTick t between them releases B, and A waits. The saved position is before A, so
+    B follows it in the WAL but the target holds it (a resume skips it as a repeat). The
+    failover exports A and not B, and claims t: the last tick, below A."""
+    w = stream.writer
+    coll = 57002
+    name = f"order_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    (v0,) = stream.vchannels(coll, 1)
+    w.create_collection(coll, name, [v0])
+    w.insert(v0, coll, range(10))
+    stream.tick_all()
+    wait_for_collection(target_client, name)
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(10)})
+
+    s1, t, s2 = w.tso.next(), w.tso.next(), w.tso.next()
+    a = w.insert(v0, coll, range(100, 105), tt=s2)
+    b = w.insert(v0, coll, range(200, 205), tt=s1)
+    w.time_tick(stream.pchannel(0), tt=t)
+    for other in (1, 2):  # the other pchannels tick past s2: only the first bounds the task
+        w.time_tick(stream.pchannel(other))
+    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in [*range(10), *range(200, 205)]})
+
+    status, _, answer = daemon.request("POST", f"/v1/tasks/{task_id}/failover", {})
+    assert status == 200, answer
+    assert answer["complete"] is True, answer
+    lines = [json.loads(x) for x in Path(answer["unreplicated"]["file"]).read_text().splitlines()]
+    assert sorted(line["pk"] for line in lines) == list(range(100, 105))
+    assert {line["source"]["position"] for line in lines} == {a.offset}
+    on_target = set(rows(target_client, name, "id"))
+    assert not on_target & set(range(100, 105)) and set(range(200, 205)) <= on_target
+    first = next(c for c in answer["unreplicated"]["channels"] if c["channel"] == a.pchannel)
+    assert first["applied_after"] == 1 and first["records"] == 1, first  # b, and a
+    assert b.offset > first["after_offset"]
+    assert first["consistent_up_to"]["ts"] == t
+    assert answer["consistent_up_to"]["ts"] == t
+    assert answer["unapplied_from"]["ts"] == s2

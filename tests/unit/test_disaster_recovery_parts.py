@@ -23,6 +23,7 @@ from replicator.pipeline.status import (
     task_consistent_ts,
 )
 from replicator.sinks.milvus_status import status_retriable
+from server.dr.failover_export import ChannelTail, Unreplicated
 from server.dr.fence import is_write_refusal
 from server.dr.record import SwitchoverJob
 from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
@@ -149,6 +150,26 @@ def test_a_task_is_consistent_up_to_its_slowest_channel_and_unknown_while_one_is
     view = consistent_view(from_seconds(990.0))
     assert view == {"ts": from_seconds(990.0), "time": "1970-01-01T00:16:30.000Z"}
     assert consistent_view(0) is None
+
+
+def test_a_failover_channel_claims_its_ticks_below_its_first_unapplied_record():
+    t = from_seconds
+    quiet = ChannelTail("dml_0", saved_ts=t(100.0), last_tick=t(100.6))
+    assert quiet.consistent_ts == t(100.6)  # nothing unapplied: its last tick read
+    cut = ChannelTail("dml_1", saved_ts=t(100.0), last_tick=t(100.4), first_unapplied=t(100.5))
+    assert cut.consistent_ts == t(100.4)  # a write after the last tick: that tick
+    early = ChannelTail("dml_2", saved_ts=t(100.0), last_tick=t(101.0), first_unapplied=t(100.5))
+    early.records = 1
+    assert early.consistent_ts == t(100.5) - 1  # the tick is past a write the target lacks
+    unused = ChannelTail("dml_3", saved_ts=0)
+    assert not unused.bounds_task  # no tick, nothing unapplied: no collection on it
+    lost = ChannelTail("dml_4", saved_ts=0, first_unapplied=t(100.2))
+    lost.records = 1
+    assert lost.bounds_task and lost.consistent_ts == 0  # a write and no tick: nothing proven
+    export = Unreplicated(channels=[quiet, cut, early, unused])
+    assert export.consistent_ts == t(100.4)
+    assert export.unapplied_from == t(100.5)
+    assert Unreplicated(channels=[quiet, lost]).consistent_ts == 0
 
 
 # --- switchover ----------------------------------------------------------------------------------
