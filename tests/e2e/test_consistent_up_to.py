@@ -35,25 +35,41 @@ def consistent_ts(daemon, task_id: str) -> int:
     return int(moment.get("ts") or 0)
 
 
+def replicating(
+    daemon_factory,
+    etcd_service,
+    kafka_mock,
+    target_uri: str,
+    stream,
+    collection_id: int,
+    shards: int,
+) -> tuple:
+    """A daemon, a task of a new collection of ``shards`` vchannels and 10 rows per vchannel:
+    (daemon, task id, collection name, vchannels, the rows it holds as key -> tag)."""
+    name = f"c{collection_id}_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, target_uri, stream, name)
+    vchannels = stream.vchannels(collection_id, shards)
+    stream.writer.create_collection(collection_id, name, vchannels)
+    for i, vchannel in enumerate(vchannels):
+        stream.writer.insert(vchannel, collection_id, range(10 * i, 10 * i + 10))
+    stream.tick_all()
+    return daemon, task_id, name, vchannels, {pk: f"row-{pk}" for pk in range(10 * shards)}
+
+
 def test_a_write_stamped_before_a_caught_up_read_is_not_claimed_until_it_is_applied(
     daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
 ):
     """A write takes its time, then reaches the WAL 12 s later; meanwhile the task reads every
     channel to its end, again and again. Its ``consistent_up_to`` stays below the write's time
     (at the channels' last ticks) until the write is on the target, then passes it."""
-    w = stream.writer
-    coll = 57001
-    name = f"slow_{uuid.uuid4().hex[:6]}"
-    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
-    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
-    v0, v1 = stream.vchannels(coll, 2)
-    w.create_collection(coll, name, [v0, v1])
-    w.insert(v0, coll, range(10))
-    w.insert(v1, coll, range(10, 20))
-    stream.tick_all()
+    w, coll = stream.writer, 57001
+    daemon, task_id, name, (v0, _), held = replicating(
+        daemon_factory, etcd_service, kafka_mock, milvus_lite_service.uri, stream, coll, 2
+    )
     last_tick = w.tso.next() - 1  # every channel's last tick is at or below it
     wait_for_collection(target_client, name)
-    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(20)})
+    wait_rows(target_client, name, held)
     wait_until(lambda: consistent_ts(daemon, task_id), 30, "consistent_up_to known")
 
     stamped = w.tso.next()  # the write takes its time ...
@@ -75,23 +91,18 @@ def test_a_write_stamped_before_a_caught_up_read_is_not_claimed_until_it_is_appl
 
 
 def test_a_failover_exports_what_the_target_lacks_and_not_a_record_released_out_of_order(
-    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream, tmp_path
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
 ):
     """2.6 ticks are not monotonic in offset order: A (tick s2) is appended before B (s1 < s2),
     then a TimeTick t between them releases B, and A waits. The saved position is before A, so
     B follows it in the WAL but the target holds it (a resume skips it as a repeat). The
     failover exports A and not B, and claims t: the last tick, below A."""
-    w = stream.writer
-    coll = 57002
-    name = f"order_{uuid.uuid4().hex[:6]}"
-    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
-    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
-    (v0,) = stream.vchannels(coll, 1)
-    w.create_collection(coll, name, [v0])
-    w.insert(v0, coll, range(10))
-    stream.tick_all()
+    w, coll = stream.writer, 57002
+    daemon, task_id, name, (v0,), held = replicating(
+        daemon_factory, etcd_service, kafka_mock, milvus_lite_service.uri, stream, coll, 1
+    )
     wait_for_collection(target_client, name)
-    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(10)})
+    wait_rows(target_client, name, held)
 
     s1, t, s2 = w.tso.next(), w.tso.next(), w.tso.next()
     a = w.insert(v0, coll, range(100, 105), tt=s2)
@@ -99,7 +110,7 @@ def test_a_failover_exports_what_the_target_lacks_and_not_a_record_released_out_
     w.time_tick(stream.pchannel(0), tt=t)
     for other in (1, 2):  # the other pchannels tick past s2: only the first bounds the task
         w.time_tick(stream.pchannel(other))
-    wait_rows(target_client, name, {pk: f"row-{pk}" for pk in [*range(10), *range(200, 205)]})
+    wait_rows(target_client, name, {**held, **{pk: f"row-{pk}" for pk in range(200, 205)}})
 
     status, _, answer = daemon.request("POST", f"/v1/tasks/{task_id}/failover", {})
     assert status == 200, answer
