@@ -95,6 +95,7 @@ def create_app(
         app[SUPERVISOR] = supervisor
         disaster = DisasterRecovery(supervisor, settings)
         supervisor.add_progress_source(disaster)
+        supervisor.add_resume_check(disaster.check_resume)
         app[DISASTER] = disaster
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,

@@ -174,6 +174,11 @@ def switchover_line(job: dict[str, Any]) -> str:
         facts.append(f"verify {job['verify']['divergent_rows']} divergent")
     if job.get("reverse_task_id"):
         facts.append(f"reverse task {job['reverse_task_id']}")
+    if job.get("writers_may_move_at"):
+        moved = job["writers_may_move_at"]["time"]
+        facts.append(
+            f"writers may move to {job.get('target_cluster') or 'the target'} since {moved}"
+        )
     if job.get("reason"):
         facts.append(job["reason"])
     if job.get("rolled_back"):

@@ -1,7 +1,10 @@
 """Failback: bring a failed-over task's old source (A) back as a replica of the target (B) that
 took production, then let a switchover move production home.
 
-The failback creates the reverse task B -> A with a backfill: B's rows are copied into A (the
+The failback holds its cluster pair's claim (:mod:`pair`) and re-uses the pair's flow: the
+reverse task is the flow's task B -> A when it has one (made by an earlier switchover, paused
+since: it is created again, the same id, with a backfill), else a new one. It creates the
+reverse task B -> A with a backfill: B's rows are copied into A (the
 copy upserts, so a row A holds in another version is overwritten), and the task streams B's
 writes from the moment it was created. A still holds what it acknowledged after the failover's
 consistent point and never sent to B (its unreplicated tail, the failover's export): a verify
@@ -22,6 +25,7 @@ the backfill and the verify jobs are the reverse task's own and survive restarts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,8 +33,10 @@ from typing import Any
 
 from replicator.backfill.state import BackfillState
 from replicator.config.task_spec import TaskSpec
+from server.dr.claims import ClaimLostError, FlowClaim
+from server.dr.flows import VerifyWaitError, reverse_request, verify_ended
+from server.dr.pair import REPLICATING
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
-from server.dr.switchover import reverse_request, verify_ended
 from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
@@ -40,6 +46,8 @@ log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between looks at the reverse task's jobs
 FINISHED = ("in_sync", "failed")
 REPAIRS = 3  # verify-with-repair passes before the failback gives up
+VERIFY_ATTEMPTS = 3  # verify jobs that end without a result (a restart) before it gives up
+VERIFY_BUDGET = 6 * 3600.0  # seconds one verify job may take
 
 
 def failback_request(spec: TaskSpec, task_id: str) -> CreateRequest:
@@ -56,10 +64,12 @@ class FailbackRun:
         supervisor: TaskOperations,
         record: dict[str, Any],
         on_save: Callable[[str, dict[str, Any]], None],
+        claim: FlowClaim,
     ) -> None:
         self.sup = supervisor
         self.record = dict(record)
         self.on_save = on_save
+        self.claim = claim
 
     @property
     def task_id(self) -> str:
@@ -70,6 +80,7 @@ class FailbackRun:
         return str(self.record["reverse_task_id"])
 
     async def save(self, **changes: Any) -> None:
+        await self.claim.keep()  # a daemon that lost the job (stalled) stops here
         if "state" in changes and changes["state"] != self.record.get("state"):
             steps = [
                 *self.record.get("steps", []),
@@ -82,7 +93,11 @@ class FailbackRun:
         log.info("failback of %s: %s", self.task_id, self.record["state"])
 
     async def create(self, spec: TaskSpec) -> None:
-        """Create the reverse task (its backfill starts with it)."""
+        """Create the reverse task (its backfill starts with it); the flow's own task in that
+        direction, when it has one, is created again under its id."""
+        if self.record.get("reused"):
+            with contextlib.suppress(ApiError):  # gone already
+                await self.sup.delete(self.reverse_id)
         await self.sup.create(failback_request(spec, self.reverse_id))
         for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):
             await asyncio.to_thread(
@@ -101,8 +116,15 @@ class FailbackRun:
             while self.record["state"] not in FINISHED:
                 step = getattr(self, f"_{self.record['state']}")
                 await step()
-        except (ApiError, OSError) as exc:
-            await self.save(state="failed", reason=str(exc))
+        except ClaimLostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever stopped it is its reason
+            await self.save(state="failed", reason=f"{type(exc).__name__}: {exc}")
+        if self.record["state"] == "in_sync":  # the reverse direction carries production
+            production = str(self.record["production_cluster"])
+            await self.claim.release(state=REPLICATING, active=production)
+        else:
+            await self.claim.release()
 
     async def _seeding(self) -> None:
         state = BackfillState(self.sup.store, self.reverse_id)
@@ -144,14 +166,35 @@ class FailbackRun:
     async def _verify(self, *, repair: bool, key: str) -> dict[str, Any] | None:
         """Run (or, after a restart, wait for) the reverse task's verify; its result, or None
         when the failback failed."""
-        job_id = str(self.record.get(key) or "")
-        current = self.sup.verify_job(self.reverse_id)
-        if not job_id or current is None or current.job_id != job_id:
-            _, job_id = await self.sup.verify(VerifyRequest(task_id=self.reverse_id, repair=repair))
-            await self.save(**{key: job_id})
-        current = await verify_ended(self.sup, self.reverse_id, job_id, poll=POLL)
-        if current.state != "done":
-            await self.save(state="failed", reason=f"verify {job_id}: {current.reason}")
+        for attempt in range(VERIFY_ATTEMPTS):
+            job_id = str(self.record.get(key) or "")
+            current = self.sup.verify_job(self.reverse_id)
+            if not job_id or current is None or current.job_id != job_id:
+                _, job_id = await self.sup.verify(
+                    VerifyRequest(task_id=self.reverse_id, repair=repair)
+                )
+                await self.save(**{key: job_id})
+            try:
+                current = await verify_ended(
+                    self.sup, self.reverse_id, job_id, VERIFY_BUDGET, poll=POLL
+                )
+            except VerifyWaitError as exc:
+                log.warning("failback of %s: %s", self.task_id, exc)
+                await self.save(**{key: ""})
+                continue
+            if current.state == "done":
+                break
+            # ended without a result (a daemon restarting marks it failed): asked again
+            log.warning("failback of %s: verify %s %s", self.task_id, job_id, current.reason)
+            await self.save(**{key: ""}, last_verify_problem=f"{job_id}: {current.reason}")
+            if attempt + 1 == VERIFY_ATTEMPTS:
+                await self.save(
+                    state="failed",
+                    reason=f"verify {job_id}: {current.reason} ({VERIFY_ATTEMPTS} attempts)",
+                )
+                return None
+        else:
+            await self.save(state="failed", reason=f"no verify ended in {VERIFY_ATTEMPTS} attempts")
             return None
         return {
             "job_id": job_id,

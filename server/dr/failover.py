@@ -4,8 +4,9 @@ WAL can still be read (its queue survived the Milvus), writes every record of th
 collections the target lacks to a file (:mod:`failover_export`).
 
 Order: pause the task (its runner stops and saves its positions: exactly what the target
-holds), wait until a runner the pause let go (a target write under way) has ended, lift a
-fence on the target, then read each DML channel from its saved position to its end. With the
+holds), wait until a runner the pause let go (a target write under way) has ended, then read
+each DML channel from its saved position to its end (the flow's claim and the target's fence
+are the manager's, :mod:`manager`). With the
 WAL read, the figure is what its ticks prove; without it (``complete: false``), the saved
 positions' ticks (every channel's figure at its last save).
 """
@@ -13,7 +14,6 @@ positions' ticks (every channel's figure at its last save).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -30,7 +30,6 @@ from replicator.pipeline.runner import RunnerContext
 from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
-from server.dr.fence import EtcdQuotaFence, FenceError
 from server.dr.record import FAILOVER_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
@@ -68,7 +67,6 @@ async def run_failover(
             "records marked maybe_on_target may be on the target too"
         )
     spec = TaskSpec.of(task)
-    await _lift_target_fence(settings, spec)
     saved = await asyncio.to_thread(applied_ts(ops.store, tid, None)) or 0
     export = None
     if request.export_seconds:
@@ -99,14 +97,6 @@ async def run_failover(
     with log_context(task_id=tid):
         log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
     return view
-
-
-async def _lift_target_fence(settings: CdcSettings, spec: TaskSpec) -> None:
-    """The target takes writes now: a fence on it goes."""
-    target = spec.target_cluster
-    if target:
-        with contextlib.suppress(FenceError):
-            await asyncio.to_thread(EtcdQuotaFence(target, settings.cluster(target)).lift)
 
 
 def _export_path(settings: CdcSettings, tid: str, at: float) -> Path:

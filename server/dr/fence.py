@@ -135,7 +135,15 @@ class EtcdQuotaFence:
         return value is not None and value.strip().lower() == FENCE_VALUE
 
     def in_effect(self) -> bool:
-        return (self.probe or self._refuses_delete)()
+        try:
+            return (self.probe or self._refuses_delete)()
+        except FenceError:
+            raise
+        except Exception as exc:
+            raise FenceError(
+                f"cluster {self.cluster}: the probe write could not be made: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def _etcd(self, action: Callable[[Any], Any]) -> Any:
         try:
@@ -177,15 +185,16 @@ class EtcdQuotaFence:
             client.close()
 
 
-# what Milvus answers a write while forceDeny is on: 2.3.5 says "quota exceeded[reason=the
-# writing has been deactivated by the administrator]" (code 9); other versions a rate limit
-REFUSALS = ("deactivated by the administrator", "quota exceeded", "deny to write", "rate limit")
+# what Milvus answers a write while forceDeny is on, and only then: "quota exceeded[reason=the
+# writing has been deactivated by the administrator]" (2.3.5, code 9; ErrServiceForceDeny from
+# 2.3 on). A refusal for memory or disk back-pressure ("memory quota exhausted", "disk quota
+# exceeded") or a rate limit is not the fence and proves nothing.
+FORCE_DENY_REFUSAL = "deactivated by the administrator"
 
 
 def is_write_refusal(exc: Exception) -> bool:
-    """A write refused by the cluster's quota (forceDeny)."""
-    text = str(exc).lower()
-    return any(refusal in text for refusal in REFUSALS)
+    """A write refused by the cluster's forceDeny (the fence), not by other back-pressure."""
+    return FORCE_DENY_REFUSAL in str(exc).lower()
 
 
 def client_args(source: SourceSettings) -> dict[str, Any]:

@@ -109,8 +109,9 @@ class PairFences:
         self._update(join)
         return result[0] if result else None
 
-    def release(self, cluster: str, job_id: str) -> None:
-        """``job_id`` no longer holds the fence on ``cluster``; the last owner lifts it.
+    def release(self, cluster: str, job_id: str) -> bool:
+        """``job_id`` no longer holds the fence on ``cluster``; the last owner lifts it (True:
+        this call lifted it; False: others hold it still, or it was the operator's).
         FenceError when the lift fails (the hold stays for ``lift_ownerless``)."""
 
         def leave(pair: ClusterPair) -> ClusterPair:
@@ -126,8 +127,10 @@ class PairFences:
 
         pair = self._update(leave)
         hold = pair.fences.get(cluster)
-        if hold is not None and hold.lifting:
-            self._lift(cluster, hold)
+        if hold is None or not hold.lifting:
+            return False
+        self._lift(cluster, hold)
+        return True
 
     def lift_ownerless(self, live_jobs: set[str]) -> list[str]:
         """Lift every fence of the pair whose owners are all gone (not in ``live_jobs``); the

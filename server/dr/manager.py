@@ -1,11 +1,14 @@
 """Disaster-recovery requests (switchover, failover, failback) and the switchover jobs a
 stopped daemon left behind (README "Disaster recovery").
 
-A switchover runs here as a job (:mod:`switchover`) on the daemon that runs the task; its
-record is the task's ``dr/switchover`` state. Every ``recover`` round (at start, then on the
-scheduler) looks for a job that is not finished and whose daemon is gone (not a live fleet
-member, or this daemon restarted): it is finished when its reverse task exists, else rolled
-back. A job is never left owning a fence.
+Every verb claims its task's flow in the cluster pair's record (:mod:`pair`, :mod:`pair_rules`):
+one job per flow, and only where the verb applies. A switchover runs here as a job
+(:mod:`switchover`) on the daemon that runs the task; its record is the task's ``dr/switchover``
+state. Every ``recover`` round (at start, then on the scheduler) takes over a job that is not
+finished and whose claim is not held by a live daemon (its daemon died, restarted, or stalled
+past its claim): it goes forward past the point of no return, else it is rolled back. Each task's
+records are taken up apart: one that does not read (another release's) is shown, never stops
+the round. Then the fences no running job holds are lifted (:mod:`fence_owners`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -26,13 +30,18 @@ from metastore import MetaStoreError, TaskRecord, TaskState
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
+from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.failover import FailoverRequest, run_failover
+from server.dr.fence_owners import PairFences
+from server.dr.pair import FAILED_OVER, FAILING_BACK, ClusterPair, PairStore
+from server.dr.pair_rules import claimed, pruned, resume_allowed
 from server.dr.record import (
     DR_PREFIX,
     FAILBACK_KEY,
     FAILOVER_KEY,
+    LINK_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
     iso,
@@ -76,7 +85,15 @@ class FailbackRequest(TaskIdRequest):
 
 async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:
     try:
-        return await work
+        job = await run.claim.run_while_held(work)
+        if job.state == "done" and job.stale_check_seconds and job.stale_check is None:
+            # the flow is the reverse direction's now: the check holds no claim
+            job = await run.check_stale_writes(job.stale_check_seconds)
+        return job
+    except ClaimLostError:
+        with log_context(task_id=run.job.task_id):
+            log.warning("switchover %s: another daemon holds it now", run.job.job_id)
+        return run.job
     except Exception:
         with log_context(task_id=run.job.task_id):
             log.exception(
@@ -91,6 +108,7 @@ class DisasterRecovery:
     def __init__(self, supervisor: TaskOperations, settings: CdcSettings) -> None:
         self.sup = supervisor
         self.settings = settings
+        self.pairs = PairStore(supervisor.store)
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
         self._failbacks: dict[str, asyncio.Task[None]] = {}  # task id -> its failback here
         self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
@@ -159,13 +177,84 @@ class DisasterRecovery:
             request.fence,
             request.stale_check_seconds,
         )
-        await asyncio.to_thread(save_job, self.sup.store, job)
-        self._start_switchover_step(
-            SwitchoverRun(self.sup, self.settings, job, on_save=self._on_switchover_saved), "run"
+        ends = (spec.source_cluster, spec.target_cluster)
+        await self._claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
+        run = SwitchoverRun(
+            self.sup, self.settings, job, self.pairs, on_save=self._on_switchover_saved
         )
+        try:
+            await asyncio.to_thread(save_job, self.sup.store, job)
+        except BaseException:
+            await run.claim.release()
+            raise
+        self._start_switchover_step(run, "run")
         with log_context(task_id=tid):
             log.info("switchover %s asked (lag %.2f s)", job.job_id, lag)
         return {"task_id": tid, "job_id": job.job_id, "switchover": job.view()}
+
+    # --- the pairs -----------------------------------------------------------------------------
+    async def _claim(
+        self, ends: tuple[str, str], verb: str, task_id: str, source: str, job_id: str
+    ) -> ClusterPair:
+        """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
+        apply, or another job runs there)."""
+        existing = {t.task_id for t in await self.sup.list()}
+        records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
+        linked = (
+            str(json.loads(records[LINK_KEY]).get("reverse_of") or "")
+            if LINK_KEY in records
+            else ""
+        )
+        failed_over = FAILOVER_KEY in records
+        me = self.sup.fleet.member_id
+
+        def change(pair: ClusterPair) -> ClusterPair:
+            return claimed(
+                pair,
+                verb,
+                task_id,
+                source,
+                job_id,
+                me,
+                existing=existing,
+                linked=linked,
+                failed_over=failed_over,
+            )
+
+        return await asyncio.to_thread(self.pairs.update, *ends, change)
+
+    async def check_resume(self, task: TaskRecord) -> None:
+        """Refuse (409) resuming a task where it would run both directions of its flow, undo a
+        failover, or cut into a job (the supervisor asks before every resume)."""
+        try:
+            spec = TaskSpec.of(task)
+        except Exception:  # noqa: BLE001 - a spec this release cannot read has no pair here
+            return
+        if not spec.source_cluster or not spec.target_cluster:
+            return
+        pair = await asyncio.to_thread(self.pairs.get, spec.source_cluster, spec.target_cluster)
+        resume_allowed(pair, task.task_id, task.reason)
+
+    async def _tend_pairs(self, existing: set[str]) -> None:
+        """Forget deleted tasks in every pair (their claims with them) and lift the fences no
+        running job holds; a lift that fails is tried again next round."""
+        for pair in await asyncio.to_thread(self.pairs.all):
+            try:
+                current = await asyncio.to_thread(
+                    self.pairs.update, *pair.clusters, lambda p: pruned(p, existing)
+                )
+                if not current.fences:
+                    continue
+                fences = PairFences(self.pairs, self.settings, current.clusters)
+                live = {f.job.job_id for f in current.flows.values() if f.job is not None}
+                for problem in await asyncio.to_thread(fences.lift_ownerless, live):
+                    log.warning("cluster pair %s: %s", current.key, problem)
+            except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
+                log.warning("cluster pair %s not tended: %s", pair.key, exc)
+
+    def pair_views(self) -> list[dict[str, Any]]:
+        """Every pair as stored (``GET /v1/pairs``)."""
+        return [pair.view() for pair in self.pairs.all()]
 
     def _on_switchover_saved(self, job: SwitchoverJob) -> None:
         self._remember_view(job.task_id, "switchover", job.view())
@@ -173,58 +262,91 @@ class DisasterRecovery:
             self._start_stale_watch(job.reverse_task_id)
 
     def _start_switchover_step(self, run: SwitchoverRun, step: str) -> None:
-        """Run the job (``step``: "run", "finish", or the reason of a roll back) as a task of
+        """Run the job (``step``: "run", "forward", or the reason of a roll back) as a task of
         the loop; a job that ends on an error is left for the next ``recover`` round."""
         self._on_switchover_saved(run.job)
-        work = run.run() if step == "run" else run.finish() if step == "finish" else None
+        work = run.run() if step == "run" else run.reverse() if step == "forward" else None
         if work is None:
             work = run.roll_back(step)
         self._runs[run.job.task_id] = asyncio.get_running_loop().create_task(_logged(run, work))
 
     async def recover(self) -> None:
-        """Finish or roll back the switchover jobs whose daemon is gone (this one, restarted,
-        or a fleet member no longer live); remember the others' views."""
+        """Take over the jobs whose daemon is gone (this one, restarted, or a fleet member no
+        longer live, or stalled past its claim); remember the others' views; then tend the
+        pairs. Each task's records are taken up apart."""
         try:
             tasks = await self.sup.list()
             alive = await self.sup.live_members()
         except MetaStoreError as exc:
-            log.warning("switchover jobs not looked at: %s", exc)
+            log.warning("disaster-recovery jobs not looked at: %s", exc)
             return
-        me = self.sup.fleet.member_id
         for task in tasks:
-            tid = task.task_id
-            try:  # one read per task: its dr/ records
-                records = await asyncio.to_thread(self.sup.store.list_state, tid, DR_PREFIX)
-            except MetaStoreError:
-                continue
-            if FAILOVER_KEY in records:
-                self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
-            if FAILBACK_KEY in records:
-                self._recover_failback(tid, json.loads(records[FAILBACK_KEY]), me, alive)
-            if WATCH_KEY in records and not self._start_stale_watch(tid):  # shown as last saved
-                watch = WatchState.from_bytes(records[WATCH_KEY])
-                self._remember_view(tid, "stale_writes", watch.view())
-            if SWITCHOVER_KEY not in records:
-                continue
-            job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
-            if job.finished or (tid in self._runs and not self._runs[tid].done()):
-                if tid not in self._runs:
-                    self._on_switchover_saved(job)
-                continue
-            if job.member != me and job.member in alive:
-                self._on_switchover_saved(job)  # its daemon runs it
-                continue
-            await self._take_over_switchover(task, job.with_(member=me))
+            try:
+                await self._recover_task(task, alive)
+            except Exception as exc:  # noqa: BLE001 - one task's records never stop the round
+                with log_context(task_id=task.task_id):
+                    log.warning("disaster-recovery records not taken up: %s", exc)
+                self._remember_view(
+                    task.task_id,
+                    "switchover",
+                    {"state": "unreadable", "reason": f"{type(exc).__name__}: {exc}"},
+                )
+        await self._tend_pairs({t.task_id for t in tasks})
+
+    async def _recover_task(self, task: TaskRecord, alive: set[str]) -> None:
+        me = self.sup.fleet.member_id
+        tid = task.task_id
+        try:  # one read per task: its dr/ records
+            records = await asyncio.to_thread(self.sup.store.list_state, tid, DR_PREFIX)
+        except MetaStoreError:
+            return
+        if FAILOVER_KEY in records:
+            self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
+        if FAILBACK_KEY in records:
+            await self._recover_failback(task, json.loads(records[FAILBACK_KEY]), me, alive)
+        if WATCH_KEY in records and not self._start_stale_watch(tid):  # shown as last saved
+            watch = WatchState.from_bytes(records[WATCH_KEY])
+            self._remember_view(tid, "stale_writes", watch.view())
+        if SWITCHOVER_KEY not in records:
+            return
+        job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
+        if job.finished or (tid in self._runs and not self._runs[tid].done()):
+            if tid not in self._runs:
+                self._on_switchover_saved(job)
+            return
+        if not await self._gone(job.source_cluster, job.target_cluster, tid, job.member, alive):
+            self._on_switchover_saved(job)  # its daemon runs it
+            return
+        await self._take_over_switchover(task, job.with_(member=me))
+
+    async def _gone(self, one: str, other: str, task_id: str, member: str, alive: set[str]) -> bool:
+        """Whether the job of ``task_id`` run by ``member`` needs a new daemon: its member is
+        this daemon (restarted: it runs nothing of it) or not live, or its claim lapsed."""
+        if member == self.sup.fleet.member_id or member not in alive:
+            return True
+        pair = await asyncio.to_thread(self.pairs.get, one, other)
+        flow = pair.flow_of(task_id)
+        return flow is not None and flow.job is not None and flow.job.expired()
 
     async def _take_over_switchover(self, task: TaskRecord, job: SwitchoverJob) -> None:
         with log_context(task_id=task.task_id):
             log.warning(
                 "switchover %s was left at %s by its daemon: taking it over", job.job_id, job.state
             )
+            ends = (job.source_cluster, job.target_cluster)
+            spec = TaskSpec.of(task)
+            await self._claim(
+                ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
+            )
+            run = SwitchoverRun(
+                self.sup, self.settings, job, self.pairs, on_save=self._on_switchover_saved
+            )
             await asyncio.to_thread(save_job, self.sup.store, job)
-            run = SwitchoverRun(self.sup, self.settings, job, on_save=self._on_switchover_saved)
-            if job.state == "reversing" and await run.reverse_exists(job.reverse_task_id):
-                self._start_switchover_step(run, "finish")
+            forward = job.state == "reversing" and (
+                job.reverse_start is not None or await run.reverse_exists(job.reverse_task_id)
+            )
+            if forward:
+                self._start_switchover_step(run, "forward")
             else:
                 self._start_switchover_step(
                     run, f"the daemon running the job stopped while {job.state}"
@@ -232,30 +354,60 @@ class DisasterRecovery:
 
     # --- failover ----------------------------------------------------------------------------
     async def failover(self, request: FailoverRequest) -> dict[str, Any]:
-        """Stop the task at once and say what the target holds (and what it lacks): see
-        :mod:`failover`."""
-        run = self._runs.get(request.task_id)
+        """Stop the task at once and say what the target holds (and what it lacks). Between
+        named clusters the failover claims the flow (409 where it does not apply, or while
+        another job runs there) and leaves it ``failed_over`` to the target, with no task
+        running; a fence on the target no running job holds is lifted (the target takes
+        writes now), and one that stays (the operator's, or one that could not be lifted) is
+        named in the answer."""
+        task = await self.sup.get(request.task_id)
+        tid = task.task_id
+        run = self._runs.get(tid)
         if run is not None and not run.done():
-            raise ConflictError(
-                f"task {request.task_id}: a switchover of it is under way; wait for it"
+            raise ConflictError(f"task {tid}: a switchover of it is under way; wait for it")
+        spec = TaskSpec.of(task)
+        if not spec.source_cluster or not spec.target_cluster:
+            return await self._fail_over(task, request)
+        ends = (spec.source_cluster, spec.target_cluster)
+        job_id = f"failover-{uuid.uuid4().hex[:8]}"
+        await self._claim(ends, "failover", tid, spec.source_cluster, job_id)
+        claim = FlowClaim(self.pairs, ends, tid, job_id, self.sup.fleet.member_id)
+        try:
+            answer = await self._fail_over(task, request)
+        except BaseException:
+            await claim.release()
+            raise
+        await claim.release(state=FAILED_OVER, active=spec.target_cluster)
+        await self._tend_pairs({t.task_id for t in await self.sup.list()})
+        pair = await asyncio.to_thread(self.pairs.get, *ends)
+        hold = pair.fences.get(spec.target_cluster)
+        if hold is not None:
+            answer["target_fenced"] = (
+                f"cluster {spec.target_cluster} is fenced "
+                + (
+                    "by the operator"
+                    if hold.operator
+                    else f"(held by {', '.join(hold.owners) or 'nobody: its lift failed, retried'})"
+                )
+                + ": it refuses writes until that is lifted"
             )
+        return answer
+
+    async def _fail_over(self, task: TaskRecord, request: FailoverRequest) -> dict[str, Any]:
+        """The task stopped, what its target holds and lacks (:mod:`failover`)."""
         view = await run_failover(self.sup, self.settings, request)
-        self._remember_view(view["task_id"], "failover", view)
+        self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 
     # --- failback ----------------------------------------------------------------------------
     async def failback(self, request: FailbackRequest) -> dict[str, Any]:
-        """Start re-seeding a failed-over task's old source from its target (409 when the task
-        did not fail over, or a failback of it is under way)."""
+        """Start re-seeding a failed-over task's old source from its target: the flow's task
+        in the other direction when it has one (re-used, whatever happened before), else a new
+        one. 409 naming the pair's state when the flow did not fail over to the task's target,
+        or a job runs on it."""
         task = await self.sup.get(request.task_id)
         tid = task.task_id
         spec = TaskSpec.of(task)
-        failover = await asyncio.to_thread(load_json, self.sup.store, tid, FAILOVER_KEY)
-        if failover is None or task.state is not TaskState.PAUSED:
-            raise ConflictError(
-                f"task {tid} has not failed over (a failback re-seeds the source of a task "
-                "that did: POST failover first)"
-            )
         if not spec.source_cluster or not spec.target_cluster:
             raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
         running = self._failbacks.get(tid)
@@ -264,25 +416,46 @@ class DisasterRecovery:
             current is not None and current.get("state") not in FAILBACK_FINISHED
         ):
             raise ConflictError(f"task {tid}: a failback of it is under way")
+        ends = (spec.source_cluster, spec.target_cluster)
+        job_id = f"failback-{uuid.uuid4().hex[:8]}"
+        pair = await self._claim(ends, "failback", tid, spec.source_cluster, job_id)
+        claim = FlowClaim(self.pairs, ends, tid, job_id, self.sup.fleet.member_id)
+        flow = pair.flow_of(tid)
+        reused = flow.reverse_of(tid) if flow is not None else ""
         now = time.time()
         record = {
             "task_id": tid,
-            "reverse_task_id": f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
+            "job_id": job_id,
+            "reverse_task_id": reused or f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
+            "reused": bool(reused),
+            "production_cluster": spec.target_cluster,
             "member": self.sup.fleet.member_id,
             "state": "creating",
             "steps": [{"state": "creating", "at": iso(now)}],
             "started_at": iso(now),
             "reason": "",
         }
-        run = FailbackRun(self.sup, record, self._on_failback_saved)
-        await run.save()
+        run = FailbackRun(self.sup, record, self._on_failback_saved, claim)
         try:
+            await run.save()
             await run.create(spec)
         except Exception as exc:
-            with contextlib.suppress(ApiError, MetaStoreError):
-                await self.sup.delete(run.reverse_id, ignore_not_found=True)
-            await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
+            if not reused:
+                with contextlib.suppress(ApiError, MetaStoreError):
+                    await self.sup.delete(run.reverse_id, ignore_not_found=True)
+            with contextlib.suppress(Exception):
+                await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
+            await claim.release()
             raise
+
+        def reversed_flow(pair: ClusterPair) -> ClusterPair:
+            current = pair.flow_of(tid)
+            if current is None:
+                return pair
+            tasks = {**current.tasks, ends[1]: run.reverse_id}
+            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
+
+        await asyncio.to_thread(self.pairs.update, *ends, reversed_flow)
         await run.save(state="seeding")
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
         with log_context(task_id=tid):
@@ -315,17 +488,27 @@ class DisasterRecovery:
         except (ApiError, MetaStoreError) as exc:
             log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
 
-    def _recover_failback(self, tid: str, record: dict[str, Any], me: str, alive: set[str]) -> None:
+    async def _recover_failback(
+        self, task: TaskRecord, record: dict[str, Any], me: str, alive: set[str]
+    ) -> None:
+        tid = task.task_id
         running = self._failbacks.get(tid)
         if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
             if running is None:
                 self._on_failback_saved(tid, record)
             return
-        if record.get("member") != me and record.get("member") in alive:
+        spec = TaskSpec.of(task)
+        ends = (spec.source_cluster or "", spec.target_cluster or "")
+        member = str(record.get("member") or "")
+        if not await self._gone(*ends, tid, member, alive):
             self._on_failback_saved(tid, record)
             return
-        record["member"] = me
-        run = FailbackRun(self.sup, record, self._on_failback_saved)
+        job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
+        await self._claim(ends, "failback", tid, ends[0], job_id)
+        record.update(member=me, job_id=job_id)
+        record.setdefault("production_cluster", ends[1])
+        claim = FlowClaim(self.pairs, ends, tid, job_id, me)
+        run = FailbackRun(self.sup, record, self._on_failback_saved, claim)
         self._on_failback_saved(tid, record)
         self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
 

@@ -60,6 +60,11 @@ class SwitchoverJob:
     reverse_task_id: str = ""
     rearm: bool = False  # the reverse flow is the task this one reverses, started again
     original_paused: bool = False  # the job paused the task (a roll back resumes it)
+    # where the reverse flow starts on the target's channels (Position JSON by channel), read
+    # once the task stopped writing there; saved with ``writers_may_move_at``, the point of no
+    # return: from then on the job only goes forward (writers may be on the target)
+    reverse_start: dict[str, Any] | None = None
+    writers_may_move_at: dict[str, Any] | None = None
     reason: str = ""
     rolled_back: bool = False
     # seconds after done when a verify of the reverse task looks for writes the reverse flow

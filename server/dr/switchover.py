@@ -1,54 +1,60 @@
-"""The planned switchover of a task A -> B (README "Disaster recovery"), run as a job:
+"""The planned switchover of a task A -> B (README "Disaster recovery"), run as a job that holds
+its cluster pair's claim (:mod:`pair`: one job per flow):
 
-checking   the task runs here, its target is a named cluster, its lag is within the asked
-           figure (else the request is refused at once and nothing changes)
-fencing    writes stopped on A (:mod:`fence`), and seen refused: ``fenced_at``
+checking   the task is the active direction of its flow and runs here, its target is a named
+           cluster, its lag is within the asked figure (else the request is refused at once and
+           nothing changes)
+fencing    writes stopped on A (an owned fence, :mod:`fence_owners`), and seen refused:
+           ``fenced_at``
 draining   every channel of the task applied up to ``fenced_at`` (its consistent-up-to)
 verifying  every replicated collection compared (the verify engine), no difference allowed
-reversing  the task paused, naming the reverse task; the reverse task B -> A created at B's
-           WAL end (B has taken no write yet), or, when the task is itself a reverse flow, the
-           task it reversed started again at A's end; then A's fence is lifted (A must take the
-           reverse flow's writes) and any fence on B
-done
+reversing  the task paused (by this job: its reason names the job), then B's WAL end read and
+           saved as the reverse flow's start with ``writers_may_move_at``: the point of no return.
+           Writers may move to B from then on: every write B takes is after that start. The
+           reverse task B -> A is created there (or, when the flow has one, that task started
+           again there), then A's fence released (A must take the reverse flow's writes)
+done       the flow's active direction is B -> A
 
-A failure before the reverse task exists rolls back: the fence lifted, the task resumed; the
-job ends ``failed`` with ``rolled_back``. Once the reverse task exists the job only goes
-forward. Every step is saved first (:mod:`record`), so a daemon killed mid-way finishes or
-rolls back the job when it starts again (:mod:`manager`).
+A failure before the point of no return rolls back: the fence released, the task resumed if
+this job paused it; the job ends ``failed`` with ``rolled_back``. After it, the job only goes
+forward, retrying. Every step is saved first (:mod:`record`) with the claim renewed, so a daemon
+killed mid-way (or stalled: its claim taken) leaves the job to the next ``recover`` round
+(:mod:`manager`), which finishes or rolls it back; a stalled daemon stops at its next step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from metastore import TaskState
-from replicator.compare.state import VerifyJob
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
+from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
-from server.dr.record import (
-    LINK_KEY,
-    SwitchoverJob,
-    iso,
-    load_json,
-    moment,
-    save_job,
-    save_json,
+from server.dr.fence_owners import PairFences
+from server.dr.flows import (
+    flow_request,
+    injected_fault,
+    positions_of,
+    reverse_request,
+    verify_ended,
+    wal_ends,
 )
+from server.dr.pair import REPLICATING, PairStore
+from server.dr.record import LINK_KEY, SwitchoverJob, iso, moment, save_job, save_json
 from server.dr.stale_watch import arm, load_watch
 from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.logs import log_context
 from server.tasks.engine import cluster_context
-from server.tasks.requests import CreateRequest, VerifyRequest
+from server.tasks.requests import VerifyRequest
 
 log = logging.getLogger(__name__)
 
@@ -60,82 +66,18 @@ OPERATOR_FENCE = (
 )
 FENCE_WAIT = 60.0  # seconds a fence may take to be in effect (Milvus reads its etcd config
 # every few seconds, its quota centre pushes the rates to the proxies every few more)
-
-
-# Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py); never set
-# in service. "hold:<point>:<seconds>" holds the job there (a test kills the daemon meanwhile),
-# "fail:<point>" makes it fail there. Points: "fencing" (the fence key written, not yet seen in
-# effect), "draining", "verifying" (the verify job started), "reversing" (the task paused, the
-# reverse task not created), "reversed" (the reverse task created, the fences still on).
-FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
+RETRY_SECONDS = 2.0  # between attempts of a step past the point of no return
 
 
 class SwitchoverError(Exception):
-    """A step that cannot be done; the job rolls back (or, past the reverse task, retries)."""
+    """A step that cannot be done; the job rolls back (or, past the point of no return,
+    retries)."""
 
 
-async def injected_fault(point: str) -> None:
-    """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), a hold or
-    a failure."""
-    kind, _, rest = os.environ.get(FAULT_ENV, "").partition(":")
-    where, _, seconds = rest.partition(":")
-    if where != point:
-        return
-    if kind == "hold":
-        log.warning("switchover held at %s for %s s (%s)", point, seconds, FAULT_ENV)
-        await asyncio.sleep(float(seconds or 60))
-    elif kind == "fail":
-        raise SwitchoverError(f"a fault injected at {point} ({FAULT_ENV})")
-
-
-async def verify_ended(
-    supervisor: TaskOperations,
-    task_id: str,
-    job_id: str,
-    still: Callable[[], object] = lambda: None,
-    poll: float = POLL,
-) -> VerifyJob:
-    """The verify job ``job_id`` of ``task_id`` once it has ended; ``still`` is called between
-    looks (it raises to give up)."""
-    while True:
-        current = supervisor.verify_job(task_id)
-        if current is not None and current.job_id == job_id and not current.active:
-            return current
-        still()
-        await asyncio.sleep(poll)
-
-
-def reverse_request(spec: TaskSpec, task_id: str) -> CreateRequest:
-    """The create request of the flow B -> A that reverses ``spec`` (A -> B): the same
-    collections, starting at B's WAL end."""
-    return flow_request(spec, task_id, source=spec.target_cluster, target=spec.source_cluster)
-
-
-def flow_request(
-    spec: TaskSpec, task_id: str, *, source: str | None, target: str | None
-) -> CreateRequest:
-    """The create request of a flow from ``source`` to ``target`` (cluster names) with the
-    collections and scheduled verifies of ``spec``, starting at the source's WAL end."""
-    stored = spec.to_stored()
-    selection: dict[str, Any] = {}
-    if stored.get("collection_infos"):
-        selection["collection_infos"] = stored["collection_infos"]
-    else:
-        selection["db_collections"] = stored.get("db_collections") or {}
-    extra: dict[str, Any] = {}
-    if stored.get("verify"):
-        extra["verify"] = stored["verify"]
-    return CreateRequest.model_validate(
-        {
-            "task_id": task_id,
-            "source_cluster": source,
-            "target_cluster": target,
-            "start_at": "end",
-            **selection,
-            **extra,
-        },
-        strict=False,
-    )
+def paused_by(job: SwitchoverJob) -> str:
+    """What the task's reason says while this job holds it paused (a roll back resumes the task
+    only when its reason still says so)."""
+    return f"(job {job.job_id},"
 
 
 class SwitchoverRun:
@@ -146,6 +88,7 @@ class SwitchoverRun:
         supervisor: TaskOperations,
         settings: CdcSettings,
         job: SwitchoverJob,
+        pairs: PairStore,
         fence_probe: Callable[[], bool] | None = None,
         on_save: Callable[[SwitchoverJob], None] | None = None,
     ) -> None:
@@ -153,13 +96,19 @@ class SwitchoverRun:
         self.on_save = on_save
         self.settings = settings
         self.job = job
+        self.pairs = pairs
         self.deadline = time.monotonic() + job.timeout_seconds
+        self.ends = (job.source_cluster, job.target_cluster)
+        self.fences = PairFences(pairs, settings, self.ends)
         self.fence = EtcdQuotaFence(
             job.source_cluster, settings.cluster(job.source_cluster), fence_probe
         )
+        self.claim = FlowClaim(pairs, self.ends, job.task_id, job.job_id, job.member)
         self.stopped = False
 
+    # --- the record ----------------------------------------------------------------------------
     async def _save(self, job: SwitchoverJob) -> None:
+        await self.claim.keep()  # a daemon that lost the job (stalled) stops here
         self.job = job
         await asyncio.to_thread(save_job, self.sup.store, job)
         if self.on_save is not None:
@@ -178,10 +127,12 @@ class SwitchoverRun:
                 await self._fence()
                 await self._drain()
                 await self._verify()
-            except (SwitchoverError, FenceError, ApiError, OSError) as exc:
-                return await self.roll_back(str(exc))
+                await self._pause()
+            except ClaimLostError:
+                raise
             except Exception as exc:
-                log.exception("switchover %s failed", self.job.job_id)
+                if not isinstance(exc, SwitchoverError | FenceError | ApiError | OSError):
+                    log.exception("switchover %s failed", self.job.job_id)
                 return await self.roll_back(f"{type(exc).__name__}: {exc}")
             return await self.reverse()
 
@@ -192,9 +143,9 @@ class SwitchoverRun:
             quiet = await self._quiet()
             await self._save(self.job.with_(fenced_at=moment(quiet)))
             return
-        # saved before the key is written: whoever finds this job owns the fence
+        # saved before the fence is held: whoever finds this job releases its hold
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
-        await asyncio.to_thread(self.fence.set)
+        await asyncio.to_thread(self.fences.acquire, self.job.source_cluster, self.job.job_id)
         await injected_fault("fencing")
         seen = await asyncio.to_thread(
             wait_in_effect,
@@ -260,7 +211,11 @@ class SwitchoverRun:
         verify_id = await self._start_verify(self.job.task_id)
         await injected_fault("verifying")
         current = await verify_ended(
-            self.sup, self.job.task_id, verify_id, lambda: self._left(f"verifying ({verify_id})")
+            self.sup,
+            self.job.task_id,
+            verify_id,
+            self._left("verifying"),
+            lambda: self._left(f"verifying ({verify_id})"),
         )
         divergent = sum(c.divergent for c in current.collections)
         unsettled = [r for c in current.collections for r in c.unsettled]
@@ -279,42 +234,88 @@ class SwitchoverRun:
                 f"unsettled range(s){': ' + current.reason if current.reason else ''}"
             )
 
-    async def reverse(self) -> SwitchoverJob:
-        """Pause the task, create (or start again) the reverse flow, lift the fences. From the
-        moment the reverse task exists, failures are retried, never rolled back."""
+    async def _pause(self) -> None:
+        """Pause the task (only a Running one: one paused by someone else meanwhile stops the
+        job), then fix where the reverse flow starts: B's WAL end now that the task no longer
+        writes there. Saving that start is the point of no return."""
         job = self.job
-        other = job.reverse_task_id or await self._other_direction()
-        rearm = job.rearm if job.reverse_task_id else bool(other)
+        other = await self._other_direction()
         reverse_id = other or f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
-        await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=rearm))
+        await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=bool(other)))
+        task = await self.sup.get(job.task_id)
+        if task.state is not TaskState.RUNNING:
+            raise SwitchoverError(
+                f"task {job.task_id} is {task.state.value} ({task.reason}): paused by someone "
+                "else while the job ran"
+            )
+        # saved first: a roll back resumes the task only while its reason names this job
+        await self._save(self.job.with_(original_paused=True))
         reason = (
-            f"switched over to task {reverse_id} (job {job.job_id}, writes fenced on "
+            f"switched over to task {reverse_id} {paused_by(job)} writes fenced on "
             f"{job.source_cluster} at {(job.fenced_at or {}).get('time')})"
         )
-        try:
-            # saved first: a roll back resumes the task only if it is not Running
-            await self._save(self.job.with_(original_paused=True))
-            await self.sup.pause(job.task_id, reason=reason)
-            await injected_fault("reversing")
-            if rearm:
-                await self._rearm(reverse_id)
-            else:
-                spec = TaskSpec.of(await self.sup.get(job.task_id))
-                await self.sup.create(reverse_request(spec, reverse_id))
-            await self._link_reverse_pair(job.task_id, reverse_id)
-            await injected_fault("reversed")
-        except Exception as exc:  # noqa: BLE001 - whatever stopped it, roll back or go on
-            if await self.reverse_exists(reverse_id):
-                log.warning("switchover %s: %s after the reverse task existed", job.job_id, exc)
-            else:
-                return await self.roll_back(f"the reverse task was not created: {exc}")
+        await self.sup.pause(job.task_id, reason=reason)
+        await injected_fault("reversing")
+        start = await asyncio.to_thread(wal_ends, self.settings, job.target_cluster)
+        await self._save(
+            self.job.with_(reverse_start=start, writers_may_move_at=moment(time.time()))
+        )
+        log.info(
+            "switchover %s: writers may move to %s (the reverse flow starts at its WAL end)",
+            job.job_id,
+            job.target_cluster,
+        )
+
+    async def reverse(self) -> SwitchoverJob:
+        """Past the point of no return: create (or start again) the reverse flow at its saved
+        start, retried until it runs, then finish."""
+        await injected_fault("moving")
+        while True:
+            try:
+                await self._ensure_reverse()
+                await injected_fault("reversed")
+                break
+            except ClaimLostError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - forward only: shown, retried
+                log.warning(
+                    "switchover %s: the reverse task is not running yet: %s", self.job.job_id, exc
+                )
+                await self._save(self.job.with_(reason=f"retrying the reverse task: {exc}"))
+                await asyncio.sleep(RETRY_SECONDS)
         return await self.finish()
 
+    async def _ensure_reverse(self) -> None:
+        job = self.job
+        reverse_id = job.reverse_task_id
+        if await self.reverse_exists(reverse_id):
+            return
+        start = positions_of(job.reverse_start)
+        if job.rearm:
+            # the flow's other task (paused by an earlier switchover) runs again from B's end
+            try:
+                spec = TaskSpec.of(await self.sup.get(reverse_id))
+                request = flow_request(
+                    spec, reverse_id, source=spec.source_cluster, target=spec.target_cluster
+                )
+                await self.sup.delete(reverse_id)
+            except ApiError:  # deleted already by an attempt that stopped half-way
+                spec = TaskSpec.of(await self.sup.get(job.task_id))
+                request = reverse_request(spec, reverse_id)
+            await self.sup.create(request, start)
+        else:
+            spec = TaskSpec.of(await self.sup.get(job.task_id))
+            await self.sup.create(reverse_request(spec, reverse_id), start)
+        for task_id, other in ((job.task_id, reverse_id), (reverse_id, job.task_id)):
+            await asyncio.to_thread(
+                save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": other}
+            )
+
     async def _other_direction(self) -> str:
-        """The task flowing the other way between the same clusters, made by an earlier
-        switchover (or failback) of this pair and still stored; "" when there is none."""
-        link = await asyncio.to_thread(load_json, self.sup.store, self.job.task_id, LINK_KEY)
-        other = str((link or {}).get("reverse_of") or "")
+        """The flow's task in the other direction, still stored; "" when there is none."""
+        pair = await asyncio.to_thread(self.pairs.get, *self.ends)
+        flow = pair.flow_of(self.job.task_id)
+        other = flow.reverse_of(self.job.task_id) if flow is not None else ""
         if not other:
             return ""
         try:
@@ -322,24 +323,6 @@ class SwitchoverRun:
         except ApiError:
             return ""
         return other
-
-    async def _link_reverse_pair(self, one: str, other: str) -> None:
-        """Each of the two tasks names the other: the next switchover of either starts the
-        other again rather than creating a third."""
-        for task_id, reverse in ((one, other), (other, one)):
-            await asyncio.to_thread(
-                save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": reverse}
-            )
-
-    async def _rearm(self, original_id: str) -> None:
-        """The task reverses ``original_id`` (paused by an earlier switchover): that task runs
-        again, from its source's WAL end, as the same task (its id, selection and settings)."""
-        spec = TaskSpec.of(await self.sup.get(original_id))
-        request = flow_request(
-            spec, original_id, source=spec.source_cluster, target=spec.target_cluster
-        )
-        await self.sup.delete(original_id)
-        await self.sup.create(request)
 
     async def reverse_exists(self, task_id: str) -> bool:
         try:
@@ -363,30 +346,33 @@ class SwitchoverRun:
         )
 
     async def finish(self) -> SwitchoverJob:
-        """Arm the reverse task's stale-write watch, lift the fences (retried until they are:
-        the reverse flow must write to A) and end the job done."""
+        """Arm the reverse task's stale-write watch, release A's fence (retried until it is
+        lifted: the reverse flow must write to A), hand the flow to the reverse direction and
+        end the job done."""
         await self._arm_watch()
-        target = self.settings.cluster(self.job.target_cluster)
-        other = EtcdQuotaFence(self.job.target_cluster, target)
-        while True:
+        lifting = False
+        while self.job.fence_set:
             try:
-                if self.job.fence_mode != "operator":
-                    await asyncio.to_thread(self.fence.lift)
-                await asyncio.to_thread(other.lift)
+                lifting = await asyncio.to_thread(
+                    self.fences.release, self.job.source_cluster, self.job.job_id
+                )
                 break
             except FenceError as exc:
                 log.warning("switchover %s: fence not lifted yet: %s", self.job.job_id, exc)
-                await asyncio.sleep(2.0)
+                await asyncio.sleep(RETRY_SECONDS)
+        lifted = None
         try:  # the reverse flow writes to the source cluster: see it take writes
-            lifted = await asyncio.to_thread(
-                lambda: wait_in_effect(self.fence, FENCE_WAIT, lambda: self.stopped, effect=False)
-            )
+            if lifting:
+                lifted = await asyncio.to_thread(
+                    wait_in_effect, self.fence, FENCE_WAIT, lambda: self.stopped, effect=False
+                )
         except FenceError as exc:
             log.warning("switchover %s: %s", self.job.job_id, exc)
-            lifted = None
         done = await self._finish_state(
             "done", fence_set=False, lifted_at=None if lifted is None else moment(lifted)
         )
+        source = self.job.target_cluster
+        await self.claim.release(active=source, state=REPLICATING, tasks=self._tasks_after(source))
         log.info(
             "switchover %s done: %s -> %s, reverse task %s",
             done.job_id,
@@ -394,9 +380,13 @@ class SwitchoverRun:
             done.target_cluster,
             done.reverse_task_id,
         )
-        if done.stale_check_seconds:
-            return await self.check_stale_writes(done.stale_check_seconds)
         return done
+
+    def _tasks_after(self, reverse_source: str) -> dict[str, str]:
+        return {
+            self.job.source_cluster: self.job.task_id,
+            reverse_source: self.job.reverse_task_id,
+        }
 
     async def check_stale_writes(self, after: float) -> SwitchoverJob:
         """The old primary must take the reverse flow's writes, so nothing fences it any more: a
@@ -410,7 +400,7 @@ class SwitchoverRun:
         self.deadline = time.monotonic() + self.job.timeout_seconds
         try:
             verify_id = await self._start_verify(reverse)
-            current = await verify_ended(self.sup, reverse, verify_id)
+            current = await verify_ended(self.sup, reverse, verify_id, self.job.timeout_seconds)
             divergent = {
                 c.collection: {k: c.of(k).count for k in ("missing", "extra", "different")}
                 for c in current.collections
@@ -423,8 +413,8 @@ class SwitchoverRun:
                 collections=divergent,
                 reason=current.reason,
             )
-        except (ApiError, SwitchoverError) as exc:
-            check.update(state="not_checked", reason=str(exc))
+        except Exception as exc:  # noqa: BLE001 - the check is shown, whatever stopped it
+            check.update(state="not_checked", reason=f"{type(exc).__name__}: {exc}")
         if check.get("divergent_rows"):
             log.warning(
                 "switchover %s: %s holds %d row(s) %s does not, or holds them otherwise "
@@ -436,7 +426,10 @@ class SwitchoverRun:
                 check["collections"],
             )
         checked = self.job.with_(stale_check=check)
-        await self._save(checked)
+        self.job = checked
+        await asyncio.to_thread(save_job, self.sup.store, checked)
+        if self.on_save is not None:
+            self.on_save(checked)
         return checked
 
     async def _finish_state(self, state: str, **changes: Any) -> SwitchoverJob:
@@ -445,40 +438,38 @@ class SwitchoverRun:
         return job
 
     async def roll_back(self, reason: str) -> SwitchoverJob:
-        """Undo what the job did: lift its fence, resume the task it paused, remove a reverse
-        task left half-created. Ends ``failed`` with ``rolled_back``."""
+        """Undo what the job did: release its fence, resume the task while it is paused by
+        this job. Ends ``failed`` with ``rolled_back``; a step that fails is named in the
+        reason, and a fence not lifted is lifted by the next ``recover`` round (it has no
+        owner)."""
         job = self.job
         log.warning("switchover %s failed, rolling back: %s", job.job_id, reason)
         problems: list[str] = []
-        if job.reverse_task_id and not job.rearm:
-            try:
-                await self.sup.delete(job.reverse_task_id, ignore_not_found=True)
-            except Exception as exc:  # noqa: BLE001 - a roll back tries every step
-                problems.append(f"reverse task not removed: {exc}")
         lifted = None
         if job.fence_set:
             try:
-                await asyncio.to_thread(self.fence.lift)
-                # rolled back means the source takes writes again: see it
-                lifted = moment(
-                    await asyncio.to_thread(
-                        lambda: wait_in_effect(self.fence, FENCE_WAIT, lambda: False, effect=False)
+                if await asyncio.to_thread(self.fences.release, job.source_cluster, job.job_id):
+                    # rolled back means the source takes writes again: see it
+                    seen = await asyncio.to_thread(
+                        wait_in_effect, self.fence, FENCE_WAIT, lambda: False, effect=False
                     )
-                )
-            except FenceError as exc:
-                problems.append(f"fence not lifted: {exc}")
+                    lifted = moment(seen)
+            except Exception as exc:  # noqa: BLE001 - a roll back tries every step
+                problems.append(f"fence not lifted (the next round lifts it): {exc}")
         if job.original_paused:
             try:
                 task = await self.sup.get(job.task_id)
-                if task.state is not TaskState.RUNNING:
+                if task.state is TaskState.PAUSED and paused_by(job) in task.reason:
                     await self.sup.resume(job.task_id)
+                elif task.state is not TaskState.RUNNING:
+                    problems.append(
+                        f"task left {task.state.value}: paused by someone else ({task.reason})"
+                    )
             except Exception as exc:  # noqa: BLE001 - a roll back tries every step
                 problems.append(f"task not resumed: {exc}")
         full = reason if not problems else f"{reason}; roll back incomplete: {'; '.join(problems)}"
-        return await self._finish_state(
-            "failed",
-            reason=full,
-            lifted_at=lifted,
-            rolled_back=not problems,
-            fence_set=bool(problems) and job.fence_set,
+        failed = await self._finish_state(
+            "failed", reason=full, lifted_at=lifted, rolled_back=not problems, fence_set=False
         )
+        await self.claim.release()
+        return failed

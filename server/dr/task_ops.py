@@ -8,6 +8,7 @@ together, so neither holds the other and ``server.tasks`` never imports ``server
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from metastore import MetaStore, Position, TaskRecord
@@ -32,8 +33,11 @@ class TaskOperations(Protocol):
     async def list(self) -> list[TaskRecord]:
         """Every shown task."""
 
-    async def create(self, request: CreateRequest) -> TaskRecord:
-        """Create a task as ``POST /cdc`` create does."""
+    async def create(
+        self, request: CreateRequest, start_positions: Mapping[str, Position] | None = None
+    ) -> TaskRecord:
+        """Create a task as ``POST /cdc`` create does (``start_positions``: where channels
+        start, by channel)."""
 
     async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
         """Delete a task, its runner stopped first."""

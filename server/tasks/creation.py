@@ -14,12 +14,13 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from metastore import (
     ConcurrentUpdateError,
     MetaStoreError,
+    Position,
     TaskExistsError,
     TaskNotFoundError,
     TaskRecord,
@@ -69,7 +70,13 @@ class TaskCreation:
         self._target_checker = target_checker
         self.fleet = runs.fleet
 
-    async def create(self, request: CreateRequest) -> TaskRecord:
+    async def create(
+        self, request: CreateRequest, start_positions: Mapping[str, Position] | None = None
+    ) -> TaskRecord:
+        """Create a task (``POST /cdc`` create). ``start_positions``: where its channels start
+        (by channel; a switchover's reverse flow starts where the old target's WAL stood when
+        the original stopped writing to it), saved before its start is fixed; channels it does
+        not name start as the request says."""
         spec = validate_create(request, self._settings)
         task_id = request.task_id or uuid.uuid4().hex
         existing = await asyncio.to_thread(self._store.list_tasks)
@@ -118,6 +125,8 @@ class TaskCreation:
                 **{"from": None},
             )
             with log_context(task_id=task_id):
+                for position in (start_positions or {}).values():
+                    await asyncio.to_thread(self._store.save_position, task_id, position, None)
                 if spec.backfill_collections:
                     job = BackfillJob.new(list(spec.backfill_collections))
                     await asyncio.to_thread(BackfillState(self._store, task_id).save_job, job)

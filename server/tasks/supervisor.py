@@ -30,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from metastore import MetaStore, MetaStoreError, Position, TaskRecord, TaskState
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 PAUSED_BY_USER = "manually paused through the http interface"
 # seconds a pause waits for the task's owner (another daemon) to stop its runner
 OWNER_STOP_WAIT = 3.0
+
+
+ResumeCheck = Callable[[TaskRecord], Awaitable[None]]
 
 
 class ProgressSource(Protocol):
@@ -88,10 +92,15 @@ class TaskSupervisor:
         self.rounds = FleetRounds(self.runs, settings, self.creation.visible_tasks, key_check)
         self._verify = VerifyManager(store, settings, self.live_applied)
         self._progress_sources: list[ProgressSource] = []
+        self._resume_checks: list[ResumeCheck] = []
 
     def add_progress_source(self, source: ProgressSource) -> None:
         """Show ``source``'s jobs in the progress of the tasks it names (get, list, metrics)."""
         self._progress_sources.append(source)
+
+    def add_resume_check(self, check: ResumeCheck) -> None:
+        """Ask ``check`` before a task is resumed; it raises (an ApiError) to refuse."""
+        self._resume_checks.append(check)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -165,9 +174,11 @@ class TaskSupervisor:
         return await self.rounds.owners()
 
     # --- requests ----------------------------------------------------------------------------
-    async def create(self, request: CreateRequest) -> TaskRecord:
+    async def create(
+        self, request: CreateRequest, start_positions: Mapping[str, Position] | None = None
+    ) -> TaskRecord:
         """Create a task (:meth:`TaskCreation.create`)."""
-        return await self.creation.create(request)
+        return await self.creation.create(request, start_positions)
 
     def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
         """(task id, spec, runner) of every task running on this daemon now."""
@@ -321,6 +332,8 @@ class TaskSupervisor:
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
+            for check in self._resume_checks:
+                await check(task)
             return await self.runs.launch(task)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:

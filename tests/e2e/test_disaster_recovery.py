@@ -37,7 +37,7 @@ from replicator.config.connections import SourceSettings
 from replicator.events import Insert
 from replicator.sources.kafka import KafkaSource, decode_offset
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
-from server.dr.switchover import FAULT_ENV
+from server.dr.flows import FAULT_ENV
 from tests.e2e.test_replication import DIM, create_source_collection, rows, wait_equal
 
 pytestmark = pytest.mark.e2e
@@ -427,9 +427,11 @@ def test_without_a_fence_the_job_waits_for_the_wal_to_be_quiet(
     b.close()
 
 
-# where a switchover job can be held or made to fail (server/dr/switchover.py FAULT_ENV); the
-# reverse task exists only from "reversed" on, and from there the job only goes forward
+# where a switchover job can be held or made to fail (server/dr/flows.py FAULT_ENV); the
+# reverse flow's start is fixed (writers may move) from "moving" on, the reverse task exists from
+# "reversed" on, and from "moving" the job only goes forward
 POINTS = ("fencing", "draining", "verifying", "reversing", "reversed")
+FORWARD = ("moving", "reversed")
 
 
 def faulty_daemon(daemon_factory, clusters, fault: str):
@@ -477,7 +479,7 @@ def test_a_failure_at_each_step_rolls_back_or_goes_forward(
     b.close()
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", [*POINTS, "moving"])
 def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     point, daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service
 ):
@@ -494,7 +496,7 @@ def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     del daemon.env[FAULT_ENV]
     daemon.start()
     job = switchover_ends(daemon, ab)
-    if point == "reversed":
+    if point in FORWARD:
         assert job["state"] == "done", job
     else:
         assert job["state"] == "failed" and job["rolled_back"] is True, job

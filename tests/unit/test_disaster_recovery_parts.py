@@ -25,9 +25,9 @@ from replicator.pipeline.status import (
 from replicator.sinks.milvus_status import status_retriable
 from server.dr.failover_export import ChannelTail, Unreplicated
 from server.dr.fence import is_write_refusal
+from server.dr.flows import reverse_request
 from server.dr.record import SwitchoverJob
 from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
-from server.dr.switchover import reverse_request
 from server.errors import BadRequestError
 from server.tasks.requests import CreateRequest, parse_model
 from server.tasks.spec import validate_create
@@ -205,6 +205,13 @@ def test_a_fenced_milvus_refusal_is_recognised_and_retried_by_tasks_writing_ther
     )
     assert is_write_refusal(Exception(refusal))
     assert not is_write_refusal(Exception("collection not found[collection=x]"))
+    # back-pressure that is not the fence proves nothing (it would set fenced_at early)
+    for other in (
+        "<MilvusException: (code=9, message=quota exceeded[reason=memory quota exhausted])>",
+        "<MilvusException: (code=9, message=quota exceeded[reason=disk quota exceeded])>",
+        "<MilvusException: (code=8, message=rate limit exceeded[rate=0.1])>",
+    ):
+        assert not is_write_refusal(Exception(other)), other
     assert status_retriable(9, 48)  # a task writing to a fenced target waits, never fails
 
 

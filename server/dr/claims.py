@@ -1,0 +1,82 @@
+"""A job's claim on its flow (:mod:`pair`), kept while the job runs: renewed at every saved step
+and every ``RENEW_SECONDS`` in between; a job whose claim another daemon took (this one stalled
+past ``CLAIM_SECONDS``, or was taken for dead) is cancelled and touches nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from server.dr.pair import RENEW_SECONDS, ClusterPair, PairStore, release, renewed
+from server.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class ClaimLostError(Exception):
+    """The job's claim on its cluster pair is another daemon's now: this one stops touching it."""
+
+
+class FlowClaim:
+    """The claim of job ``job_id`` (run by ``member``) on the flow of ``task_id`` in the pair of
+    clusters ``ends``."""
+
+    def __init__(
+        self, pairs: PairStore, ends: tuple[str, str], task_id: str, job_id: str, member: str
+    ) -> None:
+        self.pairs = pairs
+        self.ends = ends
+        self.task_id = task_id
+        self.job_id = job_id
+        self.member = member
+
+    def _renew(self, pair: ClusterPair) -> ClusterPair:
+        flow = pair.flow_of(self.task_id)
+        if flow is None:
+            raise ClaimLostError(f"task {self.task_id} is in no flow of {pair.key}")
+        try:
+            return pair.with_flow(renewed(flow, self.job_id, self.member))
+        except ApiError as exc:
+            raise ClaimLostError(str(exc)) from exc
+
+    async def keep(self) -> None:
+        """Renew the claim; ClaimLostError when another daemon holds it now."""
+        await asyncio.to_thread(self.pairs.update, *self.ends, self._renew)
+
+    async def release(self, **changes: Any) -> None:
+        """The flow without this job's claim (left alone when another job holds it), with
+        ``changes`` (its direction and state after the job)."""
+
+        def change(pair: ClusterPair) -> ClusterPair:
+            flow = pair.flow_of(self.task_id)
+            if flow is None:
+                return pair
+            return pair.with_flow(release(flow, self.job_id, **changes))
+
+        await asyncio.to_thread(self.pairs.update, *self.ends, change)
+
+    async def run_while_held(self, work: Awaitable[T]) -> T:
+        """Run ``work``, renewing the claim every ``RENEW_SECONDS``; cancel it (ClaimLostError)
+        once the claim is lost."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=RENEW_SECONDS)
+                if done:
+                    return task.result()
+                try:
+                    await self.keep()
+                except ClaimLostError:
+                    log.warning("job %s lost its claim: stopping it here", self.job_id)
+                    task.cancel()
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the store failing: the next try
+                    log.warning("job %s: its claim not renewed: %s", self.job_id, exc)
+        finally:
+            if not task.done():
+                task.cancel()

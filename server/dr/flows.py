@@ -1,0 +1,126 @@
+"""What switchover, failover and failback ask of tasks: the create requests of a pair's flows,
+where a reverse flow starts, the end of a verify job (with a deadline), and the fault points the
+tests use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from metastore import Position
+from replicator.compare.state import VerifyJob
+from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
+from server.dr.task_ops import TaskOperations
+from server.dr.wal_tail import end_positions
+from server.tasks.engine import cluster_context
+from server.tasks.requests import CreateRequest
+
+log = logging.getLogger(__name__)
+
+POLL = 0.25  # seconds between looks at a verify job
+
+# Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py); never set
+# in service. "hold:<point>:<seconds>" holds the job there (a test kills the daemon meanwhile),
+# "fail:<point>" makes it fail there. Points: "fencing" (the fence key written, not yet seen in
+# effect), "draining", "verifying" (the verify job started), "reversing" (the task paused, the
+# reverse start not fixed), "moving" (the point of no return passed: writers may move, the
+# reverse task not created yet), "reversed" (the reverse task created, the fence still on).
+FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
+
+
+class InjectedFaultError(Exception):
+    """A failure asked for by ``FAULT_ENV``."""
+
+
+async def injected_fault(point: str) -> None:
+    """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), a hold or
+    a failure."""
+    kind, _, rest = os.environ.get(FAULT_ENV, "").partition(":")
+    where, _, seconds = rest.partition(":")
+    if where != point:
+        return
+    if kind == "hold":
+        log.warning("switchover held at %s for %s s (%s)", point, seconds, FAULT_ENV)
+        await asyncio.sleep(float(seconds or 60))
+    elif kind == "fail":
+        raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")
+
+
+class VerifyWaitError(Exception):
+    """A verify job did not end in time, or another job replaced it."""
+
+
+async def verify_ended(
+    supervisor: TaskOperations,
+    task_id: str,
+    job_id: str,
+    budget: float,
+    still: Callable[[], object] = lambda: None,
+    poll: float = POLL,
+) -> VerifyJob:
+    """The verify job ``job_id`` of ``task_id`` once it has ended; ``still`` is called between
+    looks (it raises to give up). VerifyWaitError after ``budget`` seconds, or when the task's
+    latest verify is another job (``job_id`` was replaced: its result is not known)."""
+    deadline = time.monotonic() + budget
+    while True:
+        current = supervisor.verify_job(task_id)
+        if current is not None and current.job_id == job_id and not current.active:
+            return current
+        if current is not None and current.job_id != job_id and current.started_at:
+            raise VerifyWaitError(
+                f"verify {job_id} of task {task_id} was replaced by {current.job_id}"
+            )
+        if time.monotonic() >= deadline:
+            raise VerifyWaitError(f"verify {job_id} of task {task_id} not ended in {budget:g} s")
+        still()
+        await asyncio.sleep(poll)
+
+
+def reverse_request(spec: TaskSpec, task_id: str) -> CreateRequest:
+    """The create request of the flow B -> A that reverses ``spec`` (A -> B): the same
+    collections, starting at B's WAL end."""
+    return flow_request(spec, task_id, source=spec.target_cluster, target=spec.source_cluster)
+
+
+def flow_request(
+    spec: TaskSpec, task_id: str, *, source: str | None, target: str | None
+) -> CreateRequest:
+    """The create request of a flow from ``source`` to ``target`` (cluster names) with the
+    collections and scheduled verifies of ``spec``, starting at the source's WAL end."""
+    stored = spec.to_stored()
+    selection: dict[str, Any] = {}
+    if stored.get("collection_infos"):
+        selection["collection_infos"] = stored["collection_infos"]
+    else:
+        selection["db_collections"] = stored.get("db_collections") or {}
+    extra: dict[str, Any] = {}
+    if stored.get("verify"):
+        extra["verify"] = stored["verify"]
+    return CreateRequest.model_validate(
+        {
+            "task_id": task_id,
+            "source_cluster": source,
+            "target_cluster": target,
+            "start_at": "end",
+            **selection,
+            **extra,
+        },
+        strict=False,
+    )
+
+
+def wal_ends(settings: CdcSettings, cluster: str) -> dict[str, Any]:
+    """Where each DML channel of ``cluster`` ends now (Position JSON by channel): a flow from
+    the cluster that starts there reads every write the cluster takes from now on."""
+    context = cluster_context(settings, cluster, shared_readers=False)
+    return {ch: p.to_json() for ch, p in end_positions(context).items()}
+
+
+def positions_of(saved: dict[str, Any] | None) -> dict[str, Position]:
+    return {ch: Position.from_json(p) for ch, p in (saved or {}).items()}

@@ -1,0 +1,129 @@
+"""Which verb applies to a flow in which state (:mod:`pair`), as compare-and-set changes of the
+pair record: a verb claims the flow (one job at a time) only where it applies, else it is
+refused (409) naming the pair's state; ``resume`` of a task is refused where it would run the
+flow's two directions at once, or undo a failover.
+
+=========  =================================================================================
+verb       applies when
+=========  =================================================================================
+switchover the flow replicates and the task is its active direction
+failover   the flow replicates and the task is its active direction; or it failed over
+           already to the task's target (asked again)
+failback   the flow failed over (or a failback of it failed) to the task's target
+resume     no job runs on the flow, the flow replicates, and the task is its active direction
+=========  =================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from server.dr.pair import (
+    FAILED_OVER,
+    FAILING_BACK,
+    REPLICATING,
+    ClusterPair,
+    Flow,
+    PairConflictError,
+    adopt,
+    claim,
+)
+
+
+def pruned(pair: ClusterPair, existing: Collection[str]) -> ClusterPair:
+    """The pair without the tasks no longer stored (deleted), their claims with them; a flow
+    left without tasks is removed. A fence held only by a removed claim has no owner then, and
+    the next round lifts it."""
+    flows = {}
+    for flow_id, flow in pair.flows.items():
+        tasks = {src: tid for src, tid in flow.tasks.items() if tid in existing}
+        if not tasks:
+            continue
+        job = flow.job if flow.job is not None and flow.job.task_id in existing else None
+        flows[flow_id] = Flow(flow_id, tasks, flow.active, flow.state, job)
+    if flows == pair.flows:
+        return pair
+    return ClusterPair(pair.clusters, flows, pair.fences)
+
+
+def describe(pair: ClusterPair, flow: Flow) -> str:
+    other = next(c for c in pair.clusters if c != flow.active) if flow.active else "?"
+    if flow.state == FAILED_OVER:
+        return f"failed over to {flow.active}"
+    if flow.state == FAILING_BACK:
+        return f"failing back from {flow.active} to {other}"
+    active = flow.tasks.get(flow.active, "")
+    return f"replicating {flow.active} -> {other} (task {active or 'none'})"
+
+
+def check(pair: ClusterPair, flow: Flow, verb: str, task_id: str) -> None:
+    """PairConflictError when ``verb`` does not apply to ``task_id``'s flow now."""
+    source = flow.direction_of(task_id) or ""
+    target = next(c for c in pair.clusters if c != source)
+    replicating_here = flow.state == REPLICATING and flow.active == source
+    failed_to_target = flow.state == FAILED_OVER and flow.active == target
+    applies = {
+        "switchover": replicating_here,
+        "resume": replicating_here,
+        "failover": replicating_here or failed_to_target,
+        "failback": flow.state in (FAILED_OVER, FAILING_BACK) and flow.active == target,
+    }
+    if applies[verb]:
+        return
+    hint = {
+        "switchover": "switch over the task of the active direction",
+        "failover": "fail over the task of the active direction",
+        "failback": "a failback follows a failover of the task",
+        "resume": "it would run both directions of the flow"
+        if flow.state == REPLICATING
+        else "production moved: fail back instead",
+    }[verb]
+    raise PairConflictError(
+        f"task {task_id}: its cluster pair {pair.key} is {describe(pair, flow)}: {verb} does "
+        f"not apply ({hint})"
+    )
+
+
+def claimed(
+    pair: ClusterPair,
+    verb: str,
+    task_id: str,
+    source: str,
+    job_id: str,
+    member: str,
+    *,
+    existing: Collection[str],
+    linked: str = "",
+    failed_over: bool = False,
+) -> ClusterPair:
+    """The pair with ``job_id`` claiming ``task_id``'s flow for ``verb``; PairConflictError when
+    the verb does not apply or another job runs there. ``linked``: the reverse task an earlier
+    release linked to the task; ``failed_over``: the task failed over under an earlier release
+    (both only read when the pair does not know the task yet)."""
+    pair = pruned(pair, existing)
+    flow = pair.flow_of(task_id)
+    if flow is None:
+        flow = adopt(pair, task_id, source, linked)
+        if failed_over:
+            target = next(c for c in pair.clusters if c != source)
+            flow = Flow(flow.flow_id, flow.tasks, target, FAILED_OVER)
+    if flow.job is None or flow.job.job_id != job_id:
+        check(pair, flow, verb, task_id)
+    return pair.with_flow(claim(flow, verb, job_id, task_id, member))
+
+
+def resume_allowed(pair: ClusterPair, task_id: str, reason: str) -> None:
+    """PairConflictError when resuming ``task_id`` (paused with ``reason``) would break its
+    flow's rules. The job that paused it (its reason names the job) may resume it."""
+    flow = pair.flow_of(task_id)
+    if flow is None:
+        return
+    if flow.job is not None and f"job {flow.job.job_id}" in reason:
+        return
+    if flow.job is not None and not flow.job.expired():
+        job = flow.job
+        raise PairConflictError(
+            f"task {task_id}: a {job.kind} ({job.job_id}) is under way on its cluster pair "
+            f"{pair.key}; wait for it"
+        )
+    check(pair, flow, "resume", task_id)

@@ -1,0 +1,134 @@
+"""The cluster pair's rules (server/dr/pair.py, pair_rules.py) as pure changes of its record:
+which verb applies in which state, one job per flow, claims that lapse, tasks deleted, and what
+an earlier release left (a linked reverse task, a failover record)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from server.dr.pair import (
+    CLAIM_SECONDS,
+    FAILED_OVER,
+    FAILING_BACK,
+    REPLICATING,
+    ClusterPair,
+    PairConflictError,
+    release,
+    renewed,
+)
+from server.dr.pair_rules import claimed, pruned, resume_allowed
+
+EMPTY = ClusterPair(("a", "b"))
+BOTH = {"ab", "ba"}
+
+
+def flow(pair: ClusterPair, task_id: str = "ab"):
+    found = pair.flow_of(task_id)
+    assert found is not None
+    return found
+
+
+def done(pair: ClusterPair, job_id: str, task_id: str = "ab", **changes) -> ClusterPair:
+    return pair.with_flow(release(flow(pair, task_id), job_id, **changes))
+
+
+def test_a_task_is_adopted_as_the_active_direction_and_one_job_runs_at_a_time():
+    pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
+    assert flow(pair).tasks == {"a": "ab"} and flow(pair).active == "a"
+    assert flow(pair).job.job_id == "j1"
+    running = r"a switchover \(j1, of task ab, on fleet member m1\)"
+    with pytest.raises(PairConflictError, match=running):
+        claimed(pair, "switchover", "ab", "a", "j2", "m2", existing={"ab"})
+    with pytest.raises(PairConflictError, match="under way"):
+        claimed(pair, "failover", "ab", "a", "j3", "m2", existing={"ab"})
+    # the same job claiming again (a daemon taking it over) is allowed
+    again = claimed(pair, "switchover", "ab", "a", "j1", "m2", existing={"ab"})
+    assert flow(again).job.member == "m2"
+
+
+def test_a_lapsed_claim_is_taken_and_its_old_holder_stops_at_its_next_renewal():
+    pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
+    stale = replace(flow(pair).job, renewed_at=time.time() - CLAIM_SECONDS - 1)
+    pair = pair.with_flow(replace(flow(pair), job=stale))
+    assert stale.expired()
+    taken = claimed(pair, "switchover", "ab", "a", "j1", "m2", existing={"ab"})
+    with pytest.raises(PairConflictError, match="no longer holds"):
+        renewed(flow(taken), "j1", "m1")
+    assert renewed(flow(taken), "j1", "m2").job.member == "m2"
+
+
+def test_after_a_switchover_only_the_reverse_direction_switches_over_or_resumes():
+    pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
+    pair = done(pair, "j1", active="b", tasks={"a": "ab", "b": "ba"})
+    assert flow(pair, "ba") == flow(pair, "ab") and flow(pair).job is None
+    with pytest.raises(PairConflictError, match=r"a\+b is replicating b -> a \(task ba\)"):
+        claimed(pair, "switchover", "ab", "a", "j2", "m1", existing=BOTH)
+    with pytest.raises(PairConflictError, match="would run both directions"):
+        resume_allowed(pair, "ab", "paused by the user")
+    resume_allowed(pair, "ba", "paused by the user")
+    back = claimed(pair, "switchover", "ba", "b", "j2", "m1", existing=BOTH)
+    assert flow(back).job.kind == "switchover" and flow(back).job.task_id == "ba"
+
+
+def test_failover_then_failback_reuses_the_flows_other_task():
+    pair = done(
+        claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"}),
+        "j1",
+        active="b",
+        tasks={"a": "ab", "b": "ba"},
+    )
+    # production on b; b is lost: the failover of ba
+    pair = claimed(pair, "failover", "ba", "b", "f1", "m1", existing=BOTH)
+    pair = done(pair, "f1", "ba", state=FAILED_OVER, active="a")
+    with pytest.raises(PairConflictError, match="failed over to a: resume does not apply"):
+        resume_allowed(pair, "ba", "failed over at ...")
+    with pytest.raises(PairConflictError, match="failed over to a"):
+        claimed(pair, "switchover", "ab", "a", "s1", "m1", existing=BOTH)
+    again = claimed(pair, "failover", "ba", "b", "f2", "m1", existing=BOTH)  # asked again
+    assert flow(again).job.job_id == "f2"
+    with pytest.raises(PairConflictError, match="failback does not apply"):
+        claimed(pair, "failback", "ab", "a", "x", "m1", existing=BOTH)
+    back = claimed(pair, "failback", "ba", "b", "fb1", "m1", existing=BOTH)
+    assert flow(back).reverse_of("ba") == "ab"  # the failback re-uses ab, never a third task
+    assert len(flow(back).tasks) == 2
+    syncing = done(back, "fb1", "ba", state=FAILING_BACK)
+    home = done(syncing, "fb1", "ba", state=REPLICATING, active="a")
+    # in sync: production stays on a, and ab (a -> b) replicates it to b
+    assert flow(home).active == "a" and flow(home).tasks == {"a": "ab", "b": "ba"}
+    resume_allowed(home, "ab", "")
+    with pytest.raises(PairConflictError, match="would run both directions"):
+        resume_allowed(home, "ba", "")
+
+
+def test_the_job_that_paused_a_task_resumes_it_while_it_holds_the_flow():
+    pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
+    resume_allowed(pair, "ab", "switched over to task ab-rev (job j1, writes fenced ...)")
+    with pytest.raises(PairConflictError, match=r"a switchover \(j1\) is under way"):
+        resume_allowed(pair, "ab", "paused by the user")
+
+
+def test_deleted_tasks_leave_the_pair_and_their_claims_with_them():
+    pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
+    pair = pair.with_flow(replace(flow(pair), tasks={"a": "ab", "b": "ba"}))
+    left = pruned(pair, {"ba"})
+    assert flow(left, "ba").tasks == {"b": "ba"} and flow(left, "ba").job is None
+    assert pruned(pair, set()).flows == {}
+    assert pruned(pair, BOTH) is pair
+
+
+def test_what_an_earlier_release_left_is_adopted():
+    linked = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing=BOTH, linked="ba")
+    assert flow(linked).tasks == {"a": "ab", "b": "ba"}
+    failed = claimed(EMPTY, "failback", "ab", "a", "j1", "m1", existing={"ab"}, failed_over=True)
+    assert flow(failed).state == FAILED_OVER and flow(failed).active == "b"
+    with pytest.raises(PairConflictError, match="failback does not apply"):
+        claimed(EMPTY, "failback", "ab", "a", "j1", "m1", existing={"ab"})
+
+
+def test_the_record_reads_back_as_written():
+    pair = claimed(EMPTY, "failover", "ab", "a", "f1", "m1", existing={"ab"})
+    assert ClusterPair.from_bytes(pair.to_bytes()) == pair
+    assert pair.key == "pairs/a+b" and ClusterPair(("b", "a")).key == "pairs/a+b"
