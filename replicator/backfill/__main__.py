@@ -15,7 +15,7 @@ import sys
 
 from replicator.backfill.job import EXIT_BAD_JOB, JobOptions, run_job
 from replicator.backfill.state import BackfillState
-from replicator.config.connections import milvus_param
+from replicator.config.milvus_endpoint import milvus_param
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings, ConfigError, load_settings
 from replicator.config.task_spec import TaskSpec

@@ -7,6 +7,7 @@ from typing import Any
 
 import grpc
 
+from replicator.sinks.milvus_channel import pymilvus_tls_kwargs
 from server.errors import TargetUnreachableError
 
 
@@ -25,16 +26,7 @@ def milvus_client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
         kwargs["password"] = connect["password"]
     if connect.get("enable_tls") or uri.startswith("https://"):
         kwargs["secure"] = True
-        dial = connect.get("dial_config") or {}
-        for key in (
-            "server_name",
-            "server_pem_path",
-            "ca_pem_path",
-            "client_pem_path",
-            "client_key_path",
-        ):
-            if dial.get(key):
-                kwargs[key] = dial[key]
+        kwargs.update(pymilvus_tls_kwargs(connect))
     return kwargs
 
 

@@ -1,0 +1,251 @@
+"""A real Milvus 2.3.5 that wants mutual TLS (``common.security.tlsMode: 2``: the client's
+certificate is checked against ``tls.caPemPath``) and a login
+(``common.security.authorizationEnabled``), at both ends of a task.
+
+As the SOURCE, a named cluster (``clusters.secure.milvus`` with the CA, a client certificate
+and key, and a user and password) whose rows a backfill copies on Spark and a verify compares;
+as the TARGET, ``milvus_connect_param`` with ``dial_config.ca_pem_path``, ``client_pem_path``
+and ``client_key_path`` and a token. The task copies a collection of the Milvus into another
+database of the same Milvus (``name_mapping``), so one Milvus serves both ends. A missing or a
+foreign client certificate is refused at create, word for word; the password is in no answer,
+no log, and no command line or environment of the backfill's processes.
+
+The source's WAL is the session's Kafka mock. This file runs a Spark job: it is one of
+tests/conftest.py's SPARK_FILES, which run one after the other."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.daemon import Daemon
+from harness.milvus_source import MilvusSource, milvus_source
+from harness.tls import Pki, make_test_pki
+from pymilvus import MilvusClient
+from test_backfill import driver_log, int_rows, task_view, wait_backfill
+from test_replication import create_source_collection, wait_equal
+from test_verify import run_verify
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # Spark; its waits name what is late
+
+USER = "cdc"
+PASSWORD = "Milvus-Mutual-Pa55-never-shown"
+ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_test_pki(tmp_path_factory.mktemp("mtls-pki"))
+
+
+def mutual(pki: Pki) -> dict[str, str]:
+    """The client's side of mutual TLS, as pymilvus and ``dial_config`` spell it."""
+    return {
+        "ca_pem_path": str(pki.ca_file),
+        "client_pem_path": str(pki.client_cert),
+        "client_key_path": str(pki.client_key),
+    }
+
+
+@pytest.fixture(scope="module")
+def mtls_milvus(
+    tmp_path_factory: pytest.TempPathFactory, etcd_service: Any, kafka_mock: Any, pki: Pki
+) -> Iterator[MilvusSource]:
+    """Milvus 2.3.5 with mutual TLS and authorization, its WAL on the Kafka mock, and a user
+    ``cdc`` with admin rights."""
+    settings = {
+        "common.security.tlsMode": "2",
+        "tls.serverPemPath": str(pki.server_cert),
+        "tls.serverKeyPath": str(pki.server_key),
+        "tls.caPemPath": str(pki.ca_file),
+        "common.security.authorizationEnabled": "true",
+    }
+    with milvus_source(
+        tmp_path_factory.mktemp("milvus-mtls"),
+        etcd_service.endpoint,
+        kafka_mock.bootstrap,
+        root_path=f"mtls-{uuid.uuid4().hex[:8]}",
+        settings=settings,
+        client={"token": ROOT, **mutual(pki)},
+    ) as milvus:
+        root = root_client(milvus, pki)
+        try:
+            root.create_user(USER, PASSWORD)
+            root.grant_role(USER, "admin")
+        finally:
+            root.close()
+        yield milvus
+
+
+def root_client(milvus: MilvusSource, pki: Pki, db: str = "") -> MilvusClient:
+    extra = {"db_name": db} if db else {}
+    return MilvusClient(
+        uri=milvus.uri, token=ROOT, timeout=30, dedicated=True, **mutual(pki), **extra
+    )
+
+
+def target_param(milvus: MilvusSource, pki: Pki, **changes: Any) -> dict[str, Any]:
+    return {
+        "uri": milvus.uri,
+        "token": f"{USER}:{PASSWORD}",
+        "dial_config": mutual(pki),
+        "connect_timeout": 10,
+        **changes,
+    }
+
+
+def secure_cluster(milvus: MilvusSource, etcd_service: Any, kafka_mock: Any, pki: Pki) -> dict:
+    """``clusters.secure``: the Milvus's etcd and Kafka, and its Milvus over mutual TLS with a
+    user and password (pymilvus's spelling)."""
+    return {
+        "etcd": {"address": [etcd_service.endpoint]},
+        "etcdRootPath": milvus.etcd_root_path,
+        "channelPrefix": milvus.chan_prefix,
+        "kafka": {"address": kafka_mock.bootstrap},
+        "milvus": {"uri": milvus.uri, "username": USER, "password": PASSWORD, **mutual(pki)},
+    }
+
+
+class GroupWatch:
+    """What the backfill driver's process group runs: every process's command line and
+    environment, read while the copy runs (the driver, its JVM, the Python workers)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[int, str] = {}
+
+    def read(self, group: int) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in self.texts:
+                continue
+            try:
+                if os.getpgid(int(entry.name)) != group:
+                    continue
+                cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+            except (ProcessLookupError, FileNotFoundError, PermissionError):
+                continue
+            if b"java" in cmdline:  # the JVM is the last to start: its arguments are complete
+                self.texts[int(entry.name)] = (cmdline + b"\n" + environ).decode(errors="replace")
+            else:
+                self.texts.setdefault(-int(entry.name), (cmdline + environ).decode("latin-1"))
+
+    @property
+    def saw_the_jvm(self) -> bool:
+        return any(pid > 0 for pid in self.texts)
+
+
+def watch_backfill(daemon: Daemon, task_id: str) -> tuple[dict, GroupWatch]:
+    """Wait for the task's backfill to end, reading its driver's processes meanwhile."""
+    import time
+
+    watch = GroupWatch()
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        backfill = task_view(daemon, task_id)["backfill"]
+        if backfill and backfill["state"] in ("done", "failed"):
+            break
+        if backfill and backfill.get("driver_pid"):
+            watch.read(backfill["driver_pid"])
+        time.sleep(0.3)
+    return wait_backfill(daemon, task_id, timeout=5), watch
+
+
+def test_backfill_and_verify_over_mutual_tls_at_both_ends(
+    daemon_factory, etcd_service, kafka_mock, mtls_milvus, pki
+):
+    """Rows written before the task are copied by the backfill (Spark executors reading the
+    source and writing the target over mutual TLS); rows written after it stream into the
+    target over mutual TLS; a verify reading both ends finds them equal."""
+    name, copy_db = f"mt_{uuid.uuid4().hex[:8]}", f"copy_{uuid.uuid4().hex[:6]}"
+    source = root_client(mtls_milvus, pki)
+    target: MilvusClient | None = None
+    try:
+        create_source_collection(source, name, dynamic=False)
+        for start in range(0, 1200, 400):
+            source.insert(name, int_rows(range(start, start + 400), "old", start))
+        config = {
+            "clusters": {"secure": secure_cluster(mtls_milvus, etcd_service, kafka_mock, pki)},
+            "backfill": {"sparkMaster": "local[2]", "taskMaxFailures": 2, "rangeRows": 500},
+            "verify": {"rangeRows": 500, "batchRows": 400, "settleSeconds": 60},
+        }
+        daemon = daemon_factory(**config).start()
+        created = daemon.call(
+            "create",
+            {
+                "source_cluster": "secure",
+                "milvus_connect_param": target_param(mtls_milvus, pki),
+                "collection_infos": [{"name": name}],
+                "name_mapping": [
+                    {"source_db": "default", "target_db": copy_db, "collection_mapping": {}}
+                ],
+                "backfill": {"collections": ["*"]},
+            },
+        )
+        assert created.code == 200, created.body
+        task_id = str(created.data["task_id"])
+        backfill, watch = watch_backfill(daemon, task_id)
+        assert backfill["ranges_done"] == backfill["ranges_total"] >= 2, backfill
+        assert backfill["rows_done"] == 1200, backfill
+        assert watch.saw_the_jvm, watch.texts.keys()
+
+        source.insert(name, int_rows(range(5000, 5300), "new", 5000))  # streamed
+        target = root_client(mtls_milvus, pki, copy_db)
+        wait_equal(source, target, name, "id", timeout=120)
+
+        verify = run_verify(daemon, task_id)
+        assert verify["divergent_rows"] == 0, verify
+        assert verify["rows_compared"] == 1500, verify
+
+        answers = [
+            daemon.call("get", {"task_id": task_id}).raw.decode(),
+            daemon.call("list").raw.decode(),
+            str(daemon.request("GET", f"/v1/tasks/{task_id}")),
+        ]
+        daemon.stop()
+        texts = {
+            "answers": "\n".join(answers),
+            "daemon log": daemon.log_text(),
+            "backfill driver log": driver_log(daemon, task_id),
+            **{f"process {pid}": text for pid, text in watch.texts.items()},
+        }
+        for where, text in texts.items():
+            assert PASSWORD not in text, where
+    finally:
+        source.close()
+        if target is not None:
+            target.close()
+
+
+def test_a_missing_or_foreign_client_certificate_is_refused_at_create(
+    daemon_factory, mtls_milvus, pki
+):
+    daemon = daemon_factory().start()
+    foreign = {
+        "ca_pem_path": str(pki.ca_file),
+        "client_pem_path": str(pki.stranger_cert),
+        "client_key_path": str(pki.stranger_key),
+    }
+    cases = {
+        "no client certificate": (
+            target_param(mtls_milvus, pki, dial_config={"server_pem_path": str(pki.ca_file)}),
+            "the server wants a client certificate (mutual TLS) and none was given: "
+            "SSLV3_ALERT_BAD_CERTIFICATE",
+        ),
+        "a certificate another CA signed": (
+            target_param(mtls_milvus, pki, dial_config=foreign),
+            "the server refused the client certificate: SSLV3_ALERT_BAD_CERTIFICATE",
+        ),
+    }
+    for case, (connect, reason) in cases.items():
+        body = {"milvus_connect_param": connect, "collection_infos": [{"name": "x"}]}
+        reply = daemon.call("create", body)
+        expected = (
+            f"milvus_connect_param: target Milvus at {mtls_milvus.uri} refused the daemon: {reason}"
+        )
+        assert (reply.status, reply.message) == (400, expected), case
+        assert PASSWORD not in reply.raw.decode()
+    assert daemon.call("list").data["tasks"] == []
