@@ -30,6 +30,11 @@ from test_backfill import driver_log, int_rows, task_view, wait_backfill
 from test_replication import create_source_collection, wait_equal
 from test_verify import run_verify
 
+from replicator.backfill import transfer
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
+from server.dr.fence import client_args
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # Spark; its waits name what is late
 
 USER = "cdc"
@@ -249,3 +254,27 @@ def test_a_missing_or_foreign_client_certificate_is_refused_at_create(
         assert (reply.status, reply.message) == (400, expected), case
         assert PASSWORD not in reply.raw.decode()
     assert daemon.call("list").data["tasks"] == []
+
+
+@pytest.mark.parametrize("ca_key", ["ca_pem_path", "server_pem_path"])
+def test_a_cluster_milvus_block_with_mutual_tls_reaches_it(mtls_milvus, pki, ca_key):
+    """The ``milvus`` block of a named cluster, the CA under either of pymilvus's names (given
+    as ``server_pem_path``, pymilvus itself would send no client certificate), as the
+    backfill's and verify's clients and disaster recovery's open it."""
+    milvus = SourceMilvusSettings(
+        uri=mtls_milvus.uri,
+        username=USER,
+        password=PASSWORD,
+        client_pem_path=str(pki.client_cert),
+        client_key_path=str(pki.client_key),
+        **{ca_key: str(pki.ca_file)},
+    )
+    clients = [
+        transfer.connect(milvus_param(milvus), "default"),
+        MilvusClient(**client_args(SourceSettings(milvus=milvus)), timeout=10, dedicated=True),
+    ]
+    try:
+        assert [c.get_server_version() for c in clients] == ["v2.3.5-lite"] * 2
+    finally:
+        for client in clients:
+            client.close()

@@ -18,6 +18,10 @@ from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
 
+from replicator.backfill import transfer
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
+from server.dr.fence import client_args
 from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
 
 pytestmark = pytest.mark.e2e
@@ -160,3 +164,21 @@ def test_a_refused_target_fails_the_create_naming_it_and_why(
         assert (reply.status, reply.message) == (400, expected), case
         assert PASSWORD not in reply.raw.decode()
     assert daemon.call("list").data["tasks"] == []
+
+
+def test_a_cluster_milvus_block_with_one_way_tls_reaches_it(tls_milvus, pki):
+    """A named cluster's ``milvus`` block for this Milvus (its CA as ``ca_pem_path``, a user
+    and password) as the backfill's and verify's clients (``transfer.connect``) and disaster
+    recovery's (``fence.client_args``) open it."""
+    milvus = SourceMilvusSettings(
+        uri=tls_milvus.uri, username=USER, password=PASSWORD, ca_pem_path=str(pki.ca_file)
+    )
+    clients = [
+        transfer.connect(milvus_param(milvus), "default"),
+        MilvusClient(**client_args(SourceSettings(milvus=milvus)), timeout=10, dedicated=True),
+    ]
+    try:
+        assert [c.get_server_version() for c in clients] == ["v2.3.5-lite"] * 2
+    finally:
+        for client in clients:
+            client.close()
