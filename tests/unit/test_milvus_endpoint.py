@@ -1,15 +1,19 @@
 """A cluster's Milvus endpoint (``clusters.<name>.milvus``): its TLS settings checked at start,
 and turned into what pymilvus reads (which trusts the CA and sends the client certificate only
-when each file is under the name it looks for)."""
+when each file is under the name it looks for); its secrets kept out of the Spark drivers'
+logs."""
 
 from __future__ import annotations
 
+import io
+import logging
 from pathlib import Path
 
 import pytest
 
 from replicator.config.connections import SourceSettings
 from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
+from replicator.log_redaction import connect_secrets, redact_root_logging
 from replicator.sinks.milvus_channel import client_kwargs
 
 
@@ -90,3 +94,22 @@ def test_mutual_tls_sends_the_client_certificate_whatever_the_ca_is_called(
         "client_pem_path": files["client.pem"],
         "client_key_path": files["client.key"],
     }
+
+
+def test_a_spark_driver_logs_no_password_or_token_it_was_handed() -> None:
+    """The backfill's and a Spark verify's drivers redact the Milvus secrets they get on stdin
+    from every line their root logger writes (a pymilvus error quoting a request, say)."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    connects = [{"username": "cdc", "password": "pw-4711"}, {"token": "cdc:tok-0815"}]
+    redactor = redact_root_logging(connect_secrets(*connects))
+    try:
+        logging.getLogger("replicator.backfill").warning("refused cdc:tok-0815 and %s", "pw-4711")
+        assert out.getvalue() == "refused ****** and ******\n"
+        assert redactor.scrub("ValueError: pw-4711") == "ValueError: ******"
+    finally:
+        root.removeHandler(handler)
+        for other in root.handlers:  # pytest's own
+            other.removeFilter(redactor)
