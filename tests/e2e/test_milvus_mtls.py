@@ -40,6 +40,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # Spark; its waits nam
 USER = "cdc"
 PASSWORD = "Milvus-Mutual-Pa55-never-shown"
 ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
+# a secret given to the daemon in its environment (a named cluster's cannot be: CDC_CLUSTERS__*
+# is refused): the daemon drops it once read, so no child (the backfill driver, its JVM) has it
+SECRET_ENV, ENV_SECRET = "CDC_SOURCECONFIG__MILVUS__PASSWORD", "Env-Secret-never-inherited"
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +180,9 @@ def test_backfill_and_verify_over_mutual_tls_at_both_ends(
             "backfill": {"sparkMaster": "local[2]", "taskMaxFailures": 2, "rangeRows": 500},
             "verify": {"rangeRows": 500, "batchRows": 400, "settleSeconds": 60},
         }
-        daemon = daemon_factory(**config).start()
+        daemon = daemon_factory(**config)
+        daemon.env[SECRET_ENV] = ENV_SECRET
+        daemon.start()
         created = daemon.call(
             "create",
             {
@@ -219,6 +224,7 @@ def test_backfill_and_verify_over_mutual_tls_at_both_ends(
         }
         for where, text in texts.items():
             assert PASSWORD not in text, where
+            assert ENV_SECRET not in text, where
     finally:
         source.close()
         if target is not None:
