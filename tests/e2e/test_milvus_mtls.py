@@ -232,34 +232,52 @@ def test_backfill_and_verify_over_mutual_tls_at_both_ends(
 
 
 def test_a_missing_or_foreign_client_certificate_is_refused_at_create(
-    daemon_factory, mtls_milvus, pki
+    daemon_factory, etcd_service, kafka_mock, mtls_milvus, pki
 ):
-    daemon = daemon_factory().start()
+    """In ``milvus_connect_param`` and in a ``target_cluster``'s ``milvus`` block: the answer
+    names the target and why, nothing is stored; the cluster with a good certificate is let
+    in (its TLS files reach the check at create)."""
+    cluster = secure_cluster(mtls_milvus, etcd_service, kafka_mock, pki)
+    one_way = {**cluster["milvus"], "client_pem_path": "", "client_key_path": ""}
+    daemon = daemon_factory(
+        clusters={"mutual": cluster, "one-way": {**cluster, "milvus": one_way}}
+    ).start()
     foreign = {
         "ca_pem_path": str(pki.ca_file),
         "client_pem_path": str(pki.stranger_cert),
         "client_key_path": str(pki.stranger_key),
     }
+    missing = (
+        "the server wants a client certificate (mutual TLS) and none was given: "
+        "SSLV3_ALERT_BAD_CERTIFICATE"
+    )
+    dial = {"server_pem_path": str(pki.ca_file)}
     cases = {
         "no client certificate": (
-            target_param(mtls_milvus, pki, dial_config={"server_pem_path": str(pki.ca_file)}),
-            "the server wants a client certificate (mutual TLS) and none was given: "
-            "SSLV3_ALERT_BAD_CERTIFICATE",
+            {"milvus_connect_param": target_param(mtls_milvus, pki, dial_config=dial)},
+            missing,
         ),
         "a certificate another CA signed": (
-            target_param(mtls_milvus, pki, dial_config=foreign),
+            {"milvus_connect_param": target_param(mtls_milvus, pki, dial_config=foreign)},
             "the server refused the client certificate: SSLV3_ALERT_BAD_CERTIFICATE",
         ),
+        "a target cluster without one": ({"target_cluster": "one-way"}, missing),
     }
-    for case, (connect, reason) in cases.items():
-        body = {"milvus_connect_param": connect, "collection_infos": [{"name": "x"}]}
-        reply = daemon.call("create", body)
+    for case, (target, reason) in cases.items():
+        reply = daemon.call("create", {**target, "collection_infos": [{"name": "x"}]})
         expected = (
             f"milvus_connect_param: target Milvus at {mtls_milvus.uri} refused the daemon: {reason}"
         )
         assert (reply.status, reply.message) == (400, expected), case
         assert PASSWORD not in reply.raw.decode()
     assert daemon.call("list").data["tasks"] == []
+
+    created = daemon.call(
+        "create", {"target_cluster": "mutual", "collection_infos": [{"name": "x"}]}
+    )
+    assert created.code == 200, created.body
+    assert PASSWORD not in created.raw.decode()
+    assert daemon.call("delete", {"task_id": created.data["task_id"]}).code == 200
 
 
 @pytest.mark.parametrize("ca_key", ["ca_pem_path", "server_pem_path"])
