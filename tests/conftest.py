@@ -246,6 +246,7 @@ SPARK_FILES = {
     "test_disaster_failback.py",
     "test_field_types_backfill.py",
     "test_milvus_mtls.py",
+    "test_milvus_tls_target.py",
     "test_stream_types_backfill.py",
     "test_spark_scratch.py",
     "test_verify.py",

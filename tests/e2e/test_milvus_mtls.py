@@ -15,20 +15,15 @@ tests/conftest.py's SPARK_FILES, which run one after the other."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.daemon import Daemon
 from harness.milvus_source import MilvusSource, milvus_source
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
-from test_backfill import driver_log, int_rows, task_view, wait_backfill
-from test_replication import create_source_collection, wait_equal
-from test_verify import run_verify
+from tls_backfill import SPARK, backfill_verify_and_keep_secrets
 
 from replicator.backfill import transfer
 from replicator.config.connections import SourceSettings
@@ -118,117 +113,22 @@ def secure_cluster(milvus: MilvusSource, etcd_service: Any, kafka_mock: Any, pki
     }
 
 
-class GroupWatch:
-    """What the backfill driver's process group runs: every process's command line and
-    environment, read while the copy runs (the driver, its JVM, the Python workers)."""
-
-    def __init__(self) -> None:
-        self.texts: dict[int, str] = {}
-
-    def read(self, group: int) -> None:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) in self.texts:
-                continue
-            try:
-                if os.getpgid(int(entry.name)) != group:
-                    continue
-                cmdline = (entry / "cmdline").read_bytes()
-                environ = (entry / "environ").read_bytes()
-            except (ProcessLookupError, FileNotFoundError, PermissionError):
-                continue
-            if b"java" in cmdline:  # the JVM is the last to start: its arguments are complete
-                self.texts[int(entry.name)] = (cmdline + b"\n" + environ).decode(errors="replace")
-            else:
-                self.texts.setdefault(-int(entry.name), (cmdline + environ).decode("latin-1"))
-
-    @property
-    def saw_the_jvm(self) -> bool:
-        return any(pid > 0 for pid in self.texts)
-
-
-def watch_backfill(daemon: Daemon, task_id: str) -> tuple[dict, GroupWatch]:
-    """Wait for the task's backfill to end, reading its driver's processes meanwhile."""
-    import time
-
-    watch = GroupWatch()
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        backfill = task_view(daemon, task_id)["backfill"]
-        if backfill and backfill["state"] in ("done", "failed"):
-            break
-        if backfill and backfill.get("driver_pid"):
-            watch.read(backfill["driver_pid"])
-        time.sleep(0.3)
-    return wait_backfill(daemon, task_id, timeout=5), watch
-
-
 def test_backfill_and_verify_over_mutual_tls_at_both_ends(
     daemon_factory, etcd_service, kafka_mock, mtls_milvus, pki
 ):
     """Rows written before the task are copied by the backfill (Spark executors reading the
     source and writing the target over mutual TLS); rows written after it stream into the
     target over mutual TLS; a verify reading both ends finds them equal."""
-    name, copy_db = f"mt_{uuid.uuid4().hex[:8]}", f"copy_{uuid.uuid4().hex[:6]}"
-    source = root_client(mtls_milvus, pki)
-    target: MilvusClient | None = None
-    try:
-        create_source_collection(source, name, dynamic=False)
-        for start in range(0, 1200, 400):
-            source.insert(name, int_rows(range(start, start + 400), "old", start))
-        config = {
-            "clusters": {"secure": secure_cluster(mtls_milvus, etcd_service, kafka_mock, pki)},
-            "backfill": {"sparkMaster": "local[2]", "taskMaxFailures": 2, "rangeRows": 500},
-            "verify": {"rangeRows": 500, "batchRows": 400, "settleSeconds": 60},
-        }
-        daemon = daemon_factory(**config)
-        daemon.env[SECRET_ENV] = ENV_SECRET
-        daemon.start()
-        created = daemon.call(
-            "create",
-            {
-                "source_cluster": "secure",
-                "milvus_connect_param": target_param(mtls_milvus, pki),
-                "collection_infos": [{"name": name}],
-                "name_mapping": [
-                    {"source_db": "default", "target_db": copy_db, "collection_mapping": {}}
-                ],
-                "backfill": {"collections": ["*"]},
-            },
-        )
-        assert created.code == 200, created.body
-        task_id = str(created.data["task_id"])
-        backfill, watch = watch_backfill(daemon, task_id)
-        assert backfill["ranges_done"] == backfill["ranges_total"] >= 2, backfill
-        assert backfill["rows_done"] == 1200, backfill
-        assert watch.saw_the_jvm, watch.texts.keys()
-
-        source.insert(name, int_rows(range(5000, 5300), "new", 5000))  # streamed
-        target = root_client(mtls_milvus, pki, copy_db)
-        wait_equal(source, target, name, "id", timeout=120)
-
-        verify = run_verify(daemon, task_id)
-        assert verify["divergent_rows"] == 0, verify
-        assert verify["rows_compared"] == 1500, verify
-
-        answers = [
-            daemon.call("get", {"task_id": task_id}).raw.decode(),
-            daemon.call("list").raw.decode(),
-            str(daemon.request("GET", f"/v1/tasks/{task_id}")),
-        ]
-        daemon.stop()
-        texts = {
-            "answers": "\n".join(answers),
-            "daemon log": daemon.log_text(),
-            "backfill driver log": driver_log(daemon, task_id),
-            **{f"process {pid}": text for pid, text in watch.texts.items()},
-        }
-        for where, text in texts.items():
-            assert PASSWORD not in text, where
-            assert ENV_SECRET not in text, where
-    finally:
-        source.close()
-        if target is not None:
-            target.close()
+    cluster = secure_cluster(mtls_milvus, etcd_service, kafka_mock, pki)
+    daemon = daemon_factory(clusters={"secure": cluster}, **SPARK)
+    daemon.env[SECRET_ENV] = ENV_SECRET
+    backfill_verify_and_keep_secrets(
+        daemon,
+        "secure",
+        target_param(mtls_milvus, pki),
+        lambda db: root_client(mtls_milvus, pki, db),
+        [PASSWORD, ENV_SECRET],
+    )
 
 
 def test_a_missing_or_foreign_client_certificate_is_refused_at_create(

@@ -4,7 +4,8 @@
 token or a user and password; the password shows in no answer and no log line.
 
 The source is a Milvus 2.6 stream on the Kafka mock (as tests/e2e/test_streaming_source.py
-writes it): the only real Milvus here is the target."""
+writes it): the only real Milvus here is the target; and, for a backfill and a verify, the TLS
+Milvus itself as a named cluster (a file of tests/conftest.py's SPARK_FILES)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from harness.milvus_source import MilvusSource, milvus_source_rocksmq
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
+from tls_backfill import SPARK, backfill_verify_and_keep_secrets
 
 from replicator.backfill import transfer
 from replicator.config.connections import SourceSettings
@@ -64,13 +66,14 @@ def tls_milvus(
         yield milvus
 
 
-def root_client(milvus: MilvusSource, pki: Pki) -> MilvusClient:
+def root_client(milvus: MilvusSource, pki: Pki, db: str = "") -> MilvusClient:
     return MilvusClient(
         uri=milvus.uri,
         token=ROOT,
         server_pem_path=str(pki.ca_file),
-        timeout=10,
+        timeout=30,
         dedicated=True,
+        **({"db_name": db} if db else {}),
     )
 
 
@@ -182,3 +185,33 @@ def test_a_cluster_milvus_block_with_one_way_tls_reaches_it(tls_milvus, pki):
     finally:
         for client in clients:
             client.close()
+
+
+def test_backfill_and_verify_read_a_source_with_one_way_tls(
+    daemon_factory, etcd_service, tls_milvus, pki
+):
+    """The TLS Milvus as a named cluster (its RocksMQ WAL; its ``milvus`` block with the CA as
+    ``ca_pem_path`` and a token) that a backfill on Spark copies from and a verify reads, into
+    another database of the same Milvus (``tls_backfill``)."""
+    token = f"{USER}:{PASSWORD}"
+    cluster = {
+        "etcd": {"address": [etcd_service.endpoint]},
+        "etcdRootPath": tls_milvus.etcd_root_path,
+        "channelPrefix": tls_milvus.chan_prefix,
+        "mqType": "rocksmq",
+        "rocksmq": {"path": str(tls_milvus.rocksmq_path)},
+        "milvus": {"uri": tls_milvus.uri, "token": token, "ca_pem_path": str(pki.ca_file)},
+    }
+    target = {
+        "uri": tls_milvus.uri,
+        "token": token,
+        "dial_config": {"server_pem_path": str(pki.ca_file)},
+        "connect_timeout": 10,
+    }
+    backfill_verify_and_keep_secrets(
+        daemon_factory(clusters={"one-way": cluster}, **SPARK),
+        "one-way",
+        target,
+        lambda db: root_client(tls_milvus, pki, db),
+        [PASSWORD],
+    )
