@@ -23,18 +23,22 @@ import pytest
 from harness.milvus_source import MilvusSource, milvus_source
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
-from tls_backfill import SPARK, backfill_verify_and_keep_secrets
+from tls_backfill import (
+    ROOT,
+    SPARK,
+    add_admin_user,
+    admin_client,
+    backfill_verify_and_keep_secrets,
+    milvus_tls_settings,
+    versions_through,
+)
 
-from replicator.backfill import transfer
-from replicator.config.connections import SourceSettings
-from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
-from server.dr.fence import client_args
+from replicator.config.milvus_endpoint import SourceMilvusSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # Spark; its waits name what is late
 
 USER = "cdc"
 PASSWORD = "Milvus-Mutual-Pa55-never-shown"
-ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
 # a secret given to the daemon in its environment (a named cluster's cannot be: CDC_CLUSTERS__*
 # is refused): the daemon drops it once read, so no child (the backfill driver, its JVM) has it
 SECRET_ENV, ENV_SECRET = "CDC_SOURCECONFIG__MILVUS__PASSWORD", "Env-Secret-never-inherited"
@@ -60,35 +64,20 @@ def mtls_milvus(
 ) -> Iterator[MilvusSource]:
     """Milvus 2.3.5 with mutual TLS and authorization, its WAL on the Kafka mock, and a user
     ``cdc`` with admin rights."""
-    settings = {
-        "common.security.tlsMode": "2",
-        "tls.serverPemPath": str(pki.server_cert),
-        "tls.serverKeyPath": str(pki.server_key),
-        "tls.caPemPath": str(pki.ca_file),
-        "common.security.authorizationEnabled": "true",
-    }
     with milvus_source(
         tmp_path_factory.mktemp("milvus-mtls"),
         etcd_service.endpoint,
         kafka_mock.bootstrap,
         root_path=f"mtls-{uuid.uuid4().hex[:8]}",
-        settings=settings,
+        settings=milvus_tls_settings(pki, 2),
         client={"token": ROOT, **mutual(pki)},
     ) as milvus:
-        root = root_client(milvus, pki)
-        try:
-            root.create_user(USER, PASSWORD)
-            root.grant_role(USER, "admin")
-        finally:
-            root.close()
+        add_admin_user(milvus, mutual(pki), USER, PASSWORD)
         yield milvus
 
 
 def root_client(milvus: MilvusSource, pki: Pki, db: str = "") -> MilvusClient:
-    extra = {"db_name": db} if db else {}
-    return MilvusClient(
-        uri=milvus.uri, token=ROOT, timeout=30, dedicated=True, **mutual(pki), **extra
-    )
+    return admin_client(milvus, mutual(pki), db)
 
 
 def target_param(milvus: MilvusSource, pki: Pki, **changes: Any) -> dict[str, Any]:
@@ -193,12 +182,4 @@ def test_a_cluster_milvus_block_with_mutual_tls_reaches_it(mtls_milvus, pki, ca_
         client_key_path=str(pki.client_key),
         **{ca_key: str(pki.ca_file)},
     )
-    clients = [
-        transfer.connect(milvus_param(milvus), "default"),
-        MilvusClient(**client_args(SourceSettings(milvus=milvus)), timeout=10, dedicated=True),
-    ]
-    try:
-        assert [c.get_server_version() for c in clients] == ["v2.3.5-lite"] * 2
-    finally:
-        for client in clients:
-            client.close()
+    assert versions_through(milvus) == ["v2.3.5-lite"] * 2

@@ -18,19 +18,23 @@ from harness.milvus_source import MilvusSource, milvus_source_rocksmq
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
-from tls_backfill import SPARK, backfill_verify_and_keep_secrets
+from tls_backfill import (
+    ROOT,
+    SPARK,
+    add_admin_user,
+    admin_client,
+    backfill_verify_and_keep_secrets,
+    milvus_tls_settings,
+    versions_through,
+)
 
-from replicator.backfill import transfer
-from replicator.config.connections import SourceSettings
-from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
-from server.dr.fence import client_args
+from replicator.config.milvus_endpoint import SourceMilvusSettings
 from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
 
 pytestmark = pytest.mark.e2e
 
 USER = "cdc"
 PASSWORD = "Milvus-Target-Pa55-never-shown"
-ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
 
 
 @pytest.fixture(scope="module")
@@ -43,38 +47,23 @@ def tls_milvus(
     tmp_path_factory: pytest.TempPathFactory, etcd_service: Any, pki: Pki
 ) -> Iterator[MilvusSource]:
     """Milvus 2.3.5 with one-way TLS and authorization, and a user ``cdc`` with admin rights."""
-    settings = {
-        "common.security.tlsMode": "1",
-        "tls.serverPemPath": str(pki.server_cert),
-        "tls.serverKeyPath": str(pki.server_key),
-        "tls.caPemPath": str(pki.ca_file),
-        "common.security.authorizationEnabled": "true",
-    }
     with milvus_source_rocksmq(
         tmp_path_factory.mktemp("milvus-tls"),
         etcd_service.endpoint,
         root_path=f"tls-{uuid.uuid4().hex[:8]}",
-        settings=settings,
-        client={"token": ROOT, "server_pem_path": str(pki.ca_file)},
+        settings=milvus_tls_settings(pki, 1),
+        client={"token": ROOT, **one_way(pki)},
     ) as milvus:
-        root = root_client(milvus, pki)
-        try:
-            root.create_user(USER, PASSWORD)
-            root.grant_role(USER, "admin")
-        finally:
-            root.close()
+        add_admin_user(milvus, one_way(pki), USER, PASSWORD)
         yield milvus
 
 
+def one_way(pki: Pki) -> dict[str, str]:
+    return {"server_pem_path": str(pki.ca_file)}
+
+
 def root_client(milvus: MilvusSource, pki: Pki, db: str = "") -> MilvusClient:
-    return MilvusClient(
-        uri=milvus.uri,
-        token=ROOT,
-        server_pem_path=str(pki.ca_file),
-        timeout=30,
-        dedicated=True,
-        **({"db_name": db} if db else {}),
-    )
+    return admin_client(milvus, one_way(pki), db)
 
 
 def _write(stream: Stream, collection_id: int, name: str, keys: range) -> None:
@@ -176,15 +165,7 @@ def test_a_cluster_milvus_block_with_one_way_tls_reaches_it(tls_milvus, pki):
     milvus = SourceMilvusSettings(
         uri=tls_milvus.uri, username=USER, password=PASSWORD, ca_pem_path=str(pki.ca_file)
     )
-    clients = [
-        transfer.connect(milvus_param(milvus), "default"),
-        MilvusClient(**client_args(SourceSettings(milvus=milvus)), timeout=10, dedicated=True),
-    ]
-    try:
-        assert [c.get_server_version() for c in clients] == ["v2.3.5-lite"] * 2
-    finally:
-        for client in clients:
-            client.close()
+    assert versions_through(milvus) == ["v2.3.5-lite"] * 2
 
 
 def test_backfill_and_verify_read_a_source_with_one_way_tls(

@@ -4,7 +4,8 @@ backfill on Spark, rows written after it stream in, a verify finds both ends equ
 secret shows in an answer, a log, or a command line or environment of the backfill's processes.
 
 The task copies a collection of the Milvus into another database of the same Milvus
-(``name_mapping``), so one Milvus serves as the source (a named cluster) and as the target."""
+(``name_mapping``), so one Milvus serves as the source (a named cluster) and as the target.
+Also the administrator's client of such a Milvus, and the user the tests give the daemon."""
 
 from __future__ import annotations
 
@@ -16,16 +17,66 @@ from pathlib import Path
 from typing import Any
 
 from harness.daemon import Daemon
+from harness.milvus_source import MilvusSource
+from harness.tls import Pki
 from pymilvus import MilvusClient
 from test_backfill import driver_log, int_rows, task_view, wait_backfill
 from test_replication import create_source_collection, wait_equal
 from test_verify import run_verify
 
+from replicator.backfill import transfer
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
+from server.dr.fence import client_args
+
+ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
 BEFORE, AFTER = 1200, 300  # rows written before the task (backfilled) and after it (streamed)
 SPARK = {
     "backfill": {"sparkMaster": "local[2]", "taskMaxFailures": 2, "rangeRows": 500},
     "verify": {"rangeRows": 500, "batchRows": 400, "settleSeconds": 60},
 }
+
+
+def milvus_tls_settings(pki: Pki, mode: int) -> dict[str, str]:
+    """milvus.yaml keys for TLS (``mode`` 1) or mutual TLS (2) with the test certificates, and
+    authorization."""
+    return {
+        "common.security.tlsMode": str(mode),
+        "tls.serverPemPath": str(pki.server_cert),
+        "tls.serverKeyPath": str(pki.server_key),
+        "tls.caPemPath": str(pki.ca_file),
+        "common.security.authorizationEnabled": "true",
+    }
+
+
+def admin_client(milvus: MilvusSource, tls: dict[str, str], db: str = "") -> MilvusClient:
+    """The Milvus's root user, with the pymilvus TLS arguments ``tls``, in database ``db``."""
+    extra = {"db_name": db} if db else {}
+    return MilvusClient(uri=milvus.uri, token=ROOT, timeout=30, dedicated=True, **tls, **extra)
+
+
+def add_admin_user(milvus: MilvusSource, tls: dict[str, str], user: str, password: str) -> None:
+    root = admin_client(milvus, tls)
+    try:
+        root.create_user(user, password)
+        root.grant_role(user, "admin")
+    finally:
+        root.close()
+
+
+def versions_through(block: SourceMilvusSettings) -> list[str]:
+    """The server version read through a cluster's ``milvus`` block by the clients the
+    backfill and verify open (``transfer.connect``) and disaster recovery's
+    (``fence.client_args``)."""
+    clients = [
+        transfer.connect(milvus_param(block), "default"),
+        MilvusClient(**client_args(SourceSettings(milvus=block)), timeout=10, dedicated=True),
+    ]
+    try:
+        return [str(c.get_server_version()) for c in clients]
+    finally:
+        for client in clients:
+            client.close()
 
 
 class GroupWatch:
