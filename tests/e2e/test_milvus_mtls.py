@@ -123,9 +123,10 @@ def test_backfill_and_verify_over_mutual_tls_at_both_ends(
 def test_a_missing_or_foreign_client_certificate_is_refused_at_create(
     daemon_factory, etcd_service, kafka_mock, mtls_milvus, pki
 ):
-    """In ``milvus_connect_param`` and in a ``target_cluster``'s ``milvus`` block: the answer
-    names the target and why, nothing is stored; the cluster with a good certificate is let
-    in (its TLS files reach the check at create)."""
+    """In ``milvus_connect_param``, in a ``target_cluster``'s ``milvus`` block, and in the
+    block of a source cluster a backfill asked at create would read: the answer names the
+    Milvus and why, nothing is stored; the cluster with a good certificate is let in (its TLS
+    files reach the check at create)."""
     cluster = secure_cluster(mtls_milvus, etcd_service, kafka_mock, pki)
     one_way = {**cluster["milvus"], "client_pem_path": "", "client_key_path": ""}
     daemon = daemon_factory(
@@ -159,6 +160,17 @@ def test_a_missing_or_foreign_client_certificate_is_refused_at_create(
         )
         assert (reply.status, reply.message) == (400, expected), case
         assert PASSWORD not in reply.raw.decode()
+    backfill_from_one_way = {
+        "source_cluster": "one-way",
+        "target_cluster": "mutual",
+        "collection_infos": [{"name": "x"}],
+        "backfill": {"collections": ["*"]},
+    }
+    reply = daemon.call("create", backfill_from_one_way)  # its executors could not read it
+    expected = (
+        f"clusters.one-way.milvus: source Milvus at {mtls_milvus.uri} refused the daemon: {missing}"
+    )
+    assert (reply.status, reply.message) == (503, expected)
     assert daemon.call("list").data["tasks"] == []
 
     created = daemon.call(
