@@ -277,11 +277,13 @@ def milvus_source(
     chan_prefix: str | None = None,
     startup_timeout: float = 120.0,
     bin_cache: Path | None = None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[MilvusSource]:
     """Milvus 2.3.5 standalone: metadata in the etcd at `etcd_endpoint` under `root_path`, WAL
     on the Kafka at `kafka_bootstrap` in topics named after `chan_prefix` (default: root_path).
     `bin_cache` is where the unpacked binary is kept (default ~/.cache/milvus-cdc-tests, or
-    $MILVUS_CDC_TEST_CACHE)."""
+    $MILVUS_CDC_TEST_CACHE); `settings` and `client` as for milvus_source_rocksmq()."""
     with _milvus_standalone(
         workdir,
         etcd_endpoint,
@@ -291,6 +293,8 @@ def milvus_source(
         chan_prefix=chan_prefix,
         startup_timeout=startup_timeout,
         bin_cache=bin_cache,
+        settings=settings,
+        client=client,
     ) as source:
         yield source
 
