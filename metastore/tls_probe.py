@@ -55,7 +55,7 @@ def handshake_problem(
             return ConnectProblem(f"cannot use the TLS files: {exc}", refused=True)
         try:
             with context.wrap_socket(raw, server_hostname=server_name or host) as conn:
-                return _server_refusal(conn, min(timeout, 0.5))
+                return _server_refusal(conn, min(timeout, 0.5), offered=bool(cert))
         except ssl.SSLCertVerificationError as exc:
             return ConnectProblem(f"certificate verify failed: {exc.verify_message}", refused=True)
         except ssl.SSLError as exc:
@@ -79,14 +79,21 @@ def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def _server_refusal(conn: ssl.SSLSocket, wait: float) -> ConnectProblem | None:
+def _server_refusal(conn: ssl.SSLSocket, wait: float, *, offered: bool) -> ConnectProblem | None:
     """Under TLS 1.3 a server refuses the client's certificate after the handshake: its
     alert arrives with the first read (a server that accepts sends its HTTP/2 settings, or
-    waits for the client's)."""
+    waits for the client's). Go servers (etcd, Milvus) answer a missing certificate with the
+    same alert as a bad one, so ``offered`` (was one sent?) tells the two apart."""
     conn.settimeout(wait)
     try:
         conn.recv(1)
     except ssl.SSLError as exc:
+        if not offered:
+            return ConnectProblem(
+                "the server wants a client certificate (mutual TLS) and none was given: "
+                f"{exc.reason or exc}",
+                refused=True,
+            )
         return ConnectProblem(
             f"the server refused the client certificate: {exc.reason or exc}", refused=True
         )

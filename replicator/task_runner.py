@@ -25,6 +25,11 @@ class TaskRunner(Protocol):
     async def stop(self) -> None:
         """Stop reading, flush what was read to the target, save positions, then return."""
 
+    def wait_stopped(self, timeout: float) -> bool:
+        """Block until the runner's work has ended after ``stop`` (one ``stop`` let go inside a
+        blocking call ends when the call returns), ``timeout`` seconds at most; whether it
+        ended."""
+
     @property
     def finished(self) -> bool:
         """Started, and its work has ended without a failure it reported (fenced off, or the

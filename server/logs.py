@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
 import time
 from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
 
-from replicator.log_context import channel_var, log_context, task_id_var
+from replicator.log_context import log_context
+from replicator.log_redaction import SecretRedactor
 
 __all__ = [
     "ConsoleFormatter",
@@ -24,35 +24,6 @@ __all__ = [
     "configure_logging",
     "log_context",
 ]
-
-
-class SecretRedactor(logging.Filter):
-    """Replaces known secret strings in every record's final message."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._secrets: set[str] = set()
-        self._lock = threading.Lock()
-
-    def add(self, *secrets: str) -> None:
-        with self._lock:
-            self._secrets.update(s for s in secrets if s and len(s) >= 3)
-
-    def scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "******")
-        return text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = self.scrub(record.getMessage())
-        record.msg, record.args = message, None
-        if record.exc_info:
-            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
-            record.exc_info = None
-        record.task_id = task_id_var.get()
-        record.channel = channel_var.get()
-        return True
 
 
 class MalformedRequestFilter(logging.Filter):

@@ -245,6 +245,8 @@ SPARK_FILES = {
     "test_demo.py",
     "test_disaster_failback.py",
     "test_field_types_backfill.py",
+    "test_milvus_mtls.py",
+    "test_milvus_tls_target.py",
     "test_stream_types_backfill.py",
     "test_spark_scratch.py",
     "test_verify.py",

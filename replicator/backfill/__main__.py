@@ -15,11 +15,13 @@ import sys
 
 from replicator.backfill.job import EXIT_BAD_JOB, JobOptions, run_job
 from replicator.backfill.state import BackfillState
-from replicator.config.connections import milvus_param
+from replicator.config.milvus_endpoint import milvus_param
+from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings, ConfigError, load_settings
 from replicator.config.task_spec import TaskSpec
 from replicator.log_context import log_context
+from replicator.log_redaction import connect_secrets, redact_root_logging
 
 log = logging.getLogger("replicator.backfill")
 
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [task %(task)s] %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    redactor = redact_root_logging(secret_values(settings))
     _add_task_field(args.task)
     store = open_task_store(settings)  # the target's password is stored sealed
     try:
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_JOB
         try:
             spec = TaskSpec.of(task)
+            redactor.add(*connect_secrets(spec.target_param))
             milvus = settings.source_of(spec).milvus
         except KeyError as exc:
             log.error("%s", exc.args[0])
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.exception("backfill driver failed")
                 job = state.job()
                 if job is not None:
-                    state.record_error(job.job_id, f"{type(exc).__name__}: {exc}"[:500])
+                    reason = redactor.scrub(f"{type(exc).__name__}: {exc}")
+                    state.record_error(job.job_id, reason[:500])
                 return 1
     finally:
         store.close()

@@ -1,10 +1,11 @@
 """One key range copied from the source to the target: what a Spark task runs.
 
-Executors import only this module and pymilvus (no metastore, no daemon settings), so a Spark
-cluster needs nothing else. Rows are read in key order, page by page (seeing every write made
-before the job recorded its positions: ``guarantee_after``) and written with upsert, so a range
-copied twice, after a retry or a killed job, replaces its rows instead of doubling them. A copied
-range then proves itself (``proof.prove_range``) before the driver records it as done.
+Executors import only this module, ``sinks/milvus_channel.py`` (the client's TLS files and login)
+and pymilvus (no metastore, no daemon settings), so a Spark cluster needs nothing else. Rows are
+read in key order, page by page (seeing every write made before the job recorded its positions:
+``guarantee_after``) and written with upsert, so a range copied twice, after a retry or a killed
+job, replaces its rows instead of doubling them. A copied range then proves itself
+(``proof.prove_range``) before the driver records it as done.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from pymilvus import DataType, MilvusClient
 
@@ -30,32 +30,7 @@ from replicator.backfill.pages import MAX_BATCH, read_pages, read_unchecked, win
 from replicator.backfill.proof import Run, prove_range
 from replicator.backfill.ranges import Key, literal
 from replicator.hybrid_time import from_seconds
-
-
-def client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
-    """``MilvusClient`` arguments for a task's ``milvus_connect_param`` (or the source's
-    settings as a dict with ``uri``, ``username``, ``password``, ``token``)."""
-    if connect.get("uri"):
-        parts = urlsplit(connect["uri"])
-        secure = parts.scheme == "https" or bool(connect.get("enable_tls"))
-        port = parts.port or (443 if parts.scheme == "https" else 19530)
-        host = parts.hostname
-    else:
-        secure = bool(connect.get("enable_tls"))
-        host, port = connect["host"], connect["port"]
-    kwargs: dict[str, Any] = {"uri": f"{'https' if secure else 'http'}://{host}:{port}"}
-    if connect.get("token"):
-        kwargs["token"] = connect["token"]
-    elif connect.get("username"):
-        kwargs["user"] = connect["username"]
-        kwargs["password"] = connect["password"]
-    dial = connect.get("dial_config") or {}
-    for key in ("server_name", "server_pem_path", "ca_pem_path", "client_pem_path"):
-        if dial.get(key):
-            kwargs[key] = dial[key]
-    if dial.get("client_key_path"):
-        kwargs["client_key_path"] = dial["client_key_path"]
-    return kwargs
+from replicator.sinks.milvus_channel import client_kwargs
 
 
 def connect(params: dict[str, Any], db: str) -> MilvusClient:

@@ -24,6 +24,7 @@ from replicator.backfill.transfer import cached_client, forget_clients
 from replicator.compare.digest import Digest
 from replicator.compare.range_digest import digest_range
 from replicator.compare.reader import Schema
+from replicator.log_redaction import connect_secrets, redact_root_logging
 
 log = logging.getLogger("replicator.compare.spark_digests")
 
@@ -90,6 +91,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     request = json.loads(sys.stdin.read())
+    ends = [work[end] for work in request["works"] for end in ("source", "target")]
+    redact_root_logging(connect_secrets(*ends))
     results = run(request)
     sys.stdout.write(MARKER + json.dumps({"ranges": results}) + "\n")
     sys.stdout.flush()

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from metastore.etcd_connect import parse_etcd_address
 from metastore.sql_engine import mysql_url_from_source
+from replicator.config.milvus_endpoint import SourceMilvusSettings
 from replicator.config.section import ConfigSection
 
 # milvus.yaml's spelling of an etcd block (``etcd.endpoints``, ``etcd.ssl.*``,
@@ -306,19 +307,6 @@ class RocksmqSettings(ConfigSection):
     path: str = ""
 
 
-class SourceMilvusSettings(ConfigSection):
-    """ours: the source Milvus's gRPC address; only a backfill reads through it."""
-
-    uri: str = ""
-    username: str = ""
-    password: SecretStr = SecretStr("")
-    token: SecretStr = SecretStr("")
-    # ours: every proxy of the cluster (their uris), when clients reach several: a switchover's
-    # fence is in effect once each of them refuses a write (each proxy picks up the quota on
-    # its own); empty: ``uri`` alone
-    proxies: list[str] = Field(default_factory=list)
-
-
 class SourceSettings(ConfigSection):
     # ours: the source's message queue; auto: kafka when kafka.address is set, else rocksmq
     # when rocksmq.path is set, else pulsar (the Go tool's rule).
@@ -385,13 +373,3 @@ class SourceSettings(ConfigSection):
         second part is ``replicate-msg`` unless the source changed it (then name the channel
         in the create request's ``rpc_channel_info``)."""
         return f"{self.channel_prefix}-replicate-msg"
-
-
-def milvus_param(milvus: SourceMilvusSettings) -> dict[str, str]:
-    """A cluster's Milvus endpoint as pymilvus takes it (secrets revealed: never log it)."""
-    return {
-        "uri": milvus.uri,
-        "username": milvus.username,
-        "password": milvus.password.get_secret_value(),
-        "token": milvus.token.get_secret_value(),
-    }

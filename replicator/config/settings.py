@@ -39,9 +39,7 @@ from replicator.config.connections import (
     PulsarSettings,
     RocksmqSettings,
     SourceEtcdSettings,
-    SourceMilvusSettings,
     SourceSettings,
-    milvus_param,
 )
 from replicator.config.daemon import (
     BackfillSettings,
@@ -51,6 +49,7 @@ from replicator.config.daemon import (
     SchedulerSettings,
     VerifySettings,
 )
+from replicator.config.milvus_endpoint import SourceMilvusSettings, milvus_param
 from replicator.config.security import AuthSettings, SecretsSettings, TlsSettings, TokenSettings
 from replicator.config.task_spec import DEFAULT_SOURCE, TaskSpec
 

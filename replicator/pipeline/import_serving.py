@@ -71,7 +71,7 @@ class LoadedOnSource:
             if client is None:
                 from pymilvus import MilvusClient  # only a daemon that backfills needs it
 
-                from replicator.backfill.transfer import client_kwargs
+                from replicator.sinks.milvus_channel import client_kwargs
 
                 kwargs = client_kwargs(self._connect)
                 if db and db != "default":

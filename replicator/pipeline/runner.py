@@ -54,7 +54,6 @@ from replicator.pipeline.replicate_worker import ReplicateWorker
 from replicator.pipeline.runner_startup import PrepareBudget, RunnerStartup, SourceRead
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
-    CAUGHT_UP_MARGIN,
     ChannelStatus,
     TaskWarnings,
     collection_totals,
@@ -242,6 +241,10 @@ class ReplicationRunner:
                     STOP_WAIT,
                 )
 
+    def wait_stopped(self, timeout: float) -> bool:
+        fiber = self._fiber
+        return fiber is None or fiber.done.wait(timeout)
+
     @property
     def finished(self) -> bool:
         """The runner's fiber has ended without reporting a failure (fenced off, or the task
@@ -258,9 +261,8 @@ class ReplicationRunner:
         self._stop.nudge()
 
     def read_to_end_since(self, moment: float) -> bool:
-        floor = from_seconds(moment - CAUGHT_UP_MARGIN)
         return all(
-            not status.caught_up or status.caught_up_ts >= floor
+            not status.caught_up or status.caught_up_at >= moment
             for status in list(self.statuses.values())
             if status.has_ticks
         )

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from metastore import ConcurrentUpdateError, MetaStore, Position, TaskState
-from replicator.hybrid_time import from_seconds, to_seconds
+from replicator.hybrid_time import to_seconds
 from replicator.pipeline.task_state import RunnerState
 
 log = logging.getLogger(__name__)
@@ -57,9 +57,12 @@ class ChannelStatus:
     # where the channel's records come from: "shared" (the daemon's shared reader of the
     # channel), "own" (a reader of the task's own), "" (not reading yet)
     reader: str = ""
-    # the source time (hybrid ts) of the last read that found the channel's end with nothing
-    # waiting and everything read on the target, less CAUGHT_UP_MARGIN (see consistent_ts)
+    # the last time tick (hybrid ts) read by a read that found the channel's end with nothing
+    # waiting and everything read on the target (see consistent_ts)
     caught_up_ts: int = 0
+    # when (the daemon's seconds) the latest such read began: it says how fresh the figure
+    # is (a failover or drain waits for a read begun after it asked), never what it claims
+    caught_up_at: float = 0.0
 
     def set_state(self, state: ChannelState, detail: str = "") -> None:
         self.state, self.detail = state, detail
@@ -77,21 +80,30 @@ class ChannelStatus:
             return 0.0
         return max(0.0, time.time() - to_seconds(self.applied_ts))
 
-    def mark_caught_up(self, read_started: float) -> None:
-        """The read begun at ``read_started`` (seconds) found the end with nothing waiting."""
+    def mark_caught_up(self, tick: int, read_started: float) -> None:
+        """The read begun at ``read_started`` (seconds) found the end with nothing waiting;
+        ``tick``: the last time tick the channel has read."""
         self.caught_up = True
-        ts = from_seconds(read_started - CAUGHT_UP_MARGIN)
-        self.caught_up_ts = max(self.caught_up_ts, ts)
+        self.caught_up_ts = max(self.caught_up_ts, tick)
+        self.caught_up_at = max(self.caught_up_at, read_started)
 
     @property
     def consistent_ts(self) -> int:
         """The source time up to which every write on the channel is on the target (0: not
         known yet): its applied tick, or, while it is read to its end with nothing waiting, the
-        moment that read began (a channel without writes has no ticks in 2.6, nor in 2.3 while
-        it carries no collection), less CAUGHT_UP_MARGIN for a write whose time was given
-        before it reached the queue."""
+        last time tick it read. Only a tick proves that no older write can follow it in the
+        channel: a write's time is given before it reaches the queue (a 2.3 proxy stamps, then
+        produces), so the moment of a read proves nothing (issue 41, bug 9)."""
         caught_up = self.caught_up_ts if self.caught_up else 0
         return max(self.applied_ts, caught_up)
+
+    @property
+    def holds_nothing(self) -> bool:
+        """Read to its end with nothing waiting, and no time tick read since the daemon started:
+        the channel carries none of the task's writes (2.3 ticks every channel a collection
+        uses, about 5 times a second; a 2.6 pchannel without writes has no ticks), so it bounds
+        nothing."""
+        return self.caught_up and not self.consistent_ts
 
     def view(self) -> dict[str, Any]:
         state = f"{self.state}: {self.detail}" if self.detail else str(self.state)
@@ -114,11 +126,6 @@ class ChannelStatus:
         return view
 
 
-# seconds a caught-up channel's consistent time is kept behind the read that found its end: a
-# write is given its time before it reaches the queue (a proxy's produce, a 2.3 proxy batching)
-CAUGHT_UP_MARGIN = 1.0
-
-
 def consistent_view(ts: int) -> dict[str, Any] | None:
     """A consistent-up-to time as progress shows it: the hybrid timestamp and its ISO time."""
     if not ts:
@@ -129,8 +136,8 @@ def consistent_view(ts: int) -> dict[str, Any] | None:
 
 def task_consistent_ts(statuses: Iterable[ChannelStatus]) -> int:
     """The source time up to which every write of the task is on the target: the lowest of its
-    DML channels (0 while one of them is not known)."""
-    times = [s.consistent_ts for s in statuses if s.has_ticks]
+    DML channels that carry ticks (0 while one of them is not known, or none has ticked)."""
+    times = [s.consistent_ts for s in statuses if s.has_ticks and not s.holds_nothing]
     return min(times) if times and all(times) else 0
 
 

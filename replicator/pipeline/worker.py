@@ -206,7 +206,7 @@ class ChannelWorker:
                 committed = self._write(*action, more=backlog)
                 last_save = time.monotonic()
             if caught_up:  # once what it read is on the target
-                self.status.mark_caught_up(read_started)
+                self.status.mark_caught_up(seq.tick, read_started)
             else:
                 self.status.caught_up = False
             if read.applied_to and committed:

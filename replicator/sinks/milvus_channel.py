@@ -1,4 +1,5 @@
-"""Opening a gRPC channel to a target Milvus: its address, TLS settings and credentials."""
+"""Reaching a Milvus: a gRPC channel to a target (its address, TLS settings and credentials),
+and pymilvus's ``MilvusClient`` arguments for the same settings."""
 
 from __future__ import annotations
 
@@ -46,6 +47,45 @@ def open_channel(address: str, secure: bool, connect: dict[str, Any]) -> grpc.Ch
     return grpc.insecure_channel(address, options=options)
 
 
+def pymilvus_tls_kwargs(connect: dict[str, Any]) -> dict[str, str]:
+    """pymilvus's TLS arguments for ``connect``'s ``dial_config``. pymilvus sends a client
+    certificate only with ``ca_pem_path`` and no ``server_pem_path``, and trusts a
+    ``ca_pem_path`` given alone not at all (the system's CAs then), so the CA goes where
+    pymilvus reads it: beside the client certificate, else as ``server_pem_path``."""
+    dial = connect.get("dial_config") or {}
+    ca = dial.get("ca_pem_path") or dial.get("server_pem_path") or ""
+    kwargs = {"server_name": dial["server_name"]} if dial.get("server_name") else {}
+    if dial.get("client_pem_path") and dial.get("client_key_path") and ca:
+        kwargs["ca_pem_path"] = ca
+        kwargs["client_pem_path"] = dial["client_pem_path"]
+        kwargs["client_key_path"] = dial["client_key_path"]
+    elif ca:
+        kwargs["server_pem_path"] = ca
+    return kwargs
+
+
+def client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
+    """``MilvusClient`` arguments for a task's ``milvus_connect_param`` (or a cluster's Milvus
+    endpoint in that shape: ``milvus_endpoint.milvus_param``)."""
+    if connect.get("uri"):
+        parts = urlsplit(connect["uri"])
+        secure = parts.scheme == "https" or bool(connect.get("enable_tls"))
+        port = parts.port or (443 if parts.scheme == "https" else 19530)
+        host = parts.hostname
+    else:
+        secure = bool(connect.get("enable_tls"))
+        host, port = connect["host"], connect["port"]
+    kwargs: dict[str, Any] = {"uri": f"{'https' if secure else 'http'}://{host}:{port}"}
+    if connect.get("token"):
+        kwargs["token"] = connect["token"]
+    elif connect.get("username"):
+        kwargs["user"] = connect["username"]
+        kwargs["password"] = connect["password"]
+    if secure:
+        kwargs.update(pymilvus_tls_kwargs(connect))
+    return kwargs
+
+
 def auth_metadata(connect: dict[str, Any]) -> list[tuple[str, str]]:
     """The ``authorization`` metadata every call carries: the token, or user and password."""
     metadata: list[tuple[str, str]] = []
@@ -57,4 +97,10 @@ def auth_metadata(connect: dict[str, Any]) -> list[tuple[str, str]]:
     return metadata
 
 
-__all__ = ["auth_metadata", "open_channel", "target_address"]
+__all__ = [
+    "auth_metadata",
+    "client_kwargs",
+    "open_channel",
+    "pymilvus_tls_kwargs",
+    "target_address",
+]

@@ -82,9 +82,14 @@ def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) 
         print(
             f"task {args.task_id} failed over; the target holds every write up to {up_to}", file=out
         )
+        unapplied = (answer.get("unapplied_from") or {}).get("time")
+        if unapplied:
+            print(f"the first write it lacks is from {unapplied}", file=out)
+        if not answer.get("complete"):
+            print("the source's WAL was not read to its end: the figure is the saved one", file=out)
         export = answer.get("unreplicated")
         if export:
-            print(f"{export['records']} record(s) after it, in {export['file']}", file=out)
+            print(f"{export['records']} row change(s) it lacks, in {export['file']}", file=out)
             for collection, kinds in export["by_collection"].items():
                 counts = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
                 print(f"  {collection}: {counts}", file=out)

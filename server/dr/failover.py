@@ -1,132 +1,133 @@
 """Failover: the source cluster is lost. The task stops at once; the answer says up to when the
 target holds every write the source acknowledged (``consistent_up_to``), and, when the source's
-WAL can still be read (its queue survived the Milvus), what the WAL holds after that point: the
-row changes and DDL of the task's collections, counted by collection and kind, and written to a
-file of JSON lines in the Kafka target's event format (README "Kafka targets") that the
-operator can inspect or replay.
+WAL can still be read (its queue survived the Milvus), writes every record of the task's
+collections the target lacks to a file (:mod:`failover_export`).
+
+Order: pause the task (its runner stops and saves its positions: exactly what the target
+holds), wait until a runner the pause let go (a target write under way) has ended, then read
+each DML channel from its saved position to its end (the flow's claim and the target's fence
+are the manager's, :mod:`manager`). With the
+WAL read, the figure is what its ticks prove; without it (``complete: false``), the saved
+positions' ticks (every channel's figure at its last save).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from metastore import Position
+from pydantic import Field
+
+from metastore import MetaStore, Position, TaskState
+from replicator.compare.gate import applied_ts
+from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
-from replicator.events import CollectionEvent, Delete, Insert, RawRecord
-from replicator.meta.catalog import CollectionMeta
+from replicator.hybrid_time import to_seconds
 from replicator.pipeline.runner import RunnerContext
-from replicator.sinks.kafka_events import dumps, rows_of, ts_view
-from server.dr.wal_tail import changed_keys, primary_key_name, records_after, selected_collections
+from replicator.pipeline.status import consistent_view
+from replicator.pipeline.task_state import RunnerState
+from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
+from server.dr.record import FAILOVER_KEY, iso, save_json
+from server.dr.task_ops import TaskOperations
+from server.logs import log_context
+from server.tasks.engine import cluster_context
+from server.tasks.requests import TaskIdRequest
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Unreplicated:
-    """What the source's WAL holds after the consistent point, for the task's collections."""
-
-    counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (db.coll, kind)
-    channels_read: list[str] = field(default_factory=list)
-    file: str = ""
-    complete: bool = True  # every channel was read to its end
-    problems: list[str] = field(default_factory=list)
-
-    def view(self) -> dict[str, Any]:
-        by_collection: dict[str, dict[str, int]] = {}
-        for (collection, kind), count in sorted(self.counts.items()):
-            by_collection.setdefault(collection, {})[kind] = count
-        return {
-            "records": sum(self.counts.values()),
-            "by_collection": by_collection,
-            "file": self.file or None,
-            "channels_read": self.channels_read,
-            "complete": self.complete,
-            "problems": self.problems,
-        }
+# seconds a failover waits for a runner the pause let go inside a blocking call (a target
+# write under way) to end: its write may land on the target after the positions are read
+RUNNER_END_WAIT = 30.0
 
 
-def export_unreplicated(
+class FailoverRequest(TaskIdRequest):
+    # seconds the export of what the target lacks may read the source's WAL (0: no export)
+    export_seconds: float = Field(default=60.0, ge=0, le=3600)
+
+
+async def run_failover(
+    ops: TaskOperations, settings: CdcSettings, request: FailoverRequest
+) -> dict[str, Any]:
+    """Stop the task at once and say what the target holds and what it lacks; the view kept
+    as ``progress.failover`` (the answer, with ``state``)."""
+    task = await ops.get(request.task_id)
+    tid = task.task_id
+    at = time.time()
+    runner = ops.runner_of(tid)
+    reason = f"failed over at {iso(at)}"
+    if task.state is not TaskState.PAUSED:
+        # a runner on another member stops at its next round: wait for it, a lease at most
+        task = await ops.pause(tid, reason=reason, stop_wait=settings.fleet.leaseSeconds)
+    problems = []
+    if runner is None and not await ops.runner_stopped(tid):
+        problems.append(
+            f"the fleet member running the task had not stopped it "
+            f"{settings.fleet.leaseSeconds:g} s after the pause: it may still write to the target"
+        )
+    if runner is not None and not await asyncio.to_thread(runner.wait_stopped, RUNNER_END_WAIT):
+        problems.append(
+            f"the task's runner was still writing {RUNNER_END_WAIT:g} s after the pause: "
+            "records marked maybe_on_target may be on the target too"
+        )
+    spec = TaskSpec.of(task)
+    saved = await asyncio.to_thread(applied_ts(ops.store, tid, None)) or 0
+    export = None
+    if request.export_seconds:
+        context = cluster_context(settings, spec.source_name, shared_readers=False)
+        positions = await ops.positions(tid)
+        out = _export_path(settings, tid, at)
+        export = await asyncio.to_thread(
+            _read_tails, context, ops.store, tid, spec, positions, out, request.export_seconds
+        )
+        export.problems[:0] = problems
+        export.complete = export.complete and not problems
+    complete = export is not None and export.complete
+    # the WAL read to its end proves the figure; otherwise the saved positions' ticks
+    consistent = export.consistent_ts if export is not None and complete else saved
+    answer: dict[str, Any] = {
+        "task_id": tid,
+        "failed_over_at": iso(at),
+        "consistent_up_to": consistent_view(consistent),
+        "rpo_seconds": round(at - to_seconds(consistent), 3) if consistent else None,
+        "unapplied_from": consistent_view(export.unapplied_from) if export else None,
+        "complete": complete,
+        "unreplicated": export.view() if export is not None else None,
+    }
+    view = {**answer, "state": "done"}
+    await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
+    up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
+    await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")
+    with log_context(task_id=tid):
+        log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
+    return view
+
+
+def _export_path(settings: CdcSettings, tid: str, at: float) -> Path:
+    """``data/failover/<task>-<time>.jsonl``, beside the backfill logs (made absolute by the
+    export)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
+    return Path(settings.backfill.logDir).parent / "failover" / f"{tid}-{stamp}.jsonl"
+
+
+def _read_tails(
     context: RunnerContext,
+    store: MetaStore,
+    tid: str,
     spec: TaskSpec,
     positions: dict[str, Position],
-    consistent_ts: int,
     out: Path,
     budget: float,
 ) -> Unreplicated:
-    """Read every DML channel of the task from its saved position to the end (``budget``
-    seconds in all); records newer than ``consistent_ts`` of the selected collections go to
-    ``out``, one JSON event per row change or DDL."""
-    result = Unreplicated()
-    deadline = time.monotonic() + budget
-    try:
-        selected = selected_collections(context, spec)
-    except Exception as exc:  # noqa: BLE001 - the source is being lost: any failure is told
-        result.complete = False
-        result.problems.append(f"the source catalog cannot be read: {exc}")
-        return result
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    source = context.source()
-    with open(partial, "w", encoding="utf-8") as file:
-        for pchannel in context.channels:
-            if time.monotonic() >= deadline:
-                result.complete = False
-                result.problems.append(f"{pchannel}: not read, out of time")
-                continue
-            try:
-                for event, record in records_after(
-                    source, pchannel, positions.get(pchannel), selected, deadline
-                ):
-                    if event is not None and event.ts > consistent_ts:
-                        _write(file, event, record, selected, result)
-                result.channels_read.append(pchannel)
-            except Exception as exc:  # noqa: BLE001 - a queue failing is the answer's news
-                result.complete = False
-                result.problems.append(f"{pchannel}: {type(exc).__name__}: {exc}")
-    partial.replace(out)
-    result.file = str(out)
-    return result
-
-
-def _write(
-    file: IO[str],
-    event: CollectionEvent,
-    record: RawRecord,
-    selected: dict[int, CollectionMeta],
-    result: Unreplicated,
-) -> None:
-    meta = selected[event.collection_id]
-    name = f"{meta.db_name or 'default'}.{meta.name}"
-    source = {"channel": record.pchannel, "position": record.offset}
-    base = {"db": meta.db_name or "default", "collection": meta.name, "ts": ts_view(event.ts)}
-    if isinstance(event, Insert):
-        pk_name = primary_key_name(meta)
-        for row in rows_of(event.request.fields_data, event.num_rows):
-            line = {"op": "insert", **base, "partition": event.partition_name}
-            file.write(
-                dumps({**line, "pk": row.get(pk_name), "row": row, "source": source}).decode()
-            )
-            file.write("\n")
-        result.counts[(name, "insert")] += event.num_rows
-    elif isinstance(event, Delete):
-        pks = changed_keys(event, meta)
-        for pk in pks:
-            line = {"op": "delete", **base, "partition": event.partition_name}
-            file.write(dumps({**line, "pk": pk, "row": None, "source": source}).decode())
-            file.write("\n")
-        result.counts[(name, "delete")] += len(pks)
-    else:
-        kind = _snake(type(event).__name__)
-        file.write(dumps({"op": kind, **base, "source": source}).decode())
-        file.write("\n")
-        result.counts[(name, kind)] += 1
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+    """Each DML channel of the task, from its saved position (and in-flight bound) to its
+    end."""
+    state = RunnerState(store, tid)
+    tails = []
+    for channel in context.channels:
+        saved = positions.get(channel)
+        tail = ChannelTail(channel, saved.ts if saved is not None else 0)
+        tail.inflight_bound = state.inflight_bound(channel)
+        tails.append(tail)
+    return export_unapplied(context, spec, tails, positions, state.collections(), out, budget)

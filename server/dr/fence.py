@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from replicator.config.connections import SourceSettings, milvus_param
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import milvus_param
 from replicator.config.stores import etcd_client_for
+from replicator.sinks.milvus_channel import client_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -206,13 +208,8 @@ def is_write_refusal(exc: Exception) -> bool:
 
 
 def client_args(source: SourceSettings) -> dict[str, Any]:
-    param = milvus_param(source.milvus)
-    args: dict[str, Any] = {"uri": param["uri"]}
-    if param["token"]:
-        args["token"] = param["token"]
-    elif param["username"]:
-        args["user"], args["password"] = param["username"], param["password"]
-    return args
+    """``MilvusClient`` arguments for the cluster's Milvus (its login and TLS files)."""
+    return client_kwargs(milvus_param(source.milvus))
 
 
 def _a_collection(client: Any) -> tuple[str, str, bool] | None:

@@ -22,22 +22,18 @@ import time
 import uuid
 from collections.abc import Awaitable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from metastore import MetaStoreError, TaskRecord, TaskState
-from replicator.compare.gate import applied_ts
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
-from replicator.pipeline.status import consistent_view
-from replicator.task_runner import TaskRunner
 from server.dr.claims import ClaimLostError
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
-from server.dr.failover import export_unreplicated
+from server.dr.failover import FailoverRequest, run_failover
 from server.dr.pair import FAILED_OVER, FAILING_BACK, ClusterPair
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import (
@@ -49,7 +45,6 @@ from server.dr.record import (
     iso,
     load_json,
     save_job,
-    save_json,
 )
 from server.dr.stale_watch import (
     ROUND_SECONDS,
@@ -84,31 +79,6 @@ class SwitchoverRequest(TaskIdRequest):
 
 class FailbackRequest(TaskIdRequest):
     pass
-
-
-class FailoverRequest(TaskIdRequest):
-    # seconds the export of what the target lacks may read the source's WAL
-    export_seconds: float = Field(default=60.0, ge=0, le=3600)
-
-
-HURRY_SECONDS = 3.0  # a failover's wait for the channels' latest figures, at most
-
-
-async def _settled_consistent_ts(runner: TaskRunner) -> int:
-    """The task's consistent-up-to once its channels have read what they can.
-
-    Idle channels read their latest ticks at once (``wake_idle_readers``) instead of at the end
-    of their idle wait (up to 5 s), so the answer claims every write the target holds, not a few
-    seconds less. It waits until every channel has read to its end since (or has something
-    waiting), ``HURRY_SECONDS`` at most."""
-    asked = time.time()
-    runner.wake_idle_readers()
-    deadline = time.monotonic() + HURRY_SECONDS
-    while time.monotonic() < deadline:
-        if runner.read_to_end_since(asked):
-            break
-        await asyncio.sleep(0.05)
-    return runner.consistent_ts()
 
 
 async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:
@@ -352,55 +322,10 @@ class DisasterRecovery:
         return answer
 
     async def _fail_over(self, task: TaskRecord, request: FailoverRequest) -> dict[str, Any]:
-        tid = task.task_id
-        at = time.time()
-        runner = self.sup.runner_of(tid)
-        live = await _settled_consistent_ts(runner) if runner is not None else 0
-        reason = f"failed over at {iso(at)}"
-        if task.state is not TaskState.PAUSED:
-            task = await self.sup.pause(tid, reason=reason)
-        saved = await asyncio.to_thread(applied_ts(self.sup.store, tid, None))
-        consistent = max(live, saved or 0)
-        answer: dict[str, Any] = {
-            "task_id": tid,
-            "failed_over_at": iso(at),
-            "consistent_up_to": consistent_view(consistent),
-            "rpo_seconds": round(at - to_seconds(consistent), 3) if consistent else None,
-        }
-        spec = TaskSpec.of(task)
-        answer["unreplicated"] = await self._export_unreplicated(tid, spec, consistent, at, request)
-        view = {**answer, "state": "done"}
-        await asyncio.to_thread(save_json, self.sup.store, tid, FAILOVER_KEY, view)
-        self._remember_view(tid, "failover", view)
-        up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
-        await self.sup.set_reason(
-            tid, f"{reason}: the target holds every source write up to {up_to}"
-        )
-        with log_context(task_id=tid):
-            log.warning("failed over: consistent up to %s", up_to)
-        return answer
-
-    async def _export_unreplicated(
-        self,
-        tid: str,
-        spec: TaskSpec,
-        consistent: int,
-        at: float,
-        request: FailoverRequest,
-    ) -> dict[str, Any] | None:
-        if not request.export_seconds:
-            return None
-
-        name = spec.source_name
-        context = cluster_context(self.settings, name, shared_readers=False)
-        positions = await self.sup.positions(tid)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
-        # beside the backfill logs (data/failover by default); made absolute by the export
-        out = Path(self.settings.backfill.logDir).parent / "failover" / f"{tid}-{stamp}.jsonl"
-        result = await asyncio.to_thread(
-            export_unreplicated, context, spec, positions, consistent, out, request.export_seconds
-        )
-        return result.view()
+        """The task stopped, what its target holds and lacks (:mod:`failover`)."""
+        view = await run_failover(self.sup, self.settings, request)
+        self._remember_view(task.task_id, "failover", view)
+        return {key: value for key, value in view.items() if key != "state"}
 
     # --- failback ----------------------------------------------------------------------------
     async def failback(self, request: FailbackRequest) -> dict[str, Any]:

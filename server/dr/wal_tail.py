@@ -16,7 +16,7 @@ from metastore import Position
 from replicator.backfill.ranges import Key
 from replicator.codec.streaming import decode_any
 from replicator.config.task_spec import TaskSpec
-from replicator.events import CollectionEvent, Delete, Insert, RawRecord
+from replicator.events import CollectionEvent, Delete, Event, FailedRecord, Insert, RawRecord
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.bootstrap import position_before_offset
 from replicator.pipeline.runner import RunnerContext
@@ -59,6 +59,21 @@ def records_after(
     """Every record of ``pchannel`` after ``start`` up to the channel's end as it is now (at
     most ``limit``), each with its event when it is a change of a ``selected`` collection.
     Raises TimeoutError when the deadline passes first."""
+    for event, record in decoded_after(source, pchannel, start, selected, deadline, limit):
+        wanted = isinstance(event, CollectionEvent) and event.collection_id in selected
+        yield (event if wanted else None), record  # type: ignore[misc]
+
+
+def decoded_after(
+    source: WalSource,
+    pchannel: str,
+    start: Position | None,
+    selected: dict[int, CollectionMeta],
+    deadline: float,
+    limit: int | None = None,
+) -> Iterator[tuple[Event | FailedRecord, RawRecord]]:
+    """As :func:`records_after`, with every record's decoded event (time ticks, other
+    collections' records as skipped, an undecodable record as a ``FailedRecord``)."""
     earliest, end = source.watermarks(pchannel, max(0.1, deadline - time.monotonic()))
     if end <= earliest:
         return  # an empty channel
@@ -70,9 +85,7 @@ def records_after(
         while time.monotonic() < deadline:
             records = reader.read_batch(READ_BATCH, READ_WAIT)
             for record in records:
-                event = decode_any(record, source.backend, lambda cid: cid in selected)
-                wanted = isinstance(event, CollectionEvent) and event.collection_id in selected
-                yield (event if wanted else None), record  # type: ignore[misc]
+                yield decode_any(record, source.backend, lambda cid: cid in selected), record
                 count += 1
                 if limit is not None and count >= limit:
                     return

@@ -20,9 +20,9 @@ from server.app_state import (
     SETTINGS,
     SUPERVISOR,
 )
+from server.dr.failover import FailoverRequest
 from server.dr.manager import (
     FailbackRequest,
-    FailoverRequest,
     SwitchoverRequest,
 )
 from server.errors import (

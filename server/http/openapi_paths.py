@@ -323,6 +323,8 @@ def path_items() -> dict[str, Any]:
                                 "task": ref("Task"),
                                 "consistent_up_to": {"type": ["object", "null"]},
                                 "rpo_seconds": NULLABLE_NUMBER,
+                                "unapplied_from": {"type": ["object", "null"]},
+                                "complete": {"type": "boolean"},
                                 "unreplicated": {"type": ["object", "null"]},
                             },
                         },

@@ -121,7 +121,8 @@ def component_schemas() -> dict[str, Any]:
             "failover": {
                 "type": ["object", "null"],
                 "description": "/v1 only: the task's failover: failed_over_at, "
-                "consistent_up_to, rpo_seconds, unreplicated (records, by_collection, file, "
+                "consistent_up_to, rpo_seconds, unapplied_from, complete, unreplicated "
+                "(records, wal_records, by_collection, unapplied_from, file, channels, "
                 "complete, problems)",
             },
             "failback": {

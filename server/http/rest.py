@@ -58,10 +58,10 @@ from aiohttp import web
 
 from metastore import TaskRecord
 from server.app_state import AUTH, DISASTER, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
+from server.dr.failover import FailoverRequest
 from server.dr.manager import (
     DisasterRecovery,
     FailbackRequest,
-    FailoverRequest,
     SwitchoverRequest,
 )
 from server.errors import BadRequestError, UnavailableError

@@ -37,7 +37,7 @@ from server.tasks import state_history
 from server.tasks.local_runs import LocalRuns
 from server.tasks.requests import CreateRequest
 from server.tasks.spec import validate_create
-from server.tasks.target_check import check_kafka_reachable
+from server.tasks.target_check import check_kafka_reachable, check_source_milvus
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,10 @@ class TaskCreation:
         else:
             version = await asyncio.to_thread(self._target_checker, spec.target_param)
         log.info("target %s answered, version %s", spec.target_label(), version)
+        if spec.backfill_collections:  # its Spark executors read the source Milvus
+            source = self._settings.source_of(spec)
+            key = f"clusters.{spec.source_cluster}" if spec.source_cluster else "sourceConfig"
+            await asyncio.to_thread(check_source_milvus, source, key, spec.connect_timeout)
         auto_start = not spec.disable_auto_start
         async with self._runs.lock:
             # Again under the lock: another create may have been admitted meanwhile.

@@ -17,7 +17,7 @@ from metastore import MetaStore, TaskRecord
 from replicator import FailureCallback, RunnerFactory, TaskRunner
 from replicator.backfill.phase import DriverLauncher
 from replicator.codec.streaming import record_kind
-from replicator.config.connections import milvus_param
+from replicator.config.milvus_endpoint import milvus_param
 from replicator.config.settings import CdcSettings
 from replicator.config.stores import etcd_client_for, explain_etcd
 from replicator.config.task_spec import TaskSpec

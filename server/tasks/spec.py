@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from replicator.config.milvus_endpoint import dial_config
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.task_spec import DEFAULT_CONNECT_TIMEOUT, DEFAULT_DB, TaskSpec
 from replicator.pipeline.selection import WILDCARD, Selection, selection_matches
@@ -65,8 +66,14 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> TaskSpec:
     ends = _cluster_ends(req, kafka is not None, settings)
     if req.target_cluster:
         milvus = settings.cluster(req.target_cluster).milvus
+        dial = dial_config(milvus)
         param = MilvusConnectParam(
-            uri=milvus.uri, username=milvus.username, password=milvus.password, token=milvus.token
+            uri=milvus.uri,
+            username=milvus.username,
+            password=milvus.password,
+            token=milvus.token,
+            enable_tls=milvus.tls,
+            dial_config=DialConfig(**dial) if dial else None,
         )
         target = {
             "milvus_connect_param": _validate_connect(

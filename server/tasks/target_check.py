@@ -7,7 +7,10 @@ from typing import Any
 
 import grpc
 
-from server.errors import TargetUnreachableError
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import milvus_param
+from replicator.sinks.milvus_channel import pymilvus_tls_kwargs
+from server.errors import TargetUnreachableError, UnavailableError
 
 
 def milvus_client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
@@ -25,16 +28,7 @@ def milvus_client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
         kwargs["password"] = connect["password"]
     if connect.get("enable_tls") or uri.startswith("https://"):
         kwargs["secure"] = True
-        dial = connect.get("dial_config") or {}
-        for key in (
-            "server_name",
-            "server_pem_path",
-            "ca_pem_path",
-            "client_pem_path",
-            "client_key_path",
-        ):
-            if dial.get(key):
-                kwargs[key] = dial[key]
+        kwargs.update(pymilvus_tls_kwargs(connect))
     return kwargs
 
 
@@ -42,11 +36,13 @@ def describe_target(connect: dict[str, Any]) -> str:
     return connect.get("uri") or f"{connect['host']}:{connect['port']}"
 
 
-def check_target_reachable(connect: dict[str, Any]) -> str:
+def check_target_reachable(
+    connect: dict[str, Any], what: str = "milvus_connect_param: target Milvus"
+) -> str:
     """Connect, ask the server version, disconnect. Blocking: run it in a thread.
 
-    Returns the server version; raises ``TargetUnreachableError`` naming the target and the cause
-    (with any secret scrubbed from the cause).
+    Returns the server version; raises ``TargetUnreachableError`` naming the target (``what``
+    at its address) and the cause (with any secret scrubbed from the cause).
     """
     from pymilvus import MilvusClient  # heavy import, kept off the daemon's start-up path
 
@@ -60,22 +56,33 @@ def check_target_reachable(connect: dict[str, Any]) -> str:
         refusal = explain_target_refusal(connect)
         if refusal:  # pymilvus says only "illegal connection params or server unavailable"
             raise TargetUnreachableError(
-                f"milvus_connect_param: target Milvus at {describe_target(connect)} refused "
+                f"{what} at {describe_target(connect)} refused "
                 f"the daemon: {_scrub(refusal, connect)}"
             ) from None
         raise TargetUnreachableError(
-            f"milvus_connect_param: target Milvus at {describe_target(connect)} is not reachable "
+            f"{what} at {describe_target(connect)} is not reachable "
             f"within {connect['connect_timeout']} s: {_scrub(str(exc), connect)}"
         ) from None
     try:
         return str(client.get_server_version())
     except Exception as exc:  # noqa: BLE001
         raise TargetUnreachableError(
-            f"milvus_connect_param: target Milvus at {describe_target(connect)} did not answer: "
-            f"{_scrub(str(exc), connect)}"
+            f"{what} at {describe_target(connect)} did not answer: {_scrub(str(exc), connect)}"
         ) from None
     finally:
         client.close()
+
+
+def check_source_milvus(source: SourceSettings, key: str, timeout: float) -> str:
+    """Does the source Milvus (``key``: ``sourceConfig`` or ``clusters.<name>``) let the daemon
+    in with its ``milvus`` block, as a backfill's or a verify's clients would connect? Its
+    version; ``UnavailableError`` (503: the daemon's configuration, not the request) naming it
+    and the reason."""
+    connect = {**milvus_param(source.milvus), "connect_timeout": timeout}
+    try:
+        return check_target_reachable(connect, f"{key}.milvus: source Milvus")
+    except TargetUnreachableError as exc:
+        raise UnavailableError(exc.message) from None
 
 
 def explain_target_refusal(connect: dict[str, Any], budget: float = 2.0) -> str:

@@ -21,7 +21,8 @@ from replicator.compare.job import VerifyContext, VerifyRun
 from replicator.compare.spark_launch import SparkDigests
 from replicator.compare.state import VerifyJob, VerifyState
 from replicator.compare.verify import VerifyOptions
-from replicator.config.connections import SourceSettings, milvus_param
+from replicator.config.connections import SourceSettings
+from replicator.config.milvus_endpoint import milvus_param
 from replicator.config.settings import CdcSettings
 from replicator.config.stores import etcd_client_for
 from replicator.config.task_spec import TaskSpec

@@ -13,6 +13,7 @@ mock) and ``b`` (WAL in RocksMQ), named in one daemon's ``clusters``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,7 +43,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
+from replicator.codec.streaming import decode_any
 from replicator.config.connections import SourceSettings
+from replicator.events import Insert
+from replicator.sources.kafka import KafkaSource, decode_offset
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.flows import FAULT_ENV
 from tests.e2e.test_replication import create_source_collection, rows, wait_equal
@@ -485,9 +490,10 @@ class TimedWriter(Writer):
     which the source's hybrid timestamps also come from): Milvus stamps a write before it
     answers, so a write acknowledged at or before a moment has a timestamp at or before it."""
 
-    def __init__(self, uri: str, collection: str, first: int) -> None:
+    def __init__(self, uri: str, collection: str, first: int, pause: float = 0.05) -> None:
         super().__init__(uri, collection, first)
         self.stamps: dict[int, float] = {}  # key -> seconds when its insert returned
+        self.pause = pause  # seconds between inserts (0: a burst)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -501,17 +507,75 @@ class TimedWriter(Writer):
             self.stamps.update(dict.fromkeys(keys, time.time()))
             self.acknowledged.update(keys)
             self.next += 5
-            time.sleep(0.05)
+            time.sleep(self.pause)
         self.client.close()
+
+
+# the gap allowed between a failover's consistent_up_to and the last record the target applied:
+# Milvus 2.3 ticks each channel in use every 200 ms (rootcoord's timeTickInterval), so the last
+# tick before the kill follows the last applied record by at most one interval, plus as much
+# again for a proxy's tick report delayed on a loaded 2-core machine
+ONE_TICK_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class WalInsert:
+    """One Insert record of the lost cluster's WAL."""
+
+    channel: str
+    offset: int
+    ts: int
+    pks: tuple[int, ...]
+
+
+def wal_inserts(bootstrap: str, prefix: str, collection_id: int) -> list[WalInsert]:
+    """Every Insert of ``collection_id`` in the DML channels of a 2.3 source on Kafka, read from
+    their beginning (the test's own reading, not the daemon's)."""
+    source = KafkaSource(bootstrap)
+    found = []
+    for channel in [f"{prefix}-rootcoord-dml_{i}" for i in range(16)]:
+        _, end = source.watermarks(channel)
+        if not end:
+            continue
+        reader = source.open_channel(channel, None)
+        try:
+            read = 0
+            while read < end:
+                batch = reader.read_batch(1000, 1.0)
+                assert batch, f"{channel}: read {read} of {end} records"
+                read = batch[-1].offset + 1
+                for record in batch:
+                    event = decode_any(record, "kafka", lambda cid: cid == collection_id)
+                    if isinstance(event, Insert) and event.collection_id == collection_id:
+                        ids = next(f for f in event.request.fields_data if f.field_name == "id")
+                        pks = tuple(ids.scalars.long_data.data)
+                        found.append(WalInsert(channel, record.offset, event.ts, pks))
+        finally:
+            reader.close()
+    return found
+
+
+def saved_offsets(daemon, task_id: str) -> dict[str, tuple[int, int]]:
+    """The task's saved positions as the metastore holds them: channel -> (offset, tick)."""
+    positions = daemon.call("position", {"task_id": task_id}).data["positions"]
+    return {
+        p["channel_name"]: (
+            decode_offset(base64.b64decode(p["msg_id"])) if p["msg_id"] else -1,
+            int(p["tt"]),
+        )
+        for p in positions
+    }
 
 
 def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_answers(
     daemon_factory, milvus_source_rocksmq, etcd_service, kafka_mock, tmp_path
 ):
-    """The source Milvus (its own, WAL on the Kafka mock) is killed with ``kill -9`` under load;
-    the failover answers ``consistent_up_to``: every write acknowledged at or before it (by the
-    writer's own timestamps) is on b; every acknowledged write is on b or in the export of the
-    surviving queue; b takes writes."""
+    """The source Milvus (its own, WAL on the Kafka mock) is killed with ``kill -9`` under a
+    burst of two writers; the failover answers ``consistent_up_to``, within one tick of the
+    last record b applied, and exports what b lacks. Read record by record from the surviving
+    queue: every Insert of the collection is on b or in the file, none in both, and the file
+    holds exactly the records after the task's saved positions; every acknowledged write is on
+    b or in the file; b takes writes."""
     from harness.milvus_source import milvus_source as start_milvus
 
     root = f"lost-{uuid.uuid4().hex[:8]}"
@@ -526,26 +590,30 @@ def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_ans
             },
         ).start()
         name, a, b, ab = replicated(daemon, lost, milvus_source_rocksmq, "drf", range(100))
-        writer = TimedWriter(lost.uri, name, first=20_000)
-        writer.start()
+        collection_id = int(a.describe_collection(name)["collection_id"])
+        writers = [TimedWriter(lost.uri, name, first=f, pause=0.0) for f in (20_000, 40_000)]
+        for writer in writers:
+            writer.start()
         try:
-            wait_until(lambda: len(writer.acknowledged) >= 150, 60, "the writer's rows")
-            # the task has applied some of them (on a loaded machine it may lag seconds): the
-            # check below then covers at least 50 writes, whatever the lag. (A channel read to
-            # its end counts up to that read; once records wait for a tick the dead source
-            # never sends, only its applied tick counts, which is past the 60th write.)
-            sixtieth = sorted(writer.stamps.values())[59]
+            wait_until(
+                lambda: sum(len(w.acknowledged) for w in writers) >= 400, 60, "the burst's rows"
+            )
+            # the task has applied some of the burst (a loaded machine may lag seconds)
+            sixtieth = sorted(writers[0].stamps.values())[59]
             wait_until(
                 lambda: _seconds(consistent_known(daemon, ab)) >= sixtieth,
                 60,
                 "the task past the writer's 60th write",
             )
             os.kill(lost.pid, signal.SIGKILL)  # the source cluster is lost under load
+            killed = time.time()
             time.sleep(1.0)
             status, _, answer = daemon.request("POST", f"/v1/tasks/{ab}/failover", {})
         finally:
-            writer.stop.set()
-            writer.join(30)
+            for writer in writers:
+                writer.stop.set()
+            for writer in writers:
+                writer.join(30)
         a.close()
     assert status == 200, answer
     assert answer["task"]["state"] == "Paused", answer
@@ -554,25 +622,66 @@ def test_failover_after_the_source_is_killed_keeps_every_write_up_to_what_it_ans
     view = task(daemon, ab)
     assert view["state"] == "Paused" and "failed over at" in view["reason"], view
     assert view["progress"]["failover"]["consistent_up_to"] == consistent
-    on_b = set(rows(b, name, "id"))
-    # every write acknowledged at or before consistent_up_to is on b
-    covered = {k for k, at in writer.stamps.items() if at <= _seconds(consistent)}
-    assert len(covered) >= 50, (len(covered), len(writer.stamps), consistent)
-    assert not covered - on_b, sorted(covered - on_b)[:10]
-    # the queue outlived the Milvus: what b lacks is in the export, nothing older than the point
     export = answer["unreplicated"]
-    assert export["complete"] is True, json.dumps(export)
+    assert answer["complete"] is True and export["complete"] is True, json.dumps(export)
+    on_b = set(rows(b, name, "id"))
     lines = [json.loads(x) for x in Path(export["file"]).read_text().splitlines()]
-    assert all(line["ts"]["hybrid"] > consistent["ts"] for line in lines)
-    exported = {line["pk"] for line in lines if line["op"] == "insert"}
-    counted = export["by_collection"].get(f"default.{name}", {}).get("insert", 0)
-    assert counted == len([x for x in lines if x["op"] == "insert"])
-    missing = (writer.acknowledged | set(range(100))) - on_b - exported
+    inserts = [line for line in lines if line["op"] == "insert"]
+    assert len(inserts) == len(lines), lines[:3]  # the burst only inserts
+
+    # record by record: on b, or in the file, never both, never neither
+    wal = wal_inserts(kafka_mock.bootstrap, lost.chan_prefix, collection_id)
+    in_file = {(line["source"]["channel"], line["source"]["position"]) for line in inserts}
+    both = [r for r in wal if (r.channel, r.offset) in in_file and set(r.pks) & on_b]
+    neither = [r for r in wal if (r.channel, r.offset) not in in_file and set(r.pks) - on_b]
+    assert not both, f"{len(both)} records both on b and in the file: {both[:3]}"
+    assert not neither, f"{len(neither)} records neither on b nor in the file: {neither[:3]}"
+    exported = {line["pk"] for line in inserts}
+    assert not exported & on_b, sorted(exported & on_b)[:10]
+    acknowledged = set(range(100)).union(*(w.acknowledged for w in writers))
+    missing = acknowledged - on_b - exported
     assert not missing, f"{len(missing)} acknowledged rows neither on b nor exported"
+
+    # the file is exactly the WAL after the task's saved positions (rows and records)
+    saved = saved_offsets(daemon, ab)
+    after = [r for r in wal if r.offset > saved[r.channel][0]]
+    assert {(r.channel, r.offset) for r in after} == in_file
+    assert len(inserts) == sum(len(r.pks) for r in after) == export["records"]
+    assert export["wal_records"] == len(after)
+    assert export["by_collection"].get(f"default.{name}", {}).get("insert", 0) == len(inserts)
+
+    # the figure: every record at or below it is on b, and it is within one tick of the last
+    # record b applied; the first record b lacks is after it
+    applied = [r for r in wal if (r.channel, r.offset) not in in_file]
+    last_applied = max(r.ts for r in applied)
+    assert all(set(r.pks) <= on_b for r in wal if r.ts <= consistent["ts"])
+    gap = _hybrid_seconds(consistent["ts"]) - _hybrid_seconds(last_applied)
+    print(
+        f"failover: consistent_up_to {gap:.3f} s after the last applied record, "
+        f"{killed - _hybrid_seconds(consistent['ts']):.3f} s before the kill; "
+        f"rpo {answer['rpo_seconds']} s; {len(after)} records ({len(inserts)} rows) exported "
+        f"of {len(wal)}; {len(on_b)} rows on b"
+    )
+    assert 0 <= gap <= ONE_TICK_SECONDS, (gap, consistent, last_applied)
+    if after:
+        first = min(r.ts for r in after)
+        assert answer["unapplied_from"]["ts"] == first
+        assert consistent["ts"] < first
+        ahead = _hybrid_seconds(first - consistent["ts"])
+        print(f"failover: the first unapplied record {ahead:.3f} s after it")
+    covered = {k for w in writers for k, at in w.stamps.items() if at <= _seconds(consistent)}
+    assert len(covered) >= 50, (len(covered), consistent)
+    assert not covered - on_b, sorted(covered - on_b)[:10]
+    # the RPO runs from the figure to the failover, asked a second after the kill
+    assert answer["rpo_seconds"] >= killed - _hybrid_seconds(consistent["ts"]) + 0.9
     # b takes writes
     b.insert(name, [_row(k) for k in range(70_000, 70_010)])
     wait_until(lambda: set(range(70_000, 70_010)) <= set(rows(b, name, "id")), 30, "b's rows")
     b.close()
+
+
+def _hybrid_seconds(ts: int) -> float:
+    return (ts >> 18) / 1000
 
 
 def test_a_fleet_member_takes_over_the_switchover_of_a_member_killed_mid_way(

@@ -4,7 +4,8 @@
 token or a user and password; the password shows in no answer and no log line.
 
 The source is a Milvus 2.6 stream on the Kafka mock (as tests/e2e/test_streaming_source.py
-writes it): the only real Milvus here is the target."""
+writes it): the only real Milvus here is the target; and, for a backfill and a verify, the TLS
+Milvus itself as a named cluster (a file of tests/conftest.py's SPARK_FILES)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,23 @@ from harness.milvus_source import MilvusSource, milvus_source_rocksmq
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
+from tls_backfill import (
+    ROOT,
+    SPARK,
+    add_admin_user,
+    admin_client,
+    backfill_verify_and_keep_secrets,
+    milvus_tls_settings,
+    versions_through,
+)
 
+from replicator.config.milvus_endpoint import SourceMilvusSettings
 from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
 
 pytestmark = pytest.mark.e2e
 
 USER = "cdc"
 PASSWORD = "Milvus-Target-Pa55-never-shown"
-ROOT = "root:Milvus"  # the default root login of an authorizing Milvus
 
 
 @pytest.fixture(scope="module")
@@ -37,37 +47,23 @@ def tls_milvus(
     tmp_path_factory: pytest.TempPathFactory, etcd_service: Any, pki: Pki
 ) -> Iterator[MilvusSource]:
     """Milvus 2.3.5 with one-way TLS and authorization, and a user ``cdc`` with admin rights."""
-    settings = {
-        "common.security.tlsMode": "1",
-        "tls.serverPemPath": str(pki.server_cert),
-        "tls.serverKeyPath": str(pki.server_key),
-        "tls.caPemPath": str(pki.ca_file),
-        "common.security.authorizationEnabled": "true",
-    }
     with milvus_source_rocksmq(
         tmp_path_factory.mktemp("milvus-tls"),
         etcd_service.endpoint,
         root_path=f"tls-{uuid.uuid4().hex[:8]}",
-        settings=settings,
-        client={"token": ROOT, "server_pem_path": str(pki.ca_file)},
+        settings=milvus_tls_settings(pki, 1),
+        client={"token": ROOT, **one_way(pki)},
     ) as milvus:
-        root = root_client(milvus, pki)
-        try:
-            root.create_user(USER, PASSWORD)
-            root.grant_role(USER, "admin")
-        finally:
-            root.close()
+        add_admin_user(milvus, one_way(pki), USER, PASSWORD)
         yield milvus
 
 
-def root_client(milvus: MilvusSource, pki: Pki) -> MilvusClient:
-    return MilvusClient(
-        uri=milvus.uri,
-        token=ROOT,
-        server_pem_path=str(pki.ca_file),
-        timeout=10,
-        dedicated=True,
-    )
+def one_way(pki: Pki) -> dict[str, str]:
+    return {"server_pem_path": str(pki.ca_file)}
+
+
+def root_client(milvus: MilvusSource, pki: Pki, db: str = "") -> MilvusClient:
+    return admin_client(milvus, one_way(pki), db)
 
 
 def _write(stream: Stream, collection_id: int, name: str, keys: range) -> None:
@@ -160,3 +156,43 @@ def test_a_refused_target_fails_the_create_naming_it_and_why(
         assert (reply.status, reply.message) == (400, expected), case
         assert PASSWORD not in reply.raw.decode()
     assert daemon.call("list").data["tasks"] == []
+
+
+def test_a_cluster_milvus_block_with_one_way_tls_reaches_it(tls_milvus, pki):
+    """A named cluster's ``milvus`` block for this Milvus (its CA as ``ca_pem_path``, a user
+    and password) as the backfill's and verify's clients (``transfer.connect``) and disaster
+    recovery's (``fence.client_args``) open it."""
+    milvus = SourceMilvusSettings(
+        uri=tls_milvus.uri, username=USER, password=PASSWORD, ca_pem_path=str(pki.ca_file)
+    )
+    assert versions_through(milvus) == ["v2.3.5-lite"] * 2
+
+
+def test_backfill_and_verify_read_a_source_with_one_way_tls(
+    daemon_factory, etcd_service, tls_milvus, pki
+):
+    """The TLS Milvus as a named cluster (its RocksMQ WAL; its ``milvus`` block with the CA as
+    ``ca_pem_path`` and a token) that a backfill on Spark copies from and a verify reads, into
+    another database of the same Milvus (``tls_backfill``)."""
+    token = f"{USER}:{PASSWORD}"
+    cluster = {
+        "etcd": {"address": [etcd_service.endpoint]},
+        "etcdRootPath": tls_milvus.etcd_root_path,
+        "channelPrefix": tls_milvus.chan_prefix,
+        "mqType": "rocksmq",
+        "rocksmq": {"path": str(tls_milvus.rocksmq_path)},
+        "milvus": {"uri": tls_milvus.uri, "token": token, "ca_pem_path": str(pki.ca_file)},
+    }
+    target = {
+        "uri": tls_milvus.uri,
+        "token": token,
+        "dial_config": {"server_pem_path": str(pki.ca_file)},
+        "connect_timeout": 10,
+    }
+    backfill_verify_and_keep_secrets(
+        daemon_factory(clusters={"one-way": cluster}, **SPARK),
+        "one-way",
+        target,
+        lambda db: root_client(tls_milvus, pki, db),
+        [PASSWORD],
+    )

@@ -378,11 +378,13 @@ def milvus_source(
     chan_prefix: str | None = None,
     startup_timeout: float = 120.0,
     bin_cache: Path | None = None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[MilvusSource]:
     """Milvus 2.3.5 standalone: metadata in the etcd at `etcd_endpoint` under `root_path`, WAL
     on the Kafka at `kafka_bootstrap` in topics named after `chan_prefix` (default: root_path).
     `bin_cache` is where the unpacked binary is kept (default ~/.cache/milvus-cdc-tests, or
-    $MILVUS_CDC_TEST_CACHE)."""
+    $MILVUS_CDC_TEST_CACHE); `settings` and `client` as for milvus_source_rocksmq()."""
     prepared = _prepare_standalone(
         workdir,
         etcd_endpoint,
@@ -391,6 +393,8 @@ def milvus_source(
         root_path=root_path,
         chan_prefix=chan_prefix,
         bin_cache=bin_cache,
+        settings=settings,
+        client=client,
     )
     with _serving(prepared, startup_timeout) as source:
         yield source

@@ -119,6 +119,8 @@ class Pki:
     expired_cert: Path  # chains to the CA, names 127.0.0.1, expired yesterday
     expired_key: Path
     other_ca_file: Path  # a CA nothing here is signed by
+    stranger_cert: Path  # a client certificate the other CA signed
+    stranger_key: Path
 
 
 def _write_pair(
@@ -189,6 +191,7 @@ def make_test_pki(directory: Path) -> Pki:
     expired = _issue(
         issuer, "127.0.0.1", local, usage.SERVER_AUTH, now - datetime.timedelta(days=1)
     )
+    stranger = _issue(_load_ca(other), "stranger", [], usage.CLIENT_AUTH, tomorrow)
     client_files = _write_pair(directory, "client", *client)
     wrong_files = _write_pair(directory, "wrong-host", *wrong)
     expired_files = _write_pair(directory, "expired", *expired)
@@ -200,4 +203,5 @@ def make_test_pki(directory: Path) -> Pki:
         *wrong_files,
         *expired_files,
         other.ca_file,
+        *_write_pair(directory, "stranger", *stranger),
     )

@@ -36,7 +36,10 @@ WRONG_HOST = (
     "certificate verify failed: IP address mismatch, certificate is not valid for '127.0.0.1'."
 )
 BAD_PASSWORD = "etcdserver: authentication failed, invalid user ID or password"
-NO_CLIENT_CERT = "the server refused the client certificate: SSLV3_ALERT_BAD_CERTIFICATE"
+NO_CLIENT_CERT = (
+    "the server wants a client certificate (mutual TLS) and none was given: "
+    "SSLV3_ALERT_BAD_CERTIFICATE"
+)
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,14 @@ from replicator.compare.classify import RangeRead
 from replicator.config.redaction import secret_values
 from replicator.config.settings import ConfigError, load_settings
 from replicator.config.task_spec import TaskSpec
-from replicator.hybrid_time import from_seconds, to_seconds
+from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import (
-    CAUGHT_UP_MARGIN,
     ChannelStatus,
     consistent_view,
     task_consistent_ts,
 )
 from replicator.sinks.milvus_status import status_retriable
+from server.dr.failover_export import ChannelTail, Unreplicated
 from server.dr.fence import is_write_refusal
 from server.dr.flows import reverse_request
 from server.dr.record import SwitchoverJob
@@ -114,15 +114,27 @@ def test_cluster_names_are_checked_and_their_secrets_redacted():
 
 
 # --- consistent-up-to --------------------------------------------------------------------------
-def test_a_channel_is_consistent_up_to_its_applied_tick_or_while_caught_up_the_read_less_a_margin():
+def test_a_channel_is_consistent_up_to_its_applied_tick_or_while_caught_up_its_last_tick():
     status = ChannelStatus("dml_0")
     assert status.consistent_ts == 0
     status.applied(from_seconds(1000.0))
     assert status.consistent_ts == from_seconds(1000.0)
-    status.mark_caught_up(2000.0)
-    assert to_seconds(status.consistent_ts) == pytest.approx(2000.0 - CAUGHT_UP_MARGIN, abs=1e-3)
+    # a read begun long after the last tick claims that tick, not the moment of the read
+    status.mark_caught_up(from_seconds(1000.2), read_started=2000.0)
+    assert status.consistent_ts == from_seconds(1000.2)
+    assert status.caught_up_at == 2000.0
     status.caught_up = False  # records arrived: only the applied tick counts again
     assert status.consistent_ts == from_seconds(1000.0)
+
+
+def test_a_channel_that_never_ticked_bounds_nothing_and_claims_nothing():
+    ticking, empty = ChannelStatus("dml_0"), ChannelStatus("dml_1")
+    ticking.mark_caught_up(from_seconds(1000.0), read_started=5000.0)
+    assert task_consistent_ts([ticking, empty]) == 0  # dml_1 not read to its end yet
+    empty.mark_caught_up(0, read_started=5000.0)
+    assert empty.holds_nothing and empty.consistent_ts == 0
+    assert task_consistent_ts([ticking, empty]) == from_seconds(1000.0)
+    assert task_consistent_ts([empty]) == 0  # no tick anywhere: nothing is proven
 
 
 def test_a_task_is_consistent_up_to_its_slowest_channel_and_unknown_while_one_is():
@@ -138,6 +150,26 @@ def test_a_task_is_consistent_up_to_its_slowest_channel_and_unknown_while_one_is
     view = consistent_view(from_seconds(990.0))
     assert view == {"ts": from_seconds(990.0), "time": "1970-01-01T00:16:30.000Z"}
     assert consistent_view(0) is None
+
+
+def test_a_failover_channel_claims_its_ticks_below_its_first_unapplied_record():
+    t = from_seconds
+    quiet = ChannelTail("dml_0", saved_ts=t(100.0), last_tick=t(100.6))
+    assert quiet.consistent_ts == t(100.6)  # nothing unapplied: its last tick read
+    cut = ChannelTail("dml_1", saved_ts=t(100.0), last_tick=t(100.4), first_unapplied=t(100.5))
+    assert cut.consistent_ts == t(100.4)  # a write after the last tick: that tick
+    early = ChannelTail("dml_2", saved_ts=t(100.0), last_tick=t(101.0), first_unapplied=t(100.5))
+    early.records = 1
+    assert early.consistent_ts == t(100.5) - 1  # the tick is past a write the target lacks
+    unused = ChannelTail("dml_3", saved_ts=0)
+    assert not unused.bounds_task  # no tick, nothing unapplied: no collection on it
+    lost = ChannelTail("dml_4", saved_ts=0, first_unapplied=t(100.2))
+    lost.records = 1
+    assert lost.bounds_task and lost.consistent_ts == 0  # a write and no tick: nothing proven
+    export = Unreplicated(channels=[quiet, cut, early, unused])
+    assert export.consistent_ts == t(100.4)
+    assert export.unapplied_from == t(100.5)
+    assert Unreplicated(channels=[quiet, lost]).consistent_ts == 0
 
 
 # --- switchover ----------------------------------------------------------------------------------
