@@ -85,12 +85,19 @@ async def test_dashboard_shows_and_drives_real_tasks(
         )
         assert detail["hidden"] is False and detail["state"] == "Running"
         assert f"{lite.host}:{lite.port}" in detail["facts"]
-        # up to when the target holds every source write (the task's channels read to their end)
+        # up to when the target holds every source write, as the API says it: this source (an
+        # empty one) has ticked no channel, so no figure is proven (issue 41, bug 9)
         facts = await page.wait_for(
             "document.getElementById('detail-facts').innerText.includes('Consistent up to')"
             " && document.getElementById('detail-facts').innerText"
         )
-        assert re.search(r"Consistent up to\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", facts)
+        up_to = (
+            daemon.call("get", {"task_id": "dash-a"})
+            .data["task"]["progress"]
+            .get("consistent_up_to")
+        )
+        shown = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC" if up_to else r"not known yet"
+        assert re.search(r"Consistent up to\s+" + shown, facts), (up_to, facts)
         assert detail["collections"] == ["default.orders"]
         assert detail["tables"] == 3
         # the state history, newest first: the pause and resume clicked above, with the reason

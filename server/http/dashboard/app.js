@@ -153,7 +153,11 @@ function targetOf(task) {
 function recoveryFacts(progress) {
   const facts = [];
   const upTo = progress.consistent_up_to;
-  if (upTo) facts.push(["Consistent up to", upTo.time.replace("T", " ").replace("Z", " UTC")]);
+  // only a time tick read proves a figure: a source that has ticked no channel has none yet
+  facts.push([
+    "Consistent up to",
+    upTo ? upTo.time.replace("T", " ").replace("Z", " UTC") : "not known yet (no time tick read)",
+  ]);
   const switchover = progress.switchover;
   if (switchover) {
     const reverse = switchover.reverse_task_id ? ` · reverse task ${switchover.reverse_task_id}` : "";
