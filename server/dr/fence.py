@@ -34,16 +34,13 @@ class FenceError(Exception):
 
 
 class WriteFence(Protocol):
-    """How writes to one cluster are stopped and let through again."""
+    """A stop of writes on one cluster, as a job waits for it to take (or lose) effect; who
+    sets and lifts it is :mod:`fence_owners`'s business."""
 
     @property
     def label(self) -> str:
         """What the fence is, for the job's record and reason."""
         ...
-
-    def set(self) -> None: ...
-
-    def lift(self) -> None: ...
 
     def in_effect(self) -> bool:
         """True once the cluster refuses writes."""
@@ -67,11 +64,10 @@ class EtcdQuotaFence:
     def label(self) -> str:
         return f"{self.key} in the etcd of cluster {self.cluster}"
 
-    def set(self) -> None:
-        self._etcd(lambda client: client.put(self.key, FENCE_VALUE))
-        log.info("writes fenced on cluster %s (%s=true)", self.cluster, self.key)
-
     def lift(self) -> None:
+        """Delete the key whoever wrote it, when it holds the fence's value: an operator's (or a
+        test's) clean-up; jobs release their fences through :mod:`fence_owners`."""
+
         def delete(client: Any) -> None:
             value, _ = client.get(self.key)
             if value is not None and value.strip().lower() == FENCE_VALUE:

@@ -13,7 +13,7 @@ from typing import Any
 
 from metastore import TaskRecord
 from replicator.config.settings import CdcSettings
-from replicator.config.task_spec import TaskSpec
+from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.dr.claims import FlowClaim
 from server.dr.fence_owners import PairFences
 from server.dr.pair import ClusterPair, PairStore
@@ -69,7 +69,7 @@ class PairKeeper:
         failover, or cut into a job (the supervisor asks before every resume)."""
         try:
             spec = TaskSpec.of(task)
-        except Exception:  # noqa: BLE001 - a spec this release cannot read has no pair here
+        except UnreadableSpecError:  # a spec this release cannot read has no pair here
             return
         if not spec.source_cluster or not spec.target_cluster:
             return
