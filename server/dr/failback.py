@@ -34,7 +34,7 @@ from typing import Any
 from replicator.backfill.state import BackfillState
 from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError, FlowClaim
-from server.dr.flows import VerifyWaitError, reverse_request, verify_ended
+from server.dr.flows import VerifyWaitError, injected_fault, reverse_request, verify_ended
 from server.dr.pair import REPLICATING
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
@@ -174,6 +174,7 @@ class FailbackRun:
                     VerifyRequest(task_id=self.reverse_id, repair=repair)
                 )
                 await self.save(**{key: job_id})
+                await injected_fault(str(self.record["state"]), job="failback")
             try:
                 current = await verify_ended(
                     self.sup, self.reverse_id, job_id, VERIFY_BUDGET, poll=POLL

@@ -62,12 +62,14 @@ async def run_failover(
         # a runner on another member stops at its next round: wait for it, a lease at most
         task = await ops.pause(tid, reason=reason, stop_wait=settings.fleet.leaseSeconds)
     problems = []
-    if runner is None and not await ops.runner_stopped(tid):
+    stopped = runner is not None or await ops.runner_stopped(tid)
+    if not stopped:
         problems.append(
             f"the fleet member running the task had not stopped it "
             f"{settings.fleet.leaseSeconds:g} s after the pause: it may still write to the target"
         )
     if runner is not None and not await asyncio.to_thread(runner.wait_stopped, RUNNER_END_WAIT):
+        stopped = False
         problems.append(
             f"the task's runner was still writing {RUNNER_END_WAIT:g} s after the pause: "
             "records marked maybe_on_target may be on the target too"
@@ -94,6 +96,10 @@ async def run_failover(
         "rpo_seconds": round(at - to_seconds(consistent), 3) if consistent else None,
         "unapplied_from": consistent_view(export.unapplied_from) if export else None,
         "complete": complete,
+        # whether the task's runner (here, or on the member that ran it) had stopped writing
+        # when the figure was taken; the problems say why not
+        "runner_stopped": stopped,
+        "problems": problems,
         "unreplicated": export.view() if export is not None else None,
     }
     view = {**answer, "state": "done"}

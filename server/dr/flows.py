@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 POLL = 0.25  # seconds between looks at a verify job
 
 # Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py); never set
-# in service. "hold:<point>:<seconds>" holds the job there (a test kills the daemon meanwhile),
-# "fail:<point>" makes it fail there. Points: "fencing" (the fence key written, not yet seen in
-# effect), "draining", "verifying" (the verify job started), "reversing" (the task paused, the
-# reverse start not fixed), "moving" (the point of no return passed: writers may move, the
-# reverse task not created yet), "reversed" (the reverse task created, the fence still on).
+# in service. "hold:<point>:<seconds>[:<file>]" holds the job there (a test kills the daemon,
+# or acts as an operator, meanwhile; with a file, the hold ends as soon as the file exists),
+# "fail:<point>" makes it fail there; several, comma-separated, are done in their order.
+# Switchover points: "fencing" (the fence key written, not yet seen in effect), "draining",
+# "verifying" (the verify job started), "reversing" (the task paused, the reverse start not
+# fixed), "moving" (the point of no return passed: writers may move, the reverse task not
+# created yet), "reversed" (the reverse task created, the fence still on). Failback points:
+# "repairing" and "streaming" (the step's verify job started).
 # A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
@@ -40,19 +43,28 @@ class InjectedFaultError(Exception):
     """A failure asked for by ``FAULT_ENV``."""
 
 
-async def injected_fault(point: str) -> None:
-    """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), a hold or
-    a failure."""
-    kind, _, rest = os.environ.get(FAULT_ENV, "").partition(":")
-    where, _, seconds = rest.partition(":")
-    if where != point:
-        return
-    if kind == "hold":
-        log.warning("switchover held at %s for %s s (%s)", point, seconds, FAULT_ENV)
-        await asyncio.sleep(float(seconds or 60))
-    elif kind == "fail" and point not in _FAILED:
-        _FAILED.add(point)
-        raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")
+async def injected_fault(point: str, job: str = "switchover") -> None:
+    """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), holds and
+    failures, in their order."""
+    for directive in os.environ.get(FAULT_ENV, "").split(","):
+        kind, _, rest = directive.strip().partition(":")
+        where, _, rest = rest.partition(":")
+        seconds, _, until = rest.partition(":")
+        if where != point:
+            continue
+        if kind == "hold":
+            log.warning("%s held at %s for %s s (%s)", job, point, seconds, FAULT_ENV)
+            await asyncio.to_thread(_hold, float(seconds or 60), until)
+        elif kind == "fail" and point not in _FAILED:
+            _FAILED.add(point)
+            raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")
+
+
+def _hold(seconds: float, until: str) -> None:
+    """Sleep ``seconds``, or until the file ``until`` exists."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (until and os.path.exists(until)):
+        time.sleep(0.1)
 
 
 class VerifyWaitError(Exception):

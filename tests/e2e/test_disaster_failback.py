@@ -2,6 +2,8 @@
 a -> b fails over while a writer writes to a (so a keeps rows b never got), production moves
 to b, a comes back; the failback re-seeds a from b (a Spark backfill), removes a's unreplicated
 tail (a verify with repair), proves a equal to b, and a switchover then moves production home.
+The daemon is killed with ``kill -9`` while the repair's verify runs, and started again: the
+failback asks for that verify again (the restart marked it failed) and goes on.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ import json
 import pytest
 from harness.services import wait_until
 
+from server.dr.flows import FAULT_ENV
 from tests.e2e.test_disaster_recovery import (
     Writer,
     _row,
     clusters,  # noqa: F401 - a fixture
     consistent_known,
-    dr_daemon,  # noqa: F401 - a fixture
     replicated,
     switchover_ends,
     task,
@@ -28,10 +30,18 @@ pytestmark = pytest.mark.e2e
 
 
 def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
-    dr_daemon,  # noqa: F811
+    daemon_factory,
+    clusters,  # noqa: F811
     milvus_source,
     milvus_source_rocksmq,
 ):
+    # a verify reading one row per query: the repair's verify still runs when the daemon is
+    # killed (the test checks it did)
+    dr_daemon = daemon_factory(
+        "dr", clusters=clusters, verify={"settleSeconds": 20, "batchRows": 1}
+    )
+    dr_daemon.env[FAULT_ENV] = "hold:repairing:120"
+    dr_daemon.start()
     name, a, b, ab = replicated(dr_daemon, milvus_source, milvus_source_rocksmq, "drb", range(300))
 
     # a is lost while it takes writes: the failover stops the task at once
@@ -62,6 +72,18 @@ def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
     again = dr_daemon.call("failback", {"task_id": ab})
     assert again.code == 409, again.message
 
+    # killed while the repair's verify runs, started again
+    wait_until(
+        lambda: "failback held at repairing" in dr_daemon.log_text(), 300, "the repair's verify"
+    )
+    verify = (task(dr_daemon, back).get("progress") or {}).get("verify") or {}
+    dr_daemon.kill()
+    assert verify.get("state") in ("pending", "running"), (
+        f"the verify ended before the kill: {verify}"
+    )
+    del dr_daemon.env[FAULT_ENV]
+    dr_daemon.start()
+
     def finished() -> dict | None:
         job = (task(dr_daemon, ab).get("progress") or {}).get("failback") or {}
         return job if job.get("state") in ("in_sync", "failed") else None
@@ -75,6 +97,9 @@ def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
         "streaming",
     ]
     assert job["repaired"] >= len(tail), job  # at least the tail was removed
+    # the verify the restart ended without a result was asked again, not taken as the result
+    assert verify["job_id"] in job["last_verify_problem"], job
+    assert "the daemon stopped during the verify" in job["last_verify_problem"], job
     assert rows(a, name, "id") == rows(b, name, "id")
     reverse = task(dr_daemon, back)
     assert reverse["state"] == "Running"

@@ -489,6 +489,126 @@ def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     b.close()
 
 
+def held(daemon, point: str, release: Path) -> None:
+    """Wait until the job is held at ``point`` (FAULT_ENV "hold:<point>:<s>:<release>")."""
+    wait_until(
+        lambda: f"switchover held at {point}" in daemon.log_text(), 120, f"the job at {point}"
+    )
+    assert not release.exists()
+
+
+def test_a_task_the_operator_paused_during_the_job_is_left_paused_by_its_roll_back(
+    daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service, tmp_path
+):
+    """The operator pauses the task while the job verifies: the job finds the task paused by
+    someone else and rolls back, lifting its fence but leaving the task paused (a roll back
+    resumes only a task the job paused itself); the operator's resume then carries on."""
+    release = tmp_path / "release"
+    daemon = faulty_daemon(daemon_factory, clusters, f"hold:verifying:120:{release}")
+    name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "dro", range(100))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+    held(daemon, "verifying", release)
+    paused = daemon.call("pause", {"task_id": ab})
+    assert paused.code == 200, paused.message
+    release.touch()
+    job = switchover_ends(daemon, ab)
+    assert job["state"] == "failed" and job["rolled_back"] is True, job
+    assert "paused by someone else" in job["reason"], job
+    assert not job["original_paused"], job
+    view = task(daemon, ab)
+    assert view["state"] == "Paused" and "(job " not in view["reason"], view
+    assert "manually paused" in view["reason"], view
+    wait_until(
+        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None, 30, "no fence"
+    )
+    assert daemon.call("resume", {"task_id": ab}).code == 200
+    wait_until(lambda: a.insert(name, [_row(k) for k in range(900, 910)]), 60, "a write to a")
+    wait_equal(a, b, name, "id", timeout=120)
+    a.close()
+    b.close()
+
+
+def test_a_write_that_got_past_the_fence_is_found_in_the_wal_and_the_job_rolls_back(
+    daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service, tmp_path
+):
+    """Writes reach a after the task paused (here: the fence key removed behind the job's
+    back, as a proxy that missed the fence would let them through). The WAL read from the
+    task's saved positions holds them: the job rolls back before the point of no return, the
+    task resumed carries them to b, and no reverse task is made."""
+    release = tmp_path / "release"
+    daemon = faulty_daemon(daemon_factory, clusters, f"hold:reversing:120:{release}")
+    name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drs", range(100))
+    asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
+    assert asked.code == 200, asked.message
+    held(daemon, "reversing", release)
+    assert task(daemon, ab)["state"] == "Paused"
+    EtcdQuotaFence("a", SourceSettings(**clusters["a"])).lift()
+    slipped = range(5_000, 5_010)
+    wait_until(lambda: a.insert(name, [_row(k) for k in slipped]), 60, "a write past the fence")
+    release.touch()
+    job = switchover_ends(daemon, ab)
+    assert job["state"] == "failed" and job["rolled_back"] is True, job
+    assert "writes got past the fence" in job["reason"], job
+    assert job["wal_quiet_at"] is None and job["writers_may_move_at"] is None, job
+    one_direction_left(daemon, name, job, ab, etcd_service, milvus_source)
+    assert job["reverse_task_id"] not in {t["task_id"] for t in daemon.call("list").data["tasks"]}
+    wait_until(lambda: set(slipped) <= set(rows(b, name, "id")), 120, "the slipped rows on b")
+    wait_equal(a, b, name, "id", timeout=120)
+    a.close()
+    b.close()
+
+
+def test_a_failover_waits_for_a_stalled_members_runner_to_lose_its_lease(
+    daemon_factory, clusters, request, tmp_path, milvus_source, milvus_source_rocksmq
+):
+    """Two daemons on one etcd metastore; the one running the task stalls (SIGSTOP). A
+    failover asked of the other answers only once the stalled member's lease is gone (it runs
+    nothing then), and says so; the stalled member, going on, does not run the task again."""
+    from test_fleet import SharedStore
+
+    store = SharedStore("etcd", request)
+    key = tmp_path / "fleet.key"
+    lease = 8.0  # well past the pause's former 3 s wait
+
+    def member(name: str):
+        return daemon_factory(
+            name,
+            clusters=clusters,
+            metaStoreConfig=store.config(),
+            secrets={"keyFile": str(key)},
+            fleet={"leaseSeconds": lease, "checkSeconds": 0.5, "memberId": name},
+        )
+
+    first = member("m1").start()
+    second = member("m2").start()
+    name = f"drl_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_source.uri, name, range(100))
+    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(first, ab, "a", "b", name)
+    owner_name = wait_until(lambda: task(first, ab)["owner"], 30, "the task's owner")
+    owner, survivor = (first, second) if owner_name == "m1" else (second, first)
+    wait_equal(a, b, name, "id", timeout=120)
+    assert owner.process is not None
+    os.kill(owner.process.pid, signal.SIGSTOP)
+    try:
+        status, _, answer = survivor.request("POST", f"/v1/tasks/{ab}/failover", {})
+        view = task(survivor, ab)
+    finally:
+        os.kill(owner.process.pid, signal.SIGCONT)
+    assert status == 200, answer
+    assert answer["runner_stopped"] is True and not answer["problems"], answer
+    assert view["state"] == "Paused" and view["owner"] != owner_name, view
+    # the stalled member goes on (a few of its rounds): it finds its lease gone and the task
+    # paused, and does not take it again
+    time.sleep(3.0)
+    view = task(survivor, ab)
+    assert view["state"] == "Paused" and view["owner"] != owner_name, view
+    a.close()
+    b.close()
+
+
 class TimedWriter(Writer):
     """A Writer that notes when each insert was acknowledged, by its own clock (this host's,
     which the source's hybrid timestamps also come from): Milvus stamps a write before it

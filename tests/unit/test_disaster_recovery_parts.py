@@ -5,6 +5,7 @@ request, and how a fenced Milvus's refusal is read (the e2e tests run them on tw
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from replicator.compare.classify import RangeRead
+from replicator.compare.state import VerifyJob
 from replicator.config.redaction import secret_values
 from replicator.config.settings import ConfigError, load_settings
 from replicator.config.task_spec import TaskSpec
@@ -24,8 +26,8 @@ from replicator.pipeline.status import (
 )
 from replicator.sinks.milvus_status import status_retriable
 from server.dr.failover_export import ChannelTail, Unreplicated
-from server.dr.fence import is_write_refusal
-from server.dr.flows import reverse_request
+from server.dr.fence import EtcdQuotaFence, FenceError, is_write_refusal, wait_in_effect
+from server.dr.flows import VerifyWaitError, reverse_request, verify_ended
 from server.dr.record import SwitchoverJob
 from server.dr.stale_watch import Found, StaleWriteWatch, WatchState
 from server.errors import BadRequestError
@@ -213,6 +215,52 @@ def test_a_fenced_milvus_refusal_is_recognised_and_retried_by_tasks_writing_ther
     ):
         assert not is_write_refusal(Exception(other)), other
     assert status_retriable(9, 48)  # a task writing to a fenced target waits, never fails
+
+
+def test_a_probe_that_cannot_write_is_a_fence_error_that_ends_the_wait():
+    """A probe write that fails otherwise than by the fence's refusal (the cluster down, a
+    lost connection) is a FenceError naming the cluster and the cause: the job's roll back
+    and finish handle FenceError, not pymilvus's exceptions."""
+    from pymilvus.exceptions import MilvusException
+
+    probes = []
+
+    def probe() -> bool:
+        probes.append(time.monotonic())
+        raise MilvusException(code=2, message="Fail connecting to server on 10.0.0.1:19530")
+
+    fence = EtcdQuotaFence("east", settings().cluster("east"), probe)
+    with pytest.raises(FenceError, match=r"cluster east: the probe write could not be made: "):
+        fence.in_effect()
+    with pytest.raises(FenceError, match="Fail connecting to server"):
+        wait_in_effect(fence, 30, lambda: False, effect=False)
+    assert len(probes) == 2  # the wait ended at the first failed probe, not at its timeout
+
+
+class _Verifies:
+    """What ``verify_ended`` reads of the supervisor: the task's latest verify job."""
+
+    def __init__(self, *jobs: VerifyJob) -> None:
+        self.jobs = list(jobs)
+
+    def verify_job(self, task_id: str) -> VerifyJob | None:
+        return self.jobs.pop(0) if len(self.jobs) > 1 else self.jobs[0]
+
+
+def test_a_verify_wait_ends_with_its_result_at_its_deadline_or_when_replaced():
+    running = VerifyJob("v1", ["*"], state="running", started_at=1.0)
+    done = running.with_(state="done")
+    other = VerifyJob("v2", ["*"], state="running", started_at=2.0)
+
+    async def ended(sup: _Verifies, budget: float) -> VerifyJob:
+        return await verify_ended(sup, "t1", "v1", budget, poll=0.01)  # type: ignore[arg-type]
+
+    assert asyncio.run(ended(_Verifies(running, running, done), 5)).state == "done"
+    with pytest.raises(VerifyWaitError, match=r"verify v1 of task t1 not ended in 0\.2 s"):
+        asyncio.run(ended(_Verifies(running), 0.2))
+    # another verify of the task (a restart asked one, an operator did): v1's result is unknown
+    with pytest.raises(VerifyWaitError, match="verify v1 of task t1 was replaced by v2"):
+        asyncio.run(ended(_Verifies(running, other), 5))
 
 
 def _stale_state() -> WatchState:
