@@ -35,10 +35,10 @@ def test_failback_reseeds_the_old_primary_removes_its_tail_and_switches_home(
     milvus_source,
     milvus_source_rocksmq,
 ):
-    # a verify reading one row per query: the repair's verify still runs when the daemon is
+    # a verify reading 20 rows per query: the repair's verify still runs when the daemon is
     # killed (the test checks it did)
     dr_daemon = daemon_factory(
-        "dr", clusters=clusters, verify={"settleSeconds": 20, "batchRows": 1}
+        "dr", clusters=clusters, verify={"settleSeconds": 20, "batchRows": 20}
     )
     dr_daemon.env[FAULT_ENV] = "hold:repairing:120"
     dr_daemon.start()
