@@ -14,8 +14,9 @@ directions.
 - :mod:`stale_watch`, :mod:`wal_tail`: writes of stale clients, read from the old primary's WAL.
 """
 
+from server.dr.failbacks import FailbackRequest
 from server.dr.failover import FailoverRequest
-from server.dr.manager import DisasterRecovery, FailbackRequest, SwitchoverRequest
+from server.dr.manager import DisasterRecovery, SwitchoverRequest
 from server.dr.task_ops import TaskOperations
 
 __all__ = [

@@ -14,14 +14,11 @@ the round. Then the fences no running job holds are lifted (:mod:`fence_owners`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Awaitable
-from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -31,10 +28,9 @@ from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from server.dr.claims import ClaimLostError
-from server.dr.failback import FINISHED as FAILBACK_FINISHED
-from server.dr.failback import FailbackRun
+from server.dr.failbacks import FailbackRequest, Failbacks
 from server.dr.failover import FailoverRequest, run_failover
-from server.dr.pair import FAILED_OVER, FAILING_BACK, ClusterPair
+from server.dr.pair import FAILED_OVER
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import (
     DR_PREFIX,
@@ -42,24 +38,19 @@ from server.dr.record import (
     FAILOVER_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
-    iso,
-    load_json,
     save_job,
 )
+from server.dr.stale_check import check_stale_writes
 from server.dr.stale_watch import (
-    ROUND_SECONDS,
     WATCH_KEY,
-    StaleWriteWatch,
     WatchState,
-    arm,
-    load_watch,
-    save_watch,
 )
 from server.dr.switchover import SwitchoverRun
 from server.dr.task_ops import TaskOperations
-from server.errors import ApiError, ConflictError
+from server.dr.views import JobViews
+from server.dr.watches import StaleWatches
+from server.errors import ConflictError
 from server.logs import log_context
-from server.tasks.engine import cluster_context
 from server.tasks.requests import TaskIdRequest
 
 log = logging.getLogger(__name__)
@@ -77,16 +68,12 @@ class SwitchoverRequest(TaskIdRequest):
     stale_check_seconds: float = Field(default=60.0, ge=0, le=86400)
 
 
-class FailbackRequest(TaskIdRequest):
-    pass
-
-
 async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:
     try:
         job = await run.claim.run_while_held(work)
         if job.state == "done" and job.stale_check_seconds and job.stale_check is None:
             # the flow is the reverse direction's now: the check holds no claim
-            job = await run.check_stale_writes(job.stale_check_seconds)
+            job = await check_stale_writes(run, job.stale_check_seconds)
         return job
     except ClaimLostError:
         with log_context(task_id=run.job.task_id):
@@ -108,21 +95,25 @@ class DisasterRecovery:
         self.settings = settings
         self.pairs = PairKeeper(supervisor, settings)
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
-        self._failbacks: dict[str, asyncio.Task[None]] = {}  # task id -> its failback here
-        self._views: dict[str, dict[str, Any]] = {}  # task id -> progress entries
-        # reverse task id -> its stale-write watch here (server/dr/stale_watch.py)
-        self._watches: dict[str, tuple[asyncio.Task[None], threading.Event]] = {}
+        self._views = JobViews()
+        self.watches = StaleWatches(supervisor, settings, self._views)
+        self.failbacks = Failbacks(supervisor, settings, self.pairs, self._views, self.watches)
 
     # --- views -------------------------------------------------------------------------------
     def views(self, task_id: str) -> dict[str, Any]:
-        """``progress.switchover`` and ``progress.failover`` of a task, as last known here."""
-        return dict(self._views.get(task_id, {}))
+        """``progress.switchover``, ``failover``, ``failback`` and ``stale_writes`` of a task, as
+        last known here."""
+        return self._views.of(task_id)
 
     def task_ids(self) -> list[str]:
-        return list(self._views)
+        return self._views.task_ids()
 
     def _remember_view(self, task_id: str, key: str, view: dict[str, Any]) -> None:
-        self._views.setdefault(task_id, {})[key] = view
+        self._views.remember(task_id, key, view)
+
+    async def failback(self, request: FailbackRequest) -> dict[str, Any]:
+        """Start a failback (:mod:`failbacks`)."""
+        return await self.failbacks.ask(request)
 
     # --- switchover --------------------------------------------------------------------------
     async def switchover(self, request: SwitchoverRequest) -> dict[str, Any]:
@@ -193,7 +184,7 @@ class DisasterRecovery:
     def _on_switchover_saved(self, job: SwitchoverJob) -> None:
         self._remember_view(job.task_id, "switchover", job.view())
         if job.state == "done" and job.reverse_task_id:
-            self._start_stale_watch(job.reverse_task_id)
+            self.watches.start(job.reverse_task_id)
 
     def _start_switchover_step(self, run: SwitchoverRun, step: str) -> None:
         """Run the job (``step``: "run", "forward", or the reason of a roll back) as a task of
@@ -237,8 +228,8 @@ class DisasterRecovery:
         if FAILOVER_KEY in records:
             self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
         if FAILBACK_KEY in records:
-            await self._recover_failback(task, json.loads(records[FAILBACK_KEY]), me, alive)
-        if WATCH_KEY in records and not self._start_stale_watch(tid):  # shown as last saved
+            await self.failbacks.recover(task, json.loads(records[FAILBACK_KEY]), me, alive)
+        if WATCH_KEY in records and not self.watches.start(tid):  # shown as last saved
             watch = WatchState.from_bytes(records[WATCH_KEY])
             self._remember_view(tid, "stale_writes", watch.view())
         if SWITCHOVER_KEY not in records:
@@ -327,173 +318,6 @@ class DisasterRecovery:
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 
-    # --- failback ----------------------------------------------------------------------------
-    async def failback(self, request: FailbackRequest) -> dict[str, Any]:
-        """Start re-seeding a failed-over task's old source from its target: the flow's task
-        in the other direction when it has one (re-used, whatever happened before), else a new
-        one. 409 naming the pair's state when the flow did not fail over to the task's target,
-        or a job runs on it."""
-        task = await self.sup.get(request.task_id)
-        tid = task.task_id
-        spec = TaskSpec.of(task)
-        if not spec.source_cluster or not spec.target_cluster:
-            raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
-        running = self._failbacks.get(tid)
-        current = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
-        if (running is not None and not running.done()) or (
-            current is not None and current.get("state") not in FAILBACK_FINISHED
-        ):
-            raise ConflictError(f"task {tid}: a failback of it is under way")
-        ends = (spec.source_cluster, spec.target_cluster)
-        job_id = f"failback-{uuid.uuid4().hex[:8]}"
-        pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)
-        claim = self.pairs.flow_claim(ends, tid, job_id)
-        flow = pair.flow_of(tid)
-        reused = flow.reverse_of(tid) if flow is not None else ""
-        now = time.time()
-        record = {
-            "task_id": tid,
-            "job_id": job_id,
-            "reverse_task_id": reused or f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
-            "reused": bool(reused),
-            "production_cluster": spec.target_cluster,
-            "member": self.sup.fleet.member_id,
-            "state": "creating",
-            "steps": [{"state": "creating", "at": iso(now)}],
-            "started_at": iso(now),
-            "reason": "",
-        }
-        run = FailbackRun(self.sup, record, self._on_failback_saved, claim)
-        try:
-            await run.save()
-            await run.create(spec)
-        except Exception as exc:
-            if not reused:
-                with contextlib.suppress(ApiError, MetaStoreError):
-                    await self.sup.delete(run.reverse_id, ignore_not_found=True)
-            with contextlib.suppress(Exception):
-                await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
-            await claim.release()
-            raise
-
-        def reversed_flow(pair: ClusterPair) -> ClusterPair:
-            current = pair.flow_of(tid)
-            if current is None:
-                return pair
-            tasks = {**current.tasks, ends[1]: run.reverse_id}
-            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
-
-        await asyncio.to_thread(self.pairs.store.update, *ends, reversed_flow)
-        await run.save(state="seeding")
-        self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
-        with log_context(task_id=tid):
-            log.info(
-                "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
-            )
-        return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
-
-    def _on_failback_saved(self, task_id: str, record: dict[str, Any]) -> None:
-        self._remember_view(task_id, "failback", record)
-        reverse = str(record.get("reverse_task_id") or "")
-        if record.get("state") == "in_sync" and reverse:
-            asyncio.get_running_loop().create_task(self._watch_after_failback(reverse))
-
-    async def _watch_after_failback(self, reverse_id: str) -> None:
-        """A failback in sync: the old primary (the reverse task's target) is watched for
-        writes of stale clients from now on, as after a switchover."""
-
-        try:
-            if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
-                spec = TaskSpec.of(await self.sup.get(reverse_id))
-                watched, peer = spec.target_cluster, spec.source_name
-                if watched is None:  # a reverse task names its target cluster
-                    raise ConflictError(f"task {reverse_id} names no target cluster to watch")
-                context = cluster_context(self.settings, watched, shared_readers=False)
-                await asyncio.to_thread(
-                    arm, self.sup.store, context, reverse_id, watched, peer, "failback"
-                )
-            self._start_stale_watch(reverse_id)
-        except (ApiError, MetaStoreError) as exc:
-            log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
-
-    async def _recover_failback(
-        self, task: TaskRecord, record: dict[str, Any], me: str, alive: set[str]
-    ) -> None:
-        tid = task.task_id
-        running = self._failbacks.get(tid)
-        if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
-            if running is None:
-                self._on_failback_saved(tid, record)
-            return
-        spec = TaskSpec.of(task)
-        ends = (spec.source_cluster or "", spec.target_cluster or "")
-        member = str(record.get("member") or "")
-        if not await self.pairs.gone(*ends, tid, member, alive):
-            self._on_failback_saved(tid, record)
-            return
-        job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
-        await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
-        record.update(member=me, job_id=job_id)
-        record.setdefault("production_cluster", ends[1])
-        claim = self.pairs.flow_claim(ends, tid, job_id)
-        run = FailbackRun(self.sup, record, self._on_failback_saved, claim)
-        self._on_failback_saved(tid, record)
-        self._failbacks[tid] = asyncio.get_running_loop().create_task(run.run())
-
-    # --- stale-write watch ---------------------------------------------------------------------
-    def _start_stale_watch(self, task_id: str) -> bool:
-        """Run the stale-write watch of ``task_id`` here while the task runs here; whether it
-        runs here."""
-        current = self._watches.get(task_id)
-        if current is not None and not current[0].done():
-            return True
-        if self.sup.runner_of(task_id) is None:
-            return False
-        stop = threading.Event()
-        work = self._run_stale_watch(task_id, stop)
-        self._watches[task_id] = (asyncio.get_running_loop().create_task(work), stop)
-        return True
-
-    async def _run_stale_watch(self, task_id: str, stop: threading.Event) -> None:
-
-        state = await asyncio.to_thread(load_watch, self.sup.store, task_id)
-        if state is None:
-            return
-        spec = TaskSpec.of(await self.sup.get(task_id))
-
-        def applied() -> int:
-            runner = self.sup.runner_of(task_id)
-            return runner.consistent_ts() if runner is not None else 0
-
-        def refresh_consistent_ts() -> None:
-            if (runner := self.sup.runner_of(task_id)) is not None:
-                runner.wake_idle_readers()
-
-        context = cluster_context(self.settings, state.watched, shared_readers=False)
-        watch = StaleWriteWatch(self.settings, context, spec, applied, refresh_consistent_ts, stop)
-        with log_context(task_id=task_id):
-            log.info("watching %s for writes of stale clients", state.watched)
-            try:
-                while not stop.is_set() and self.sup.runner_of(task_id) is not None:
-                    before = state.to_bytes()
-                    try:
-                        await asyncio.to_thread(watch.round, state)
-                    except Exception as exc:  # noqa: BLE001 - a round failing is shown, retried
-                        state.problem = f"{type(exc).__name__}: {exc}"
-                        log.warning("stale-write watch round: %s", state.problem)
-                    if state.to_bytes() != before and self.sup.runner_of(task_id) is not None:
-                        await asyncio.to_thread(save_watch, self.sup.store, state)
-                    self._remember_view(task_id, "stale_writes", state.view())
-                    await asyncio.sleep(ROUND_SECONDS)
-            finally:
-                watch.close()
-
     def stop(self) -> None:
-        for _, stop in self._watches.values():
-            stop.set()
-        for run in [
-            *self._runs.values(),
-            *self._failbacks.values(),
-            *(work for work, _ in self._watches.values()),
-        ]:
+        for run in [*self._runs.values(), *self.failbacks.stop(), *self.watches.stop()]:
             run.cancel()

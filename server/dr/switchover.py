@@ -51,7 +51,7 @@ from server.dr.flows import (
     wal_ends,
 )
 from server.dr.pair import REPLICATING, PairStore
-from server.dr.record import LINK_KEY, SwitchoverJob, iso, moment, save_job, save_json
+from server.dr.record import LINK_KEY, SwitchoverJob, moment, save_job, save_json
 from server.dr.stale_watch import arm, load_watch
 from server.dr.task_ops import TaskOperations
 from server.dr.wal_tail import unapplied_changes
@@ -200,7 +200,7 @@ class SwitchoverRun:
             runner.wake_idle_readers()  # idle channels read their latest ticks now
             await asyncio.sleep(POLL)
 
-    async def _start_verify(self, task_id: str) -> str:
+    async def start_verify(self, task_id: str) -> str:
         """Start a verify of ``task_id``; one already running (scheduled, or an earlier
         switchover's stale-write check) is waited for first."""
         while True:
@@ -213,7 +213,7 @@ class SwitchoverRun:
 
     async def _verify(self) -> None:
         await self._save(self.job.to("verifying"))
-        verify_id = await self._start_verify(self.job.task_id)
+        verify_id = await self.start_verify(self.job.task_id)
         await injected_fault("verifying")
         current = await verify_ended(
             self.sup,
@@ -416,50 +416,6 @@ class SwitchoverRun:
             self.job.source_cluster: self.job.task_id,
             reverse_source: self.job.reverse_task_id,
         }
-
-    async def check_stale_writes(self, after: float) -> SwitchoverJob:
-        """The old primary must take the reverse flow's writes, so nothing fences it any more: a
-        client still writing there writes rows the new primary never gets. ``after`` seconds
-        past the switchover, a verify of the reverse task compares the two; any row the old
-        primary holds differently (or lacks) is shown in ``stale_check`` and logged as a
-        warning, never kept silent."""
-        await asyncio.sleep(after)
-        reverse = self.job.reverse_task_id
-        check: dict[str, Any] = {"reverse_task_id": reverse, "asked_at": iso(time.time())}
-        self.deadline = time.monotonic() + self.job.timeout_seconds
-        try:
-            verify_id = await self._start_verify(reverse)
-            current = await verify_ended(self.sup, reverse, verify_id, self.job.timeout_seconds)
-            divergent = {
-                c.collection: {k: c.of(k).count for k in ("missing", "extra", "different")}
-                for c in current.collections
-                if c.divergent
-            }
-            check.update(
-                verify_job=verify_id,
-                state=current.state,
-                divergent_rows=sum(sum(v.values()) for v in divergent.values()),
-                collections=divergent,
-                reason=current.reason,
-            )
-        except Exception as exc:  # noqa: BLE001 - the check is shown, whatever stopped it
-            check.update(state="not_checked", reason=f"{type(exc).__name__}: {exc}")
-        if check.get("divergent_rows"):
-            log.warning(
-                "switchover %s: %s holds %d row(s) %s does not, or holds them otherwise "
-                "(writes the reverse flow did not make: stale clients?): %s",
-                self.job.job_id,
-                self.job.source_cluster,
-                check["divergent_rows"],
-                self.job.target_cluster,
-                check["collections"],
-            )
-        checked = self.job.with_(stale_check=check)
-        self.job = checked
-        await asyncio.to_thread(save_job, self.sup.store, checked)
-        if self.on_save is not None:
-            self.on_save(checked)
-        return checked
 
     async def _finish_state(self, state: str, **changes: Any) -> SwitchoverJob:
         job = self.job.to(state, **changes)  # type: ignore[arg-type]

@@ -20,11 +20,9 @@ from server.app_state import (
     SETTINGS,
     SUPERVISOR,
 )
+from server.dr.failbacks import FailbackRequest
 from server.dr.failover import FailoverRequest
-from server.dr.manager import (
-    FailbackRequest,
-    SwitchoverRequest,
-)
+from server.dr.manager import SwitchoverRequest
 from server.errors import (
     BadRequestError,
     MethodNotAllowedError,

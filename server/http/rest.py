@@ -58,12 +58,9 @@ from aiohttp import web
 
 from metastore import TaskRecord
 from server.app_state import AUTH, DISASTER, LIFECYCLE, METRICS, SETTINGS, STORE, SUPERVISOR
+from server.dr.failbacks import FailbackRequest
 from server.dr.failover import FailoverRequest
-from server.dr.manager import (
-    DisasterRecovery,
-    FailbackRequest,
-    SwitchoverRequest,
-)
+from server.dr.manager import DisasterRecovery, SwitchoverRequest
 from server.errors import BadRequestError, UnavailableError
 from server.http.auth import Principal, audit, challenge
 from server.http.common import failure_answer, positions_view, read_json

@@ -1,0 +1,171 @@
+"""Failback requests (:mod:`failback` runs the job): started here on request, taken over by the
+next ``recover`` round when the daemon that ran one is gone, and, once in sync, the old primary
+watched for writes of stale clients (:mod:`watches`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from metastore import MetaStoreError, TaskRecord
+from replicator.config.settings import CdcSettings
+from replicator.config.task_spec import TaskSpec
+from server.dr.failback import FINISHED as FAILBACK_FINISHED
+from server.dr.failback import FailbackRun
+from server.dr.pair import FAILING_BACK, ClusterPair
+from server.dr.pair_keeper import PairKeeper
+from server.dr.record import FAILBACK_KEY, iso, load_json
+from server.dr.stale_watch import arm, load_watch
+from server.dr.task_ops import TaskOperations
+from server.dr.views import JobViews
+from server.dr.watches import StaleWatches
+from server.errors import ApiError, ConflictError
+from server.logs import log_context
+from server.tasks.engine import cluster_context
+from server.tasks.requests import TaskIdRequest
+
+log = logging.getLogger(__name__)
+
+
+class FailbackRequest(TaskIdRequest):
+    pass
+
+
+class Failbacks:
+    """The failbacks of this daemon, by original task id."""
+
+    def __init__(
+        self,
+        supervisor: TaskOperations,
+        settings: CdcSettings,
+        pairs: PairKeeper,
+        views: JobViews,
+        watches: StaleWatches,
+    ) -> None:
+        self.sup = supervisor
+        self.settings = settings
+        self.pairs = pairs
+        self.views = views
+        self.watches = watches
+        self._runs: dict[str, asyncio.Task[None]] = {}
+
+    async def ask(self, request: FailbackRequest) -> dict[str, Any]:
+        """Start re-seeding a failed-over task's old source from its target: the flow's task
+        in the other direction when it has one (re-used, whatever happened before), else a new
+        one. 409 naming the pair's state when the flow did not fail over to the task's target,
+        or a job runs on it."""
+        task = await self.sup.get(request.task_id)
+        tid = task.task_id
+        spec = TaskSpec.of(task)
+        if not spec.source_cluster or not spec.target_cluster:
+            raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
+        running = self._runs.get(tid)
+        current = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
+        if (running is not None and not running.done()) or (
+            current is not None and current.get("state") not in FAILBACK_FINISHED
+        ):
+            raise ConflictError(f"task {tid}: a failback of it is under way")
+        ends = (spec.source_cluster, spec.target_cluster)
+        job_id = f"failback-{uuid.uuid4().hex[:8]}"
+        pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)
+        claim = self.pairs.flow_claim(ends, tid, job_id)
+        flow = pair.flow_of(tid)
+        reused = flow.reverse_of(tid) if flow is not None else ""
+        now = time.time()
+        record = {
+            "task_id": tid,
+            "job_id": job_id,
+            "reverse_task_id": reused or f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
+            "reused": bool(reused),
+            "production_cluster": spec.target_cluster,
+            "member": self.sup.fleet.member_id,
+            "state": "creating",
+            "steps": [{"state": "creating", "at": iso(now)}],
+            "started_at": iso(now),
+            "reason": "",
+        }
+        run = FailbackRun(self.sup, record, self._saved, claim)
+        try:
+            await run.save()
+            await run.create(spec)
+        except Exception as exc:
+            if not reused:
+                with contextlib.suppress(ApiError, MetaStoreError):
+                    await self.sup.delete(run.reverse_id, ignore_not_found=True)
+            with contextlib.suppress(Exception):
+                await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
+            await claim.release()
+            raise
+
+        def reversed_flow(pair: ClusterPair) -> ClusterPair:
+            current = pair.flow_of(tid)
+            if current is None:
+                return pair
+            tasks = {**current.tasks, ends[1]: run.reverse_id}
+            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
+
+        await asyncio.to_thread(self.pairs.store.update, *ends, reversed_flow)
+        await run.save(state="seeding")
+        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+        with log_context(task_id=tid):
+            log.info(
+                "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
+            )
+        return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
+
+    def _saved(self, task_id: str, record: dict[str, Any]) -> None:
+        self.views.remember(task_id, "failback", record)
+        reverse = str(record.get("reverse_task_id") or "")
+        if record.get("state") == "in_sync" and reverse:
+            asyncio.get_running_loop().create_task(self._watch_after_failback(reverse))
+
+    async def _watch_after_failback(self, reverse_id: str) -> None:
+        """A failback in sync: the old primary (the reverse task's target) is watched for
+        writes of stale clients from now on, as after a switchover."""
+
+        try:
+            if await asyncio.to_thread(load_watch, self.sup.store, reverse_id) is None:
+                spec = TaskSpec.of(await self.sup.get(reverse_id))
+                watched, peer = spec.target_cluster, spec.source_name
+                if watched is None:  # a reverse task names its target cluster
+                    raise ConflictError(f"task {reverse_id} names no target cluster to watch")
+                context = cluster_context(self.settings, watched, shared_readers=False)
+                await asyncio.to_thread(
+                    arm, self.sup.store, context, reverse_id, watched, peer, "failback"
+                )
+            self.watches.start(reverse_id)
+        except (ApiError, MetaStoreError) as exc:
+            log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
+
+    async def recover(
+        self, task: TaskRecord, record: dict[str, Any], me: str, alive: set[str]
+    ) -> None:
+        tid = task.task_id
+        running = self._runs.get(tid)
+        if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
+            if running is None:
+                self._saved(tid, record)
+            return
+        spec = TaskSpec.of(task)
+        ends = (spec.source_cluster or "", spec.target_cluster or "")
+        member = str(record.get("member") or "")
+        if not await self.pairs.gone(*ends, tid, member, alive):
+            self._saved(tid, record)
+            return
+        job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
+        await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
+        record.update(member=me, job_id=job_id)
+        record.setdefault("production_cluster", ends[1])
+        claim = self.pairs.flow_claim(ends, tid, job_id)
+        run = FailbackRun(self.sup, record, self._saved, claim)
+        self._saved(tid, record)
+        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+
+    def stop(self) -> list[asyncio.Task[None]]:
+        """The failbacks running here, to cancel."""
+        return list(self._runs.values())
