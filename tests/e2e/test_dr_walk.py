@@ -1,14 +1,15 @@
 """A short seeded walk over disaster recovery (tests/harness/dr_walk.py; issue 41, Build item
 6): cluster ``a`` a Milvus 2.3.5 of its own on the Kafka mock (killed and started again by the
 walk), ``b`` the session's RocksMQ Milvus (never killed); a fleet on one etcd metastore; two
-flows of one pair under a writer each. Every invariant is checked after every step.
+flows of one pair, at home on b, under a writer each. Every invariant is checked after every
+step.
 
-The seed's walk: a switchover a -> b and home, a daemon killed at ``fencing`` (rolled back), a
-daemon killed at ``reversed`` (finished), ``kill -9`` of a and a failover, a restarted, and a
-fleet member killed at ``moving`` whose job the other member finishes. (At 235b3b5, before the
-cluster-pair change, writers moved at ``reversing``: this seed's walk, with the fault points of
-then, had a member killed at ``reversing`` at step 7, the job rolled back and the 685 writes the
-writer had moved meanwhile were lost: ``acknowledged_on_primary``, issue 41 Build item 3.)
+The walk begins with the operator's sequence of issue 41 (there on clusters a and b the other
+way round: here b is home and a the cluster that can be killed): a switchover of f1 to a, the
+writer moved there; a switchover back with the daemon killed mid-way (rolled back: a stays the
+primary); ``kill -9`` of a under the writer and a failover of the a -> b task; a started again;
+a failback of f1 (it used to be refused, 409 "overlapping", by the a -> b task of the first
+step, paused since: now the flow's task is re-used). Then the seed's steps.
 
 ``CDC_WALK_SEED=<seed>`` runs the walk of that seed (a failing walk prints its seed and steps);
 ``bench/dr_walk.py`` runs long walks of any seed.
@@ -28,7 +29,15 @@ from server.dr.fence import EtcdQuotaFence, wait_in_effect
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # 3-5 min on a loaded machine
 
 SEED = 4129
-STEPS = 7
+STEPS = 8
+# (kind, move, point): issue 41's operator's sequence, cluster labels swapped
+OPERATORS_SEQUENCE = (
+    ("switchover", "f1", ""),
+    ("switchover_daemon_killed", "f1", "verifying"),
+    ("failover", "a", ""),
+    ("restart_lost", "a", ""),
+    ("failback", "f1", ""),
+)
 
 
 def test_a_seeded_walk_keeps_every_invariant_after_every_step(
@@ -53,8 +62,8 @@ def test_a_seeded_walk_keeps_every_invariant_after_every_step(
             workdir=tmp_path,
         )
         try:
-            walk.setup(home="a")
-            result = walk.run(STEPS)
+            walk.setup(home="b")
+            result = walk.run(STEPS, script=OPERATORS_SEQUENCE)
         finally:
             walk.close()
             # b serves the rest of the session: a fence the walk left there must not outlive it
@@ -63,5 +72,10 @@ def test_a_seeded_walk_keeps_every_invariant_after_every_step(
                 fence.lift()
             wait_in_effect(fence, 60, lambda: False, effect=False)
     assert [s.index for s in result.steps] == list(range(1, STEPS + 1)), result.steps
+    outcomes = [s.outcome for s in result.steps]
+    assert outcomes[0].startswith("done: f1 primary a"), outcomes
+    assert outcomes[1].startswith("failed") and "rolled_back True" in outcomes[1], outcomes
+    assert "complete True" in outcomes[2], outcomes
+    assert outcomes[4].startswith("in_sync: f1 replicated b -> a"), outcomes
     assert len(result.checks) == 6, result.checks  # every invariant, after every step
     assert all(result.checks[name] == STEPS + 1 for name in result.checks), result.checks

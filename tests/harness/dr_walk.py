@@ -476,24 +476,36 @@ class Walk:
         return keys
 
     # --- the walk ----------------------------------------------------------------------------
-    def run(self, steps: int, kinds: Sequence[str] | None = None) -> WalkResult:
-        """``steps`` steps chosen among ``kinds`` (all by default); the invariants after each.
-        Raises InvariantError at the first that breaks (also kept in the result)."""
+    def run(
+        self,
+        steps: int,
+        kinds: Sequence[str] | None = None,
+        script: Sequence[tuple[str, str, str]] = (),
+    ) -> WalkResult:
+        """``steps`` steps: first the ``script``'s (kind, move, point) in their order, each of
+        which must apply, then steps chosen among ``kinds`` (all by default); the invariants
+        after each. Raises InvariantError at the first that breaks (also kept in the
+        result)."""
         allowed = list(kinds or self.KINDS)
         try:
             self.check_invariants()
             for index in range(1, steps + 1):
                 if self.result.failure is not None and not self.keep_going:
                     break
-                moves = {k: self._moves(k) for k in allowed}
-                moves = {k: m for k, m in moves.items() if m}
-                if not moves:
-                    self.say("no step applies: the walk ends")
-                    break
-                names = sorted(moves)
-                kind = self.rng.choices(names, weights=[self.KINDS[k] for k in names])[0]
-                move = self.rng.choice(moves[kind])
-                point = self.rng.choice(WALK_POINTS)
+                if index <= len(script):
+                    kind, move, point = script[index - 1]
+                    if move not in self._moves(kind):
+                        self.fail("step_applies", f"scripted step {index}: {kind} {move}")
+                else:
+                    moves = {k: self._moves(k) for k in allowed}
+                    moves = {k: m for k, m in moves.items() if m}
+                    if not moves:
+                        self.say("no step applies: the walk ends")
+                        break
+                    names = sorted(moves)
+                    kind = self.rng.choices(names, weights=[self.KINDS[k] for k in names])[0]
+                    move = self.rng.choice(moves[kind])
+                    point = self.rng.choice(WALK_POINTS)
                 record = StepRecord(index, kind, self._describe(kind, move, point))
                 self.result.steps.append(record)
                 self.say(f"step {index}: {kind} {record.detail}")
