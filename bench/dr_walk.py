@@ -18,6 +18,7 @@ import contextlib
 import logging
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -112,11 +113,32 @@ def timings_table(results: list[WalkResult]) -> list[str]:
     return lines
 
 
+def code_version() -> str:
+    """The commit the walks ran on (and whether the work tree differed from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "log", "-1", "--format=%h %s"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    return f"commit {head[:80]}" + (" (with uncommitted changes)" if dirty else "")
+
+
 def report(results: list[WalkResult], command: str, began: datetime, total: float) -> str:
     lines = [
         "# Disaster-recovery walks",
         "",
         f"Command: `{command}`",
+        f"Code: {code_version()}",
         f"Run: {began:%Y-%m-%d %H:%M} UTC, {platform.node()}, Python "
         f"{platform.python_version()}, whole script {total:.0f} s",
         "",
@@ -136,6 +158,12 @@ def report(results: list[WalkResult], command: str, began: datetime, total: floa
     for r in results:
         checks = ", ".join(f"{name} {n}" for name, n in sorted(r.checks.items()))
         lines += [f"## Seed {r.seed}", "", f"Invariants that held (times checked): {checks}", ""]
+        lines += [
+            f"Export keys compared with their failover's target (over all checks): "
+            f"{r.export_keys_compared}, of which the writer had retried there (a batch the lost "
+            f"cluster did not acknowledge): {r.export_keys_retried}",
+            "",
+        ]
         lines += [s.line() for s in r.steps]
         for failure in r.failures:
             lines += [

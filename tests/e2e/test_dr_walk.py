@@ -17,6 +17,7 @@ step, paused since: now the flow's task is re-used). Then the seed's steps.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -77,5 +78,8 @@ def test_a_seeded_walk_keeps_every_invariant_after_every_step(
     assert outcomes[1].startswith("failed") and "rolled_back True" in outcomes[1], outcomes
     assert "complete True" in outcomes[2], outcomes
     assert outcomes[4].startswith("in_sync: f1 replicated b -> a"), outcomes
-    assert len(result.checks) == 6, result.checks  # every invariant, after every step
+    assert len(result.checks) == 7, result.checks  # every invariant, after every step
+    exported = re.search(r"(\d+) exported insert", outcomes[2])
+    if exported and int(exported[1]):  # the export's keys were compared with the target's
+        assert result.export_keys_compared > 0, (outcomes[2], result.export_keys_compared)
     assert all(result.checks[name] == STEPS + 1 for name in result.checks), result.checks

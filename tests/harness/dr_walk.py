@@ -32,6 +32,14 @@ The invariants (:meth:`Walk.check_invariants`), each failing with a message that
 - ``target_plus_export``: for every failover, each write the lost cluster acknowledged since
   the flow's previous failover (that one accounts for those before) is on the cluster that took
   over or in the failover's export;
+- ``export_disjoint_from_target``: no write twice: for every failover, no write the lost cluster
+  acknowledged by then (nor a row written before the tasks) is both on the cluster that took
+  over and an insert of the failover's export, except the lines the export marks
+  ``maybe_on_target`` (a write cut off when the task stopped, README). A key of the export the
+  writer itself wrote again elsewhere (a batch the lost cluster did not acknowledge, retried on
+  the new primary) is the writer's, not a double write, and is only counted. The export's
+  insert lines must be as many as the failover answered (``unreplicated.by_collection``), so
+  the check compares the keys it was told of, not an empty or unread file;
 - ``one_direction_running``: exactly one task of a replicating flow is Running, and it reads
   the primary; none of a failed-over flow;
 - ``no_ownerless_fence``: no ``forceDeny`` key in either cluster's etcd once no job runs (the
@@ -193,6 +201,11 @@ class Failover:
     consistent: float  # consistent_up_to, Unix seconds (0: none answered)
     exported: frozenset[int]  # keys inserted by the export's records
     complete: bool
+    # keys of export lines marked maybe_on_target (a write cut off: may be on the target too)
+    in_doubt: frozenset[int] = frozenset()
+    insert_lines: int = 0  # insert lines read from the export file
+    inserts_counted: int = 0  # inserts of the flow's collection the answer counted
+    file: str = ""
 
 
 @dataclass
@@ -261,6 +274,10 @@ class WalkResult:
     timings: dict[str, list[float]] = field(default_factory=dict)  # verb -> seconds
     failure: InvariantError | None = None  # the first
     failures: list[InvariantError] = field(default_factory=list)  # every one (keep_going)
+    # export_disjoint_from_target: keys of exports compared with a read of their target (summed
+    # over the checks: 0 means no export had an insert), and of those the writer retried there
+    export_keys_compared: int = 0
+    export_keys_retried: int = 0
     seconds: float = 0.0
 
 
@@ -775,7 +792,13 @@ class Walk:
             took_over = flow.replica(self.model.pair)
             flow.writer.move_to(took_over)
             export = answer.get("unreplicated") or {}
-            exported = self._exported(str(export.get("file") or ""))
+            file = str(export.get("file") or "")
+            exported, in_doubt, lines = self._exported(file, flow.collection)
+            counted = sum(
+                int(kinds.get("insert", 0))
+                for name, kinds in (export.get("by_collection") or {}).items()
+                if name.split(".", 1)[-1] == flow.collection
+            )
             failover = Failover(
                 task_id=active,
                 lost=label,
@@ -785,6 +808,10 @@ class Walk:
                 consistent=seconds_of(answer.get("consistent_up_to")),
                 exported=frozenset(exported),
                 complete=bool(export.get("complete")),
+                in_doubt=frozenset(in_doubt),
+                insert_lines=lines,
+                inserts_counted=counted,
+                file=file,
             )
             flow.failovers.append(failover)
             flow.state = "failed_over"
@@ -798,15 +825,24 @@ class Walk:
             )
         return "; ".join(outcomes)
 
-    def _exported(self, file: str) -> set[int]:
+    def _exported(self, file: str, collection: str) -> tuple[set[int], set[int], int]:
+        """The keys the export ``file`` inserts into ``collection``, those of them on lines
+        marked ``maybe_on_target``, and how many insert lines it has for the collection (no
+        file: none; ``export_disjoint_from_target`` holds that count to the answer's)."""
+        keys: set[int] = set()
+        in_doubt: set[int] = set()
+        lines = 0
         if not file or not Path(file).exists():
-            return set()
-        keys = set()
+            return keys, in_doubt, lines
         for line in Path(file).read_text().splitlines():
             record = json.loads(line)
-            if record.get("op") == "insert":
-                keys.add(int(record["pk"]))
-        return keys
+            if record.get("op") != "insert" or record.get("collection") != collection:
+                continue
+            lines += 1
+            keys.add(int(record["pk"]))
+            if (record.get("source") or {}).get("maybe_on_target"):
+                in_doubt.add(int(record["pk"]))
+        return keys, in_doubt, lines
 
     def _step_restart_lost(self, label: str, point: str) -> str:
         handle = self.clusters[label]
@@ -864,6 +900,7 @@ class Walk:
             ("no_ownerless_fence", self._no_ownerless_fence),
             ("acknowledged_on_primary", self._acknowledged_on_primary),
             ("target_plus_export", self._target_plus_export),
+            ("export_disjoint_from_target", self._export_disjoint_from_target),
             ("equal_in_sync", self._equal_in_sync),
         ):
             began = time.monotonic()
@@ -980,6 +1017,60 @@ class Walk:
                         f"{acks[0] - f.consistent:+.2f}..{acks[-1] - f.consistent:+.2f} s from "
                         f"the reported consistent_up_to, {f.killed_at - acks[-1]:.2f} s before "
                         f"the kill; e.g. {_sample(missing)}"
+                    )
+        return ""
+
+    def _export_disjoint_from_target(self) -> str:
+        """No write twice: no acknowledged write both on a failover's target and in its export.
+
+        Read at every check, not only right after the failover: the writers never write a key
+        twice once acknowledged, so no later legitimate write puts a key the lost cluster had
+        acknowledged on the target; one that arrives there later (a task resumed from before
+        the export, a failback that copied the lost cluster's rows back) is the double write
+        an operator replaying the file would make."""
+        for flow in self.model.flows.values():
+            acked = flow.writer.snapshot()
+            for f in flow.failovers:
+                if f.insert_lines != f.inserts_counted:
+                    return (
+                        f"flow {flow.name}, failover of {f.task_id}: the export file "
+                        f"{f.file or '(none)'} has {f.insert_lines} insert line(s) of "
+                        f"{flow.collection}, the answer counted {f.inserts_counted}: its keys "
+                        "cannot be compared with the target"
+                    )
+                if not f.exported or not self.clusters[f.took_over].alive:
+                    continue
+                # every key of the export is read on the target, within the writer's ranges
+                # or not (a full read: never empty, it holds the rows written before the tasks)
+                spans = [*flow.writer.key_ranges(), range(min(f.exported), max(f.exported) + 1)]
+                held = self.keys(f.took_over, flow, spans)
+                both = f.exported & held
+                self.result.export_keys_compared += len(f.exported)
+                # the writer's own write of the key went elsewhere (a batch the lost cluster
+                # did not acknowledge, retried after the failover), or is still under way
+                retried = {
+                    k
+                    for k in both
+                    if k >= FIRST_ROWS and (k not in acked or acked[k].cluster != f.lost)
+                }
+                self.result.export_keys_retried += len(retried)
+                twice = both - retried - f.in_doubt - self._excused.get(flow.name, set())
+                if twice:
+                    self._named[flow.name] = twice
+                    late = [acked[k].at - f.consistent for k in twice if k in acked]
+                    when = (
+                        f"acknowledged {min(late):+.2f}..{max(late):+.2f} s from the reported "
+                        "consistent_up_to; "
+                        if late and f.consistent
+                        else ""
+                    )
+                    return (
+                        f"flow {flow.name}, failover of {f.task_id}: {len(twice)} write(s) "
+                        f"{f.lost} acknowledged are both on {f.took_over} and in the export "
+                        f"({len(f.exported)} inserts, {len(f.in_doubt)} maybe_on_target, "
+                        f"{len(both & f.in_doubt)} of those on the target, {len(retried)} "
+                        f"retried by the writer; complete {f.complete}); {when}"
+                        f"e.g. {_sample(twice)}"
                     )
         return ""
 

@@ -1,0 +1,130 @@
+"""The walk's ``export_disjoint_from_target`` check (tests/harness/dr_walk.py), on a model
+without clusters: the target's keys are given, the writer's acknowledgements set by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.dr_walk import (
+    FIRST_ROWS,
+    Ack,
+    ClusterHandle,
+    Failover,
+    Flow,
+    Model,
+    MovingWriter,
+    Walk,
+    WalkResult,
+)
+
+COLLECTION = "walk_f1"
+KILLED = 1000.0
+FIRST = 1_000_000
+
+
+class FakeWalk(Walk):
+    def __init__(self, target_keys: set[int]) -> None:  # no clusters, no fleet
+        self.target_keys = target_keys
+        self.reads: list[list[range]] = []
+        self.result = WalkResult(seed=1)
+        self._excused = {}
+        self._named = {}
+        self.clusters = {
+            "a": ClusterHandle("a", None),  # type: ignore[arg-type]
+            "b": ClusterHandle("b", None),  # type: ignore[arg-type]
+        }
+        writer = MovingWriter(COLLECTION, {}, "b", first=FIRST)
+        writer.next = FIRST + 40
+        self.model = Model(pair=("a", "b"))
+        self.model.flows["f1"] = Flow(
+            "f1", COLLECTION, "a", "b", {"a": "t1"}, writer, "failed_over"
+        )
+
+    def keys(self, label: str, flow: Flow, ranges: Any = None) -> set[int]:
+        assert label == "b"
+        self.reads.append(list(ranges))
+        return {k for k in self.target_keys if any(k in r for r in ranges)}
+
+
+def export_file(tmp_path: Path, keys: list[int], in_doubt: set[int] = frozenset()) -> str:
+    path = tmp_path / "t1-export.jsonl"
+    lines = []
+    for k in keys:
+        source: dict[str, Any] = {"channel": "c0", "position": k}
+        if k in in_doubt:
+            source["maybe_on_target"] = True
+        lines.append(
+            json.dumps({"op": "insert", "collection": COLLECTION, "pk": k, "source": source})
+        )
+    lines.append(json.dumps({"op": "insert", "collection": "other", "pk": FIRST, "source": {}}))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def failover(walk: FakeWalk, file: str, counted: int) -> None:
+    exported, in_doubt, lines = walk._exported(file, COLLECTION)
+    walk.model.flows["f1"].failovers.append(
+        Failover(
+            task_id="t1",
+            lost="a",
+            took_over="b",
+            killed_at=KILLED,
+            at=KILLED + 1,
+            consistent=KILLED - 1,
+            exported=frozenset(exported),
+            complete=True,
+            in_doubt=frozenset(in_doubt),
+            insert_lines=lines,
+            inserts_counted=counted,
+            file=file,
+        )
+    )
+
+
+def ack(walk: FakeWalk, keys: range, cluster: str, at: float) -> None:
+    walk.model.flows["f1"].writer.acked.update(dict.fromkeys(keys, Ack(cluster, at)))
+
+
+def test_a_key_acknowledged_by_the_lost_cluster_on_the_target_and_in_the_export_breaks_it(
+    tmp_path: Path,
+) -> None:
+    target = set(range(FIRST_ROWS)) | set(range(FIRST, FIRST + 25))
+    walk = FakeWalk(target)
+    ack(walk, range(FIRST, FIRST + 30), "a", KILLED - 2)
+    failover(walk, export_file(tmp_path, list(range(FIRST + 20, FIRST + 30))), counted=10)
+    problem = walk._export_disjoint_from_target()
+    assert "5 write(s) a acknowledged are both on b and in the export" in problem, problem
+    assert walk._named == {"f1": set(range(FIRST + 20, FIRST + 25))}
+    assert walk.result.export_keys_compared == 10
+    # every exported key was within the ranges read
+    assert all(any(k in r for r in walk.reads[-1]) for k in range(FIRST + 20, FIRST + 30))
+
+
+def test_disjoint_exports_hold_and_retries_and_maybe_on_target_lines_are_not_double_writes(
+    tmp_path: Path,
+) -> None:
+    target = (
+        set(range(FIRST_ROWS)) | set(range(FIRST, FIRST + 20)) | set(range(FIRST + 25, FIRST + 35))
+    )
+    walk = FakeWalk(target)
+    ack(walk, range(FIRST, FIRST + 25), "a", KILLED - 2)
+    # a batch the killed a wrote to its WAL but never acknowledged, retried on b afterwards
+    ack(walk, range(FIRST + 25, FIRST + 30), "b", KILLED + 3)
+    ack(walk, range(FIRST + 30, FIRST + 35), "b", KILLED + 4)
+    exported = [*range(FIRST + 15, FIRST + 30)]
+    in_doubt = set(range(FIRST + 15, FIRST + 20))  # a write cut off: may be on the target
+    failover(walk, export_file(tmp_path, exported, in_doubt), counted=len(exported))
+    assert walk._export_disjoint_from_target() == ""
+    assert walk.result.export_keys_compared == 15
+    assert walk.result.export_keys_retried == 5
+
+
+def test_an_export_file_that_does_not_say_what_the_answer_counted_breaks_it(
+    tmp_path: Path,
+) -> None:
+    walk = FakeWalk(set(range(FIRST_ROWS)))
+    failover(walk, str(tmp_path / "missing.jsonl"), counted=7)  # nothing read: not vacuous
+    problem = walk._export_disjoint_from_target()
+    assert "has 0 insert line(s)" in problem and "the answer counted 7" in problem, problem
