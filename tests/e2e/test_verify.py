@@ -323,6 +323,9 @@ def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_repor
     create_source_collection(source, name, dynamic=True)
     config = verify_config(milvus_source, etcd_service, kafka_mock)
     config["verify"]["sparkMinRows"] = 2000
+    # the 3 ranges whose digests differ (0, 3 and 5 below) are compared again at once, not 2 then
+    # the third after them (each waits for the task to apply its read: several seconds)
+    config["verify"]["parallelism"] = 3
     config["backfill"] = {"sparkMaster": "local[2]", "taskMaxFailures": 2}
     daemon = daemon_factory(**config).start()
     task_id = create_task(daemon, milvus_source_rocksmq.uri, name)
