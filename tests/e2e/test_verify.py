@@ -94,11 +94,13 @@ def sides(milvus_source, milvus_source_rocksmq) -> Iterator[tuple[MilvusClient, 
 
 @pytest.fixture
 def replicate(daemon_factory, milvus_source, etcd_service, kafka_mock, milvus_source_rocksmq):
-    """Start a daemon that can verify and a task replicating the named collections: (daemon,
-    task id)."""
+    """Start a daemon that can verify (``verify`` settings over verify_config's) and a task
+    replicating the named collections: (daemon, task id)."""
 
-    def start(*names: str) -> tuple[Daemon, str]:
-        daemon = daemon_factory(**verify_config(milvus_source, etcd_service, kafka_mock)).start()
+    def start(*names: str, **verify: object) -> tuple[Daemon, str]:
+        config = verify_config(milvus_source, etcd_service, kafka_mock)
+        config["verify"].update(verify)
+        daemon = daemon_factory(**config).start()
         return daemon, create_task(daemon, milvus_source_rocksmq.uri, *names)
 
     return start
@@ -108,7 +110,9 @@ def test_divergence_made_on_the_target_is_reported_exactly_and_repaired(sides, r
     source, target = sides
     name = f"vf_{uuid.uuid4().hex[:8]}"
     create_source_collection(source, name, dynamic=False)
-    daemon, task_id = replicate(name)
+    # the 4 ranges made to differ below (0, 1, 3, 5) are compared again at once, not 2 and then
+    # 2 more (each waits for the task to apply its read, and a repair's too: seconds each)
+    daemon, task_id = replicate(name, parallelism=4)
     for start in range(0, 3000, 1000):
         source.insert(name, int_rows(range(start, start + 1000), "row", start))
     wait_equal(source, target, name, "id", timeout=120)
@@ -323,6 +327,9 @@ def test_a_large_enough_collection_is_digested_on_spark_and_its_divergence_repor
     create_source_collection(source, name, dynamic=True)
     config = verify_config(milvus_source, etcd_service, kafka_mock)
     config["verify"]["sparkMinRows"] = 2000
+    # the 3 ranges whose digests differ (0, 3 and 5 below) are compared again at once, not 2 then
+    # the third after them (each waits for the task to apply its read: several seconds)
+    config["verify"]["parallelism"] = 3
     config["backfill"] = {"sparkMaster": "local[2]", "taskMaxFailures": 2}
     daemon = daemon_factory(**config).start()
     task_id = create_task(daemon, milvus_source_rocksmq.uri, name)
