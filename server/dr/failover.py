@@ -60,13 +60,15 @@ async def run_failover(
     reason = f"failed over at {iso(at)}"
     if task.state is not TaskState.PAUSED:
         # a runner on another member stops at its next round: wait for it, a lease at most
-        task = await ops.pause(tid, reason=reason, stop_wait=settings.fleet.leaseSeconds)
+        # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
+        # seconds and looks for expired ones every half second)
+        task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings))
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)
     if not stopped:
         problems.append(
             f"the fleet member running the task had not stopped it "
-            f"{settings.fleet.leaseSeconds:g} s after the pause: it may still write to the target"
+            f"{_owner_wait(settings):g} s after the pause: it may still write to the target"
         )
     if runner is not None and not await asyncio.to_thread(runner.wait_stopped, RUNNER_END_WAIT):
         stopped = False
@@ -109,6 +111,12 @@ async def run_failover(
     with log_context(task_id=tid):
         log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
     return view
+
+
+def _owner_wait(settings: CdcSettings) -> float:
+    """Seconds a failover waits for another member's runner to stop: a lease, plus the store's
+    lag in expiring a lease whose member stalled."""
+    return settings.fleet.leaseSeconds + max(2.0, 2 * settings.fleet.checkSeconds)
 
 
 def _export_path(settings: CdcSettings, tid: str, at: float) -> Path:
