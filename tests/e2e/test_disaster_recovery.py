@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness.daemon import Daemon
 from harness.dr_clusters import (
     cluster,
     consistent_known,
@@ -489,6 +490,54 @@ def test_a_daemon_killed_at_each_step_ends_the_job_done_or_rolled_back(
     b.close()
 
 
+@dataclass
+class FleetTask:
+    """A task a -> b on a fleet of two daemons sharing one etcd metastore: the member that
+    runs it, the other, and the collection's clients on both clusters."""
+
+    owner: Daemon
+    survivor: Daemon
+    owner_name: str
+    name: str
+    a: MilvusClient
+    b: MilvusClient
+    task_id: str
+
+
+def fleet_task(
+    daemon_factory, clusters, request, tmp_path, milvus_a, milvus_b, prefix: str, **config
+) -> FleetTask:
+    """Two members m1 and m2 (``config``: their fleet settings and any other), a collection
+    of 100 rows on a replicated to b by a task one of them runs."""
+    from test_fleet import SharedStore
+
+    store = SharedStore("etcd", request)
+    key = tmp_path / "fleet.key"
+    fleet = config.pop("fleet")
+
+    def member(name: str):
+        return daemon_factory(
+            name,
+            clusters=clusters,
+            metaStoreConfig=store.config(),
+            secrets={"keyFile": str(key)},
+            fleet={**fleet, "memberId": name},
+            **config,
+        )
+
+    first = member("m1").start()
+    second = member("m2").start()
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    a = collection_on(milvus_a.uri, name, range(100))
+    b = MilvusClient(uri=milvus_b.uri, dedicated=True)
+    ab = f"ab-{uuid.uuid4().hex[:6]}"
+    create_task(first, ab, "a", "b", name)
+    owner_name = wait_until(lambda: task(first, ab)["owner"], 30, "the task's owner")
+    owner, survivor = (first, second) if owner_name == "m1" else (second, first)
+    wait_equal(a, b, name, "id", timeout=120)
+    return FleetTask(owner, survivor, owner_name, name, a, b, ab)
+
+
 def held(daemon, point: str, release: Path) -> None:
     """Wait until the job is held at ``point`` (FAULT_ENV "hold:<point>:<s>:<release>")."""
     wait_until(
@@ -565,31 +614,19 @@ def test_a_failover_waits_for_a_stalled_members_runner_to_lose_its_lease(
     """Two daemons on one etcd metastore; the one running the task stalls (SIGSTOP). A
     failover asked of the other answers only once the stalled member's lease is gone (it runs
     nothing then), and says so; the stalled member, going on, does not run the task again."""
-    from test_fleet import SharedStore
-
-    store = SharedStore("etcd", request)
-    key = tmp_path / "fleet.key"
     lease = 8.0  # well past the pause's former 3 s wait
-
-    def member(name: str):
-        return daemon_factory(
-            name,
-            clusters=clusters,
-            metaStoreConfig=store.config(),
-            secrets={"keyFile": str(key)},
-            fleet={"leaseSeconds": lease, "checkSeconds": 0.5, "memberId": name},
-        )
-
-    first = member("m1").start()
-    second = member("m2").start()
-    name = f"drl_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(first, ab, "a", "b", name)
-    owner_name = wait_until(lambda: task(first, ab)["owner"], 30, "the task's owner")
-    owner, survivor = (first, second) if owner_name == "m1" else (second, first)
-    wait_equal(a, b, name, "id", timeout=120)
+    fleet = fleet_task(
+        daemon_factory,
+        clusters,
+        request,
+        tmp_path,
+        milvus_source,
+        milvus_source_rocksmq,
+        "drl",
+        fleet={"leaseSeconds": lease, "checkSeconds": 0.5},
+    )
+    owner, survivor, owner_name, ab = fleet.owner, fleet.survivor, fleet.owner_name, fleet.task_id
+    a, b = fleet.a, fleet.b
     assert owner.process is not None
     os.kill(owner.process.pid, signal.SIGSTOP)
     try:
@@ -814,31 +851,19 @@ def test_a_fleet_member_takes_over_the_switchover_of_a_member_killed_mid_way(
     """Two daemons on one etcd metastore; the one running the task is killed while its
     switchover drains or verifies: the other, once the dead one is no longer a live member,
     rolls the job back (or finishes it), lifts the fence, and runs the one direction left."""
-    from test_fleet import SharedStore
-
-    store = SharedStore("etcd", request)
-    key = tmp_path / "fleet.key"
-
-    def member(name: str):
-        return daemon_factory(
-            name,
-            clusters=clusters,
-            verify={"settleSeconds": 20},
-            metaStoreConfig=store.config(),
-            secrets={"keyFile": str(key)},
-            fleet={"leaseSeconds": 3.0, "checkSeconds": 0.5, "memberId": name},
-        )
-
-    first = member("m1").start()
-    second = member("m2").start()
-    name = f"drm_{uuid.uuid4().hex[:8]}"
-    a = collection_on(milvus_source.uri, name, range(100))
-    b = MilvusClient(uri=milvus_source_rocksmq.uri, dedicated=True)
-    ab = f"ab-{uuid.uuid4().hex[:6]}"
-    create_task(first, ab, "a", "b", name)
-    owner_name = wait_until(lambda: task(first, ab)["owner"], 30, "the task's owner")
-    owner, survivor = (first, second) if owner_name == "m1" else (second, first)
-    wait_equal(a, b, name, "id", timeout=120)
+    fleet = fleet_task(
+        daemon_factory,
+        clusters,
+        request,
+        tmp_path,
+        milvus_source,
+        milvus_source_rocksmq,
+        "drm",
+        verify={"settleSeconds": 20},
+        fleet={"leaseSeconds": 3.0, "checkSeconds": 0.5},
+    )
+    owner, survivor, owner_name, ab = fleet.owner, fleet.survivor, fleet.owner_name, fleet.task_id
+    name, a, b = fleet.name, fleet.a, fleet.b
     consistent_known(owner, ab)
     elsewhere = survivor.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
     assert elsewhere.code == 409 and owner_name in elsewhere.message, elsewhere.message
