@@ -536,11 +536,13 @@ def test_target_outage_is_retried_and_caught_up(
         target = MilvusClient(uri=uri, dedicated=True)
         try:
             expected = wait_equal(source_client, target, name, "id", timeout=120)
+            # caught up, the lag falls back to the ticks' few seconds (read while the target
+            # is still up: once it goes away again the lag grows again, as it should)
+            wait_until(lambda: task()["progress"]["lag_seconds"] < 10, 60, "lag back down")
         finally:
             target.close()
     assert len(expected) == 300 - 10 and expected[5]["title"] == "upserted"
     assert task()["state"] == "Running"
-    assert task()["progress"]["lag_seconds"] < 30
 
 
 def test_a_rejected_write_fails_only_its_task_with_a_reason(
