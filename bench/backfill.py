@@ -41,7 +41,7 @@ from pymilvus import DataType, MilvusClient  # noqa: E402
 
 from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.sql import SqlMetaStore  # noqa: E402
-from metastore.sql_engine import sqlite_url  # noqa: E402
+from metastore.sql_urls import sqlite_url  # noqa: E402
 from replicator.backfill.job import EXIT_OK, JobOptions, plan_collection, run_job  # noqa: E402
 from replicator.backfill.ranges import range_rows_for  # noqa: E402
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef  # noqa: E402

@@ -31,7 +31,7 @@ from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.etcd import EtcdMetaStore  # noqa: E402
 from metastore.etcd_connect import connect_etcd  # noqa: E402
 from metastore.sql import SqlMetaStore  # noqa: E402
-from metastore.sql_engine import mysql_url_from_source, sqlite_url  # noqa: E402
+from metastore.sql_urls import mysql_url_from_source, sqlite_url  # noqa: E402
 from replicator.config.settings import load_settings  # noqa: E402
 from server.tasks.requests import CreateRequest, parse_model  # noqa: E402
 from server.tasks.spec import validate_create  # noqa: E402

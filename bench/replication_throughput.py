@@ -53,7 +53,7 @@ from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2  # noqa: E402
 
 from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.sql import SqlMetaStore  # noqa: E402
-from metastore.sql_engine import sqlite_url  # noqa: E402
+from metastore.sql_urls import sqlite_url  # noqa: E402
 from replicator.config.task_spec import TaskSpec  # noqa: E402
 from replicator.pipeline.context import TaskContext  # noqa: E402
 from replicator.pipeline.registry import CollectionRegistry  # noqa: E402

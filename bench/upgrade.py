@@ -70,7 +70,7 @@ from metastore.etcd import EtcdMetaStore  # noqa: E402
 from metastore.etcd_connect import connect_etcd  # noqa: E402
 from metastore.sealed import SealedMetaStore  # noqa: E402
 from metastore.sql import SqlMetaStore  # noqa: E402
-from metastore.sql_engine import mysql_url_from_source, sqlite_url  # noqa: E402
+from metastore.sql_urls import mysql_url_from_source, sqlite_url  # noqa: E402
 from replicator.config.secret_keys import KeyFile  # noqa: E402
 from replicator.sources.kafka import decode_offset  # noqa: E402
 

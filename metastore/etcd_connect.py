@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import etcd3
 import grpc
 
+from metastore.etcd_addresses import parse_etcd_address
 from metastore.etcd_login import EtcdLogin
 
 
@@ -23,21 +23,6 @@ class EtcdTls:
     ca_cert_path: str = ""
     cert_path: str = ""
     key_path: str = ""
-
-
-def parse_etcd_address(address: str) -> tuple[str, int, bool]:
-    """``http://host:port``, ``https://host:port`` or ``host:port`` -> (host, port, secure)."""
-    text = address.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"etcd address {address!r} is not http(s)://host:port")
-    try:
-        port = parts.port or 2379
-    except ValueError as exc:
-        raise ValueError(f"etcd address {address!r} has an invalid port") from exc
-    return parts.hostname, port, parts.scheme == "https"
 
 
 def connect_etcd(

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import grpc
 
-from metastore.etcd_connect import EtcdTls, parse_etcd_address
+from metastore.etcd_addresses import parse_etcd_address
+from metastore.etcd_connect import EtcdTls
 from metastore.tls_probe import ConnectProblem, handshake_problem
 
 # etcd's answers that turn a client away (the rest: it was not reached, or did not answer)

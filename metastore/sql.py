@@ -57,7 +57,7 @@ from metastore.errors import (
     TaskExistsError,
     TaskNotFoundError,
 )
-from metastore.sql_engine import brief_error, make_engine, mysql_where
+from metastore.sql_engine import brief_error, make_engine
 from metastore.sql_schema import (
     create_schema,
     leases_table,
@@ -71,6 +71,7 @@ from metastore.sql_schema import (
     task_from_row,
     tasks_table,
 )
+from metastore.sql_urls import mysql_where
 
 
 class SqlMetaStore:

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -54,6 +54,43 @@ def _serve(
         yield service
 
 
+# The URIs of the session's Milvus servers that are up: what a test creates on them is dropped
+# when it ends (harness/collection_sweep.py says why).
+SHARED_MILVUS: dict[str, None] = {}
+
+
+class _HasUri(Protocol):
+    uri: str
+
+
+S = TypeVar("S", bound=_HasUri)
+
+
+def _shared(served: Iterator[S]) -> Iterator[S]:
+    for service in served:
+        SHARED_MILVUS[service.uri] = None
+        try:
+            yield service
+        finally:
+            SHARED_MILVUS.pop(service.uri, None)
+
+
+# The fixtures through which a test reaches them: the servers', and the ones that ask for a
+# server when they run ("target": e2e/conftest.py, "env": test_stream_ddl_apply.py)
+MILVUS_FIXTURES = {"milvus_source", "milvus_source_rocksmq", "milvus_lite_service", "target", "env"}
+
+
+@pytest.fixture(autouse=True)
+def _drop_what_the_test_created(request: pytest.FixtureRequest) -> Iterator[None]:
+    if MILVUS_FIXTURES.isdisjoint(request.fixturenames):
+        yield
+        return
+    from harness.collection_sweep import sweeping
+
+    with sweeping(lambda: list(SHARED_MILVUS)):
+        yield
+
+
 @pytest.fixture(scope="session")
 def etcd_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.EtcdService]:
     yield from _serve(services.etcd_server, tmp_path_factory, "etcd")
@@ -70,7 +107,7 @@ def mariadb_service(
 def milvus_lite_service(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[services.MilvusLiteService]:
-    yield from _serve(services.milvus_lite_server, tmp_path_factory, "milvus-lite")
+    yield from _shared(_serve(services.milvus_lite_server, tmp_path_factory, "milvus-lite"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +123,7 @@ def store_opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     from metastore.etcd import EtcdMetaStore
     from metastore.etcd_connect import connect_etcd
     from metastore.sql import SqlMetaStore
-    from metastore.sql_engine import mysql_url_from_source, sqlite_url
+    from metastore.sql_urls import mysql_url_from_source, sqlite_url
 
     backend = request.param
     if backend == "sqlite":
@@ -205,7 +242,7 @@ def milvus_source(
     def factory(workdir: Path) -> AbstractContextManager[MilvusSource]:
         return start_milvus_source(workdir, etcd_service.endpoint, kafka_mock.bootstrap)
 
-    yield from _serve(factory, tmp_path_factory, "milvus-source")
+    yield from _shared(_serve(factory, tmp_path_factory, "milvus-source"))
 
 
 @pytest.fixture(scope="session")
@@ -223,7 +260,7 @@ def milvus_source_rocksmq(
     def factory(workdir: Path) -> AbstractContextManager[MilvusSource]:
         return start(workdir, etcd_service.endpoint, root_path=root)
 
-    yield from _serve(factory, tmp_path_factory, "milvus-rocksmq")
+    yield from _shared(_serve(factory, tmp_path_factory, "milvus-rocksmq"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from metastore.etcd_connect import parse_etcd_address
-from metastore.sql_engine import mysql_url_from_source
+from metastore.etcd_addresses import parse_etcd_address
+from metastore.sql_urls import mysql_url_from_source
 from replicator.config.milvus_endpoint import SourceMilvusSettings
 from replicator.config.section import ConfigSection
 

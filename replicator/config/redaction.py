@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from pydantic import BaseModel, SecretStr
-from sqlalchemy.engine import make_url
 
-from metastore.sql_engine import mysql_url_from_source
+from metastore.sql_urls import mysql_url_from_source
 from replicator.config.connections import MetaStoreSettings
 from replicator.config.settings import CLIENT_ENV, ENV_PREFIX, CdcSettings
 
@@ -61,9 +60,11 @@ def secret_values(node: Any) -> list[str]:
         for item in node.values():
             found.extend(secret_values(item))
     if isinstance(node, MetaStoreSettings) and node.mysqlSourceUrl.get_secret_value():
-        url = make_url(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value()))
-        if url.password:
-            found.extend([str(url.password), quote(str(url.password), safe="")])
+        # read without SQLAlchemy: `milvus-cdc task ...` reads the settings and loads no driver
+        quoted = urlsplit(mysql_url_from_source(node.mysqlSourceUrl.get_secret_value())).password
+        if quoted:
+            password = unquote(quoted)
+            found.extend([password, quote(password, safe="")])
     return [s for s in found if s]
 
 

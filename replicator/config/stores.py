@@ -15,14 +15,14 @@ from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
-    from metastore.sql_engine import sqlite_url
+    from metastore.sql_urls import sqlite_url
 
     return SqlMetaStore(sqlite_url(config.sqlitePath), config.rootPath)
 
 
 def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
-    from metastore.sql_engine import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
     return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
@@ -82,7 +82,7 @@ def describe_metastore(config: MetaStoreSettings) -> str:
     if config.storeType == "etcd":
         urls = endpoint_urls(config.etcd.address, etcd_tls_of(config.etcd))
         return f"etcd at {', '.join(urls)} (rootPath {config.rootPath})"
-    from metastore.sql_engine import mysql_url_from_source, mysql_where
+    from metastore.sql_urls import mysql_url_from_source, mysql_where
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
     return f"{mysql_where(url)} (rootPath {config.rootPath})"

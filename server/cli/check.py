@@ -63,22 +63,6 @@ class CheckFailedError(Exception):
     """A check's failure, with what to show."""
 
 
-def add_check_parser(commands: Any) -> None:
-    check = commands.add_parser(
-        "check", help="check that the source etcd, the source queue and targets answer"
-    )
-    check.add_argument("--config", metavar="PATH", help="configuration file")
-    check.add_argument("--target", metavar="URI", help="a target Milvus, http://host:19530")
-    check.add_argument("--username", help="user for --target (with --password-env)")
-    check.add_argument("--password-env", metavar="VAR", help="environment variable with it")
-    check.add_argument("--token-env", metavar="VAR", help="environment variable with a token")
-    check.add_argument(
-        "--task", action="append", metavar="TASK_ID", help="check this stored task's target"
-    )
-    check.add_argument("--timeout", type=float, default=5.0, help="seconds per check (default 5)")
-    check.add_argument("--json", action="store_true", help="print the results as JSON")
-
-
 # --- the checks (blocking; each runs in a thread under the timeout) ------------------------------
 def check_metastore(settings: CdcSettings) -> tuple[str, str]:
     config = settings.metaStoreConfig

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from metastore import MetaStoreError
 from metastore.keyring import KeyRing
@@ -25,16 +25,6 @@ from metastore.sealed import ResealReport
 from replicator.config.secret_keys import KeyFile, open_task_store, write_key_file
 from replicator.config.settings import CdcSettings
 from server.cli.client import CliError
-
-
-def add_secrets_parser(commands: Any) -> None:
-    secrets = commands.add_parser("secrets", help="the key that encrypts stored secrets")
-    actions = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
-    rotate = actions.add_parser("rotate", help="encrypt every stored secret with a new key")
-    rotate.add_argument("--config", metavar="PATH", help="configuration file")
-    rotate.add_argument(
-        "--keep-old", action="store_true", help="keep the old keys in the key file afterwards"
-    )
 
 
 def run_secrets_command(args: argparse.Namespace, settings: CdcSettings, out: TextIO) -> int:

@@ -77,7 +77,7 @@ class SharedStore:
 
             return EtcdMetaStore(connect_etcd([f"http://{self.host}:{self.port}"]), self.root)
         from metastore.sql import SqlMetaStore
-        from metastore.sql_engine import mysql_url_from_source
+        from metastore.sql_urls import mysql_url_from_source
 
         return SqlMetaStore(mysql_url_from_source(self.config()["mysqlSourceUrl"]), self.root)
 

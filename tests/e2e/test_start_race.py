@@ -14,7 +14,7 @@ from pymilvus import MilvusClient
 
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.codec.streaming import decode_any
 from replicator.config.connections import EtcdSettings
 from replicator.config.stores import etcd_client_for

@@ -28,7 +28,7 @@ from metastore.etcd_connect import connect_etcd
 from metastore.format import STORE_FORMAT
 from metastore.sealed import SealedMetaStore
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.release import RELEASE
 from replicator.config.secret_keys import KeyFile
 from replicator.sources.kafka import decode_offset

@@ -18,7 +18,7 @@ from harness.streaming_writer import KafkaSink
 from pymilvus import MilvusClient
 
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.codec import streaming_headers as sh
 from tests.e2e.test_streaming_source import (
     Stream,

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from metastore import Position
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 
 pytestmark = pytest.mark.integration
 

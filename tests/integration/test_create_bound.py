@@ -28,7 +28,7 @@ from rocksdict import Options, Rdict
 from metastore import Position, TaskRecord, TaskState
 from metastore.fenced import Fence, FencedStore
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.settings import load_settings
 from replicator.errors import SourceUnavailableError
 from replicator.pipeline.runner import ReplicationRunner, RunnerContext

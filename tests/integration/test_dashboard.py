@@ -158,7 +158,7 @@ async def test_dashboard_shows_the_reason_of_a_failed_task(
     """A task stored as Failed (as the supervisor leaves it) shows its reason as the last error."""
     from metastore import TaskState
     from metastore.sql import SqlMetaStore
-    from metastore.sql_engine import sqlite_url
+    from metastore.sql_urls import sqlite_url
 
     daemon = daemon_factory(scheduler={"retry": {"enabled": False}}).start()
     body = create_body(milvus_lite_service, task_id="dash-f", disable_auto_start=True)

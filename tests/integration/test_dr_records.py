@@ -13,7 +13,7 @@ from harness.services import wait_until
 
 from metastore import TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.connections import SourceSettings
 from server.dr.fence import EtcdQuotaFence
 from server.dr.pair import FenceHold, PairStore

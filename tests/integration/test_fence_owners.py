@@ -14,7 +14,7 @@ import etcd3
 import pytest
 
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FenceError
 from server.dr.fence_owners import PairFences

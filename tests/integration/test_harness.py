@@ -76,3 +76,37 @@ def test_milvus_lite_collection_roundtrip(milvus_lite_service) -> None:
         assert collection not in client.list_collections()
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("server", ["milvus_source_rocksmq", "milvus_lite_service"])
+def test_what_a_test_creates_on_a_shared_milvus_is_dropped_when_it_ends(request, server) -> None:
+    """harness/collection_sweep.py: collections (aliased ones too) and databases made during
+    a test go; what was there before stays."""
+    from harness.collection_sweep import Server, snapshot, sweeping
+    from pymilvus import MilvusClient
+
+    uri = request.getfixturevalue(server).uri
+    client, shared = MilvusClient(uri=uri, dedicated=True), Server(uri)
+    try:
+        kept = _name("kept")
+        client.create_collection(kept, dimension=4)
+        made, aliased = _name("made"), _name("aliased")
+        databases = server != "milvus_lite_service"  # Milvus Lite has the default one only
+        database = _name("db")
+        with sweeping(lambda: [uri]):
+            client.create_collection(made, dimension=4)
+            client.create_collection(aliased, dimension=4)
+            client.create_alias(aliased, _name("alias"))
+            if databases:
+                client.create_database(database)
+                shared.client(database).create_collection(made, dimension=4)
+            during = snapshot(shared)
+            assert {made, aliased, kept} <= during["default"]
+            assert not databases or during[database] == {made}
+        after = snapshot(shared)
+        assert kept in after["default"] and not {made, aliased} & after["default"]
+        assert database not in after
+        client.drop_collection(kept)
+    finally:
+        client.close()
+        shared.close()

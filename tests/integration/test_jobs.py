@@ -14,7 +14,7 @@ from harness.task_bodies import create_body
 
 from metastore import TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.daemon import RetrySettings
 from replicator.config.settings import load_settings
 from server.runtime.jobs import TransientRetrier

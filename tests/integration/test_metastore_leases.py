@@ -190,7 +190,7 @@ def test_a_mysql_daemon_cut_off_inside_a_transaction_does_not_keep_its_task_lock
     from sqlalchemy import text
 
     from metastore.sql import SqlMetaStore
-    from metastore.sql_engine import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source
 
     service = mariadb_service
     direct = mysql_url_from_source(service.go_dsn)

@@ -13,7 +13,7 @@ from harness.tls import Pki, make_test_pki
 
 from metastore import MetaStoreUnavailableError
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import mysql_url_from_source
+from metastore.sql_urls import mysql_url_from_source
 from replicator.config.connections import MetaStoreSettings
 from replicator.config.stores import describe_metastore, open_metastore
 

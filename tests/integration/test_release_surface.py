@@ -16,7 +16,7 @@ from harness.installed import daemon_command
 from metastore import StoreFormat, TaskRecord, TaskState
 from metastore.format import STORE_FORMAT
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.release import RELEASE
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from harness.task_bodies import create_body
 from metastore import Position
 from metastore.format import STORE_FORMAT
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.release import RELEASE
 from server.http.openapi import openapi_document
 

@@ -17,7 +17,7 @@ from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
 from metastore.format import MIGRATIONS, STORE_FORMAT, Migration
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.release import RELEASE
 from replicator.config.settings import load_settings
 from server.runtime import jobs as jobs_module

@@ -28,7 +28,7 @@ from metastore.sealed import (
     secrets_problem,
 )
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from metastore.format import STORE_FORMAT, check_readable, migrate_store
 from metastore.keyring import is_sealed
 from metastore.sealed import SealedMetaStore
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import mysql_url_from_source, sqlite_url
+from metastore.sql_urls import mysql_url_from_source, sqlite_url
 from replicator.config.release import RELEASE
 from replicator.config.task_spec import TaskSpec
 from replicator.sources.kafka import decode_offset

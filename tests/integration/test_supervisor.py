@@ -14,7 +14,7 @@ from metastore import TaskState
 from metastore.keyring import KeyRing
 from metastore.sealed import MissingKeys, SealedMetaStore
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.daemon import FleetSettings
 from replicator.config.settings import load_settings
 from server.tasks.requests import CreateRequest, parse_model

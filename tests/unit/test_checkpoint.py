@@ -27,7 +27,7 @@ from metastore import (
     TaskState,
 )
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.errors import TargetUnavailableError
 from replicator.events import Delete, Insert
 from replicator.pipeline import checkpoint as checkpoint_module

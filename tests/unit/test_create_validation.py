@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metastore.sql_engine import mysql_url_from_source
+from metastore.sql_urls import mysql_url_from_source
 from replicator.config.settings import load_settings
 from replicator.config.task_spec import TaskSpec, target_identity
 from replicator.pipeline.selection import TaskSelection, selections_overlap

@@ -310,7 +310,7 @@ def test_compose_daemon_environment_is_a_valid_configuration(compose):
     environment = {k: str(v) for k, v in services["milvus-cdc"]["environment"].items()}
     settings = load_settings(None, environment)  # unknown keys or bad values raise here
     assert settings.metaStoreConfig.storeType == "mysql"
-    from metastore.sql_engine import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source
 
     url = mysql_url_from_source(settings.metaStoreConfig.mysqlSourceUrl.get_secret_value())
     assert "@mysql:3306/" in str(url) and "milvus_cdc" in str(url)

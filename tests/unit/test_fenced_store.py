@@ -11,7 +11,7 @@ from metastore import Position, TaskRecord, TaskState
 from metastore.errors import FencedError
 from metastore.fenced import Fence, FencedStore, LeaseClock
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 
 
 def test_writes_refused_after_revoke_reads_allowed(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("metastore", "replicator", "server")
 LAYER = {"metastore": 0, "replicator": 1, "server": 2}
 ROOT_MODULES = ("server.app", "server.daemon", "server.__main__")
-# the entry points that start the composition root: ``milvus-cdc serve``, ``python -m server``
-ENTRY_POINTS = (*ROOT_MODULES, "server.cli.main")
+# the entry points that start the composition root: ``milvus-cdc serve`` (server.cli.serve),
+# ``python -m server``
+ENTRY_POINTS = (*ROOT_MODULES, "server.cli.serve")
 # packages the task lifecycle must not import: they drive it, it does not know them
 ABOVE_TASKS = ("server.dr", "server.http", "server.cli", "server.runtime", "server.demo")
 

@@ -10,7 +10,7 @@ import pytest
 
 from metastore import TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.config.settings import CdcSettings, unused_settings
 from server.errors import BadRequestError
 from server.tasks.engine import make_runner_factory

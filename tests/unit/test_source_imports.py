@@ -17,7 +17,7 @@ import pytest
 
 from metastore import TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.backfill.state import BackfillJob
 from replicator.codec.wire import encode_varint
 from replicator.meta.imports import (

@@ -12,7 +12,7 @@ import pytest
 
 from metastore import Position, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
-from metastore.sql_engine import sqlite_url
+from metastore.sql_urls import sqlite_url
 from replicator.backfill.ranges import cut_ranges
 from replicator.compare.gate import applied_ts, now_ts, wait_applied
 from replicator.compare.job import sample_ranges
