@@ -43,13 +43,16 @@ def _consumer(bootstrap: str) -> Any:
 
 
 def _read_partition(bootstrap: str, topic: str, start: int = 0, timeout: float = 20.0) -> list[Any]:
-    """Every record of `topic` partition 0 from offset `start` up to the current high
+    """Every record of `topic` partition 0 from offset `start` (or the oldest one the broker
+    still holds: the librdkafka mock drops a partition's oldest message sets beyond its size
+    limit, and the session's Milvus writes these topics all along) up to the current high
     watermark, read with assign + offset (no group subscription)."""
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(bootstrap)
     try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        start = max(start, low)
         consumer.assign([TopicPartition(topic, 0, start)])
         records: list[Any] = []
         deadline = time.monotonic() + timeout

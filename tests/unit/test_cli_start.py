@@ -4,6 +4,7 @@ imports a command's work when it runs)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -12,8 +13,15 @@ HEAVY = ("pymilvus", "pandas", "sqlalchemy", "aiohttp", "grpc", "confluent_kafka
 
 def loaded_after(code: str) -> set[str]:
     probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    # the settings read CDC_* variables: the suite's own (CDC_TEST_*) are no settings
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
     )
     return set(done.stdout.split())
 
