@@ -5,7 +5,7 @@
 # the daemon as a virtualenv install runs it), then lint, types, and every test —
 # unit, integration (real etcd, MariaDB, Milvus Lite started on free loopback ports) and e2e.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
-# The tests run in two pytest-xdist workers (CDC_TEST_WORKERS, default 2; 0 runs them in this
+# The tests run in three pytest-xdist workers (CDC_TEST_WORKERS, default 3; 0 runs them in this
 # one process), the tests of the files that run Spark one after the other in one worker and every
 # other test in whichever worker is free (tests/conftest.py), each worker with its own services
 # (etcd, MariaDB, Kafka mock, Milvus) on free ports. With workers, CDC_TEST_TIME_SCALE (default
@@ -24,7 +24,7 @@ echo "== mypy"
 "$python" -m mypy
 echo "== pytest"
 export no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
-workers="${CDC_TEST_WORKERS:-2}"
+workers="${CDC_TEST_WORKERS:-3}"
 if [ "$workers" != 0 ]; then
     export CDC_TEST_TIME_SCALE="${CDC_TEST_TIME_SCALE:-2}"
 fi
