@@ -161,7 +161,9 @@ def report(results: list[WalkResult], command: str, began: datetime, total: floa
         lines += [
             f"Export keys compared with their failover's target (over all checks): "
             f"{r.export_keys_compared}, of which the writer had retried there (a batch the lost "
-            f"cluster did not acknowledge): {r.export_keys_retried}",
+            f"cluster did not acknowledge): {r.export_keys_retried}; marked maybe_on_target: "
+            f"{r.export_keys_in_doubt}, of which on the target: "
+            f"{r.export_keys_in_doubt_on_target}",
             "",
         ]
         lines += [s.line() for s in r.steps]

@@ -275,9 +275,12 @@ class WalkResult:
     failure: InvariantError | None = None  # the first
     failures: list[InvariantError] = field(default_factory=list)  # every one (keep_going)
     # export_disjoint_from_target: keys of exports compared with a read of their target (summed
-    # over the checks: 0 means no export had an insert), and of those the writer retried there
+    # over the checks: 0 means no export had an insert), of those the writer retried there, and
+    # those marked maybe_on_target (a write cut off when the task stopped) and found on it
     export_keys_compared: int = 0
     export_keys_retried: int = 0
+    export_keys_in_doubt: int = 0
+    export_keys_in_doubt_on_target: int = 0
     seconds: float = 0.0
 
 
@@ -1054,6 +1057,8 @@ class Walk:
                     if k >= FIRST_ROWS and (k not in acked or acked[k].cluster != f.lost)
                 }
                 self.result.export_keys_retried += len(retried)
+                self.result.export_keys_in_doubt += len(f.in_doubt)
+                self.result.export_keys_in_doubt_on_target += len(both & f.in_doubt)
                 twice = both - retried - f.in_doubt - self._excused.get(flow.name, set())
                 if twice:
                     self._named[flow.name] = twice

@@ -114,11 +114,15 @@ def test_disjoint_exports_hold_and_retries_and_maybe_on_target_lines_are_not_dou
     ack(walk, range(FIRST + 25, FIRST + 30), "b", KILLED + 3)
     ack(walk, range(FIRST + 30, FIRST + 35), "b", KILLED + 4)
     exported = [*range(FIRST + 15, FIRST + 30)]
-    in_doubt = set(range(FIRST + 15, FIRST + 20))  # a write cut off: may be on the target
+    # a write cut off: may be on the target (it holds the first 5 of these 7)
+    in_doubt = set(range(FIRST + 15, FIRST + 22))
     failover(walk, export_file(tmp_path, exported, in_doubt), counted=len(exported))
     assert walk._export_disjoint_from_target() == ""
     assert walk.result.export_keys_compared == 15
     assert walk.result.export_keys_retried == 5
+    # the maybe_on_target lines are counted, and so are those the target does hold
+    assert walk.result.export_keys_in_doubt == 7
+    assert walk.result.export_keys_in_doubt_on_target == 5
 
 
 def test_an_export_file_that_does_not_say_what_the_answer_counted_breaks_it(
