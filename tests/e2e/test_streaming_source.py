@@ -374,8 +374,13 @@ def test_an_idle_pchannel_stalls_nothing_and_shows_no_lag(
     wait_rows(target_client, name, {pk: f"row-{pk}" for pk in range(300)})
     progress = task_view(daemon, task_id)["progress"]
     assert stream.pchannel(2) in {c["channel"] for c in progress["channels"]}
-    assert progress["lag_seconds"] is not None
-    assert progress["lag_seconds"] < 2.5, progress
+    # p2's last tick is over 3 s old and stays so: a lag counted from it would never fall under
+    # 2.5 s. Polled, since a loaded machine can take that long to show p0 and p1 caught up.
+    wait_until(
+        lambda: task_view(daemon, task_id)["progress"]["lag_seconds"] < 2.5,
+        30,
+        "the task shows no lag with p2 idle (lag_seconds under 2.5)",
+    )
 
 
 def test_an_encrypted_record_stops_the_task_with_a_reason(

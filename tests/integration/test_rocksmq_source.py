@@ -360,7 +360,8 @@ def test_empty_channel_returns_nothing_within_the_timeout(
         started = time.monotonic()
         assert reader.read_batch(100, 0.5) == []
         elapsed = time.monotonic() - started
-        assert 0.45 <= elapsed < 2.0, elapsed
+        # it waits the timeout, and does not block beyond it (a loaded machine adds seconds)
+        assert 0.45 <= elapsed < 10.0, elapsed
         assert reader.read_batch(100, 0.0) == []
     finally:
         reader.close()
