@@ -376,7 +376,11 @@ class StreamDdlApplier:
         re-creating needs is read before anything changes and kept until the truncate is
         done: a truncate that fails half-way (Milvus Lite under load: "Directory not empty"),
         leaving the collection gone, is applied again from it when the record is read again,
-        instead of failing the task on a collection it can no longer describe."""
+        instead of failing the task on a collection it can no longer describe. (Lite 3.2
+        fails that way when a reader queries the collection during its truncate: the query
+        re-opens it, and what it writes can leave a directory behind that makes every later
+        create fail "File exists"; the channel then retries, showing that error, until an
+        operator removes the directory.)"""
         collection = self._collection(op)
         if collection is None:
             return Outcome("not_selected", "truncate")

@@ -343,6 +343,14 @@ def test_2_6_ddl_indexes_load_aliases_properties_and_truncate(
     w.insert(vchannels[0], coll, range(1000, 1010))
     w.insert(vchannels[1], coll, range(1010, 1030))
     stream.tick_all()
+    # the target is read only once the truncate is applied: Milvus Lite 3.2 re-opens a
+    # collection a query names while its truncate deletes the directory, which then fails
+    # "Directory not empty" and leaves a directory no later create can use ("File exists")
+    wait_until(
+        lambda: f"TruncateCollection: applied truncate default.{name}" in daemon.log_text(),
+        90,
+        "the daemon applied the truncate",
+    )
     wait_rows(target_milvus, name, after, daemon=daemon)
     assert alias in target_milvus.list_aliases(name)["aliases"]
     assert task_view(daemon, task_id)["state"] == "Running"
