@@ -29,9 +29,11 @@ FETCH_WAIT_MS = 500
 
 
 # librdkafka's errors that say the brokers answer but turn this client away, and the timing it
-# appends to their text (dropped: the reason reads the same at every attempt)
+# appends to their text, with the count of repeats it did not report (rdkafka_broker.c: " (after
+# 2ms in state SSL_HANDSHAKE, 1 identical error(s) suppressed)"), dropped: the reason reads
+# the same at every attempt
 _REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
-_TIMING = re.compile(r" \(after \d+ms in state \w+\)$")
+_TIMING = re.compile(r" \(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)$")
 
 
 class BrokerRefusals:
