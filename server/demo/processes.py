@@ -28,6 +28,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -192,13 +193,46 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, child: Chi
         time.sleep(0.3)
 
 
+# Listeners' ports are chosen at or above this and below the kernel's range for the local ports
+# of outgoing connections: a port the kernel hands out as ephemeral (port 0) can be taken by
+# any connection made between the choice and the server's bind, which Milvus 2.3 then fails
+# with "bind: address already in use" and a panic (it binds a dozen ports at start).
+LISTEN_PORTS_FROM = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports_start() -> int:
+    """The first port of the kernel's ephemeral range (0 where it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on every interface (Milvus listens on all), held together
+    while chosen. Random ones between ``LISTEN_PORTS_FROM`` and the ephemeral range where there
+    is room (random: several test workers or demos choose at once); else the kernel's."""
+    chooser = random.SystemRandom()  # never a seeded global state two processes share
+    start = ephemeral_ports_start()
+    candidates = list(range(LISTEN_PORTS_FROM, start)) if start > LISTEN_PORTS_FROM else []
+    chooser.shuffle(candidates)
     socks: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for port in candidates:
+            if len(socks) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("", port))
+            except OSError:
+                sock.close()  # in use, or in TIME_WAIT
+                continue
+            socks.append(sock)
+        while len(socks) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
-            sock.bind((LOOPBACK, 0))
+            sock.bind(("", 0))
         return [sock.getsockname()[1] for sock in socks]
     finally:
         for sock in socks:

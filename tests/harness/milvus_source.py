@@ -25,7 +25,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 from harness.services import (
     LOOPBACK,
     MissingBinaryError,
+    ServiceStartError,
     _free_ports,
     _port_open,
     _running,
@@ -290,6 +291,45 @@ def _serving(prepared: _Prepared, startup_timeout: float) -> Iterator[MilvusSour
                 log.write(f"[harness] milvus pid {started.pid} exit code {started.returncode}\n")
 
 
+PORT_ATTEMPTS = 3
+PORT_TAKEN = "bind: address already in use"
+
+
+@contextlib.contextmanager
+def _serving_on_free_ports(
+    prepare: Callable[[], _Prepared], startup_timeout: float
+) -> Iterator[MilvusSource]:
+    """``_serving`` of what ``prepare`` makes, prepared again on other ports when one of the
+    chosen ports was taken by another process of the machine before Milvus bound it: found by
+    the wheel's check of each port when it writes the configuration, or by Milvus itself,
+    which then panics at start ("bind: address already in use")."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            prepared = prepare()
+        except RuntimeError as exc:  # the wheel: "set proxy_port=..., but bind failed"
+            if "bind failed" not in str(exc) or attempt == PORT_ATTEMPTS:
+                raise
+            continue
+        log_path = prepared.source.log_path
+        logged = log_path.stat().st_size if log_path.exists() else 0
+        stack = contextlib.ExitStack()
+        try:
+            source = stack.enter_context(_serving(prepared, startup_timeout))
+        except ServiceStartError:
+            stack.close()
+            with open(log_path, "rb") as log:
+                log.seek(logged)
+                taken = PORT_TAKEN.encode() in log.read()
+            if not taken or attempt == PORT_ATTEMPTS:
+                raise
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[harness] a port was taken before milvus bound it: try {attempt + 1}\n")
+            continue
+        with stack:
+            yield source
+        return
+
+
 class RestartableMilvus:
     """A Milvus 2.3.5 standalone that can be killed (``SIGKILL``, as a lost cluster) and started
     again on the same ports, data directory, etcd root and queue, so clients and the daemon's
@@ -385,18 +425,21 @@ def milvus_source(
     on the Kafka at `kafka_bootstrap` in topics named after `chan_prefix` (default: root_path).
     `bin_cache` is where the unpacked binary is kept (default ~/.cache/milvus-cdc-tests, or
     $MILVUS_CDC_TEST_CACHE); `settings` and `client` as for milvus_source_rocksmq()."""
-    prepared = _prepare_standalone(
-        workdir,
-        etcd_endpoint,
-        mq_type="kafka",
-        kafka_bootstrap=kafka_bootstrap,
-        root_path=root_path,
-        chan_prefix=chan_prefix,
-        bin_cache=bin_cache,
-        settings=settings,
-        client=client,
-    )
-    with _serving(prepared, startup_timeout) as source:
+
+    def prepare() -> _Prepared:
+        return _prepare_standalone(
+            workdir,
+            etcd_endpoint,
+            mq_type="kafka",
+            kafka_bootstrap=kafka_bootstrap,
+            root_path=root_path,
+            chan_prefix=chan_prefix,
+            bin_cache=bin_cache,
+            settings=settings,
+            client=client,
+        )
+
+    with _serving_on_free_ports(prepare, startup_timeout) as source:
         yield source
 
 
@@ -414,16 +457,19 @@ def milvus_source_rocksmq(
 ) -> Iterator[MilvusSource]:
     """As milvus_source(), with the WAL in RocksMQ at `<workdir>/data/rocksmq` (its metadata
     RocksDB beside it, `..._meta_kv`); the result's rocksmq_path names it."""
-    prepared = _prepare_standalone(
-        workdir,
-        etcd_endpoint,
-        mq_type="rocksmq",
-        kafka_bootstrap=None,
-        root_path=root_path,
-        chan_prefix=chan_prefix,
-        bin_cache=bin_cache,
-        settings=settings,
-        client=client,
-    )
-    with _serving(prepared, startup_timeout) as source:
+
+    def prepare() -> _Prepared:
+        return _prepare_standalone(
+            workdir,
+            etcd_endpoint,
+            mq_type="rocksmq",
+            kafka_bootstrap=None,
+            root_path=root_path,
+            chan_prefix=chan_prefix,
+            bin_cache=bin_cache,
+            settings=settings,
+            client=client,
+        )
+
+    with _serving_on_free_ports(prepare, startup_timeout) as source:
         yield source

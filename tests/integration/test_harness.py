@@ -110,3 +110,46 @@ def test_what_a_test_creates_on_a_shared_milvus_is_dropped_when_it_ends(request,
     finally:
         client.close()
         shared.close()
+
+
+def test_a_milvus_whose_port_was_taken_before_it_bound_starts_on_other_ports(
+    etcd_service, tmp_path, monkeypatch
+) -> None:
+    """Milvus 2.3 panics at start when one of its ports is taken between the harness's choice
+    and its bind (seen once in a full run: "bind: address already in use"); the harness then
+    prepares it again on other ports."""
+    import socket
+
+    from harness import milvus_source as module
+    from pymilvus import MilvusClient
+
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tried: list[dict[str, int]] = []
+    real = module._serving
+
+    def first_port_taken(prepared, startup_timeout):
+        if not tried:  # another process binds a port after the choice, before Milvus does
+            squatter.bind(("", prepared.source.ports["data_coord_port"]))
+            squatter.listen()
+        tried.append(dict(prepared.source.ports))
+        return real(prepared, startup_timeout)
+
+    monkeypatch.setattr(module, "_serving", first_port_taken)
+    root = f"taken-{uuid.uuid4().hex[:8]}"
+    try:
+        with module.milvus_source_rocksmq(
+            tmp_path / "milvus", etcd_service.endpoint, root_path=root
+        ) as src:
+            client = MilvusClient(uri=src.uri, timeout=30, dedicated=True)
+            try:
+                assert client.list_collections() == []
+            finally:
+                client.close()
+            assert src.ports == tried[-1]
+    finally:
+        squatter.close()
+    assert len(tried) == 2, tried
+    assert tried[0] != tried[1]
+    log = (tmp_path / "milvus" / "milvus.log").read_text()
+    assert module.PORT_TAKEN in log
+    assert "[harness] a port was taken before milvus bound it: try 2" in log
