@@ -215,8 +215,8 @@ def free_ports(count: int) -> list[int]:
     is room (random: several test workers or demos choose at once); else the kernel's."""
     chooser = random.SystemRandom()  # never a seeded global state two processes share
     start = ephemeral_ports_start()
-    candidates = list(range(LISTEN_PORTS_FROM, start)) if start > LISTEN_PORTS_FROM else []
-    chooser.shuffle(candidates)
+    room = range(LISTEN_PORTS_FROM, start) if start > LISTEN_PORTS_FROM else range(0)
+    candidates = chooser.sample(room, min(len(room), 4 * count + 64))
     socks: list[socket.socket] = []
     try:
         for port in candidates:

@@ -10,6 +10,7 @@ that importing this module stays cheap.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -99,19 +100,27 @@ class MilvusLiteService:
 # Generic helpers
 
 
+# the ports this process handed out lately: a server given one may not have bound it yet, so
+# it is not handed out again (a full run once gave two daemons of one fleet the same port)
+_GIVEN: collections.deque[int] = collections.deque(maxlen=2000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port free on every interface right now, not handed out lately."""
+    return _free_ports(1)[0]
 
 
 def _free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (held together while chosen, so they differ)."""
+    """Distinct free ports (held together while chosen, so they differ; see
+    ``server.demo.free_ports``), none handed out lately by this process."""
     from server.demo import free_ports
 
-    return free_ports(count)
+    given = set(_GIVEN)
+    while True:
+        ports = free_ports(count)
+        if not given.intersection(ports):
+            _GIVEN.extend(ports)
+            return ports
 
 
 def log_tail(path: Path, lines: int = 40, max_bytes: int = 16384) -> str:

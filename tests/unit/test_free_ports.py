@@ -40,3 +40,11 @@ def test_two_choices_differ() -> None:
     # random among about 12,000 ports, not the kernel's next ones: two processes choosing at
     # once rarely pick the same
     assert free_ports(16) != free_ports(16)
+
+
+def test_the_harness_never_hands_out_a_port_twice_in_a_row() -> None:
+    # a daemon given a port may not have bound it when the next one is chosen
+    from harness.services import _free_ports, free_port
+
+    given = [free_port() for _ in range(300)] + _free_ports(200)
+    assert len(set(given)) == 500
