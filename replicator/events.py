@@ -23,6 +23,9 @@ class RawRecord:
     properties: dict[str, str] = field(default_factory=dict)
     # The backend's own order of the record on its channel (Kafka offset, RocksMQ id).
     offset: int = 0
+    # When the WAL took the record (Kafka's message timestamp), seconds since the epoch; 0.0
+    # when the backend does not say. Only measured against (the daemon's part of the lag).
+    appended_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from replicator.pipeline.save_budget import IDLE_SAVE_SECONDS, IDLE_SAVES
 from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
 from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
+from replicator.pipeline.timings import Releases
 from replicator.pipeline.wal_switch import SwitchFollower
 from replicator.sources.base import ChannelReader, WalSource
 from replicator.sources.idle_reader import IdleReader
@@ -74,6 +75,7 @@ class _Read:
     commit_at: bytes | None = None  # the position once ``ready`` is on the target
     applied_to: int = 0  # the source time applied once ``ready`` is written
     changed: bool = False  # DDL or control applied: save the position
+    releases: Releases = field(default_factory=Releases)  # for the daemon's own lag part
 
 
 def commit_action(
@@ -205,6 +207,14 @@ class ChannelWorker:
             if action is not None:
                 committed = self._write(*action, more=backlog)
                 last_save = time.monotonic()
+                if action[0] and committed:
+                    written_at = self.checkpoint.written_at
+                    read.releases.written(
+                        self.context.timings,
+                        written_at - self.checkpoint.write_seconds,
+                        written_at,
+                        time.time(),
+                    )
             if caught_up:  # once what it read is on the target
                 self.status.mark_caught_up(seq.tick, read_started)
             else:
@@ -228,7 +238,9 @@ class ChannelWorker:
         read_at = time.time()
         self._last = record
         self._furthest = max(self._furthest, record.offset)
+        decode_started = time.perf_counter()
         event = decode_any(record, self.checkpoint.backend, self._wanted)
+        decoded = time.perf_counter() - decode_started
         if isinstance(event, FailedRecord):
             raise TaskFailedError(
                 f"channel {self.pchannel} at offset {record.offset}: {event.reason}"
@@ -243,6 +255,7 @@ class ChannelWorker:
             return self._release(event.ts, record, read, read_at)
         if isinstance(event, (Insert, Delete)):
             self.context.timings.read_delay.observe(read_at - to_seconds(event.ts))
+            self.context.timings.decode.observe(decoded)
         if meta_of(event) is None:  # 2.3-2.5
             if isinstance(event, (Insert, Delete)):
                 seq.add(Pending(record.offset, event, before, read_at=read_at))
@@ -255,6 +268,7 @@ class ChannelWorker:
                 else:
                     self._write(older, read.commit_at)
                 read.ready, read.commit_at = [], None
+                read.releases.clear()
                 self.context.collections.apply_record(event, self.pchannel)
             elif isinstance(event, Skipped):
                 self._skip(event, record)
@@ -273,14 +287,18 @@ class ChannelWorker:
         seq = self.sequencer
         released = seq.release(tick)
         tick_wait = self.context.timings.tick_wait
+        data = 0  # data events released by this tick, still in read.ready
         for i, item in enumerate(released):
             if isinstance(item.event, (Insert, Delete)):
                 read.ready.append(item)
+                data += 1
                 if item.read_at:
                     tick_wait.observe(read_at - item.read_at)
                 continue
             self._write(read.ready, *self._durable_point(released[i:]))
             read.ready, read.changed = [], True
+            read.releases.clear()
+            data = 0
             event = item.event
             if isinstance(event, (MqSwitchAnnounced, AlterWAL)):
                 switch = self.switches.switch_point(event, self.checkpoint.backend)
@@ -294,6 +312,7 @@ class ChannelWorker:
             self.context.broadcasts.apply(event, self.pchannel, self.status)
             if isinstance(event, StreamCreateCollection):
                 self._announced.discard(event.collection_id)
+        read.releases.add(read_at, record.appended_at, data, self.context.timings)
         oldest = seq.resume_point()
         read.commit_at = oldest.before if oldest is not None else record.msg_id
         # everything up to the oldest waiting event is on the target once written

@@ -9,7 +9,14 @@ import threading
 import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from metastore import Position
 from replicator.events import RawRecord
@@ -129,6 +136,7 @@ class KafkaChannelReader:
                 headers[str(key)] = (
                     value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
                 )
+            kind, millis = message.timestamp()
             records.append(
                 RawRecord(
                     pchannel=self.pchannel,
@@ -136,6 +144,7 @@ class KafkaChannelReader:
                     payload=message.value() or b"",
                     properties=headers,
                     offset=offset,
+                    appended_at=millis / 1000 if kind != TIMESTAMP_NOT_AVAILABLE else 0.0,
                 )
             )
         return records

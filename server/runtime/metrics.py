@@ -241,6 +241,25 @@ _TIMINGS = {
         "cdc_apply_delay_seconds",
         "Per data event: its source time (hybrid timestamp) to the target's acknowledgement",
     ),
+    "read_wait": (
+        "cdc_read_wait_seconds",
+        "Per data event: the WAL's time of the tick that releases it to that tick's read by "
+        "the channel worker (Kafka sources)",
+    ),
+    "decode": ("cdc_decode_seconds", "Per data event: decoding its record"),
+    "hold": (
+        "cdc_hold_seconds",
+        "Per data event: the read of the tick that releases it to the start of its write",
+    ),
+    "position_save": (
+        "cdc_position_save_seconds",
+        "Per write of data: the target's acknowledgement to the channel's position saved",
+    ),
+    "own_delay": (
+        "cdc_own_delay_seconds",
+        "Per data event: the WAL's time of the tick that releases it to the position saved "
+        "after its write: the daemon's own part of the lag (Kafka sources)",
+    ),
 }
 
 
