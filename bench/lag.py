@@ -255,7 +255,8 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         reader = {"address": kafka.bootstrap}
         if args.fetch_wait_ms is not None:
             reader["fetchWaitMs"] = args.fetch_wait_ms
-        daemon = start_daemon(stack, work, etcd.endpoint, source, kafka=reader)
+        settings = {} if args.gil_switch_ms is None else {"gilSwitchMs": args.gil_switch_ms}
+        daemon = start_daemon(stack, work, etcd.endpoint, source, settings, kafka=reader)
         task_id = create_task(daemon, lite.uri, name)
         # the other tasks: an empty collection each, every task reading every channel
         others = [f"{name}_other{i}" for i in range(1, tasks)]
@@ -315,6 +316,8 @@ def run(args, work: Path, tasks: int = 1) -> dict:
 
 def _options(args) -> str:
     text = "" if args.fetch_wait_ms == 20 else f" --fetch-wait-ms {args.fetch_wait_ms}"
+    if args.gil_switch_ms is not None:
+        text += f" --gil-switch-ms {args.gil_switch_ms:g}"
     return text if args.ack_poll_ms == 25 else f"{text} --ack-poll-ms {args.ack_poll_ms:g}"
 
 
@@ -460,6 +463,12 @@ def main() -> None:
         "500): the librdkafka mock holds every empty fetch this long where a Kafka broker "
         "answers as soon as a record arrives, so a short wait makes the mock answer as a "
         "broker does",
+    )
+    parser.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        default=None,
+        help="the daemon's gilSwitchMs (default: the daemon's own)",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/lag.md"))
     args = parser.parse_args()
