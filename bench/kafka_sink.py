@@ -57,8 +57,11 @@ RAW_RUNS = 3
 EVENTS_PER_TOPIC = 20_000  # about 10 MB a topic: 2.5 MB a partition, under the mock's 5 MB
 
 
-def write_backlog(client, names: list[str], rows: int, dim: int, batch: int = 5000) -> None:
-    """``rows`` rows over the collections ``names`` (ids 0..rows-1, a contiguous range each)."""
+def write_backlog(
+    client, names: list[str], rows: int, dim: int, batch: int = 5000, shards: int = 1
+) -> None:
+    """``rows`` rows over the collections ``names`` (ids 0..rows-1, a contiguous range each) of
+    ``shards`` shards each."""
     import numpy as np
     from pymilvus import DataType, MilvusClient
 
@@ -71,7 +74,7 @@ def write_backlog(client, names: list[str], rows: int, dim: int, batch: int = 50
     vectors = np.random.default_rng(3).random((rows, dim), dtype=np.float32)
     share = math.ceil(rows / len(names))
     for n, name in enumerate(names):
-        client.create_collection(name, schema=schema, index_params=index, num_shards=1)
+        client.create_collection(name, schema=schema, index_params=index, num_shards=shards)
         first, last = n * share, min(rows, (n + 1) * share)
         for lo in range(first, last, batch):
             hi = min(last, lo + batch)

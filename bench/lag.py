@@ -369,8 +369,8 @@ def report(args, r: dict, total_s: float) -> str:
         + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores.",
         "",
         "Inside the daemon, the loaded task's histograms from /metrics (seconds; quantiles "
-        "interpolated in the buckets, so to about a bucket's width: 5-10 ms up to 0.06 s, 15-25 ms up to 0.1 s, 50 ms "
-        "up to 0.5 s, then 0.1-0.25 s up to 1 s):",
+        "interpolated in the buckets, so to about a bucket's width: 5-10 ms up to 0.06 s, "
+        "15-25 ms up to 0.1 s, 50 ms up to 0.5 s, then 0.1-0.25 s up to 1 s):",
         "",
         "| phase | n | mean | p50 | p90 | p99 |",
         "|---|---|---|---|---|---|",

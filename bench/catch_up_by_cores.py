@@ -1,0 +1,325 @@
+"""Benchmark: one task catching up a backlog over many pchannels with its daemon on 1 core and
+on 2 cores (the daemon's threads pinned with sched_setaffinity, as ``taskset -a -c``), into a
+Milvus target and into a Kafka target, in one run.
+
+A real Milvus 2.3.5 source with its WAL in RocksMQ holds R rows (int64 key, DIM-float vector,
+16-character title) over C collections of ``--shards`` shards each (so the task reads that many
+pchannels or more; the source has 16). Then, per round, for each core set and each target, a
+fresh daemon (SQLite) is started, pinned, and one task replicates every collection:
+
+- Milvus target: a second Milvus 2.3.5 standalone; timed from the create request until the
+  daemon reports R rows acknowledged by the target (then the target's count(*) must read R;
+  the collections are dropped before the next run);
+- Kafka target: the librdkafka mock (a topic per collection and run), timed until the topics'
+  end offsets stop growing, then read back with read_committed: exactly R row events.
+
+Per run: events/s, MB of WAL per second (the Insert messages' bytes the daemon reports), the
+daemon's CPU-seconds per GB of WAL, the cores it used on average, and the load average of the
+machine when the run ended (the machine may be shared: the load says how far to trust a run).
+The baseline of the same run is the 1-core run of the same round and target: the table's ratio
+is 2 cores over 1 core.
+
+    python bench/catch_up_by_cores.py [--rows 400000] [--dims milvus=128,kafka=8] [--shards 8]
+        [--rounds 3] [--targets milvus,kafka] [--cores 0:0,1] [--daemon-config JSON]
+        [--out bench/results/catch_up_by_cores.md]
+
+``--daemon-config``: top-level keys for every daemon of the run (for example
+``{"decodeProcesses": 2}``); the report names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+from catch_up import cpu_seconds, settle, wait_progress  # noqa: E402
+from harness import services  # noqa: E402
+from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
+from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
+from kafka_sink import (  # noqa: E402
+    EVENTS_PER_TOPIC,
+    EndOffsets,
+    make_positions_topic,
+    read_all,
+    row_events,
+    watch,
+    write_backlog,
+)
+from replication_throughput import count, start_daemon  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads and processes it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def task_bytes(daemon, task_id: str) -> int:
+    task = daemon.call("get", {"task_id": task_id}).data["task"]
+    return int((task.get("progress") or {}).get("bytes") or 0)
+
+
+def one_run(args, work: Path, env: dict, target: str, cpus: set[int], n: int) -> dict:
+    """One catch-up of the whole backlog by a fresh daemon pinned to ``cpus``."""
+    source, kafka, dst = env["source"], env.get("kafka"), env["dst"]
+    names = env["names"][target]
+    run_dir = work / f"run{n}"
+    run_dir.mkdir()
+    with contextlib.ExitStack() as stack:
+        daemon = start_daemon(
+            stack,
+            run_dir,
+            env["etcd"],
+            source,
+            args.daemon_config,
+            mqType="rocksmq",
+            rocksmq={"path": str(source.rocksmq_path)},
+        )
+        assert daemon.process is not None
+        pid = daemon.process.pid
+        pin(pid, cpus)
+        settle(pid, window=2.0, limit=30)
+        (cpu0,) = cpu_seconds(pid)
+        infos = [{"name": name} for name in names]
+        t0 = time.perf_counter()
+        if target == "milvus":
+            created = daemon.call(
+                "create",
+                {"milvus_connect_param": {"uri": env["dst_uri"]}, "collection_infos": infos},
+            )
+            assert created.code == 200, created.body
+            task_id = str(created.data["task_id"])
+            wait_progress(daemon, task_id, args.rows, args.timeout)
+            seconds = time.perf_counter() - t0
+            (cpu1,) = cpu_seconds(pid)
+            wal = task_bytes(daemon, task_id)
+        else:
+            prefix = f"ev{n}_"
+            topics = [f"{prefix}{name}" for name in names]
+            ends = EndOffsets(kafka.bootstrap, topics)
+            created = daemon.call(
+                "create",
+                {
+                    "kafka_connect_param": {
+                        "address": kafka.bootstrap,
+                        "topic": prefix + "{collection}",
+                        "ddl_topic": f"ddl{n}_{uuid.uuid4().hex[:6]}",
+                    },
+                    "collection_infos": infos,
+                },
+            )
+            assert created.code == 200, created.body
+            task_id = str(created.data["task_id"])
+            seen = watch(ends, pid, args.rows, args.timeout, quiet=2.0)
+            seconds = seen["last"] - t0
+            cpu1 = seen["cpu_last"]
+            wal = task_bytes(daemon, task_id)
+        load = os.getloadavg()
+    if target == "milvus":
+        total = sum(count(dst, name) for name in names)
+        assert total == args.rows, f"the target holds {total} rows, not {args.rows}"
+        for name in names:
+            dst.drop_collection(name)
+    else:
+        records = row_events(read_all(kafka.bootstrap, topics))
+        keys = {(t, k) for t, k, _ in records}
+        assert len(records) == args.rows == len(keys), (len(records), len(keys), args.rows)
+    cpu = cpu1 - cpu0
+    return {
+        "target": target,
+        "cores": len(cpus),
+        "seconds": seconds,
+        "events_s": args.rows / seconds,
+        "wal_mb_s": wal / MB / seconds,
+        "wal_mb": wal / MB,
+        "cpu_s": cpu,
+        "cpu_per_gb": cpu / (wal / 1024**3) if wal else math.nan,
+        "cores_used": cpu / seconds,
+        "load": load,
+    }
+
+
+def run(args, work: Path) -> tuple[list[dict], dict]:
+    from pymilvus import MilvusClient
+
+    info: dict = {}
+    runs: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
+        source = stack.enter_context(
+            milvus_source_rocksmq(work / "source", etcd.endpoint, root_path="bench")
+        )
+        env: dict = {"etcd": etcd.endpoint, "source": source}
+        if "kafka" in args.targets:
+            env["kafka"] = stack.enter_context(kafka_mock_cluster(work / "kafka"))
+            make_positions_topic(env["kafka"].bootstrap)
+        dst = None
+        if "milvus" in args.targets:
+            target = stack.enter_context(
+                milvus_source_rocksmq(work / "target", etcd.endpoint, root_path="target")
+            )
+            env["dst_uri"] = target.uri
+            dst = MilvusClient(uri=target.uri, dedicated=True)
+            stack.callback(dst.close)
+        env["dst"] = dst
+        src = MilvusClient(uri=source.uri, dedicated=True)
+        stack.callback(src.close)
+        run_id = uuid.uuid4().hex[:6]
+        env["names"] = {}
+        started = time.perf_counter()
+        for target_kind in args.targets:
+            dim = args.dims[target_kind]
+            collections = args.collections or math.ceil(
+                args.rows / (EVENTS_PER_TOPIC if target_kind == "kafka" else 200_000)
+            )
+            names = [f"{target_kind}_{run_id}_{i:03d}" for i in range(collections)]
+            env["names"][target_kind] = names
+            write_backlog(src, names, args.rows, dim, shards=args.shards)
+        info["write_s"] = time.perf_counter() - started
+        info["collections"] = {t: len(names) for t, names in env["names"].items()}
+        settle(source.pid)
+        n = 0
+        for _ in range(args.rounds):
+            for target_kind in args.targets:
+                for cpus in args.cores:
+                    n += 1
+                    result = one_run(args, work, env, target_kind, cpus, n)
+                    result["round"] = _ + 1
+                    runs.append(result)
+                    print(json.dumps(result), flush=True)
+    return runs, info
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def report(args, runs: list[dict], info: dict, command: str) -> str:
+    lines = [
+        "| round | target | cores | s | events/s | MB WAL/s | CPU-s | CPU-s per GB WAL | cores "
+        "used | 2 cores / 1 core (events/s) | load average 1/5/15 min at its end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratios: dict[str, list[float]] = {}
+    for r in runs:
+        one = next(
+            (
+                x
+                for x in runs
+                if x["round"] == r["round"] and x["target"] == r["target"] and x["cores"] == 1
+            ),
+            None,
+        )
+        ratio = ""
+        if one is not None and r["cores"] > 1:
+            value = r["events_s"] / one["events_s"]
+            ratios.setdefault(r["target"], []).append(value)
+            ratio = f"{value:.2f}"
+        lines.append(
+            f"| {r['round']} | {r['target']} | {r['cores']} | {r['seconds']:.1f} "
+            f"| {r['events_s']:,.0f} | {r['wal_mb_s']:.1f} | {r['cpu_s']:.1f} "
+            f"| {r['cpu_per_gb']:.1f} | {r['cores_used']:.2f} | {ratio} "
+            f"| {' / '.join(f'{v:.1f}' for v in r['load'])} |"
+        )
+    summary = [
+        f"- {target}: 2 cores / 1 core {', '.join(f'{v:.2f}' for v in values)} "
+        f"(median {statistics.median(values):.2f})"
+        for target, values in ratios.items()
+    ]
+    extra = json.dumps(args.daemon_config) if args.daemon_config else "none"
+    wal_mb = {t: statistics.median(r["wal_mb"] for r in runs if r["target"] == t) for t in ratios}
+    backlogs = "; ".join(
+        f"for the {t} target {args.rows:,} rows (int64 key, {args.dims[t]}-float vector, "
+        f"16-character title) over {info['collections'][t]} collections of {args.shards} "
+        f"shards, {wal_mb.get(t, 0.0):.1f} MB of Insert messages"
+        for t in args.targets
+    )
+    return "\n".join(
+        [
+            f"Command: `{command}`",
+            f"Commit: {commit()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{platform.node()}, Python {platform.python_version()}, {os.cpu_count()} cores; "
+            f"daemon settings beyond the bench's: {extra}",
+            "",
+            f"Backlogs in a Milvus 2.3.5 source on RocksMQ, written in {info['write_s']:.0f} s: "
+            f"{backlogs}. Each line a fresh daemon and task catching up "
+            "all of it; CPU and cores used are the daemon's process alone (the source, the "
+            "target and the bench share the machine's cores).",
+            "",
+            *lines,
+            "",
+            *summary,
+            "",
+        ]
+    )
+
+
+def parse_cores(text: str) -> list[set[int]]:
+    return [{int(c) for c in part.split(",")} for part in text.split(":")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument(
+        "--dims",
+        default="milvus=128,kafka=8",
+        help="vector size per target (a Kafka topic of the mock keeps ~20 MB: small rows)",
+    )
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument(
+        "--collections",
+        type=int,
+        default=0,
+        help="per target; default: one per 20,000 rows (Kafka), 200,000 rows (Milvus)",
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--targets", default="milvus,kafka")
+    parser.add_argument(
+        "--cores", default="0:0,1", help="core sets to pin the daemon to, ':' between sets"
+    )
+    parser.add_argument("--daemon-config", type=json.loads, default=None)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--out", default=str(REPO / "bench/results/catch_up_by_cores.md"))
+    args = parser.parse_args()
+    args.dims = {k: int(v) for k, v in (p.split("=") for p in args.dims.split(","))}
+    args.targets = args.targets.split(",")
+    command = "python bench/catch_up_by_cores.py " + " ".join(sys.argv[1:])
+    args.cores = parse_cores(args.cores)
+    with tempfile.TemporaryDirectory(prefix="bench-cores-") as tmp:
+        runs, info = run(args, Path(tmp))
+    text = report(args, runs, info, command)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as handle:
+        handle.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
