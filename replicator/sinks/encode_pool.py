@@ -98,6 +98,11 @@ class EncodePool:
         self._futures.add(future)
         return future
 
+    def warm_up(self) -> None:
+        """Start every worker (an empty insert each; nothing waits for them)."""
+        for _ in range(self.processes):
+            self._executor.submit(encode_insert, b"", "", "", "", "", 0, 0)
+
     def worker_pids(self) -> list[int]:
         """The worker processes now (the executor keeps no public list of them)."""
         return list(getattr(self._executor, "_processes", None) or {})
@@ -142,12 +147,24 @@ _processes = 0
 
 
 def configure(processes: int) -> None:
-    """The daemon's setting (``encodeProcesses``): the pool is started by the first writer that
-    needs it; 0 closes it."""
-    global _pool, _processes
+    """The daemon's setting (``encodeProcesses``), at its start: the processes start now, in
+    the background (each imports the codec, about a second of CPU, before the first batch
+    needs it); 0 closes them."""
+    global _processes
     with _lock:
         _processes = processes
-        if processes <= 0 and _pool is not None:
+    if processes <= 0:
+        _close()
+        return
+    pool = shared_pool()
+    if pool is not None:
+        pool.warm_up()
+
+
+def _close() -> None:
+    global _pool
+    with _lock:
+        if _pool is not None:
             _pool.close()
             _pool = None
 
