@@ -38,7 +38,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from catch_up import cpu_seconds, settle  # noqa: E402
+from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
@@ -256,18 +256,6 @@ def run(args, work: Path) -> tuple[list[dict], dict]:
     return runs, info
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def report(args, runs: list[dict], info: dict, command: str) -> str:
     lines = [
         "| round | target | daemon settings | cores | s from create | s first to last event "
@@ -309,7 +297,7 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
     return "\n".join(
         [
             f"Command: `{command}`",
-            f"Commit: {commit()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"Code: {code_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"{platform.node()}, Python {platform.python_version()}, {os.cpu_count()} cores",
             "",
             f"Backlogs in a Milvus 2.3.5 source on RocksMQ, written in {info['write_s']:.0f} s: "

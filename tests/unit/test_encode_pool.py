@@ -84,24 +84,9 @@ def test_a_dead_worker_encodes_in_place_and_the_next_batch_gets_a_new_pool():
 
 
 def test_only_the_inserts_before_a_batchs_first_delete_may_go_to_the_pool():
-    insert = Insert(
-        ts=1,
-        collection_id=1,
-        db_name="",
-        collection_name="c",
-        partition_name="",
-        num_rows=1,
-        request=request([1]),
-    )
-    delete = Delete(
-        ts=2,
-        collection_id=1,
-        db_name="",
-        collection_name="c",
-        partition_name="",
-        num_rows=1,
-        request=msg_pb2.DeleteRequest(),
-    )
+    fields = {"collection_id": 1, "db_name": "", "collection_name": "c", "partition_name": ""}
+    insert = Insert(ts=1, num_rows=1, request=request([1]), **fields)
+    delete = Delete(ts=2, num_rows=1, request=msg_pb2.DeleteRequest(), **fields)
     assert encode_pool.unpaired([insert, insert, delete, insert], Delete) == 2
     assert encode_pool.unpaired([insert], Delete) == 1
     assert encode_pool.unpaired([delete, insert], Delete) == 0
