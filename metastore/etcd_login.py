@@ -5,7 +5,14 @@ etcd answers a login with a token that it forgets when it has not been used for
 in once, in its constructor, so a client idle for five minutes (the source's etcd of a daemon
 without tasks) or outliving an etcd restart would be refused for good ("etcdserver: invalid
 auth token"). Here every call of the client's channels carries the current token, and a call
-refused for a forgotten token logs in again and is sent once more.
+refused for a token that a new login cures logs in again and is sent once more.
+
+Cured by a new login, as Go's clientv3 has it (``shouldRefreshToken``): a forgotten token
+("invalid auth token"), a token older than a change to etcd's users or roles ("revision of auth
+store is old": any user or role added, changed or removed makes every earlier token fail so,
+JWT tokens included, until they expire), and a token etcd no longer finds a user in ("user name
+is empty"). A stream (a lease's keep-alive) cannot be sent again: its refusal marks the token
+stale, and the next call logs in first.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import grpc
 from etcd3 import etcdrpc
 
 _AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
-_FORGOTTEN = "invalid auth token"
+# etcd's words for a token a new login cures (etcd's rpctypes ErrInvalidAuthToken,
+# ErrAuthOldRevision, ErrUserEmpty)
+_CURED = ("invalid auth token", "revision of auth store is old", "user name is empty")
 
 
 class EtcdLogin:
@@ -31,6 +40,7 @@ class EtcdLogin:
         self._timeout = timeout
         self._lock = threading.Lock()
         self.token = ""
+        self.stale = False  # a stream was refused for its token: log in before the next call
 
     def log_in(self, channel: grpc.Channel) -> str:
         """Log in over ``channel`` (a wrong password raises etcd's ``grpc.RpcError``)."""
@@ -38,6 +48,7 @@ class EtcdLogin:
         token = str(etcdrpc.AuthStub(channel).Authenticate(request, self._timeout).token)
         with self._lock:
             self.token = token
+            self.stale = False
         return token
 
     def log_in_first(self, channels: list[grpc.Channel]) -> None:
@@ -87,10 +98,11 @@ def _code(error: Any) -> Any:
     return code() if callable(code) else None
 
 
-def _forgotten(error: Any) -> bool:
+def cured_by_login(error: Any) -> bool:
+    """Is ``error`` (a gRPC error, or None) etcd refusing a token that a new login cures?"""
     details = getattr(error, "details", None)
-    text = details() if callable(details) else ""
-    return _code(error) == grpc.StatusCode.UNAUTHENTICATED and _FORGOTTEN in (text or "")
+    text = (details() if callable(details) else "") or ""
+    return _code(error) is not None and any(words in text for words in _CURED)
 
 
 class _TokenCalls(  # grpc has no type information: its bases are Any
@@ -107,8 +119,9 @@ class _TokenCalls(  # grpc has no type information: its bases are Any
     ) -> Any:
         if details.method == _AUTHENTICATE:
             return continuation(details, request)
-        outcome = continuation(_with_token(details, self._login.token), request)
-        if _forgotten(outcome.exception()):
+        token = self._login.log_in(self._raw) if self._login.stale else self._login.token
+        outcome = continuation(_with_token(details, token), request)
+        if cured_by_login(outcome.exception()):
             token = self._login.log_in(self._raw)
             outcome = continuation(_with_token(details, token), request)
         return outcome
@@ -116,13 +129,25 @@ class _TokenCalls(  # grpc has no type information: its bases are Any
     def intercept_unary_stream(
         self, continuation: Callable[..., Any], details: Any, request: Any
     ) -> Any:
-        return continuation(_with_token(details, self._login.token), request)
+        return self._watched(continuation(_with_token(details, self._login.token), request))
 
     def intercept_stream_stream(
         self, continuation: Callable[..., Any], details: Any, requests: Iterator[Any]
     ) -> Any:
         # a lease keep-alive: not sent again (its requests are consumed); the next call logs in
-        return continuation(_with_token(details, self._login.token), requests)
+        return self._watched(continuation(_with_token(details, self._login.token), requests))
+
+    def _watched(self, call: Any) -> Any:
+        """``call``, its refusal for a stale token marking the login stale."""
+
+        def done(finished: Any) -> None:
+            if cured_by_login(finished.exception()):
+                self._login.stale = True
+
+        add = getattr(call, "add_done_callback", None)
+        if callable(add):
+            add(done)
+        return call
 
 
-__all__ = ["EtcdLogin"]
+__all__ = ["EtcdLogin", "cured_by_login"]

@@ -10,6 +10,8 @@ from etcd3.exceptions import Etcd3Exception
 from metastore import MetaStore, MetaStoreUnavailableError
 from metastore.etcd_connect import EtcdTls, connect_etcd
 from metastore.etcd_diagnosis import EtcdFailure, endpoint_urls, explain_etcd_failure
+from metastore.etcd_reload import ReloadingEtcdClient
+from metastore.tls_files import TlsFiles
 from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
 
@@ -37,14 +39,22 @@ def etcd_tls_of(config: EtcdSettings) -> EtcdTls | None:
 
 def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore[no-untyped-def]
     """A client of this etcd; with ``enableAuth`` it authenticates at once, so a wrong
-    password raises here (a ``grpc.RpcError``: see ``explain_etcd``)."""
-    return connect_etcd(
-        config.address,
-        username=config.username if config.enableAuth else "",
-        password=config.password.get_secret_value() if config.enableAuth else "",
-        tls=etcd_tls_of(config),
-        timeout=timeout,
-    )
+    password raises here (a ``grpc.RpcError``: see ``explain_etcd``). Its TLS files are read
+    again when they change (metastore/etcd_reload.py): a rotation needs no restart."""
+    tls = etcd_tls_of(config)
+
+    def connect():  # type: ignore[no-untyped-def]
+        return connect_etcd(
+            config.address,
+            username=config.username if config.enableAuth else "",
+            password=config.password.get_secret_value() if config.enableAuth else "",
+            tls=tls,
+            timeout=timeout,
+        )
+
+    files = TlsFiles(*((tls.ca_cert_path, tls.cert_path, tls.key_path) if tls else ()))
+    where = ", ".join(endpoint_urls(config.address, tls))
+    return ReloadingEtcdClient(connect, files, where)
 
 
 def explain_etcd(config: EtcdSettings, exc: BaseException) -> EtcdFailure:
@@ -56,7 +66,11 @@ def _open_etcd(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaS
     from metastore.etcd import EtcdMetaStore
 
     try:
-        return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
+        return EtcdMetaStore(
+            etcd_client_for(config.etcd),
+            config.rootPath,
+            explain=lambda exc: explain_etcd(config.etcd, exc).reason,
+        )
     except (MetaStoreUnavailableError, Etcd3Exception, grpc.RpcError) as exc:
         reason = explain_etcd(config.etcd, exc)
         raise MetaStoreUnavailableError(f"etcd metastore unavailable: {reason}") from exc
