@@ -22,10 +22,16 @@ import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from metastore.fenced import Fence
+from metastore.tls_files import TlsFiles
 from replicator.codec.wkb import WkbError, geometry_columns_as_wkt
 from replicator.errors import Rejection, SinkError, TargetRejectedError, TaskFailedError
 from replicator.sinks.column_merge import merge_columns
-from replicator.sinks.milvus_channel import auth_metadata, open_channel, target_address
+from replicator.sinks.milvus_channel import (
+    auth_metadata,
+    open_channel,
+    target_address,
+    tls_paths,
+)
 from replicator.sinks.milvus_rbac import TargetRbac
 from replicator.sinks.milvus_status import call_failure, checked_reply
 from replicator.sinks.schema_check import dropped_clustering_keys, require_fields
@@ -50,7 +56,12 @@ class MilvusTarget:
         self.address = address
         self._connect = connect
         self._timeout = timeout
+        self._secure = secure
+        # its TLS files, read again when they change (a rotation: metastore/tls_files.py)
+        self._files = TlsFiles(*(tls_paths(connect) if secure else ()))
+        mark = self._files.mark()
         self._channel = open_channel(address, secure, connect)
+        self._files.accept(mark)
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
         # set by a task's runner: no call once it is closed, and none outlasting its lease
         self.fence: Fence | None = None
@@ -61,6 +72,24 @@ class MilvusTarget:
 
     def close(self) -> None:
         self._channel.close()
+
+    def _reopen_if_rotated(self) -> None:
+        """A new channel when the TLS files changed since this one was made (a target serves
+        one thread: no call is under way on the old one, which is closed). Files that cannot
+        be read yet (half-written) leave the old channel in use until the next check."""
+        mark = self._files.changed()
+        if mark is None:
+            return
+        try:
+            channel = open_channel(self.address, self._secure, self._connect)
+        except OSError as exc:
+            log.warning("target %s: its TLS files changed, unreadable: %s", self.address, exc)
+            return
+        old, self._channel = self._channel, channel
+        self._stub = milvus_pb2_grpc.MilvusServiceStub(channel)
+        self._files.accept(mark)
+        old.close()
+        log.info("target %s: its TLS files changed; reconnected with them", self.address)
 
     def sibling(self) -> MilvusTarget:
         """A connection of its own to the same target (for another thread of the task)."""
@@ -75,6 +104,7 @@ class MilvusTarget:
         if self.fence is not None:
             self.fence.check()
             timeout = min(timeout, self.fence.remaining())
+        self._reopen_if_rotated()
         try:
             response = getattr(self._stub, method)(
                 request, timeout=timeout, metadata=self._metadata

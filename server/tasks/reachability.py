@@ -40,7 +40,11 @@ from replicator.config.connections import SourceSettings
 from replicator.config.stores import etcd_client_for, explain_etcd
 from replicator.config.task_spec import TaskSpec
 from replicator.pipeline.status import unreachable_warning
-from server.tasks.target_check import check_target_reachable, describe_target
+from server.tasks.target_check import (
+    TargetRefusedError,
+    check_target_reachable,
+    describe_target,
+)
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +179,10 @@ def target_endpoint(spec: TaskSpec) -> Endpoint:
     connect = spec.target_param
 
     def probe(timeout: float) -> None:
-        check_target_reachable({**connect, "connect_timeout": timeout})
+        try:
+            check_target_reachable({**connect, "connect_timeout": timeout})
+        except TargetRefusedError as exc:  # an expired certificate, a new CA, a new password
+            raise RefusedError(exc.refusal) from None
 
     return Endpoint("target", _no_credentials(describe_target(connect)), probe)
 
