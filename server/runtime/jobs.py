@@ -57,6 +57,7 @@ from server.logs import log_context
 from server.runtime.store_format import RETRY_SECONDS, StoreFormatKeeper
 from server.runtime.verify_schedule import run_scheduled
 from server.tasks.certificates import (
+    CertificateCollector,
     CertificateWatch,
     ClientCertificate,
     source_certificates,
@@ -325,16 +326,6 @@ class _JobsCollector(Collector):
         for (role, label), answered in jobs.reachability.probed.items():
             endpoints.add_metric([role, label], 1.0 if answered else 0.0)
         yield endpoints
-        expiry = GaugeMetricFamily(
-            "cdc_certificate_expiry_seconds",
-            "Seconds until a client certificate the daemon presents expires (negative: expired), "
-            "by the endpoint it is presented to and its file (server/tasks/certificates.py)",
-            labels=["role", "endpoint", "file"],
-        )
-        now = time.time()
-        for cert, left in jobs.certificates.expiries.items():
-            expiry.add_metric([cert.role, cert.endpoint, cert.path], left.seconds_left(now))
-        yield expiry
 
 
 class DaemonJobs:
@@ -507,6 +498,7 @@ def install_jobs(
             certificates,
         )
         app[METRICS].registry.register(_JobsCollector(jobs))
+        app[METRICS].registry.register(CertificateCollector(jobs.certificates))
         app[JOBS] = jobs
         jobs.start()
         yield

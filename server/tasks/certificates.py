@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from metastore.etcd_diagnosis import endpoint_urls
 from metastore.tls_files import CertificateExpiry, certificate_expiry
 from replicator.config.connections import EtcdSettings, SourceSettings
@@ -78,9 +81,11 @@ def daemon_certificates(settings: CdcSettings) -> list[ClientCertificate]:
 
 def target_certificates(spec: TaskSpec) -> list[ClientCertificate]:
     """A task's target Milvus's (a Kafka target takes no client certificate)."""
-    if spec.is_kafka:
-        return []
-    connect: dict[str, Any] = spec.target_param
+    return [] if spec.is_kafka else milvus_certificates(spec.target_param)
+
+
+def milvus_certificates(connect: dict[str, Any]) -> list[ClientCertificate]:
+    """A target Milvus's client certificate (``milvus_connect_param``'s ``dial_config``)."""
     path = (connect.get("dial_config") or {}).get("client_pem_path") or ""
     if not path:
         return []
@@ -145,11 +150,32 @@ class CertificateWatch:
         ]
 
 
+class CertificateCollector(Collector):
+    """``cdc_certificate_expiry_seconds`` of every certificate the watch last looked at."""
+
+    def __init__(self, watch: CertificateWatch) -> None:
+        self._watch = watch
+
+    def collect(self) -> Iterable[Metric]:
+        expiry = GaugeMetricFamily(
+            "cdc_certificate_expiry_seconds",
+            "Seconds until a client certificate the daemon presents expires (negative: expired), "
+            "by the endpoint it is presented to and its file",
+            labels=["role", "endpoint", "file"],
+        )
+        now = time.time()
+        for cert, left in self._watch.expiries.items():
+            expiry.add_metric([cert.role, cert.endpoint, cert.path], left.seconds_left(now))
+        yield expiry
+
+
 __all__ = [
+    "CertificateCollector",
     "CertificateWatch",
     "ClientCertificate",
     "daemon_certificates",
     "expiry_warning",
+    "milvus_certificates",
     "source_certificates",
     "target_certificates",
 ]

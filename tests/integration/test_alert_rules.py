@@ -16,11 +16,13 @@ import pytest
 import yaml
 from harness import services
 from harness.task_bodies import create_body
+from harness.tls import make_test_ca
 from prometheus_client import generate_latest
 from test_grafana_dashboard import exported, labels_used
 
 from replicator.pipeline.status import ChannelStatus
 from server.runtime.metrics import DaemonMetrics
+from server.tasks.certificates import CertificateCollector, CertificateWatch, ClientCertificate
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +57,7 @@ def test_rules_are_well_formed_and_loaded():
         assert signal in exprs
 
 
-def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite_service):
+def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite_service, tmp_path):
     daemon = daemon_factory().start()
     assert daemon.request("POST", "/v1/tasks", create_body(milvus_lite_service))[0] == 201
     services.wait_until(
@@ -90,6 +92,12 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
         },
     }
     metrics = DaemonMetrics(dict, lambda: {"t": status})
+    # a client certificate's expiry (the daemon here presents none)
+    watch = CertificateWatch(14)
+    watch.look(
+        [ClientCertificate("target", "https://t:19530", str(make_test_ca(tmp_path).cert_file))]
+    )
+    metrics.registry.register(CertificateCollector(watch))
     for name, labels in exported(generate_latest(metrics.registry).decode()).items():
         names.setdefault(name, set()).update(labels)
     names["up"] = {"job", "instance"}  # Prometheus's own, for every scrape target
@@ -170,6 +178,69 @@ def test_promtool_fires_the_verify_divergence_alert_only_on_divergent_rows(tmp_p
         ],
     }
     tests = tmp_path / "alert_tests.yml"
+    tests.write_text(yaml.safe_dump(spec))
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_warns_of_a_certificate_expiring_then_expired(tmp_path):
+    """The two certificate alerts on a series shaped as the daemon exports it: none while 30
+    days are left, the warning within 14 days, the critical one (and no warning) once past."""
+    labels = (
+        'role="target",endpoint="https://t:19530",file="/etc/cdc/client.pem",'
+        'job="milvus-cdc",instance="d:8444"'
+    )
+    where = {
+        "role": "target",
+        "endpoint": "https://t:19530",
+        "file": "/etc/cdc/client.pem",
+        "job": "milvus-cdc",
+        "instance": "d:8444",
+    }
+    soon, expired = "MilvusCdcCertificateExpiringSoon", "MilvusCdcCertificateExpired"
+    summaries = {
+        soon: "target https://t:19530: client certificate /etc/cdc/client.pem expires in "
+        "10d 0h 0m 0s on d:8444",
+        expired: "target https://t:19530: client certificate /etc/cdc/client.pem has expired "
+        "on d:8444",
+    }
+    described = {r["alert"]: r["annotations"]["description"] for r in rules()}
+
+    def fired(alert: str, severity: str) -> list[dict]:
+        annotations = {"summary": summaries[alert], "description": described[alert]}
+        return [{"exp_labels": {**where, "severity": severity}, "exp_annotations": annotations}]
+
+    spec = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f"cdc_certificate_expiry_seconds{{{labels}}}",
+                        "values": "2592000 864000 -60",
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "0m", "alertname": soon, "exp_alerts": []},
+                    {"eval_time": "0m", "alertname": expired, "exp_alerts": []},
+                    {"eval_time": "1m", "alertname": soon, "exp_alerts": fired(soon, "warning")},
+                    {"eval_time": "1m", "alertname": expired, "exp_alerts": []},
+                    {"eval_time": "2m", "alertname": soon, "exp_alerts": []},
+                    {
+                        "eval_time": "2m",
+                        "alertname": expired,
+                        "exp_alerts": fired(expired, "critical"),
+                    },
+                ],
+            }
+        ],
+    }
+    tests = tmp_path / "certificate_alert_tests.yml"
     tests.write_text(yaml.safe_dump(spec))
     result = subprocess.run(
         [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
