@@ -140,50 +140,21 @@ def test_promtool_fires_the_verify_divergence_alert_only_on_divergent_rows(tmp_p
         "collection": "default.items",
         "kind": "missing",
     }
-    spec = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [
-                    {
-                        "series": f'cdc_verify_divergent_rows{{{labels},kind="missing"}}',
-                        "values": "0 0 3 3 0",
-                    },
-                    {
-                        "series": f'cdc_verify_divergent_rows{{{labels},kind="extra"}}',
-                        "values": "0 0 0 0 0",
-                    },
-                ],
-                "alert_rule_test": [
-                    {"eval_time": "1m", "alertname": rule["alert"], "exp_alerts": []},
-                    {
-                        "eval_time": "3m",
-                        "alertname": rule["alert"],
-                        "exp_alerts": [
-                            {
-                                "exp_labels": fired,
-                                "exp_annotations": {
-                                    "summary": "task t1: the last verify found 3 missing "
-                                    "row(s) in default.items",
-                                    "description": rule["annotations"]["description"],
-                                },
-                            }
-                        ],
-                    },
-                    {"eval_time": "4m", "alertname": rule["alert"], "exp_alerts": []},
-                ],
-            }
-        ],
+    series = {
+        f'cdc_verify_divergent_rows{{{labels},kind="missing"}}': "0 0 3 3 0",
+        f'cdc_verify_divergent_rows{{{labels},kind="extra"}}': "0 0 0 0 0",
     }
-    tests = tmp_path / "alert_tests.yml"
-    tests.write_text(yaml.safe_dump(spec))
-    result = subprocess.run(
-        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    annotations = {
+        "summary": "task t1: the last verify found 3 missing row(s) in default.items",
+        "description": rule["annotations"]["description"],
+    }
+    alert = rule["alert"]
+    cases = [
+        ("1m", alert, []),
+        ("3m", alert, [{"exp_labels": fired, "exp_annotations": annotations}]),
+        ("4m", alert, []),
+    ]
+    promtool_test(tmp_path, series, cases)
 
 
 def test_promtool_warns_of_a_certificate_expiring_then_expired(tmp_path):
@@ -213,34 +184,36 @@ def test_promtool_warns_of_a_certificate_expiring_then_expired(tmp_path):
         annotations = {"summary": summaries[alert], "description": described[alert]}
         return [{"exp_labels": {**where, "severity": severity}, "exp_annotations": annotations}]
 
+    series = {f"cdc_certificate_expiry_seconds{{{labels}}}": "2592000 864000 -60"}
+    cases = [
+        ("0m", soon, []),
+        ("0m", expired, []),
+        ("1m", soon, fired(soon, "warning")),
+        ("1m", expired, []),
+        ("2m", soon, []),
+        ("2m", expired, fired(expired, "critical")),
+    ]
+    promtool_test(tmp_path, series, cases)
+
+
+def promtool_test(tmp_path: Path, series: dict[str, str], cases: list[tuple]) -> None:
+    """``promtool test rules`` of the rules on ``series`` (name{labels} -> values, one a
+    minute): each case (eval time, alert, expected alerts) must hold."""
     spec = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [
-                    {
-                        "series": f"cdc_certificate_expiry_seconds{{{labels}}}",
-                        "values": "2592000 864000 -60",
-                    }
-                ],
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
                 "alert_rule_test": [
-                    {"eval_time": "0m", "alertname": soon, "exp_alerts": []},
-                    {"eval_time": "0m", "alertname": expired, "exp_alerts": []},
-                    {"eval_time": "1m", "alertname": soon, "exp_alerts": fired(soon, "warning")},
-                    {"eval_time": "1m", "alertname": expired, "exp_alerts": []},
-                    {"eval_time": "2m", "alertname": soon, "exp_alerts": []},
-                    {
-                        "eval_time": "2m",
-                        "alertname": expired,
-                        "exp_alerts": fired(expired, "critical"),
-                    },
+                    {"eval_time": at, "alertname": alert, "exp_alerts": alerts}
+                    for at, alert, alerts in cases
                 ],
             }
         ],
     }
-    tests = tmp_path / "certificate_alert_tests.yml"
+    tests = tmp_path / "alert_tests.yml"
     tests.write_text(yaml.safe_dump(spec))
     result = subprocess.run(
         [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
