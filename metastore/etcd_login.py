@@ -18,6 +18,7 @@ stale, and the next call logs in first.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,7 +26,10 @@ from typing import Any
 import grpc
 from etcd3 import etcdrpc
 
+log = logging.getLogger(__name__)
+
 _AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
+_AUTH_FAILED = "authentication failed"  # etcd's ErrAuthFailed
 # etcd's words for a token a new login cures (etcd's rpctypes ErrInvalidAuthToken,
 # ErrAuthOldRevision, ErrUserEmpty)
 _CURED = ("invalid auth token", "revision of auth store is old", "user name is empty")
@@ -34,22 +38,54 @@ _CURED = ("invalid auth token", "revision of auth store is old", "user name is e
 class EtcdLogin:
     """The token of one user, shared by the channels of a client's endpoints."""
 
-    def __init__(self, username: str, password: str, timeout: float | None) -> None:
+    def __init__(
+        self,
+        username: str,
+        password: str,
+        timeout: float | None,
+        password_source: Callable[[], str] | None = None,
+    ) -> None:
+        """``password_source``: where the password is read again when etcd refuses it (it was
+        changed there, and in the daemon's configuration file): a new password needs no
+        restart."""
         self._username = username
         self._password = password
         self._timeout = timeout
+        self._source = password_source
         self._lock = threading.Lock()
         self.token = ""
         self.stale = False  # a stream was refused for its token: log in before the next call
 
     def log_in(self, channel: grpc.Channel) -> str:
         """Log in over ``channel`` (a wrong password raises etcd's ``grpc.RpcError``)."""
-        request = etcdrpc.AuthenticateRequest(name=self._username, password=self._password)
-        token = str(etcdrpc.AuthStub(channel).Authenticate(request, self._timeout).token)
+        try:
+            token = self._authenticate(channel, self._password)
+        except grpc.RpcError as exc:
+            fresh = self._fresh_password(exc)
+            if fresh is None:
+                raise
+            token = self._authenticate(channel, fresh)
+            self._password = fresh
+            log.info("etcd: the password was changed; logged in with the configuration's new one")
         with self._lock:
             self.token = token
             self.stale = False
         return token
+
+    def _authenticate(self, channel: grpc.Channel, password: str) -> str:
+        request = etcdrpc.AuthenticateRequest(name=self._username, password=password)
+        return str(etcdrpc.AuthStub(channel).Authenticate(request, self._timeout).token)
+
+    def _fresh_password(self, refusal: grpc.RpcError) -> str | None:
+        """The password read again, when etcd refused the one in use and it has changed."""
+        if self._source is None or _AUTH_FAILED not in _details(refusal):
+            return None
+        try:
+            fresh = self._source()
+        except Exception as exc:  # noqa: BLE001 - a configuration that cannot be read: no change
+            log.warning("etcd: the password was refused; the configuration cannot be read: %s", exc)
+            return None
+        return fresh if fresh and fresh != self._password else None
 
     def log_in_first(self, channels: list[grpc.Channel]) -> None:
         """Log in over the first endpoint that answers; raise the last refusal else."""
@@ -98,10 +134,14 @@ def _code(error: Any) -> Any:
     return code() if callable(code) else None
 
 
+def _details(error: Any) -> str:
+    details = getattr(error, "details", None)
+    return (details() if callable(details) else "") or ""
+
+
 def cured_by_login(error: Any) -> bool:
     """Is ``error`` (a gRPC error, or None) etcd refusing a token that a new login cures?"""
-    details = getattr(error, "details", None)
-    text = (details() if callable(details) else "") or ""
+    text = _details(error)
     return _code(error) is not None and any(words in text for words in _CURED)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from metastore.etcd_addresses import parse_etcd_address
 from metastore.sql_urls import mysql_url_from_source
@@ -64,8 +65,19 @@ class EtcdSettings(ConfigSection):
     tlsKeyPath: str = ""
     tlsCACertPath: str = ""
     tlsMinVersion: str = "1.3"
+    # where the password is read again when etcd refuses it (it was changed there): the
+    # daemon's configuration file (server/cli/serve.py); None: only this one
+    _password_source: Callable[[], str] | None = PrivateAttr(default=None)
 
     _milvus_spelling = model_validator(mode="before")(_milvus_etcd_spelling)
+
+    @property
+    def password_source(self) -> Callable[[], str] | None:
+        return self._password_source
+
+    def read_password_from(self, source: Callable[[], str]) -> None:
+        """Read the password again from ``source`` whenever etcd refuses the one in use."""
+        self._password_source = source
 
     @model_validator(mode="after")
     def _tls_files(self) -> EtcdSettings:

@@ -50,6 +50,7 @@ def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore
             password=config.password.get_secret_value() if config.enableAuth else "",
             tls=tls,
             timeout=timeout,
+            password_source=config.password_source,
         )
 
     files = TlsFiles(*((tls.ca_cert_path, tls.cert_path, tls.key_path) if tls else ()))

@@ -44,10 +44,16 @@ from replicator.pipeline.timings import TaskTimings
 from server.errors import BadRequestError, ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
 from server.tasks.creation import CREATING, TargetChecker, TaskCreation
+from server.tasks.credentials import with_credentials
 from server.tasks.fleet import Membership
 from server.tasks.fleet_rounds import FleetRounds, KeyCheck
 from server.tasks.local_runs import LocalRuns
-from server.tasks.requests import BackfillRequest, CreateRequest, VerifyRequest
+from server.tasks.requests import (
+    BackfillRequest,
+    CreateRequest,
+    CredentialsUpdate,
+    VerifyRequest,
+)
 from server.tasks.spec import validate_backfill, validate_verify
 from server.tasks.verify import VerifyManager
 
@@ -334,7 +340,20 @@ class TaskSupervisor:
                 return
             await asyncio.sleep(0.1)
 
-    async def resume(self, task_id: str) -> TaskRecord:
+    async def resume(
+        self, task_id: str, credentials: CredentialsUpdate | None = None
+    ) -> TaskRecord:
+        """Run a task again from its positions. ``credentials``: its target's new ones
+        (server/tasks/credentials.py), tried on the target first (a refusal is a 400 naming
+        why, nothing changed); a Running task is paused for them, then resumed."""
+        spec: dict[str, Any] | None = None
+        if credentials is not None:
+            spec = with_credentials(await self.get(task_id), credentials)
+            connect = TaskSpec.from_stored(spec).target_param
+            self.runs.redactor.add(*TaskSpec.from_stored(spec).secrets())
+            await asyncio.to_thread(self.creation.target_checker, connect)
+            if (await self.get(task_id)).state is TaskState.RUNNING:
+                await self.pause(task_id, "pausing to take new credentials for the target")
         async with self.runs.lock:
             self.runs.changes += 1
             task = await self.get(task_id)
@@ -342,6 +361,11 @@ class TaskSupervisor:
                 raise ConflictError(f"task {task_id} is already Running")
             for check in self._resume_checks:
                 await check(task)
+            if spec is not None:
+                task = await asyncio.to_thread(
+                    self._store.replace_spec, task_id, spec, expected_revision=task.revision
+                )
+                log.info("task %s: its target's credentials replaced", task_id)
             return await self.runs.launch(task)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from etcd3 import etcdrpc
@@ -24,7 +25,10 @@ from metastore import Lease, MetaStore, MetaStoreUnavailableError, TaskRecord, T
 from metastore.etcd_connect import EtcdTls, connect_etcd
 from metastore.tls_files import RELOAD_CHECK_SECONDS
 from replicator.config.connections import MetaStoreSettings
+from replicator.config.settings import load_settings
 from replicator.config.stores import open_metastore
+from replicator.log_redaction import SecretRedactor
+from server.cli.serve import read_passwords_again
 
 pytestmark = pytest.mark.integration
 
@@ -219,3 +223,57 @@ def test_a_token_made_stale_by_a_change_of_users_is_cured_by_a_new_login(
     finally:
         admin.close()
         store.close()
+
+
+def test_a_password_changed_on_etcd_and_in_the_configuration_is_read_again(
+    pki, tmp_path, root_path
+):
+    """etcd's password changed (etcdctl user passwd) under a running metastore: its error
+    names etcd's refusal until the configuration file has the new one, then the same store
+    goes on, no restart (server/cli/serve.py reads the file again at a refused login)."""
+    new_password = "Rotated-Etcd-Pa55-never-shown"
+    tls = ServerTls(pki.server_cert, pki.server_key, pki.ca_file)
+    files = EtcdTls(str(pki.ca_file), str(pki.client_cert), str(pki.client_key))
+    with etcd_server(tmp_path / "etcd", tls=tls) as service:
+        enable_etcd_auth(service.endpoint, pki, PASSWORD)
+        config = tmp_path / "cdc.yaml"
+
+        def configure(password: str) -> None:
+            etcd = {
+                "address": [service.endpoint],
+                "enableTLS": True,
+                "tlsCACertPath": files.ca_cert_path,
+                "tlsCertPath": files.cert_path,
+                "tlsKeyPath": files.key_path,
+                "enableAuth": True,
+                "username": ETCD_USER,
+                "password": password,
+            }
+            store = {"storeType": "etcd", "etcd": etcd, "rootPath": root_path}
+            config.write_text(yaml.safe_dump({"metaStoreConfig": store}))
+
+        configure(PASSWORD)
+        settings = load_settings(str(config), environ={})
+        redactor = SecretRedactor()
+        read_passwords_again(settings, str(config), {}, redactor)
+        store = open_metastore(settings.metaStoreConfig)
+        try:
+            store.create_task(task("before"))
+            admin = connect_etcd(
+                [service.endpoint], username=ETCD_USER, password=PASSWORD, tls=files
+            )
+            change = etcdrpc.AuthUserChangePasswordRequest(name=ETCD_USER, password=new_password)
+            admin.authstub.UserChangePassword(change, 5)
+            admin.close()
+            with pytest.raises(MetaStoreUnavailableError) as raised:
+                store.list_tasks()
+            assert str(raised.value) == (
+                f"etcd metastore unavailable: {service.endpoint}: "
+                "etcdserver: authentication failed, invalid user ID or password"
+            )
+            configure(new_password)
+            store.create_task(task("after"))
+            assert [t.task_id for t in store.list_tasks()] == ["after", "before"]
+            assert redactor.scrub(f"x {new_password} y") == "x ****** y"
+        finally:
+            store.close()
