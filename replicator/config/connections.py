@@ -55,7 +55,22 @@ def _milvus_etcd_spelling(value: Any) -> Any:
     return given
 
 
-class EtcdSettings(ConfigSection):
+class PasswordSource:
+    """Where a section's password is read again when its server refuses the one in use (it
+    was changed there): the daemon's configuration file (server/cli/serve.py); None: only the
+    one given at start."""
+
+    _password_source: Callable[[], str] | None = PrivateAttr(default=None)
+
+    @property
+    def password_source(self) -> Callable[[], str] | None:
+        return self._password_source
+
+    def read_password_from(self, source: Callable[[], str]) -> None:
+        self._password_source = source
+
+
+class EtcdSettings(PasswordSource, ConfigSection):
     address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
     enableAuth: bool = False
     username: str = "root"
@@ -65,19 +80,8 @@ class EtcdSettings(ConfigSection):
     tlsKeyPath: str = ""
     tlsCACertPath: str = ""
     tlsMinVersion: str = "1.3"
-    # where the password is read again when etcd refuses it (it was changed there): the
-    # daemon's configuration file (server/cli/serve.py); None: only this one
-    _password_source: Callable[[], str] | None = PrivateAttr(default=None)
 
     _milvus_spelling = model_validator(mode="before")(_milvus_etcd_spelling)
-
-    @property
-    def password_source(self) -> Callable[[], str] | None:
-        return self._password_source
-
-    def read_password_from(self, source: Callable[[], str]) -> None:
-        """Read the password again from ``source`` whenever etcd refuses the one in use."""
-        self._password_source = source
 
     @model_validator(mode="after")
     def _tls_files(self) -> EtcdSettings:
@@ -110,7 +114,7 @@ class SourceEtcdSettings(EtcdSettings):
     metaSubPath: str = "meta"
 
 
-class MetaStoreSettings(ConfigSection):
+class MetaStoreSettings(PasswordSource, ConfigSection):  # the MySQL URL's password
     storeType: Literal["sqlite", "mysql", "etcd"] = "sqlite"
     sqlitePath: str = "data/cdc-meta.sqlite3"
     etcd: EtcdSettings = Field(default_factory=EtcdSettings)

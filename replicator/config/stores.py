@@ -27,7 +27,12 @@ def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaS
     from metastore.sql_urls import mysql_url_from_source
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
-    return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
+    return SqlMetaStore(
+        url,
+        config.rootPath,
+        session_timeout=lease_seconds,
+        password_source=config.password_source,
+    )
 
 
 def etcd_tls_of(config: EtcdSettings) -> EtcdTls | None:

@@ -38,22 +38,38 @@ def read_passwords_again(
     environ: dict[str, str],
     redactor: SecretRedactor,
 ) -> None:
-    """Every etcd the daemon logs in to (its metastore, each cluster's source etcd) reads its
-    password again from the configuration (the file at ``path``, then the ``CDC_`` variables
-    as they were at start) when etcd refuses the one in use: a password rotated on etcd and
-    in the file needs no restart. The new one is redacted from the logs like the first."""
+    """Every etcd the daemon logs in to (its metastore, each cluster's source etcd) and a
+    MySQL metastore read the password again from the configuration (the file at ``path``, then
+    the ``CDC_`` variables as they were at start) when the server refuses the one in use: a
+    password rotated there and in the file needs no restart. The new one is redacted from the
+    logs like the first."""
 
-    def password_of(cluster: str | None, metastore: bool = False) -> Callable[[], str]:
+    def password_of(pick: Callable[[CdcSettings], str]) -> Callable[[], str]:
         def read() -> str:
-            again = load_settings(path, environ)
-            etcd = again.metaStoreConfig.etcd if metastore else again.cluster(cluster).etcd
-            password = etcd.password.get_secret_value()
+            password = pick(load_settings(path, environ))
             redactor.add(password)
             return password
 
         return read
 
-    if settings.metaStoreConfig.storeType == "etcd":
-        settings.metaStoreConfig.etcd.read_password_from(password_of(None, metastore=True))
+    def cluster_etcd(name: str | None) -> Callable[[CdcSettings], str]:
+        return lambda again: again.cluster(name).etcd.password.get_secret_value()
+
+    store = settings.metaStoreConfig
+    if store.storeType == "etcd":
+        store.etcd.read_password_from(
+            password_of(lambda again: again.metaStoreConfig.etcd.password.get_secret_value())
+        )
+    if store.storeType == "mysql":
+        store.read_password_from(password_of(_mysql_password))
     for name in [None, *settings.clusters]:
-        settings.cluster(name).etcd.read_password_from(password_of(name))
+        settings.cluster(name).etcd.read_password_from(password_of(cluster_etcd(name)))
+
+
+def _mysql_password(settings: CdcSettings) -> str:
+    from sqlalchemy.engine import make_url
+
+    from metastore.sql_urls import mysql_url_from_source
+
+    url = mysql_url_from_source(settings.metaStoreConfig.mysqlSourceUrl.get_secret_value())
+    return make_url(url).password or ""

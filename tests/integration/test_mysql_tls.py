@@ -8,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from harness.secure_stores import MYSQL_TLS_USER, MYSQL_X509_USER, SecureMariaDB, secure_mariadb
 from harness.tls import Pki, make_test_pki
 
-from metastore import MetaStoreUnavailableError
+from metastore import MetaStoreUnavailableError, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
 from metastore.sql_urls import mysql_url_from_source
 from replicator.config.connections import MetaStoreSettings
+from replicator.config.settings import load_settings
 from replicator.config.stores import describe_metastore, open_metastore
+from replicator.log_redaction import SecretRedactor
+from server.cli.serve import read_passwords_again
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +134,39 @@ def test_mysql_tls_settings_that_cannot_work_are_refused_by_name(pki, tmp_path):
     assert mysql_url_from_source("u:p@tcp(db:3306)/cdc?tls=skip-verify") == (
         "mysql+pymysql://u:p@db:3306/cdc?ssl_check_hostname=false"
     )
+
+
+def test_a_password_changed_on_mysql_and_in_the_configuration_is_read_again(
+    mariadb, pki, root_path, tmp_path
+):
+    """The store user's password changed on MariaDB (its connections ended, as a restart
+    does): the store's error names the refusal until the configuration file has the new one,
+    then the same store goes on (server/cli/serve.py reads the file again when refused)."""
+    user, new = "cdc_rotated", "Maria-Rotated-Pa55-never-shown"
+    mariadb.as_root(
+        f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
+        f"GRANT ALL PRIVILEGES ON `{mariadb.service.database}`.* TO '{user}'@'127.0.0.1'",
+    )
+    config = tmp_path / "cdc.yaml"
+
+    def configure(password: str) -> None:
+        url = mariadb.url(user, ssl_ca=str(pki.ca_file)).replace(PASSWORD, password)
+        store = {"storeType": "mysql", "mysqlSourceUrl": url, "rootPath": root_path}
+        config.write_text(yaml.safe_dump({"metaStoreConfig": store}))
+
+    configure(PASSWORD)
+    loaded = load_settings(str(config), environ={})
+    read_passwords_again(loaded, str(config), {}, SecretRedactor())
+    store = open_metastore(loaded.metaStoreConfig)
+    try:
+        store.create_task(TaskRecord("before", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        mariadb.as_root(f"ALTER USER '{user}'@'127.0.0.1' IDENTIFIED BY '{new}'")
+        mariadb.kill_connections(user)
+        with pytest.raises(MetaStoreUnavailableError) as raised:
+            store.list_tasks()
+        assert "Access denied for user 'cdc_rotated'@'127.0.0.1'" in str(raised.value)
+        configure(new)
+        store.create_task(TaskRecord("after", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        assert [t.task_id for t in store.list_tasks()] == ["after", "before"]
+    finally:
+        store.close()
