@@ -1,15 +1,18 @@
-"""A certificate rotation at a running task's target: a real Milvus 2.3.5 with mutual TLS
-(``tlsMode: 2``) and authorization, its certificates swapped for ones of a new CA and the
-server restarted on its ports (as cert-manager and a rolling restart do); meanwhile the task
-says why the target turns it away, word for word; then the daemon's own files are swapped (its
-``dial_config`` paths, as a mounted secret is) and the rows written meanwhile reach the target,
-the same task running in the same daemon: no restart, nothing lost, no row twice.
+"""A certificate rotation at a running task's target and at the daemon's metastore: a real
+Milvus 2.3.5 with mutual TLS (``tlsMode: 2``) and authorization, its certificates swapped for
+ones of a new CA and the server restarted on its ports (as cert-manager and a rolling restart
+do); the etcd metastore (mutual TLS) likewise, with the daemon's files for it. Meanwhile the
+task says why the target turns it away, word for word (stored in the rotated metastore); then
+the daemon's files for the target are swapped (its ``dial_config`` paths, as a mounted secret
+is) and the rows written meanwhile reach the target, the same task running in the same daemon:
+no restart, nothing lost, no row twice.
 
 The source is a Milvus 2.6 stream on the Kafka mock (as tests/e2e/test_streaming_source.py
 writes it)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import uuid
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 from harness.milvus_source import restartable_milvus
-from harness.services import wait_until
+from harness.services import etcd_server, wait_until
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
@@ -31,6 +34,8 @@ from tests.e2e.test_streaming_source import (
     wait_for_collection,
     wait_rows,
 )
+from tests.integration.test_etcd_rotation import install_client as install_etcd_client
+from tests.integration.test_etcd_rotation import install_server as install_etcd_server
 
 pytestmark = pytest.mark.e2e
 
@@ -80,13 +85,26 @@ def test_a_target_rotating_its_certificates_is_followed_without_a_restart(
     writer = StreamingWriter(kafka_mock.bootstrap)
     stream = Stream(writer, f"rot{uuid.uuid4().hex[:6]}", channels=1)
     name = f"rotated_{uuid.uuid4().hex[:6]}"
-    with restartable_milvus(
-        tmp_path / "milvus",
-        etcd_service.endpoint,
-        root_path=f"rot-{uuid.uuid4().hex[:8]}",
-        settings=settings,
-        client={"token": ROOT, **admin_files},
-    ) as milvus:
+    # the daemon's metastore: an etcd of mutual TLS, rotating with the target
+    store_tls = install_etcd_server(old, tmp_path / "store-server")
+    store_files = install_etcd_client(old, tmp_path / "store-client")
+    stack = contextlib.ExitStack()
+    store_etcd = stack.enter_context(etcd_server(tmp_path / "store", tls=store_tls))
+    metastore = {
+        "storeType": "etcd",
+        "etcd": {"address": [store_etcd.endpoint], **store_files},
+        "rootPath": f"rot-{uuid.uuid4().hex[:8]}",
+    }
+    with (
+        stack,
+        restartable_milvus(
+            tmp_path / "milvus",
+            etcd_service.endpoint,
+            root_path=f"rot-{uuid.uuid4().hex[:8]}",
+            settings=settings,
+            client={"token": ROOT, **admin_files},
+        ) as milvus,
+    ):
         target = milvus.source
 
         def admin() -> MilvusClient:
@@ -97,6 +115,7 @@ def test_a_target_rotating_its_certificates_is_followed_without_a_restart(
         stream.tick_all()
         daemon = daemon_factory(
             scheduler={"reachabilitySeconds": 1},
+            metaStoreConfig=metastore,
             **stream.config(etcd_service, kafka_mock),
         ).start()
         connect: dict[str, Any] = {
@@ -122,6 +141,12 @@ def test_a_target_rotating_its_certificates_is_followed_without_a_restart(
         install(new, admin_dir)
         milvus.close()
         milvus.start()
+        # so does the metastore's etcd, the daemon's files for it with it
+        stack.close()
+        install_etcd_server(new, tmp_path / "store-server")
+        install_etcd_client(new, tmp_path / "store-client")
+        ports = (store_etcd.port, store_etcd.peer_port)
+        stack.enter_context(etcd_server(tmp_path / "store", tls=store_tls, ports=ports))
         stream.writer.insert(vchannel, 72000, range(50, 120))
         stream.tick_all()
 
