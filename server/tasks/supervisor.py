@@ -346,12 +346,10 @@ class TaskSupervisor:
         """Run a task again from its positions. ``credentials``: its target's new ones
         (server/tasks/credentials.py), tried on the target first (a refusal is a 400 naming
         why, nothing changed); a Running task is paused for them, then resumed."""
-        spec: dict[str, Any] | None = None
         if credentials is not None:
-            spec = with_credentials(await self.get(task_id), credentials)
-            connect = TaskSpec.from_stored(spec).target_param
-            self.runs.redactor.add(*TaskSpec.from_stored(spec).secrets())
-            await asyncio.to_thread(self.creation.target_checker, connect)
+            given = TaskSpec.from_stored(with_credentials(await self.get(task_id), credentials))
+            self.runs.redactor.add(*given.secrets())
+            await asyncio.to_thread(self.creation.target_checker, given.target_param)
             if (await self.get(task_id)).state is TaskState.RUNNING:
                 await self.pause(task_id, "pausing to take new credentials for the target")
         async with self.runs.lock:
@@ -361,7 +359,8 @@ class TaskSupervisor:
                 raise ConflictError(f"task {task_id} is already Running")
             for check in self._resume_checks:
                 await check(task)
-            if spec is not None:
+            if credentials is not None:  # on the task as it is now (its revision guards it)
+                spec = with_credentials(task, credentials)
                 task = await asyncio.to_thread(
                     self._store.replace_spec, task_id, spec, expected_revision=task.revision
                 )
