@@ -192,11 +192,19 @@ def path_items() -> dict[str, Any]:
             **task_op,
             "post": {
                 "operationId": "resumeTask",
-                "summary": "Resume a task from its saved positions",
+                "summary": "Resume a task from its saved positions (with the target's new "
+                "credentials, when given)",
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": ref("ResumeBody")}},
+                },
                 "responses": {
                     "200": _json(_TASK_ANSWER, "Running (or Failed when it cannot start)"),
                     **_TASK_ERRORS,
                     **_CROSS_SITE,
+                    "400": problem_answer(
+                        "Credentials that cannot be taken, or that the target refuses (named)"
+                    ),
                     "409": problem_answer("Already Running"),
                 },
             },
