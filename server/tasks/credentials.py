@@ -28,13 +28,14 @@ def with_credentials(task: TaskRecord, update: CredentialsUpdate) -> dict[str, A
     spec = TaskSpec.of(task)
     if spec.is_kafka:
         raise BadRequestError(
-            f"{WHERE}: task {task.task_id} writes to a Kafka topic, not a Milvus: it takes no "
-            "Milvus credentials"
+            f"milvus_connect_param: task {task.task_id} writes to a Kafka topic, not a Milvus: "
+            "it takes no Milvus credentials"
         )
     if spec.target_cluster:
         raise BadRequestError(
-            f"{WHERE}: task {task.task_id} writes to clusters.{spec.target_cluster}, whose "
-            "credentials are the daemon's configuration: change them there"
+            f"milvus_connect_param: task {task.task_id} writes to clusters."
+            f"{spec.target_cluster}, whose credentials are the daemon's configuration: change "
+            "them there"
         )
     stored: dict[str, Any] = json.loads(json.dumps(_plain(task.spec)))
     param = dict(stored.get(MILVUS_PARAM) or {})
@@ -49,7 +50,9 @@ def with_credentials(task: TaskRecord, update: CredentialsUpdate) -> dict[str, A
     try:
         parsed = MilvusConnectParam.model_validate(param)
     except ValueError as exc:  # a stored document of an earlier release, say
-        raise BadRequestError(f"{WHERE}: the stored target cannot take them: {exc}") from None
+        raise BadRequestError(
+            f"milvus_connect_param: the stored target cannot take them: {exc}"
+        ) from None
     stored[MILVUS_PARAM] = validate_connect(parsed, WHERE)
     return stored
 
