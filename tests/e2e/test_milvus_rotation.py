@@ -27,6 +27,7 @@ from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
 from tls_backfill import ROOT, milvus_tls_settings
 
+from replicator.pipeline.import_serving import LoadedOnSource
 from tests.e2e.test_streaming_source import (
     Stream,
     start_task,
@@ -40,6 +41,8 @@ from tests.integration.test_etcd_rotation import install_server as install_etcd_
 pytestmark = pytest.mark.e2e
 
 UNTRUSTED = "certificate verify failed: unable to get local issuer certificate"
+# what a source Milvus that answers says of a collection (loaded, or not)
+SERVING_ANSWERS = ("", "it serves no segment of the collection: is it loaded?")
 
 
 def install(pki: Pki, where: Path) -> dict[str, str]:
@@ -135,6 +138,10 @@ def test_a_target_rotating_its_certificates_is_followed_without_a_restart(
             wait_rows(client, name, {pk: f"row-{pk}" for pk in range(50)}, daemon=daemon)
         finally:
             client.close()
+        # a backfill's check of a source Milvus's loaded segments (pymilvus clients that live
+        # as long as the daemon) reaches this one with the same files, before and after
+        loaded = LoadedOnSource(connect)
+        assert loaded("default", name)[1] in SERVING_ANSWERS
 
         # the target rotates: a new CA, a new pair; restarted on its ports
         install_server(new, server_dir)
@@ -170,6 +177,7 @@ def test_a_target_rotating_its_certificates_is_followed_without_a_restart(
             )
         finally:
             client.close()
+        assert loaded("default", name)[1] in SERVING_ANSWERS  # pymilvus reads them again
         wait_until(
             lambda: UNTRUSTED not in task_view(daemon, task_id)["reason"],
             30,
