@@ -277,3 +277,42 @@ def test_a_password_changed_on_etcd_and_in_the_configuration_is_read_again(
             assert redactor.scrub(f"x {new_password} y") == "x ****** y"
         finally:
             store.close()
+
+
+def test_the_source_etcd_of_a_daemon_follows_a_rotation(tmp_path):
+    """The source etcd client a daemon keeps for its tasks' catalog reads
+    (server/tasks/engine.py) reads its files again after the rotation: the same context reads
+    the catalog again, no restart."""
+    from rocksdict import Options, Rdict
+
+    from replicator.config.settings import CdcSettings
+    from replicator.sources.base import SourceUnavailableError
+    from server.tasks.engine import cluster_context
+
+    rotation = Rotation(tmp_path)
+    files = install_client(rotation.old, rotation.client_dir)
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    Rdict(str(tmp_path / "rmq"), options).close()
+    with etcd_server(tmp_path / "etcd", tls=rotation.tls) as first:
+        source = {
+            "etcd": {"address": [first.endpoint], **files},
+            "etcdRootPath": "no-source",
+            "mqType": "rocksmq",
+            "rocksmq": {"path": str(tmp_path / "rmq")},
+        }
+        context = cluster_context(CdcSettings.model_validate({"sourceConfig": source}), None)
+        assert context.catalog() == {}
+    install_server(rotation.new, rotation.server_dir)
+    install_client(rotation.new, rotation.client_dir)
+    with etcd_server(tmp_path / "etcd", tls=rotation.tls, ports=(first.port, first.peer_port)):
+        last: Exception | None = None
+        deadline = time.monotonic() + 10 + RELOAD_CHECK_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                assert context.catalog() == {}
+                return
+            except SourceUnavailableError as exc:
+                last = exc
+                time.sleep(0.2)
+        raise AssertionError(f"the catalog was never read again; last: {last}")
