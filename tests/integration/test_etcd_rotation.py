@@ -20,15 +20,18 @@ from etcd3 import etcdrpc
 from harness.secure_stores import ETCD_USER, enable_etcd_auth
 from harness.services import EtcdService, ServerTls, etcd_server
 from harness.tls import Pki, make_test_pki
+from test_etcd_tls import empty_rocksdb
 
 from metastore import Lease, MetaStore, MetaStoreUnavailableError, TaskRecord, TaskState
 from metastore.etcd_connect import EtcdTls, connect_etcd
 from metastore.tls_files import RELOAD_CHECK_SECONDS
 from replicator.config.connections import MetaStoreSettings
-from replicator.config.settings import load_settings
+from replicator.config.settings import CdcSettings, load_settings
 from replicator.config.stores import open_metastore
 from replicator.log_redaction import SecretRedactor
+from replicator.sources.base import SourceUnavailableError
 from server.cli.serve import read_passwords_again
+from server.tasks.engine import cluster_context
 
 pytestmark = pytest.mark.integration
 
@@ -283,23 +286,14 @@ def test_the_source_etcd_of_a_daemon_follows_a_rotation(tmp_path):
     """The source etcd client a daemon keeps for its tasks' catalog reads
     (server/tasks/engine.py) reads its files again after the rotation: the same context reads
     the catalog again, no restart."""
-    from rocksdict import Options, Rdict
-
-    from replicator.config.settings import CdcSettings
-    from replicator.sources.base import SourceUnavailableError
-    from server.tasks.engine import cluster_context
-
     rotation = Rotation(tmp_path)
     files = install_client(rotation.old, rotation.client_dir)
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    Rdict(str(tmp_path / "rmq"), options).close()
     with etcd_server(tmp_path / "etcd", tls=rotation.tls) as first:
         source = {
             "etcd": {"address": [first.endpoint], **files},
             "etcdRootPath": "no-source",
             "mqType": "rocksmq",
-            "rocksmq": {"path": str(tmp_path / "rmq")},
+            "rocksmq": {"path": empty_rocksdb(tmp_path / "rmq")},
         }
         context = cluster_context(CdcSettings.model_validate({"sourceConfig": source}), None)
         assert context.catalog() == {}
