@@ -10,6 +10,10 @@ only by chance: concurrent proxy tasks and rootcoord append to one pchannel side
 - Insert A@100 waits for its tick while Insert B@90, after it, is released by tick 95 and
   committed with the position before A: a ``kill -9`` and a pause later, B is on the topic once
   (fault 6: each resume read B again and emitted it again).
+- The same, with the metastore (etcd) down when B is committed: the Kafka commit holds B and its
+  position, the metastore's save after it fails, the channel rewinds; B is on the topic once
+  (fault 7: the rewind read from Kafka's position with the metastore's older tick and emitted B
+  again, at every retry of the outage).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import pytest
 from harness.msgstream_writer import MsgstreamChannel
-from harness.services import ServiceStartError, wait_until
+from harness.services import ServiceStartError, etcd_server, wait_until
 from harness.streaming_writer import StreamingWriter
 from test_kafka_sink import Rebuilt
 from test_replication import rows
@@ -171,3 +175,51 @@ def test_an_out_of_order_record_is_on_the_topic_once_through_a_kill_and_a_pause(
     rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
     events = Counter((e["pk"], e["op"]) for e in rebuilt.row_events())
     assert events == {(90, "insert"): 1, (100, "insert"): 1}, rebuilt.account()
+
+
+def test_a_metastore_error_after_a_kafka_commit_emits_nothing_again(
+    daemon_factory, etcd_service, kafka_mock, channel, tmp_path
+):
+    name = f"store_{uuid.uuid4().hex[:6]}"
+    workdir = tmp_path / "meta-etcd"
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(etcd_server(workdir))
+        daemon = daemon_factory(
+            **source_config(channel, etcd_service, kafka_mock),
+            metaStoreConfig={
+                "storeType": "etcd",
+                "etcd": {"address": [store.endpoint]},
+                "rootPath": f"store-{uuid.uuid4().hex[:8]}",
+            },
+            fleet={"leaseSeconds": 20, "checkSeconds": 1},
+        ).start()
+        target, topic = kafka_target(kafka_mock)
+        task_id = start_task(daemon, channel, name, target)
+        channel.create_collection(COLLECTION, name, 10)
+        channel.insert(COLLECTION, name, [20], 20, tag="c")
+        channel.tick(30)
+
+        def on_topic(keys: set[int]):
+            return lambda: keys <= set(Rebuilt(kafka_mock.bootstrap, topic, task_id).rows)
+
+        wait_until(on_topic({20}), 60, "the first row on the topic")
+        time.sleep(1)  # its position saved in the metastore too
+
+        stack.close()  # the metastore goes away
+        channel.insert(COLLECTION, name, [100], 100, tag="a")
+        channel.insert(COLLECTION, name, [90], 90, tag="b")
+        channel.tick(95)  # B is committed to Kafka; the metastore's save fails
+        wait_until(on_topic({90}), 30, "B on the topic")
+        time.sleep(4)  # the channel rewinds and reads A, B and the tick again, twice
+        stack.enter_context(etcd_server(workdir, ports=(store.port, store.peer_port)))
+        wait_until(lambda: daemon.get("/readyz")[0] == 200, 60, "/readyz 200 after the outage")
+        channel.tick(110)  # releases A
+        wait_until(on_topic({20, 90, 100}), 60, "A on the topic")
+        time.sleep(1)
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        events = Counter((e["pk"], e["op"]) for e in rebuilt.row_events())
+        assert events == {(20, "insert"): 1, (90, "insert"): 1, (100, "insert"): 1}, (
+            rebuilt.account()
+        )
+        assert "metastore" in daemon.log_text().lower()
+        daemon.stop()
