@@ -22,6 +22,7 @@ import contextlib
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,8 +59,9 @@ def source_config(channel: MsgstreamChannel, etcd_service, kafka_mock) -> dict[s
     }
 
 
-def start_task(daemon, channel: MsgstreamChannel, name: str, target: dict[str, Any]) -> str:
-    created = daemon.call("create", {**target, "collection_infos": [{"name": name}]})
+def start_task(daemon, channel: MsgstreamChannel, target: dict[str, Any], *names: str) -> str:
+    infos = [{"name": name} for name in names]
+    created = daemon.call("create", {**target, "collection_infos": infos})
     assert created.code == 200, created.body
     task_id = str(created.data["task_id"])
 
@@ -87,14 +89,18 @@ def ops_per_key(rebuilt: Rebuilt) -> dict[int, list[str]]:
     return ops
 
 
-def write_an_upsert_split_by_a_ddl(channel: MsgstreamChannel, name: str) -> dict[int, str]:
+def write_an_upsert_split_by_a_ddl(
+    channel: MsgstreamChannel, name: str, after_the_ddl: Callable[[], None] = lambda: None
+) -> dict[int, str]:
     """Rows 1..3, then an upsert of 2 whose Insert and Delete have a CreateCollection of
-    another collection (younger than them) between them; what the target must hold."""
+    another collection (younger than them) between them (``after_the_ddl`` runs once the DDL
+    is written); what the target must hold."""
     channel.create_collection(COLLECTION, name, 10)
     channel.insert(COLLECTION, name, [1, 2, 3], 20, tag="old")
     channel.tick(30)
     channel.insert(COLLECTION, name, [2], 40, tag="new", upsert=True)
     channel.create_collection(OTHER, f"{name}_other", 50)
+    after_the_ddl()
     channel.delete(COLLECTION, name, [2], 40, partition="_default")
     channel.tick(60)
     return {1: "old-1", 2: "new-2", 3: "old-3"}
@@ -103,18 +109,35 @@ def write_an_upsert_split_by_a_ddl(channel: MsgstreamChannel, name: str) -> dict
 def test_a_ddl_between_an_upserts_halves_into_kafka_gives_one_upsert_event(
     daemon_factory, etcd_service, kafka_mock, channel
 ):
+    """The other collection is replicated too, and the daemon is killed once its creation is
+    on the topic: the commit before the DDL (with the position before the waiting Insert)
+    must name no tick above the released one, or the restart skips the upsert's halves."""
     name = f"split_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
     target, topic = kafka_target(kafka_mock)
-    task_id = start_task(daemon, channel, name, target)
-    expected = write_an_upsert_split_by_a_ddl(channel, name)
+    task_id = start_task(daemon, channel, target, name, f"{name}_other")
+
+    def kill_once_the_ddl_is_applied() -> None:
+        wait_until(
+            lambda: any(
+                e["op"] == "create_collection" and e["collection"] == f"{name}_other"
+                for e in Rebuilt(kafka_mock.bootstrap, topic, task_id).ddl
+            ),
+            60,
+            "the other collection's creation on the topic",
+        )
+        daemon.kill()
+        daemon.start()
+
+    expected = write_an_upsert_split_by_a_ddl(channel, name, kill_once_the_ddl_is_applied)
 
     def settled() -> Rebuilt | None:
         rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
         ops = ops_per_key(rebuilt)
         return rebuilt if len(ops.get(2, [])) >= 2 and len(rebuilt.rows) >= 2 else None
 
-    rebuilt = wait_until(settled, 60, "the upsert's events on the topic")
+    with contextlib.suppress(ServiceStartError):  # the assertion below names what differs
+        wait_until(settled, 60, "the upsert's events on the topic")
     time.sleep(1)  # a Delete sent alone comes in a later transaction: give it its time
     rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
     assert ops_per_key(rebuilt) == {1: ["insert"], 2: ["insert", "upsert"], 3: ["insert"]}
@@ -126,7 +149,7 @@ def test_a_ddl_between_an_upserts_halves_into_milvus_keeps_the_row(
 ):
     name = f"split_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
-    start_task(daemon, channel, name, {"milvus_connect_param": {"uri": milvus_lite_service.uri}})
+    start_task(daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name)
     expected = write_an_upsert_split_by_a_ddl(channel, name)
     wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
     index = target_client.prepare_index_params()
@@ -152,7 +175,7 @@ def test_an_out_of_order_record_is_on_the_topic_once_through_a_kill_and_a_pause(
     name = f"order_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
     target, topic = kafka_target(kafka_mock)
-    task_id = start_task(daemon, channel, name, target)
+    task_id = start_task(daemon, channel, target, name)
     channel.create_collection(COLLECTION, name, 10)
     channel.tick(20)
     channel.insert(COLLECTION, name, [100], 100, tag="a")  # waits for a tick >= 100
@@ -194,7 +217,7 @@ def test_a_metastore_error_after_a_kafka_commit_emits_nothing_again(
             fleet={"leaseSeconds": 20, "checkSeconds": 1},
         ).start()
         target, topic = kafka_target(kafka_mock)
-        task_id = start_task(daemon, channel, name, target)
+        task_id = start_task(daemon, channel, target, name)
         channel.create_collection(COLLECTION, name, 10)
         channel.insert(COLLECTION, name, [20], 20, tag="c")
         channel.tick(30)
