@@ -4,34 +4,32 @@ Insert of another collection or partition whose Delete may still come (fault 3).
 
 from __future__ import annotations
 
+from typing import Any
+
 from replicator.events import Delete, Insert
 from replicator.pipeline.sequencer import ChannelSequencer, Pending
 
 P0 = "by-dev-rootcoord-dml_0"
 
 
-def insert(ts: int, collection: int = 1, partition: str = "_default") -> Insert:
-    return Insert(
+def dml(kind: type[Insert] | type[Delete], ts: int, collection: int, partition: str) -> Any:
+    return kind(
         ts=ts,
         collection_id=collection,
         db_name="default",
         collection_name=f"c{collection}",
         partition_name=partition,
         num_rows=1,
-        request=None,  # type: ignore[arg-type]  # the sequencer reads ts and names only
+        request=None,  # the sequencer reads ts and names only
     )
+
+
+def insert(ts: int, collection: int = 1, partition: str = "_default") -> Insert:
+    return dml(Insert, ts, collection, partition)  # type: ignore[no-any-return]
 
 
 def delete(ts: int, collection: int = 1, partition: str = "_default") -> Delete:
-    return Delete(
-        ts=ts,
-        collection_id=collection,
-        db_name="default",
-        collection_name=f"c{collection}",
-        partition_name=partition,
-        num_rows=1,
-        request=None,  # type: ignore[arg-type]
-    )
+    return dml(Delete, ts, collection, partition)  # type: ignore[no-any-return]
 
 
 def feed(seq: ChannelSequencer, *events: Insert | Delete, first: int = 1) -> None:
