@@ -29,8 +29,12 @@ import pytest
 from harness.msgstream_writer import MsgstreamChannel
 from harness.services import ServiceStartError, etcd_server, wait_until
 from harness.streaming_writer import StreamingWriter
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+from test_handover_upsert import collection_meta, dml_of, msg_type, records_since_creation
 from test_kafka_sink import Rebuilt
-from test_replication import rows
+from test_replication import create_source_collection, make_rows, rows
+
+from replicator.sources.kafka import KafkaSource
 
 pytestmark = pytest.mark.e2e
 
@@ -246,3 +250,43 @@ def test_a_metastore_error_after_a_kafka_commit_emits_nothing_again(
         )
         assert "metastore" in daemon.log_text().lower()
         daemon.stop()
+
+
+def test_the_harness_writes_an_upsert_as_a_real_2_3_5_does(
+    milvus_source, etcd_service, kafka_mock, source_client
+):
+    """The writer's upsert records against a real 2.3.5's, field by field where they matter
+    to the daemon: the Insert's MsgBase timestamp, its rows' time, its partition, and the
+    Delete's time, partition and keys."""
+    name = f"shape_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source_client, name)
+    source_client.upsert(name, make_rows(1, 1, "new"))
+    meta = collection_meta(milvus_source, etcd_service, name)
+    kafka = KafkaSource(kafka_mock.bootstrap)
+    real = [
+        r
+        for pchannel in meta.pchannels
+        for r in records_since_creation(kafka, meta, pchannel)
+        if dml_of(r, meta.collection_id)
+    ]
+    assert [msg_type(r) for r in real] == [common_pb2.Insert, common_pb2.Delete]
+
+    ours = MsgstreamChannel(StreamingWriter(None), "shape")
+    written = [
+        ours.insert(COLLECTION, name, [1], 40, upsert=True),
+        ours.delete(COLLECTION, name, [1], 40, partition="_default"),
+    ]
+
+    def shape(insert_payload: bytes, delete_payload: bytes) -> tuple:
+        insert = msg_pb2.InsertRequest.FromString(insert_payload)
+        delete = msg_pb2.DeleteRequest.FromString(delete_payload)
+        return (
+            insert.base.timestamp == 0,
+            set(insert.timestamps) == {delete.base.timestamp},
+            insert.partition_name,
+            delete.partition_name,
+            list(delete.primary_keys.int_id.data),
+            set(delete.timestamps) == {delete.base.timestamp},
+        )
+
+    assert shape(written[0].payload, written[1].payload) == shape(real[0].payload, real[1].payload)
