@@ -34,6 +34,14 @@ def add_dr_parsers(action: Action) -> None:
         help="etcd: the job stops writes on the source; operator: you stopped the writers and "
         "the job waits for the source's WAL to be quiet",
     )
+    switchover.add_argument(
+        "--stale-check",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="compare the old primary with the new one this long after the switchover, for "
+        "stale writes (60; 0: no check)",
+    )
     switchover.add_argument("--follow", action="store_true", help="print each step until it ends")
     failback = action(
         "failback",
@@ -100,6 +108,7 @@ def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) 
         "max_lag_seconds": args.max_lag,
         "timeout_seconds": args.job_timeout,
         "fence": args.fence,
+        "stale_check_seconds": args.stale_check,
     }
     answer = client.call("POST", path, body)
     if not args.follow:
