@@ -36,11 +36,11 @@ def yaml_comments(text: str) -> dict[str, str]:
     found: dict[str, str] = {}
     stack: list[tuple[int, str]] = []
     pending: list[str] = []
-    group = ""  # a comment covers the keys after it until a blank line
+    group = ("", -1)  # a comment covers the keys after it, at its indent, until a blank line
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
-            pending, group = [], ""
+            pending, group = [], ("", -1)
             continue
         indent = len(line) - len(line.lstrip())
         if stripped.startswith("#"):
@@ -57,9 +57,10 @@ def yaml_comments(text: str) -> dict[str, str]:
         trailing = rest.split(" #", 1)[1].strip() if " #" in rest else ""
         comment = " ".join([*pending, trailing]).strip()
         if pending:
-            group = " ".join(pending)
-        if comment or group:
-            found[path] = comment or group
+            group = (" ".join(pending), indent)
+        inherited = group[0] if group[1] == indent else ""
+        if comment or inherited:
+            found[path] = comment or inherited
         stack.append((indent, key))
         pending = []
     return found
@@ -111,6 +112,8 @@ def _rows(model: type[BaseModel], prefix: str, comments: dict[str, str], out: li
             continue
         env = "CDC_" + path.replace(".", "__").upper()
         meaning = comments.get(path) or _alike(path, comments)
+        if not meaning and prefix:  # explained with its section
+            meaning = f"See its section, `{prefix.rstrip('.')}`."
         out.append(
             f"| `{path}` | {_type_name(annotation)} | {_default(field)} | `{env}` | "
             f"{meaning.replace('|', '/')} |"

@@ -1,7 +1,7 @@
 """``milvus-cdc task switchover|failover|failback``: the disaster-recovery requests from the
-command line (README "Disaster recovery"). ``switchover --follow`` prints each step of the job
-until it is done (exit 0) or failed (exit 1, with the reason and whether it was rolled back);
-``failback --follow`` until A is in sync with B (exit 0) or the failback failed (1)."""
+command line (docs/concepts/disaster-recovery.md). ``switchover --follow`` prints each step of
+the job until it is done (exit 0) or failed (exit 1, with the reason and whether it was rolled
+back); ``failback --follow`` until A is in sync with B (exit 0) or the failback failed (1)."""
 
 from __future__ import annotations
 
