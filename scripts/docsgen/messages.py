@@ -1,9 +1,10 @@
 """The catalogue of docs/troubleshooting.md: every error message the code can produce and every
 reason it sets on a task, found by reading the code (server/, replicator/, metastore/): each
 construction of an exception (``SomeError("...")`` / ``f"..."``, raised or returned), each
-``reason=`` given a literal text, and the reasons and warnings a task is given outside an error
-(texts returned by a function named or documented for them, or assigned to ``reason``). A message is shown as its template: ``{...}`` stands for what
-the code fills in (an f-string's expression)."""
+``reason=`` given a literal text, and the reasons and warnings a task is given outside an
+error (texts returned by a function named or documented for them, or assigned to ``reason``).
+A message is shown as its template: ``{...}`` stands for what the code fills in (an
+f-string's expression)."""
 
 from __future__ import annotations
 
