@@ -9,6 +9,7 @@ f-string's expression)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,7 @@ def _said(node: ast.AST, where: str) -> set[Message]:
     return said
 
 
+@functools.cache  # one read of the code per process
 def scan() -> list[Message]:
     found: set[Message] = set()
     for package in PACKAGES:
