@@ -6,7 +6,9 @@ import math
 import re
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
+
+from metastore.sql_urls import INSECURE_PARAM
 
 _SSL_SOURCE_LINE = re.compile(r" \(_ssl\.c:\d+\)")
 
@@ -33,8 +35,10 @@ def make_engine(
     # read and write timeouts: a server that stops answering (a partition) fails the call
     # instead of hanging it, so a fleet member notices it cannot renew its leases
     timeout = max(1, int(connect_timeout))
+    # ours, not PyMySQL's: without it the URL's TLS has no CA, which PyMySQL does not verify
+    parsed = make_url(url).difference_update_query([INSECURE_PARAM])
     engine = create_engine(
-        url,
+        parsed,
         pool_pre_ping=True,
         pool_recycle=3600,
         pool_size=pool_size,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import grpc
@@ -11,6 +12,8 @@ from metastore import MetaStore, MetaStoreUnavailableError
 from metastore.etcd_connect import EtcdTls, connect_etcd
 from metastore.etcd_diagnosis import EtcdFailure, endpoint_urls, explain_etcd_failure
 from replicator.config.connections import EtcdSettings, MetaStoreSettings
+
+log = logging.getLogger(__name__)
 
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
@@ -22,9 +25,16 @@ def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> Met
 
 def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
-    from metastore.sql_urls import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source, mysql_where, url_is_insecure
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
+    if url_is_insecure(url):  # said at every start: an operator's choice, never a default
+        log.warning(
+            "metaStoreConfig.mysqlSourceUrl: insecure_skip_verify (or tls=skip-verify): the "
+            "MySQL metastore %s is reached over TLS without verifying its certificate; "
+            "whoever poses as it receives the password",
+            mysql_where(url),
+        )
     return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
 
 

@@ -9,6 +9,7 @@ import os
 from typing import TextIO
 
 from metastore import MetaStoreError
+from replicator.config.insecure import insecure_settings
 from replicator.config.redaction import scrub_secret_environment, secret_values
 from replicator.config.settings import CdcSettings, ConfigError
 from server.daemon import serve
@@ -19,6 +20,8 @@ def run_serve_command(_args: argparse.Namespace, settings: CdcSettings, _out: Te
     redactor = configure_logging(settings.logLevel, settings.logFormat)
     redactor.add(*secret_values(settings))
     scrub_secret_environment(os.environ)  # read: children need not inherit them
+    for line in insecure_settings(settings):  # at every start: a choice, never a default
+        logging.getLogger("milvus-cdc").warning("insecure setting: %s", line)
     try:
         asyncio.run(serve(settings, redactor))
     except ConfigError as exc:  # found at start: the key file
