@@ -10,10 +10,11 @@ import uuid
 
 import pytest
 from harness.cuttable_proxy import CuttableProxy
+from harness.services import wait_until
 from pymilvus import MilvusClient
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.errors import TaskFailedError
+from replicator.errors import TargetUnavailableError, TaskFailedError
 from replicator.sinks.milvus import MilvusTarget
 
 pytestmark = pytest.mark.integration
@@ -31,6 +32,13 @@ def schema(name: str, *, nullable: bool = False) -> schema_pb2.CollectionSchema:
     return made
 
 
+def answers(target: MilvusTarget, name: str) -> bool:
+    try:
+        return not target.has_collection("default", name)
+    except TargetUnavailableError:
+        return False
+
+
 def test_a_target_replaced_behind_its_address_is_known_by_its_new_version(
     milvus_lite_service, milvus_source_rocksmq
 ):
@@ -43,6 +51,9 @@ def test_a_target_replaced_behind_its_address_is_known_by_its_new_version(
             assert target.target().kind == "lite"
 
             proxy.redirect("127.0.0.1", old.port)  # a Milvus 2.3.5 now answers there
+            # a call on the closed connection may fail (UNAVAILABLE) before gRPC connects anew:
+            # a task retries it, as here
+            wait_until(lambda: answers(target, second), 30, "the target reached again")
             with pytest.raises(TaskFailedError) as stopped:
                 target.create_collection("default", second, schema(second, nullable=True), 1)
             assert str(stopped.value) == (
