@@ -8,7 +8,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
+
+from metastore.sql_urls import INSECURE_PARAM
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,10 @@ def make_engine(
     # read and write timeouts: a server that stops answering (a partition) fails the call
     # instead of hanging it, so a fleet member notices it cannot renew its leases
     timeout = max(1, int(connect_timeout))
+    # ours, not PyMySQL's: without it the URL's TLS has no CA, which PyMySQL does not verify
+    parsed = make_url(url).difference_update_query([INSECURE_PARAM])
     engine = create_engine(
-        url,
+        parsed,
         pool_pre_ping=True,
         pool_recycle=3600,
         pool_size=pool_size,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import grpc
@@ -14,6 +15,8 @@ from metastore.etcd_reload import ReloadingEtcdClient
 from metastore.tls_files import TlsFiles
 from replicator.config.connections import EtcdSettings, MetaStoreSettings
 
+log = logging.getLogger(__name__)
+
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
@@ -24,9 +27,16 @@ def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> Met
 
 def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
-    from metastore.sql_urls import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source, mysql_where, url_is_insecure
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
+    if url_is_insecure(url):  # said at every start: an operator's choice, never a default
+        log.warning(
+            "metaStoreConfig.mysqlSourceUrl: insecure_skip_verify (or tls=skip-verify): the "
+            "MySQL metastore %s is reached over TLS without verifying its certificate; "
+            "whoever poses as it receives the password",
+            mysql_where(url),
+        )
     return SqlMetaStore(
         url,
         config.rootPath,

@@ -68,7 +68,6 @@ class MilvusTarget:
         # a note for the operator: a task's runner sets its warnings (progress.warnings)
         self.warn: Callable[[str], None] = _log_warning
         self._metadata = auth_metadata(connect)
-        self._target: Target | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -160,12 +159,14 @@ class MilvusTarget:
         return True
 
     def target(self) -> Target:
-        """What this target is (a Milvus of a version, Milvus Lite), asked once: what it can
-        hold is decided from it before a collection is created (:mod:`target_capabilities`)."""
-        if self._target is None:
-            response = self._call("GetVersion", milvus_pb2.GetVersionRequest(), "get version")
-            self._target = target_of(str(response.version))
-        return self._target
+        """What this target is (a Milvus of a version, Milvus Lite), asked before every DDL that
+        depends on it (a collection created, a field or a function added: what it can hold is
+        decided from it, :mod:`target_capabilities`). Never kept: the channel reconnects by
+        itself, and a server replaced or downgraded behind the same address answers then (a
+        version kept from the first connection let a 2.3 target receive what it cannot hold);
+        a DDL is rare, one more call costs nothing."""
+        response = self._call("GetVersion", milvus_pb2.GetVersionRequest(), "get version")
+        return target_of(str(response.version))
 
     def _require_fields(self, db: str, name: str, source: schema_pb2.CollectionSchema) -> None:
         """The collection on the target holds every field of ``source``, or the task stops
@@ -365,12 +366,31 @@ class MilvusTarget:
         )
 
     def add_collection_field(self, db: str, name: str, field: schema_pb2.FieldSchema) -> None:
+        """Add ``field``, once the target's version says it holds its type and features."""
+        held = schema_pb2.CollectionSchema(fields=[field])
+        require_holdable(f"{db}.{name}", held, self.target(), f"field {field.name} is not added")
         self._call(
             "AddCollectionField",
             milvus_pb2.AddCollectionFieldRequest(
                 db_name=db, collection_name=name, schema=field.SerializeToString()
             ),
             f"add field {field.name} to {db}.{name}",
+        )
+
+    def add_collection_function(
+        self, db: str, name: str, function: schema_pb2.FunctionSchema
+    ) -> None:
+        """Add ``function`` (BM25, text embedding) to the collection, once the target's version
+        says it holds the function's kind (Milvus 2.6 offers AddCollectionFunction)."""
+        held = schema_pb2.CollectionSchema(functions=[function])
+        doing = f"function {function.name} is not added"
+        require_holdable(f"{db}.{name}", held, self.target(), doing)
+        self._call(
+            "AddCollectionFunction",
+            milvus_pb2.AddCollectionFunctionRequest(
+                db_name=db, collection_name=name, functionSchema=function
+            ),
+            f"add function {function.name} to {db}.{name}",
         )
 
     def truncate_collection(self, db: str, name: str) -> None:

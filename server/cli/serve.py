@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from metastore import MetaStoreError
+from replicator.config.insecure import insecure_settings
 from replicator.config.redaction import scrub_secret_environment, secret_values
 from replicator.config.settings import CdcSettings, ConfigError, load_settings
 from server.daemon import serve
@@ -21,6 +22,8 @@ def run_serve_command(args: argparse.Namespace, settings: CdcSettings, _out: Tex
     redactor.add(*secret_values(settings))
     read_passwords_again(settings, args.config, dict(os.environ), redactor)
     scrub_secret_environment(os.environ)  # read: children need not inherit them
+    for line in insecure_settings(settings):  # at every start: a choice, never a default
+        logging.getLogger("milvus-cdc").warning("insecure setting: %s", line)
     try:
         asyncio.run(serve(settings, redactor))
     except ConfigError as exc:  # found at start: the key file

@@ -417,14 +417,15 @@ def path_items() -> dict[str, Any]:
         "/readyz": {
             "get": {
                 "operationId": "readyz",
-                "summary": "Ready to serve: not draining, the metastore answers, and the key "
-                "ring holds every key the stored secrets are encrypted with",
+                "summary": "Ready to serve: not draining, the metastore answers, its format is "
+                "one this release reads, and the key ring holds every key the stored secrets "
+                "are encrypted with",
                 "responses": {
                     "200": _json({"type": "object"}, "Ready"),
                     "503": _json(
                         {"type": "object"},
-                        "Draining, the metastore is down, or keys are missing (the reason and "
-                        "missing_keys name their ids)",
+                        "Draining, the metastore is down or in a format this release does not "
+                        "read, or keys are missing (the reason and missing_keys name their ids)",
                     ),
                 },
             }

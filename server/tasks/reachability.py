@@ -49,8 +49,6 @@ from server.tasks.target_check import (
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 2.0
-_QUIET = logging.getLogger("server.tasks.reachability.kafka")  # librdkafka's retry noise, dropped
-_QUIET.setLevel(logging.CRITICAL)
 
 Probe = Callable[[float], None]  # raises when the endpoint does not answer within the timeout
 
@@ -90,7 +88,7 @@ def _kafka_probe(config: Mapping[str, Any]) -> Probe:
         settings: dict[str, Any] = {
             **config,
             "socket.timeout.ms": int(timeout * 1000),
-            "logger": _QUIET,
+            "logger": refusals,  # librdkafka's lines, rate-limited; a refusal it only logs
             "error_cb": refusals,
         }
         admin = AdminClient(settings)

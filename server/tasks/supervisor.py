@@ -158,6 +158,11 @@ class TaskSupervisor:
         """What this daemon's key ring lacks, as of the last round (None: nothing)."""
         return self.rounds.missing_keys
 
+    @property
+    def format_problem(self) -> str:
+        """Why the store's format is past what this release reads, as of the last heartbeat."""
+        return self.rounds.format_problem
+
     def left_alone(self) -> dict[str, str]:
         """The tasks this release can neither read nor run (a newer release's), and why: no
         lease of theirs is taken and none of them is changed."""
