@@ -29,13 +29,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from replicator.backfill.state import BackfillState
 from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.flows import VerifyWaitError, injected_fault, reverse_request, verify_ended
-from server.dr.pair import REPLICATING
+from server.dr.pair import FAILING_BACK, REPLICATING, ClusterPair
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
@@ -108,6 +109,20 @@ class FailbackRun:
                 save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": other}
             )
 
+    async def mark_failing_back(self) -> None:
+        """The flow failing back, its task B -> A the reverse task (again after a restart: a
+        daemon killed between the create and this write left the flow as it was)."""
+        reverse, production = self.reverse_id, str(self.record["production_cluster"])
+
+        def failing_back(pair: ClusterPair) -> ClusterPair:
+            current = pair.flow_of(self.task_id)
+            if current is None or current.job is None or current.job.job_id != self.job_id:
+                return pair
+            tasks = {**current.tasks, production: reverse}
+            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
+
+        await asyncio.to_thread(self.claim.pairs.update, *self.claim.ends, failing_back)
+
     async def run(self) -> None:
         try:
             if self.record["state"] == "creating":  # a daemon stopped while creating it
@@ -117,6 +132,7 @@ class FailbackRun:
                     await self.save(state="failed", reason="the reverse task was not created")
                     return
                 await self.save(state="seeding")
+            await self.mark_failing_back()
             while self.record["state"] not in FINISHED:
                 step = getattr(self, f"_{self.record['state']}")
                 await step()

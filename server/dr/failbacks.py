@@ -9,7 +9,6 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import replace
 from typing import Any
 
 from metastore import MetaStoreError, TaskRecord
@@ -17,7 +16,6 @@ from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
-from server.dr.pair import FAILING_BACK, ClusterPair
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import FAILBACK_KEY, iso, load_json
 from server.dr.stale_watch import arm, load_watch
@@ -102,14 +100,7 @@ class Failbacks:
             await claim.release()
             raise
 
-        def reversed_flow(pair: ClusterPair) -> ClusterPair:
-            current = pair.flow_of(tid)
-            if current is None:
-                return pair
-            tasks = {**current.tasks, ends[1]: run.reverse_id}
-            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
-
-        await asyncio.to_thread(self.pairs.store.update, *ends, reversed_flow)
+        await run.mark_failing_back()
         await run.save(state="seeding")
         self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
         with log_context(task_id=tid):

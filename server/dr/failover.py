@@ -105,7 +105,8 @@ async def run_failover(
         "problems": problems,
         "unreplicated": export.view() if export is not None else None,
     }
-    view = {**answer, "state": "done"}
+    # the job's id: a recover round that finds the flow still claimed by it hands the flow over
+    view = {**answer, "state": "done", "job_id": job}
     await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
     await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")

@@ -32,7 +32,8 @@ POLL = 0.25  # seconds between looks at a verify job
 # Switchover points: "fencing" (the fence key written, not yet seen in effect), "draining",
 # "verifying" (the verify job started), "reversing" (the task paused, the reverse start not
 # fixed), "moving" (the point of no return passed: writers may move, the reverse task not
-# created yet), "reversed" (the reverse task created, the fence still on). Failback points:
+# created yet), "reversed" (the reverse task created, the fence still on), "finished" (``done``
+# saved, the flow not yet handed to the reverse direction). Failback points:
 # "repairing" and "streaming" (the step's verify job started).
 # A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
