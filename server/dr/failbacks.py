@@ -14,6 +14,7 @@ from typing import Any
 from metastore import MetaStoreError, TaskRecord
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
+from server.dr.claims import ClaimLostError
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.pair_keeper import PairKeeper
@@ -32,6 +33,16 @@ log = logging.getLogger(__name__)
 
 class FailbackRequest(TaskIdRequest):
     pass
+
+
+async def _held(run: FailbackRun) -> None:
+    """Run the failback, its claim renewed every ``RENEW_SECONDS`` (its seeding and verifies
+    save nothing for hours); it stops once another daemon took the claim."""
+    try:
+        await run.claim.run_while_held(run.run())
+    except ClaimLostError:
+        with log_context(task_id=run.task_id):
+            log.warning("failback %s: another daemon holds it now", run.job_id)
 
 
 class Failbacks:
@@ -102,7 +113,7 @@ class Failbacks:
 
         await run.mark_failing_back()
         await run.save(state="seeding")
-        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+        self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
         with log_context(task_id=tid):
             log.info(
                 "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
@@ -155,7 +166,7 @@ class Failbacks:
         claim = self.pairs.flow_claim(ends, tid, job_id)
         run = FailbackRun(self.sup, record, self._saved, claim)
         self._saved(tid, record)
-        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+        self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
 
     def stop(self) -> list[asyncio.Task[None]]:
         """The failbacks running here, to cancel."""

@@ -30,6 +30,7 @@ from replicator.pipeline.runner import RunnerContext
 from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
+from server.dr.flows import injected_fault
 from server.dr.record import FAILOVER_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
@@ -64,6 +65,7 @@ async def run_failover(
         # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
         # seconds and looks for expired ones every half second)
         task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings), job=job)
+        await injected_fault("failover-paused", job="failover")
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)
     if not stopped:

@@ -34,7 +34,8 @@ POLL = 0.25  # seconds between looks at a verify job
 # fixed), "moving" (the point of no return passed: writers may move, the reverse task not
 # created yet), "reversed" (the reverse task created, the fence still on), "finished" (``done``
 # saved, the flow not yet handed to the reverse direction). Failback points:
-# "repairing" and "streaming" (the step's verify job started).
+# "repairing" and "streaming" (the step's verify job started). Failover point: "failover-paused"
+# (the task paused, its runner not yet seen stopped nor its WAL read).
 # A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
