@@ -3,7 +3,9 @@ how they are lifted (:mod:`pair` keeps the record).
 
 - **acquire**: a job joins the owners of the fence on a cluster. The first owner writes the key,
   only where it is absent (one etcd transaction), and records the revision it wrote; a key that
-  was already there is the operator's: recorded as such, and never lifted.
+  was already there is the operator's: recorded as such, and never lifted. An owner that finds
+  its hold gone once the key is written (it stalled there, and another daemon rolled its job
+  back and, finding no key, forgot the hold) deletes the key again: no fence without a record.
 - **release**: a job leaves the owners. The last one marks the fence ``lifting`` (in the same
   compare-and-set), deletes the key in one transaction conditioned on the revision the pair
   wrote (a key someone rewrote since is theirs and stays), then removes the hold. A fence being
@@ -25,6 +27,7 @@ from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
+from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class PairFences:
         hold, writes = joined
         if not writes:
             return hold
+        injected_fault_sync("fence-joined")  # an owner recorded, the key not written yet
         revision = fence.create()
         if revision:
             hold = replace(hold, revision=revision)
@@ -85,7 +89,16 @@ class PairFences:
                 cluster, replace(current, revision=hold.revision, operator=hold.operator)
             )
 
-        self._update(record)
+        current = self._update(record).fences.get(cluster)
+        if current is None or job_id not in current.owners:
+            # the hold was given up while the key was written (this job stalled, another
+            # daemon rolled it back and found no key): no fence stays without its record
+            if hold.revision:
+                fence.delete_if(hold.revision)
+            raise FenceError(
+                f"the fence on cluster {cluster} was released (job {job_id} rolled back by "
+                f"another daemon) while {fence.label} was written: removed again"
+            )
         return hold
 
     def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
