@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
@@ -31,6 +32,12 @@ from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 log = logging.getLogger(__name__)
+
+
+def running(pair: ClusterPair) -> set[str]:
+    """The jobs holding a flow's claim in ``pair``."""
+    return {flow.job.job_id for flow in pair.flows.values() if flow.job is not None}
+
 
 JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
 
@@ -145,16 +152,19 @@ class PairFences:
         self._lift(cluster, hold)
         return True
 
-    def lift_ownerless(self, live_jobs: set[str]) -> list[str]:
-        """Lift every fence of the pair whose owners are all gone (not in ``live_jobs``); the
-        problems of those that could not be lifted (retried next time)."""
+    def lift_ownerless(self, live_jobs: Collection[str] = ()) -> list[str]:
+        """Lift every fence of the pair whose owners are all gone; the problems of those that
+        could not be lifted (retried next time). A job runs when it holds a flow's claim in the
+        pair's record as the compare-and-set that marks the fence for lifting reads it (one
+        that claimed a flow and joined the fence after the caller looked keeps it), or is in
+        ``live_jobs``."""
         problems = []
         for cluster, hold in self.pairs.get(*self.pair).fences.items():
-            if hold.lifting or not set(hold.owners) & live_jobs:
+            if hold.lifting or not set(hold.owners) & set(live_jobs):
 
                 def orphan(pair: ClusterPair, cluster: str = cluster) -> ClusterPair:
                     current = pair.fences.get(cluster)
-                    if current is None or set(current.owners) & live_jobs:
+                    if current is None or set(current.owners) & (running(pair) | set(live_jobs)):
                         return pair
                     if current.operator:
                         return pair.with_fence(cluster, None)

@@ -16,6 +16,7 @@ from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.dr.claims import FlowClaim
 from server.dr.fence_owners import PairFences
+from server.dr.flows import injected_fault
 from server.dr.job_effects import finished_jobs, settled
 from server.dr.pair import ClusterPair, JobClaim, PairStore
 from server.dr.pair_rules import claimed, pruned, verb_allowed
@@ -127,11 +128,13 @@ class PairKeeper:
                 current = await asyncio.to_thread(
                     self.store.update, *pair.clusters, lambda p: pruned(p, existing)
                 )
+                await injected_fault("pair-tended", job="recover")  # deleted tasks forgotten
                 if not current.fences:
                     continue
                 fences = PairFences(self.store, self.settings, current.clusters)
-                live = {f.job.job_id for f in current.flows.values() if f.job is not None}
-                for problem in await asyncio.to_thread(fences.lift_ownerless, live):
+                # which jobs run is read in the lift's own compare-and-set, not here: a job
+                # may claim a flow and join a fence meanwhile
+                for problem in await asyncio.to_thread(fences.lift_ownerless):
                     log.warning("cluster pair %s: %s", current.key, problem)
             except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
                 log.warning("cluster pair %s not tended: %s", pair.key, exc)

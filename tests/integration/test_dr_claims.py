@@ -5,6 +5,7 @@ waking up."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from harness.dr_jobs import DrWorld, dr_world
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
 from server.dr.fence_owners import PairFences
+from server.dr.flows import FAULT_ENV
 from server.dr.pair import FAILED_OVER, REPLICATING
 from server.dr.pair_rules import claimed
 from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, SwitchoverJob, save_job, save_json
@@ -141,3 +143,31 @@ async def test_a_finished_jobs_effects_reach_the_pair_after_a_kill_before_its_ha
     await world.supervisor.resume("ab")  # a -> b carries production again
     flow = world.pairs.get("a", "b").flow_of("ab")
     assert flow.job is None and flow.state == REPLICATING and flow.active == "a"
+
+
+async def test_the_recover_round_leaves_a_fence_a_job_joined_after_it_looked(
+    world, monkeypatch, tmp_path, caplog
+):
+    """A fence on a whose owner is gone; the recover round reads the pair, and meanwhile a
+    switchover claims its flow and joins that fence (issue 48, fault 9: the round lifted it
+    with the job ids it had read before, and the job's source took writes while it drained)."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    fences = PairFences(world.pairs, world.settings, ("a", "b"))
+    fences.acquire("a", "job-of-a-deleted-task")
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:pair-tended:30:{wake}")
+    tending = asyncio.ensure_future(world.disaster.pairs.tend({"ab"}))
+    for _ in range(200):  # the round has read the pair
+        if "held at pair-tended" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    assert "held at pair-tended" in caplog.text
+    job = "switchover-1"
+    world.pairs.update(
+        "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job, "m", existing={"ab"})
+    )
+    fences.acquire("a", job)  # joins the fence on a
+    wake.touch()
+    await asyncio.wait_for(tending, 30)
+    assert world.fence_value("a") == b"true", "the round lifted the fence the switchover holds"
+    assert world.pairs.get("a", "b").fences["a"].owners == ("job-of-a-deleted-task", job)
