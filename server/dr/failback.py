@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from metastore import TaskState
 from replicator.backfill.state import BackfillState
 from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError, FlowClaim
@@ -43,6 +44,11 @@ from server.errors import ApiError, ConflictError
 from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
 
 log = logging.getLogger(__name__)
+
+
+class FailbackStoppedError(Exception):
+    """The reverse task stopped under the failback; the message says what the operator does."""
+
 
 POLL = 1.0  # seconds between looks at the reverse task's jobs
 FINISHED = ("in_sync", "failed")
@@ -138,6 +144,8 @@ class FailbackRun:
                 await step()
         except ClaimLostError:
             raise
+        except FailbackStoppedError as exc:
+            await self.save(state="failed", reason=str(exc))
         except Exception as exc:  # noqa: BLE001 - whatever stopped it is its reason
             await self.save(state="failed", reason=f"{type(exc).__name__}: {exc}")
         if self.record["state"] == "in_sync":  # the reverse direction carries production
@@ -154,11 +162,25 @@ class FailbackRun:
                 raise ConflictError(f"task {self.reverse_id} has no backfill")
             if not job.active:
                 break
+            await self._reverse_running("seeding")
             await asyncio.sleep(POLL)
         if job.state != "done":
             await self.save(state="failed", reason=f"backfill {job.job_id}: {job.reason}")
             return
         await self.save(state="repairing", backfill=job.job_id)
+
+    async def _reverse_running(self, step: str) -> None:
+        """FailbackStoppedError when the reverse task stopped (paused or failed): its backfill
+        cannot finish, and nothing but the operator starts it again."""
+        task = await self.sup.get(self.reverse_id)
+        if task.state in (TaskState.RUNNING, TaskState.INITIAL):
+            return
+        raise FailbackStoppedError(
+            f"task {self.reverse_id} is {task.state.value} while {step} ({task.reason}): its "
+            f"backfill cannot finish. Ask the failback of {self.task_id} again: it creates "
+            f"{self.reverse_id} anew and seeds again (resume {self.reverse_id} first to keep "
+            "it streaming meanwhile)"
+        )
 
     async def _repairing(self) -> None:
         result = await self._verify(repair=True, key="repair_job")
