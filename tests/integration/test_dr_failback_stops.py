@@ -6,15 +6,13 @@ supervisor and disaster recovery on a real etcd store (tests/harness/dr_jobs.py)
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 import pytest
 from harness.dr_jobs import dr_world
 
 from metastore import TaskState
-from replicator.backfill.state import BackfillJob, BackfillState
-from server.dr.pair import FAILING_BACK, Flow
-from server.dr.record import FAILBACK_KEY, load_json, save_json
+from server.dr.pair import FAILING_BACK
+from server.dr.record import FAILBACK_KEY, load_json
 from server.errors import ConflictError
 
 pytestmark = pytest.mark.integration
@@ -32,23 +30,7 @@ async def test_a_failback_whose_reverse_task_stopped_while_seeding_fails_saying_
 ):
     # ab (a -> b) failed over to b; its failback's reverse task ab-back stopped while its
     # backfill seeded a (its daemon died meanwhile: this one takes the failback over)
-    world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
-    world.add_task("ab-back", "b", "a", stopped, "the target refused a write")
-    flow = Flow("ab", {"a": "ab", "b": "ab-back"}, active="b", state=FAILING_BACK)
-    world.pairs.update("a", "b", lambda p: p.with_flow(flow))
-    backfill = replace(BackfillJob.new(["*"]), state="running")
-    BackfillState(world.store, "ab-back").save_job(backfill)
-    record = {
-        "task_id": "ab",
-        "job_id": "failback-0001",
-        "reverse_task_id": "ab-back",
-        "reused": True,
-        "production_cluster": "b",
-        "member": "dead-member",
-        "state": "seeding",
-        "steps": [],
-    }
-    save_json(world.store, "ab", FAILBACK_KEY, record)
+    world.failback_left_seeding(stopped, "the target refused a write")
     await world.disaster.recover()
     for _ in range(200):  # the failback taken over looks at its reverse task
         saved = load_json(world.store, "ab", FAILBACK_KEY) or {}

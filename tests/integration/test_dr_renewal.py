@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 import pytest
 from harness.dr_jobs import dr_world
 
 from metastore import TaskState
-from replicator.backfill.state import BackfillJob, BackfillState
 from server.dr import claims, pair
 from server.dr.failover import FailoverRequest
 from server.dr.flows import FAULT_ENV
-from server.dr.pair import FAILED_OVER, FAILING_BACK, Flow
-from server.dr.record import FAILBACK_KEY, save_json
+from server.dr.pair import FAILED_OVER
 
 pytestmark = pytest.mark.integration
 
@@ -57,23 +54,7 @@ async def claimed_by(world, task_id: str) -> str:
 async def test_a_failback_seeding_keeps_its_claim(world):
     # ab (a -> b) failed over to b; its failback's reverse task ab-back seeds a; its daemon
     # died and this one takes the failback over
-    world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
-    world.add_task("ab-back", "b", "a", TaskState.RUNNING)
-    flow = Flow("ab", {"a": "ab", "b": "ab-back"}, active="b", state=FAILING_BACK)
-    world.pairs.update("a", "b", lambda p: p.with_flow(flow))
-    BackfillState(world.store, "ab-back").save_job(replace(BackfillJob.new(["*"]), state="running"))
-    job_id = "failback-0001"
-    record = {
-        "task_id": "ab",
-        "job_id": job_id,
-        "reverse_task_id": "ab-back",
-        "reused": True,
-        "production_cluster": "b",
-        "member": "dead-member",
-        "state": "seeding",
-        "steps": [],
-    }
-    save_json(world.store, "ab", FAILBACK_KEY, record)
+    job_id = world.failback_left_seeding(TaskState.RUNNING)
     await world.disaster.recover()
     assert world.pairs.get("a", "b").flow_of("ab").job.member == world.supervisor.fleet.member_id
     await held_longer_than_its_lapse(world, "ab", job_id)
