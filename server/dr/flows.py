@@ -37,7 +37,9 @@ POLL = 0.25  # seconds between looks at a verify job
 # "repairing" and "streaming" (the step's verify job started). Failover point: "failover-paused"
 # (the task paused, its runner not yet seen stopped nor its WAL read).
 # Fence point (any job): "fence-joined" (the job recorded as the fence's owner, the key not
-# written yet). Recover point: "pair-tended" (a pair's deleted tasks forgotten, its ownerless
+# written yet), "fence-unheld" (the key written, the owner's hold found gone, the key not yet
+# removed again). Recover points: "settling" (a finished job still holding its flow found, its
+# effects not yet applied), "pair-tended" (a pair's deleted tasks forgotten, its ownerless
 # fences not yet lifted).
 # A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
