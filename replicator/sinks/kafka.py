@@ -56,7 +56,7 @@ from replicator.errors import (
     TargetRejectedError,
     TargetUnavailableError,
 )
-from replicator.sinks.kafka_columns import Event, Run, topic_runs
+from replicator.sinks.kafka_columns import Entry, Event, Rows, Run, topic_runs
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_capabilities import KAFKA, Target
@@ -109,36 +109,41 @@ def topic_for(template: str, db: str, collection: str) -> str:
 
 class ChannelLog:
     """The row events one channel wrote since its last commit, kept as (topic, key, value) and
-    serialized at the commit, when the commit's id and position are known."""
+    inserts' :class:`Rows`, serialized whole at the commit, when the commit's id and position
+    are known."""
 
     def __init__(self, target: KafkaTarget, pchannel: str) -> None:
         self._target = target
         self.pchannel = pchannel
-        self.events: list[Event] = []
+        self.events: list[Entry] = []
+        self._count = 0  # events, an insert's rows each
 
     def add(self, topic: str, key: bytes, value: dict[str, Any]) -> int:
+        """One event; its index in ``events`` (an insert of the same key and time may take
+        its place, see ``kafka_columns.insert_events``)."""
         self.events.append((topic, key, value))
+        self._count += 1
         return len(self.events) - 1
 
-    def replace(self, index: int, value: dict[str, Any]) -> None:
-        """An insert found to pair with a delete already logged (an upsert): one event."""
-        topic, key, _ = self.events[index]
-        self.events[index] = (topic, key, value)
+    def add_rows(self, rows: Rows) -> None:
+        self.events.append(rows)
+        self._count += len(rows.keys)
 
     def commit(self, position: Position | None) -> None:
         """The events and ``position`` in one transaction (the metastore's save follows)."""
-        self._target.commit(self.pchannel, self.events, position)
-        self.events = []
+        self._target.commit(self.pchannel, self.events, position, count=self._count)
+        self.discard()
 
     def committed(self) -> Position | None:
         """The channel's last position Kafka committed (this connection's or before it)."""
         return self._target.committed_positions.get(self.pchannel)
 
     def pending(self) -> int:
-        return len(self.events)
+        return self._count
 
     def discard(self) -> None:
         self.events = []
+        self._count = 0
 
 
 class KafkaTarget(MilvusTarget):
@@ -374,12 +379,14 @@ class KafkaTarget(MilvusTarget):
     def commit(
         self,
         pchannel: str,
-        events: Sequence[Event],
+        events: Sequence[Entry],
         position: Position | None,
         *,
         model: TargetModel | None = None,
+        count: int | None = None,
     ) -> None:
-        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's).
+        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's;
+        its record says ``count`` events, default one an entry).
 
         The events are serialized before the lock is taken (another channel's transaction may
         be committing meanwhile), then produced in batches, a batch per run of one topic, in
@@ -420,7 +427,7 @@ class KafkaTarget(MilvusTarget):
                         "msg_id": position.msg_id.hex(),
                         "ts": position.ts,
                         "commit": commit_id,
-                        "events": len(events),
+                        "events": len(events) if count is None else count,
                     }
                     self._produce(self.positions_topic, self._key(pchannel), dumps(record))
                 remaining = self._timeout

@@ -190,16 +190,21 @@ def _struct_values(column: schema_pb2.FieldData) -> list[list[dict[str, Any]]]:
     ]
 
 
+# the ScalarField member holding each plain scalar type's values
+SCALAR_DATA = {
+    DataType.Bool: "bool_data",
+    DataType.Int8: "int_data",
+    DataType.Int16: "int_data",
+    DataType.Int32: "int_data",
+    DataType.Int64: "long_data",
+    DataType.Float: "float_data",
+    DataType.Double: "double_data",
+    DataType.String: "string_data",
+    DataType.VarChar: "string_data",
+}
+
 _READERS: dict[int, Callable[[schema_pb2.FieldData], Sequence[Any]]] = {
-    DataType.Bool: _scalars("bool_data"),
-    DataType.Int8: _scalars("int_data"),
-    DataType.Int16: _scalars("int_data"),
-    DataType.Int32: _scalars("int_data"),
-    DataType.Int64: _scalars("long_data"),
-    DataType.Float: _scalars("float_data"),
-    DataType.Double: _scalars("double_data"),
-    DataType.String: _scalars("string_data"),
-    DataType.VarChar: _scalars("string_data"),
+    **{kind: _scalars(member) for kind, member in SCALAR_DATA.items()},
     DataType.JSON: _json_values,
     DataType.Array: _array_values,
     DataType.FloatVector: _float_vectors,
