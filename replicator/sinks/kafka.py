@@ -24,7 +24,7 @@ Any failure of a transaction stops the task's workers with :class:`SinkSessionLo
 runner connects again and starts over from what Kafka committed. The channel workers of a task
 share one target (one producer); transactions are serialized by a lock. A commit serializes its
 events before it takes the lock (while another channel's transaction commits) and produces them
-with ``produce_batch``, in their order.
+in their order.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
+from itertools import repeat
+from operator import length_hint
 from typing import Any
 
 from confluent_kafka import (
@@ -180,6 +183,7 @@ class KafkaTarget(MilvusTarget):
                 "message.max.bytes": 16 * 1024 * 1024,
                 # a report for a failed record only (_delivered): none for each of the others
                 "delivery.report.only.error": True,
+                "on_delivery": self._delivered,
             }
         )
         self.max_event_bytes = int(params.get("max_event_bytes") or MAX_EVENT_BYTES)
@@ -462,28 +466,29 @@ class KafkaTarget(MilvusTarget):
             self._refused = error
 
     def _produce_runs(self, runs: list[Run]) -> None:
-        """Each run in one ``produce_batch`` call. When the local queue fills, librdkafka
-        refuses the message it is at and every one after it (never one in between: the order
-        holds), and those are given again once the queue drained; any other refusal fails the
-        transaction."""
-        for topic, messages in runs:
-            while messages:
-                queued = self._producer.produce_batch(topic, messages, on_delivery=self._delivered)
-                if queued == len(messages):
+        """Each run's messages by ``produce`` mapped over its keys and values (in C; a
+        ``produce_batch`` of the same took 0.4 µs a message more: a dict each, and its
+        delivery callback given per message). When the local queue is full, the message
+        refused and every one after it are given again once it drained (the order holds); any
+        other refusal fails the transaction."""
+        produce = self._producer.produce
+        for topic, keys, values in runs:
+            start = 0
+            while start < len(values):
+                left = iter(values[start:] if start else values)
+                try:
+                    deque(
+                        map(produce, repeat(topic), left, keys[start:] if start else keys), maxlen=0
+                    )
                     break
-                first = next(i for i, m in enumerate(messages) if "_error" in m)
-                error = messages[first]["_error"]
-                if error.code() != KafkaError._QUEUE_FULL:  # type: ignore[attr-defined]
-                    raise KafkaException(error)
-                messages = messages[first:]
-                for message in messages:
-                    message.pop("_error", None)
-                self._producer.poll(0.1)
+                except BufferError:  # at the value just taken from `left`
+                    start = len(values) - length_hint(left) - 1
+                    self._producer.poll(0.1)
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, on_delivery=self._delivered)
+                self._producer.produce(topic, value, key)
                 return
             except BufferError:  # the local queue is full: let it drain
                 self._producer.poll(0.1)

@@ -46,7 +46,7 @@ def committed(columns: list[Any], rows: int, pk: str = "id") -> list[tuple[bytes
     log = Log()
     assert insert_events(log, "t", "default", "c", "p1", pk, columns, rows, HYBRID, {}) == rows
     runs = topic_runs(log.events, SOURCE, 1_000_000)
-    return [(m["key"], m["value"]) for _, messages in runs for m in messages]
+    return [kv for _, keys, values in runs for kv in zip(keys, values, strict=True)]
 
 
 def every_type() -> list[Any]:
