@@ -28,7 +28,14 @@ from typing import Any, NamedTuple, Protocol
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TargetRejectedError
-from replicator.sinks.kafka_events import column_values, dumps, key_prefix, rows_of, ts_view
+from replicator.sinks.kafka_events import (
+    checked_values,
+    column_values,
+    dumps,
+    key_prefix,
+    rows_of,
+    ts_view,
+)
 from replicator.sinks.kafka_fragments import column_json
 
 # one event as logged: (topic, key, value), its value as a dict, or as the JSON of every field
@@ -150,11 +157,7 @@ def _dynamic_pieces(
 ) -> list[bytes] | None:
     """A dynamic field's keys as the row's further members (``,"k":v``), a piece a row; None
     when a row has a key that is also a field's name."""
-    values = column_values(column, num_rows)
-    if len(values) != num_rows:
-        raise TargetRejectedError(
-            f"field {column.field_name}: {len(values)} values for {num_rows} rows"
-        )
+    values = checked_values(column, num_rows)
     pieces = []
     for extra in values:  # a JSON document a row: parsed already, so a step a row anyway
         if not isinstance(extra, dict) or not extra:

@@ -28,8 +28,7 @@ import numpy as np
 import orjson
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.errors import TargetRejectedError
-from replicator.sinks.kafka_events import SCALAR_DATA, column_values, dumps
+from replicator.sinks.kafka_events import SCALAR_DATA, check_count, column_values, dumps
 
 DataType = schema_pb2.DataType
 
@@ -115,10 +114,7 @@ def _matrix(data: np.ndarray, dim: int, wide: type) -> np.ndarray | None:
 
 
 def _checked(column: schema_pb2.FieldData, num_rows: int, fragments: Fragments) -> Fragments:
-    if len(fragments[1]) != num_rows:
-        raise TargetRejectedError(
-            f"field {column.field_name}: {len(fragments[1])} values for {num_rows} rows"
-        )
+    check_count(column, len(fragments[1]), num_rows)
     return fragments
 
 
