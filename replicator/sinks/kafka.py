@@ -64,6 +64,7 @@ from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_capabilities import KAFKA, Target
 from replicator.sinks.target_model import Change, TargetModel
+from replicator.sources.kafka_logs import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
 
 def client_config(params: dict[str, Any]) -> dict[str, Any]:
     """librdkafka settings for the brokers of a ``kafka_connect_param``."""
-    config: dict[str, Any] = {"bootstrap.servers": params["address"]}
+    # librdkafka's own lines through the "librdkafka" logger, not on stderr
+    config: dict[str, Any] = {"bootstrap.servers": params["address"], "logger": LibrdkafkaLog()}
     if params.get("enable_sasl"):
         sasl = params.get("sasl") or {}
         config.update(

@@ -6,19 +6,24 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 from metastore import MetaStoreError
+from replicator.config.insecure import insecure_settings
 from replicator.config.redaction import scrub_secret_environment, secret_values
-from replicator.config.settings import CdcSettings, ConfigError
+from replicator.config.settings import CdcSettings, ConfigError, load_settings
 from server.daemon import serve
-from server.logs import configure_logging
+from server.logs import SecretRedactor, configure_logging
 
 
-def run_serve_command(_args: argparse.Namespace, settings: CdcSettings, _out: TextIO) -> int:
+def run_serve_command(args: argparse.Namespace, settings: CdcSettings, _out: TextIO) -> int:
     redactor = configure_logging(settings.logLevel, settings.logFormat)
     redactor.add(*secret_values(settings))
+    read_passwords_again(settings, args.config, dict(os.environ), redactor)
     scrub_secret_environment(os.environ)  # read: children need not inherit them
+    for line in insecure_settings(settings):  # at every start: a choice, never a default
+        logging.getLogger("milvus-cdc").warning("insecure setting: %s", line)
     try:
         asyncio.run(serve(settings, redactor))
     except ConfigError as exc:  # found at start: the key file
@@ -28,3 +33,46 @@ def run_serve_command(_args: argparse.Namespace, settings: CdcSettings, _out: Te
         logging.getLogger("milvus-cdc").error("cannot start: %s", exc)
         return 1
     return 0
+
+
+def read_passwords_again(
+    settings: CdcSettings,
+    path: str | None,
+    environ: dict[str, str],
+    redactor: SecretRedactor,
+) -> None:
+    """Every etcd the daemon logs in to (its metastore, each cluster's source etcd) and a
+    MySQL metastore read the password again from the configuration (the file at ``path``, then
+    the ``CDC_`` variables as they were at start) when the server refuses the one in use: a
+    password rotated there and in the file needs no restart. The new one is redacted from the
+    logs like the first."""
+
+    def password_of(pick: Callable[[CdcSettings], str]) -> Callable[[], str]:
+        def read() -> str:
+            password = pick(load_settings(path, environ))
+            redactor.add(password)
+            return password
+
+        return read
+
+    def cluster_etcd(name: str | None) -> Callable[[CdcSettings], str]:
+        return lambda again: again.cluster(name).etcd.password.get_secret_value()
+
+    store = settings.metaStoreConfig
+    if store.storeType == "etcd":
+        store.etcd.read_password_from(
+            password_of(lambda again: again.metaStoreConfig.etcd.password.get_secret_value())
+        )
+    if store.storeType == "mysql":
+        store.read_password_from(password_of(_mysql_password))
+    for name in [None, *settings.clusters]:
+        settings.cluster(name).etcd.read_password_from(password_of(cluster_etcd(name)))
+
+
+def _mysql_password(settings: CdcSettings) -> str:
+    from sqlalchemy.engine import make_url
+
+    from metastore.sql_urls import mysql_url_from_source
+
+    url = mysql_url_from_source(settings.metaStoreConfig.mysqlSourceUrl.get_secret_value())
+    return make_url(url).password or ""

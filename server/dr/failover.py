@@ -30,6 +30,7 @@ from replicator.pipeline.runner import RunnerContext
 from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
+from server.dr.flows import injected_fault
 from server.dr.record import FAILOVER_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
@@ -49,10 +50,11 @@ class FailoverRequest(TaskIdRequest):
 
 
 async def run_failover(
-    ops: TaskOperations, settings: CdcSettings, request: FailoverRequest
+    ops: TaskOperations, settings: CdcSettings, request: FailoverRequest, job: str = ""
 ) -> dict[str, Any]:
     """Stop the task at once and say what the target holds and what it lacks; the view kept
-    as ``progress.failover`` (the answer, with ``state``)."""
+    as ``progress.failover`` (the answer, with ``state``). ``job``: the failover's id, holding
+    the flow's claim (between named clusters)."""
     task = await ops.get(request.task_id)
     tid = task.task_id
     at = time.time()
@@ -62,7 +64,8 @@ async def run_failover(
         # a runner on another member stops at its next round: wait for it, a lease at most
         # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
         # seconds and looks for expired ones every half second)
-        task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings))
+        task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings), job=job)
+        await injected_fault("failover-paused", job="failover")
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)
     if not stopped:
@@ -104,7 +107,8 @@ async def run_failover(
         "problems": problems,
         "unreplicated": export.view() if export is not None else None,
     }
-    view = {**answer, "state": "done"}
+    # the job's id: a recover round that finds the flow still claimed by it hands the flow over
+    view = {**answer, "state": "done", "job_id": job}
     await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
     await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")

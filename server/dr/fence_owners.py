@@ -3,7 +3,9 @@ how they are lifted (:mod:`pair` keeps the record).
 
 - **acquire**: a job joins the owners of the fence on a cluster. The first owner writes the key,
   only where it is absent (one etcd transaction), and records the revision it wrote; a key that
-  was already there is the operator's: recorded as such, and never lifted.
+  was already there is the operator's: recorded as such, and never lifted. An owner that finds
+  its hold gone once the key is written (it stalled there, and another daemon rolled its job
+  back and, finding no key, forgot the hold) deletes the key again: no fence without a record.
 - **release**: a job leaves the owners. The last one marks the fence ``lifting`` (in the same
   compare-and-set), deletes the key in one transaction conditioned on the revision the pair
   wrote (a key someone rewrote since is theirs and stays), then removes the hold. A fence being
@@ -21,13 +23,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
+from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 log = logging.getLogger(__name__)
+
+
+def running(pair: ClusterPair) -> set[str]:
+    """The jobs holding a flow's claim in ``pair``."""
+    return {flow.job.job_id for flow in pair.flows.values() if flow.job is not None}
+
 
 JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
 
@@ -63,6 +73,7 @@ class PairFences:
         hold, writes = joined
         if not writes:
             return hold
+        injected_fault_sync("fence-joined")  # an owner recorded, the key not written yet
         revision = fence.create()
         if revision:
             hold = replace(hold, revision=revision)
@@ -85,7 +96,17 @@ class PairFences:
                 cluster, replace(current, revision=hold.revision, operator=hold.operator)
             )
 
-        self._update(record)
+        current = self._update(record).fences.get(cluster)
+        if current is None or job_id not in current.owners:
+            # the hold was given up while the key was written (this job stalled, another
+            # daemon rolled it back and found no key): no fence stays without its record
+            injected_fault_sync("fence-unheld")  # the key written, its hold found gone
+            if hold.revision:
+                fence.delete_if(hold.revision)
+            raise FenceError(
+                f"the fence on cluster {cluster} was released (job {job_id} rolled back by "
+                f"another daemon) while {fence.label} was written: removed again"
+            )
         return hold
 
     def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
@@ -132,16 +153,19 @@ class PairFences:
         self._lift(cluster, hold)
         return True
 
-    def lift_ownerless(self, live_jobs: set[str]) -> list[str]:
-        """Lift every fence of the pair whose owners are all gone (not in ``live_jobs``); the
-        problems of those that could not be lifted (retried next time)."""
+    def lift_ownerless(self, live_jobs: Collection[str] = ()) -> list[str]:
+        """Lift every fence of the pair whose owners are all gone; the problems of those that
+        could not be lifted (retried next time). A job runs when it holds a flow's claim in the
+        pair's record as the compare-and-set that marks the fence for lifting reads it (one
+        that claimed a flow and joined the fence after the caller looked keeps it), or is in
+        ``live_jobs``."""
         problems = []
         for cluster, hold in self.pairs.get(*self.pair).fences.items():
-            if hold.lifting or not set(hold.owners) & live_jobs:
+            if hold.lifting or not set(hold.owners) & set(live_jobs):
 
                 def orphan(pair: ClusterPair, cluster: str = cluster) -> ClusterPair:
                     current = pair.fences.get(cluster)
-                    if current is None or set(current.owners) & live_jobs:
+                    if current is None or set(current.owners) & (running(pair) | set(live_jobs)):
                         return pair
                     if current.operator:
                         return pair.with_fence(cluster, None)

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from metastore import Position
@@ -32,8 +32,15 @@ POLL = 0.25  # seconds between looks at a verify job
 # Switchover points: "fencing" (the fence key written, not yet seen in effect), "draining",
 # "verifying" (the verify job started), "reversing" (the task paused, the reverse start not
 # fixed), "moving" (the point of no return passed: writers may move, the reverse task not
-# created yet), "reversed" (the reverse task created, the fence still on). Failback points:
-# "repairing" and "streaming" (the step's verify job started).
+# created yet), "reversed" (the reverse task created, the fence still on), "finished" (``done``
+# saved, the flow not yet handed to the reverse direction). Failback points:
+# "repairing" and "streaming" (the step's verify job started). Failover point: "failover-paused"
+# (the task paused, its runner not yet seen stopped nor its WAL read).
+# Fence point (any job): "fence-joined" (the job recorded as the fence's owner, the key not
+# written yet), "fence-unheld" (the key written, the owner's hold found gone, the key not yet
+# removed again). Recover points: "settling" (a finished job still holding its flow found, its
+# effects not yet applied), "pair-tended" (a pair's deleted tasks forgotten, its ownerless
+# fences not yet lifted).
 # A failure fires once per process: past the point of no return the job retries the step.
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
@@ -46,6 +53,19 @@ class InjectedFaultError(Exception):
 async def injected_fault(point: str, job: str = "switchover") -> None:
     """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), holds and
     failures, in their order."""
+    for seconds, until in _holds(point, job):
+        await asyncio.to_thread(_hold, seconds, until)
+
+
+def injected_fault_sync(point: str, job: str = "switchover") -> None:
+    """:func:`injected_fault` for code that runs in a worker thread (the fence owners)."""
+    for seconds, until in _holds(point, job):
+        _hold(seconds, until)
+
+
+def _holds(point: str, job: str) -> Iterator[tuple[float, str]]:
+    """The holds ``FAULT_ENV`` asks for at ``point`` (seconds, file), its failures raised
+    (InjectedFaultError, once per process and point) in their order among them."""
     for directive in os.environ.get(FAULT_ENV, "").split(","):
         kind, _, rest = directive.strip().partition(":")
         where, _, rest = rest.partition(":")
@@ -54,7 +74,7 @@ async def injected_fault(point: str, job: str = "switchover") -> None:
             continue
         if kind == "hold":
             log.warning("%s held at %s for %s s (%s)", job, point, seconds, FAULT_ENV)
-            await asyncio.to_thread(_hold, float(seconds or 60), until)
+            yield float(seconds or 60), until
         elif kind == "fail" and point not in _FAILED:
             _FAILED.add(point)
             raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")

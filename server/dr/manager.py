@@ -291,8 +291,13 @@ class DisasterRecovery:
         job_id = f"failover-{uuid.uuid4().hex[:8]}"
         await self.pairs.claim(ends, "failover", tid, spec.source_cluster, job_id)
         claim = self.pairs.flow_claim(ends, tid, job_id)
-        try:
-            answer = await self._fail_over(task, request)
+        try:  # its claim renewed while it waits for a runner and reads the WAL
+            answer = await claim.run_while_held(self._fail_over(task, request, job_id))
+        except ClaimLostError as exc:
+            raise ConflictError(
+                f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
+                f"and another daemon holds it now ({exc}); see progress.failover"
+            ) from exc
         except BaseException:
             await claim.release()
             raise
@@ -312,9 +317,11 @@ class DisasterRecovery:
             )
         return answer
 
-    async def _fail_over(self, task: TaskRecord, request: FailoverRequest) -> dict[str, Any]:
+    async def _fail_over(
+        self, task: TaskRecord, request: FailoverRequest, job: str = ""
+    ) -> dict[str, Any]:
         """The task stopped, what its target holds and lacks (:mod:`failover`)."""
-        view = await run_failover(self.sup, self.settings, request)
+        view = await run_failover(self.sup, self.settings, request, job)
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 

@@ -1,7 +1,8 @@
 """Which verb applies to a flow in which state (:mod:`pair`), as compare-and-set changes of the
 pair record: a verb claims the flow (one job at a time) only where it applies, else it is
 refused (409) naming the pair's state; ``resume`` of a task is refused where it would run the
-flow's two directions at once, or undo a failover.
+flow's two directions at once, or undo a failover; and while a job holds the flow, ``pause``,
+``resume`` and ``delete`` of its tasks are the job's alone (:func:`verb_allowed`).
 
 =========  =================================================================================
 verb       applies when
@@ -10,7 +11,10 @@ switchover the flow replicates and the task is its active direction
 failover   the flow replicates and the task is its active direction; or it failed over
            already to the task's target (asked again)
 failback   the flow failed over (or a failback of it failed) to the task's target
-resume     no job runs on the flow, the flow replicates, and the task is its active direction
+resume     no job runs on the flow, the flow replicates or fails back, and the task is its
+           active direction (failing back: the reverse task)
+pause,     no job runs on the flow (or the job asking holds it; a delete also once the job's
+delete     daemon is gone)
 =========  =================================================================================
 """
 
@@ -62,9 +66,12 @@ def check(pair: ClusterPair, flow: Flow, verb: str, task_id: str) -> None:
     target = next(c for c in pair.clusters if c != source)
     replicating_here = flow.state == REPLICATING and flow.active == source
     failed_to_target = flow.state == FAILED_OVER and flow.active == target
+    # failing back: the reverse task (from the cluster carrying production) runs, not its
+    # other direction
+    failing_back_here = flow.state == FAILING_BACK and flow.active == source
     applies = {
         "switchover": replicating_here,
-        "resume": replicating_here,
+        "resume": replicating_here or failing_back_here,
         "failover": replicating_here or failed_to_target,
         "failback": flow.state in (FAILED_OVER, FAILING_BACK) and flow.active == target,
     }
@@ -75,7 +82,7 @@ def check(pair: ClusterPair, flow: Flow, verb: str, task_id: str) -> None:
         "failover": "fail over the task of the active direction",
         "failback": "a failback follows a failover of the task",
         "resume": "it would run both directions of the flow"
-        if flow.state == REPLICATING
+        if flow.state in (REPLICATING, FAILING_BACK)
         else "production moved: fail back instead",
     }[verb]
     raise PairConflictError(
@@ -112,18 +119,34 @@ def claimed(
     return pair.with_flow(claim(flow, verb, job_id, task_id, member))
 
 
-def resume_allowed(pair: ClusterPair, task_id: str, reason: str) -> None:
-    """PairConflictError when resuming ``task_id`` (paused with ``reason``) would break its
-    flow's rules. The job that paused it (its reason names the job) may resume it."""
+def verb_allowed(
+    pair: ClusterPair, task_id: str, verb: str, job: str = "", job_state: str = ""
+) -> None:
+    """PairConflictError when ``verb`` (pause, resume or delete) of ``task_id`` would break its
+    flow's rules. While a job holds the flow's claim, only that job moves the flow's tasks
+    (``job``: the job asking, "" for an operator or the daemon's retries; ``job_state``: the
+    holding job's step, named in the refusal); a job that no longer holds the claim (its
+    daemon stalled, another took it over) moves nothing. A claim left by a job whose daemon
+    died holds until the next ``recover`` round takes the job up (a delete, though, goes
+    ahead: it removes the task from the flow, the claim with it). Without a job, a resume must
+    fit the flow's state (:func:`check`)."""
     flow = pair.flow_of(task_id)
     if flow is None:
         return
-    if flow.job is not None and f"job {flow.job.job_id}" in reason:
+    held = flow.job
+    if job:
+        if held is None or held.job_id != job:
+            holder = "nobody" if held is None else f"{held.kind} {held.job_id}"
+            raise PairConflictError(
+                f"task {task_id}: job {job} no longer holds its cluster pair {pair.key} (held "
+                f"by {holder}): it moves none of the flow's tasks"
+            )
         return
-    if flow.job is not None and not flow.job.expired():
-        job = flow.job
+    if held is not None and not (verb == "delete" and held.expired()):
+        left = " (its daemon is gone: the next recover round takes it up)" if held.expired() else ""
         raise PairConflictError(
-            f"task {task_id}: a {job.kind} ({job.job_id}) is under way on its cluster pair "
-            f"{pair.key}; wait for it"
+            f"task {task_id}: {held.kind} {held.job_id} ({job_state or 'running'}) holds its "
+            f"cluster pair {pair.key}{left}: {verb} of the flow's tasks waits for it"
         )
-    check(pair, flow, "resume", task_id)
+    if verb == "resume":
+        check(pair, flow, "resume", task_id)

@@ -66,7 +66,7 @@ def component_schemas() -> dict[str, Any]:
             },
             "kafka_connect_param": {
                 "type": "object",
-                "description": "Or the target Kafka topic (README, 'Kafka targets'); the SASL "
+                "description": "Or the target Kafka topic (docs/guides/kafka-target.md); the SASL "
                 "password is never shown",
             },
             "collection_infos": {"type": "array", "items": {"type": "object"}},
@@ -113,8 +113,9 @@ def component_schemas() -> dict[str, Any]:
             },
             "switchover": {
                 "type": ["object", "null"],
-                "description": "/v1 only: the task's last switchover job (README \"Disaster "
-                'recovery"): job_id, state (checking, fencing, draining, verifying, reversing, '
+                "description": "/v1 only: the task's last switchover job "
+                "(docs/concepts/disaster-recovery.md): job_id, state (checking, fencing, "
+                "draining, verifying, reversing, "
                 "done, failed), steps, fence, fenced_at, lifted_at, consistent_up_to, verify, "
                 "reverse_task_id, rearm, reason, rolled_back",
             },
@@ -179,7 +180,8 @@ def component_schemas() -> dict[str, Any]:
             "request_data": {
                 "type": ["object", "null"],
                 "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
-                "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
+                "pause, get, position: {task_id}; resume: {task_id, milvus_connect_param "
+                "(ours: new credentials, as ResumeBody)}; list: {}; backfill: {task_id, "
                 "collections} (ours); verify: {task_id, collections, repair} (ours); "
                 "switchover: {task_id, max_lag_seconds, timeout_seconds} (ours); failover: "
                 "{task_id, export_seconds} (ours); failback: {task_id} (ours)",
@@ -268,6 +270,25 @@ def component_schemas() -> dict[str, Any]:
                     "default": 60,
                     "description": "how long the export of what the target lacks may read the "
                     "source's WAL (0: no export)",
+                },
+            },
+        },
+        "ResumeBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "ours: the target Milvus's new credentials (a password or token "
+            "rotated, TLS files moved); tried on the target first; a Running task is paused "
+            "for them and goes on from its positions",
+            "properties": {
+                "milvus_connect_param": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "username": {"type": "string"},
+                        "password": {"type": "string", "writeOnly": True},
+                        "token": {"type": "string", "writeOnly": True},
+                        "dial_config": ref("DialConfig"),
+                    },
                 },
             },
         },

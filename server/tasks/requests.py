@@ -44,6 +44,17 @@ class MilvusConnectParam(_Strict):
     ignore_partition: bool = False
 
 
+class CredentialsUpdate(_Strict):
+    """ours: new credentials for a task's target Milvus, given at ``resume`` (a password or
+    token rotated, certificates moved): these keys replace the stored ones, the rest of its
+    ``milvus_connect_param`` (its address) stays."""
+
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+    dial_config: DialConfig | None = None
+
+
 class KafkaSasl(_Strict):
     username: str = ""
     password: SecretStr = SecretStr("")
@@ -99,7 +110,7 @@ class BackfillOption(_Strict):
 
 
 class VerifyOption(_Strict):
-    """ours: verify the task on a schedule (see README, "Verifying a task")."""
+    """ours: verify the task on a schedule (docs/guides/verify.md)."""
 
     # the names of the daemon's verify settings (cdc.yaml), as issue 13 asks
     intervalHours: float = Field(gt=0)  # noqa: N815
@@ -122,9 +133,9 @@ class CreateRequest(_Strict):
     backfill: BackfillOption | None = None
     # ours; absent or null: the daemon's verify.intervalHours
     verify: VerifyOption | None = None
-    # ours (README "Disaster recovery"): the source read, one of the configuration's clusters
-    # (absent, null or "sourceConfig": sourceConfig), and a named cluster as the target in place
-    # of milvus_connect_param
+    # ours (docs/concepts/disaster-recovery.md): the source read, one of the configuration's
+    # clusters (absent, null or "sourceConfig": sourceConfig), and a named cluster as the target
+    # in place of milvus_connect_param
     source_cluster: str | None = None
     target_cluster: str | None = None
     # ours: where a new task starts reading: "creation" (its collections' creation while the
@@ -142,6 +153,17 @@ class TaskIdRequest(_Strict):
         if not value:
             raise ValueError("task_id is empty")
         return value
+
+
+class ResumeRequest(TaskIdRequest):
+    # ours (a Go client sends task_id alone): the target's new credentials
+    milvus_connect_param: CredentialsUpdate | None = None
+
+
+class ResumeBody(_Strict):
+    """``POST /v1/tasks/{task_id}/resume``'s body, when there is one."""
+
+    milvus_connect_param: CredentialsUpdate | None = None
 
 
 class DeleteRequest(TaskIdRequest):

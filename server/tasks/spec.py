@@ -76,14 +76,12 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> TaskSpec:
             dial_config=DialConfig(**dial) if dial else None,
         )
         target = {
-            "milvus_connect_param": _validate_connect(
-                param, f"clusters.{req.target_cluster}.milvus"
-            )
+            "milvus_connect_param": validate_connect(param, f"clusters.{req.target_cluster}.milvus")
         }
     elif kafka is not None:
         target = {"kafka_connect_param": _validate_kafka(kafka)}
     else:
-        target = {"milvus_connect_param": _validate_connect(req.milvus_connect_param)}
+        target = {"milvus_connect_param": validate_connect(req.milvus_connect_param)}
     selection = _validate_selection(req, settings.maxNameLength)
     mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
     channel = req.rpc_channel_info or ChannelInfo()
@@ -329,7 +327,7 @@ def _cluster_ends(req: CreateRequest, kafka: bool, settings: CdcSettings) -> dic
     return ends
 
 
-def _validate_connect(
+def validate_connect(
     param: MilvusConnectParam | None, where: str = "milvus_connect_param"
 ) -> dict[str, Any]:
     if param is None:

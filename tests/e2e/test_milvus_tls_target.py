@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from harness.milvus_source import MilvusSource, milvus_source_rocksmq
+from harness.services import wait_until
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
@@ -29,7 +30,13 @@ from tls_backfill import (
 )
 
 from replicator.config.milvus_endpoint import SourceMilvusSettings
-from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
+from tests.e2e.test_streaming_source import (
+    Stream,
+    start_task,
+    task_view,
+    wait_for_collection,
+    wait_rows,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -196,3 +203,74 @@ def test_backfill_and_verify_read_a_source_with_one_way_tls(
         lambda db: root_client(tls_milvus, pki, db),
         [PASSWORD],
     )
+
+
+AUTH_REFUSED = "auth check failure, please check username and password are correct"
+
+
+def test_a_password_rotated_on_the_target_is_named_then_taken_at_resume(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    """The target's password changes under a running task: the task's reason names the
+    refusal; a resume with a wrong new password is refused naming why, changing nothing; one
+    with the new password goes on from the task's positions (every row once)."""
+    user, old, new = f"rot_{uuid.uuid4().hex[:6]}", "Rotate-Old-Pa55-x", "Rotate-New-Pa55-y"
+    root = root_client(tls_milvus, pki)
+    root.create_user(user, old)
+    root.grant_role(user, "admin")
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    stream = Stream(writer, f"pw{uuid.uuid4().hex[:6]}", channels=1)
+    name = f"pw_{uuid.uuid4().hex[:6]}"
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(
+            scheduler={"reachabilitySeconds": 1}, **stream.config(etcd_service, kafka_mock)
+        ).start()
+        connect = {
+            "uri": tls_milvus.uri,
+            "username": user,
+            "password": old,
+            "dial_config": {"server_pem_path": str(pki.ca_file)},
+            "connect_timeout": 5,
+        }
+        task_id = start_task(daemon, "", stream, name, milvus_connect_param=connect)
+        _write(stream, 73000, name, range(40))
+        wait_for_collection(root, name)
+        wait_rows(root, name, {pk: f"row-{pk}" for pk in range(40)}, daemon=daemon)
+
+        root.update_password(user, old, new)
+        (vchannel,) = stream.vchannels(73000, 1)
+        stream.writer.insert(vchannel, 73000, range(40, 90))
+        stream.tick_all()
+        wait_until(
+            lambda: AUTH_REFUSED in task_view(daemon, task_id)["reason"],
+            60,
+            "the task's reason names the refusal",
+        )
+
+        wrong = {"username": user, "password": "not-the-new-one"}
+        refused = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": wrong})
+        assert (refused.status, refused.message) == (
+            400,
+            f"milvus_connect_param: target Milvus at {tls_milvus.uri} refused the daemon: "
+            f"{AUTH_REFUSED}",
+        )
+        rotated = {"username": user, "password": new}
+        resumed = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": rotated})
+        assert resumed.code == 200, resumed.body
+        wait_rows(root, name, {pk: f"row-{pk}" for pk in range(90)}, daemon=daemon)
+        assert root.query(name, filter="id >= 0", output_fields=["count(*)"])[0]["count(*)"] == 90
+        # the probe's warning (kept with the task's state) is withdrawn at its next round
+        wait_until(
+            lambda: AUTH_REFUSED not in task_view(daemon, task_id)["reason"],
+            30,
+            "the refusal withdrawn once the target lets the daemon in",
+        )
+        assert task_view(daemon, task_id)["state"] == "Running"
+        answers = [daemon.call("list").body, daemon.call("get", {"task_id": task_id}).body]
+        daemon.stop()
+        for text in [*map(str, answers), daemon.log_text()]:
+            assert old not in text and new not in text
+    finally:
+        root.close()
+        writer.close()
