@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
+from harness.dr_clusters import cluster
 from harness.milvus_source import MilvusSource, milvus_source_rocksmq
 from harness.services import wait_until
 from harness.streaming_writer import StreamingWriter
@@ -271,6 +273,74 @@ def test_a_password_rotated_on_the_target_is_named_then_taken_at_resume(
         daemon.stop()
         for text in [*map(str, answers), daemon.log_text()]:
             assert old not in text and new not in text
+    finally:
+        root.close()
+        writer.close()
+
+
+def test_a_password_rotated_on_a_target_cluster_is_read_again_from_the_file(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    """A task naming ``target_cluster`` (its credentials in the daemon's configuration): the
+    user's password changes on the Milvus under the running task, whose reason names the
+    refusal; the operator changes it in the configuration file and resumes the task (no body):
+    the file is read again, the task goes on from its positions (every row once), the password
+    in no answer and no log line."""
+    user, old, new = f"cl_{uuid.uuid4().hex[:6]}", "Cluster-Old-Pa55-x", "Cluster-New-Pa55-y"
+    root = root_client(tls_milvus, pki)
+    root.create_user(user, old)
+    root.grant_role(user, "admin")
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    stream = Stream(writer, f"cp{uuid.uuid4().hex[:6]}", channels=1)
+    name = f"cp_{uuid.uuid4().hex[:6]}"
+    target = cluster(tls_milvus, etcd_service.endpoint)
+    target["milvus"].update(username=user, password=old, ca_pem_path=str(pki.ca_file))
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(
+            scheduler={"reachabilitySeconds": 1},
+            clusters={"dr": target},
+            **stream.config(etcd_service, kafka_mock),
+        ).start()
+        task_id = start_task(
+            daemon, "", stream, name, milvus_connect_param=None, target_cluster="dr"
+        )
+        _write(stream, 74000, name, range(40))
+        wait_for_collection(root, name)
+        wait_rows(root, name, {pk: f"row-{pk}" for pk in range(40)}, daemon=daemon)
+
+        root.update_password(user, old, new)
+        (vchannel,) = stream.vchannels(74000, 1)
+        stream.writer.insert(vchannel, 74000, range(40, 90))
+        stream.tick_all()
+
+        def failed() -> bool:
+            view = task_view(daemon, task_id)
+            return view["state"] == "Failed" and AUTH_REFUSED in view["reason"]
+
+        wait_until(failed, 60, "the task failed, its reason naming the refusal")
+        given = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": {}})
+        assert (given.status, given.message) == (
+            400,
+            f"milvus_connect_param: task {task_id} writes to clusters.dr, whose credentials are "
+            "the daemon's configuration: change clusters.dr.milvus in its file and resume the "
+            "task without milvus_connect_param (the file is read again when the target refuses "
+            "the ones in use)",
+        )
+
+        config = yaml.safe_load(daemon.config_path.read_text())
+        config["clusters"]["dr"]["milvus"]["password"] = new
+        daemon.config_path.write_text(yaml.safe_dump(config))
+        resumed = daemon.call("resume", {"task_id": task_id})  # the Go tool's: task_id alone
+        assert resumed.code == 200, resumed.body
+        wait_rows(root, name, {pk: f"row-{pk}" for pk in range(90)}, daemon=daemon)
+        assert root.query(name, filter="id >= 0", output_fields=["count(*)"])[0]["count(*)"] == 90
+        assert task_view(daemon, task_id)["state"] == "Running"
+        answers = [daemon.call("list").body, daemon.call("get", {"task_id": task_id}).body]
+        daemon.stop()
+        for text in [*map(str, answers), daemon.log_text()]:
+            assert old not in text and new not in text
+        assert "clusters.dr.milvus read again from the configuration" in daemon.log_text()
     finally:
         root.close()
         writer.close()
