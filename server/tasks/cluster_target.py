@@ -15,10 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import replace
-from typing import Any
 
 from metastore import TaskRecord
-from replicator.config.milvus_endpoint import SourceMilvusSettings
 from replicator.config.settings import CdcSettings, ConfigError
 from replicator.config.task_spec import MILVUS_PARAM, TaskSpec
 from replicator.sinks.milvus import MilvusTarget
@@ -30,58 +28,64 @@ from server.tasks.target_check import explain_target_refusal
 log = logging.getLogger(__name__)
 
 
+def as_configured(spec: TaskSpec, settings: CdcSettings) -> TaskSpec:
+    """``spec`` with its ``target_cluster``'s Milvus as the configuration says now (as it was
+    read last); ``spec`` itself for any other target, or a cluster no longer configured (its
+    stored copy)."""
+    name = spec.target_cluster
+    if not name or spec.is_kafka or name not in settings.clusters:
+        return spec
+    param = cluster_connect(settings.cluster(name).milvus, name)
+    return TaskSpec.from_stored({**spec.to_stored(), MILVUS_PARAM: param})
+
+
 class ClusterTargets:
-    """The named clusters' Milvus blocks in use by the runners of this daemon."""
+    """Opens the targets of a daemon's runners; a named cluster's as configured now."""
 
     def __init__(self, settings: CdcSettings) -> None:
         self._settings = settings
-        self._lock = threading.Lock()
-        self._current: dict[str, SourceMilvusSettings] = {}  # read again since start
+        self._lock = threading.Lock()  # one reading again of the file at a time
 
     def open(self, task: TaskRecord) -> MilvusTarget:
         """The target of ``task`` (a runner's ``target_factory``; blocking: the runner's
-        thread): a named cluster's as the configuration says now."""
+        thread): a named cluster's as the configuration says now, read again from the file
+        when the target refuses the credentials in use."""
         spec = TaskSpec.of(task)
         if spec.target_cluster and not spec.is_kafka:
-            param = self.connect_param(spec.target_cluster)
-            if param is not None:
-                task = replace(task, spec={**task.spec, MILVUS_PARAM: param})
+            self.read_again_if_refused(spec.target_cluster)
+            task = replace(task, spec=as_configured(spec, self._settings).to_stored())
         return open_target(task)
 
-    def connect_param(self, name: str) -> dict[str, Any] | None:
-        """The ``milvus_connect_param`` of cluster ``name``'s Milvus now; read again from the
-        configuration file when the target refuses the one in use. None: the cluster is no
-        longer configured (the task's stored copy is used)."""
-        try:
-            configured = self._settings.cluster(name).milvus
-        except KeyError:
+    def read_again_if_refused(self, name: str) -> None:
+        """When cluster ``name``'s Milvus refuses the block in use, take it as the
+        configuration file says now (the daemon's settings change: disaster recovery and the
+        reachability probe use it too)."""
+        if name not in self._settings.clusters:
             log.warning("target cluster %s is not in the configuration: its stored copy used", name)
-            return None
+            return
         with self._lock:
-            milvus = self._current.get(name, configured)
-        param = cluster_connect(milvus, name)
-        if configured.source is None or not explain_target_refusal(param):
-            return param
-        try:
-            again = configured.source()
-            fresh = cluster_connect(again, name)
-        except (ConfigError, KeyError, ValueError, BadRequestError) as exc:
-            # the configuration as it is now cannot be used: the one in use stays
-            log.warning("clusters.%s.milvus not read again: %s", name, _first_line(exc))
-            return param
-        with self._lock:
-            self._current[name] = again
-        if fresh != param:
-            log.info(
-                "clusters.%s.milvus read again from the configuration: the target refused "
-                "the credentials in use",
-                name,
-            )
-        return fresh
+            cluster = self._settings.cluster(name)
+            source = cluster.milvus.source
+            if source is None or not explain_target_refusal(cluster_connect(cluster.milvus, name)):
+                return
+            try:
+                again = source()
+                cluster_connect(again, name)  # a valid target
+            except (ConfigError, KeyError, ValueError, BadRequestError) as exc:
+                # the configuration as it is now cannot be used: the block in use stays
+                log.warning("clusters.%s.milvus not read again: %s", name, _first_line(exc))
+                return
+            again.read_again_from(source)
+            cluster.milvus = again
+        log.info(
+            "clusters.%s.milvus read again from the configuration: the target refused the "
+            "credentials in use",
+            name,
+        )
 
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc.args[0]) if exc.args else type(exc).__name__).splitlines()[0][:300]
 
 
-__all__ = ["ClusterTargets"]
+__all__ = ["ClusterTargets", "as_configured"]

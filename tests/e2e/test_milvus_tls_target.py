@@ -335,6 +335,12 @@ def test_a_password_rotated_on_a_target_cluster_is_read_again_from_the_file(
         assert resumed.code == 200, resumed.body
         wait_rows(root, name, {pk: f"row-{pk}" for pk in range(90)}, daemon=daemon)
         assert root.query(name, filter="id >= 0", output_fields=["count(*)"])[0]["count(*)"] == 90
+        # the probe reaches the cluster with the credentials read again: its warning withdrawn
+        wait_until(
+            lambda: AUTH_REFUSED not in task_view(daemon, task_id)["reason"],
+            30,
+            "the refusal withdrawn once the target lets the daemon in",
+        )
         assert task_view(daemon, task_id)["state"] == "Running"
         answers = [daemon.call("list").body, daemon.call("get", {"task_id": task_id}).body]
         daemon.stop()
