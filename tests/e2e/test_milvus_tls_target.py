@@ -346,8 +346,21 @@ def test_a_password_rotated_on_a_target_cluster_is_read_again_from_the_file(
             "the ones in use)",
         )
 
+        # a file that cannot be loaded (a CA that is not there): the block in use stays, the
+        # task fails again naming the refusal, the log says why the file was not taken
         config = yaml.safe_load(daemon.config_path.read_text())
-        config["clusters"]["dr"]["milvus"]["password"] = new
+        milvus = config["clusters"]["dr"]["milvus"]
+        milvus.update(password=new, ca_pem_path="/no/such/ca.pem")
+        daemon.config_path.write_text(yaml.safe_dump(config))
+        assert daemon.call("resume", {"task_id": task_id}).code == 200
+        wait_until(
+            lambda: "clusters.dr.milvus not read again: " in daemon.log_text(),
+            60,
+            "the log says the file was not taken",
+        )
+        wait_until(failed, 60, "the task failed again, its reason naming the refusal")
+
+        milvus["ca_pem_path"] = str(pki.ca_file)
         daemon.config_path.write_text(yaml.safe_dump(config))
         resumed = daemon.call("resume", {"task_id": task_id})  # the Go tool's: task_id alone
         assert resumed.code == 200, resumed.body
