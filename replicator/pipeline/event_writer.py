@@ -75,7 +75,7 @@ class EventWriter(BatchApplier):
             future = encoding.get(id(event))
             encoded = encoded_rows(future) if future is not None else None
             if encoded is not None:
-                rows = log_encoded(self.log.events, topic, encoded)
+                rows = log_encoded(self.log, topic, encoded)
                 self.stats.rows_inserted += rows
                 self.stats.count(event, rows, event.request.ByteSize())
                 continue

@@ -27,17 +27,16 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 from pymilvus.grpc_gen import msg_pb2
 
-from replicator.sinks.kafka_columns import Event, insert_events
+from replicator.sinks.kafka_columns import Entry, EventLog, Rows, insert_events
 
 log = logging.getLogger(__name__)
 
 # an insert's rows as encoded by a worker: their keys and event bodies, in row order
-Encoded = tuple[list[bytes], list[bytes | dict[str, Any]]]
+Encoded = tuple[list[bytes], list[bytes]]
 # an insert of fewer rows is encoded in place: sending it costs about what encoding it does
 MIN_ROWS = 256
 
@@ -46,7 +45,10 @@ MIN_ROWS = 256
 class _Rows:
     """An event log of one insert (``kafka_columns.EventLog``), in a worker process."""
 
-    events: list[Event] = field(default_factory=list)
+    events: list[Entry] = field(default_factory=list)
+
+    def add_rows(self, rows: Rows) -> None:
+        self.events.append(rows)
 
 
 def encode_insert(
@@ -56,7 +58,13 @@ def encode_insert(
     rows = _Rows()
     fields_data = msg_pb2.InsertRequest.FromString(request).fields_data
     insert_events(rows, "", db, collection, partition, pk_name, fields_data, num_rows, ts, {})
-    return [key for _, key, _ in rows.events], [value for _, _, value in rows.events]
+    keys: list[bytes] = []
+    bodies: list[bytes] = []
+    for entry in rows.events:  # without a delete to pair with, all of them are Rows
+        assert isinstance(entry, Rows)
+        keys += entry.keys
+        bodies += entry.bodies
+    return keys, bodies
 
 
 class EncodePool:
@@ -114,10 +122,11 @@ class EncodePool:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def log_encoded(events: list[Event], topic: str, encoded: Encoded) -> int:
-    """Append a worker's rows to a channel's ``events`` under ``topic``; the number of rows."""
-    keys, values = encoded
-    events.extend(zip(repeat(topic, len(keys)), keys, values, strict=True))
+def log_encoded(log: EventLog, topic: str, encoded: Encoded) -> int:
+    """Log a worker's rows in a channel's ``log`` under ``topic``; the number of rows."""
+    keys, bodies = encoded
+    if keys:
+        log.add_rows(Rows(topic, keys, bodies))
     return len(keys)
 
 

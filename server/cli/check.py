@@ -215,6 +215,8 @@ def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
 
 def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str, Target]]:
     """(name, connect param or the reason it cannot be checked) per stored task."""
+    from server.tasks.cluster_target import as_configured  # a named target: as configured
+
     store = open_task_store(settings)  # the targets' passwords are stored sealed
     try:
         found: list[tuple[str, Target]] = []
@@ -225,7 +227,7 @@ def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str,
                 found.append((f"target of task {task_id}", "no such task in the metastore"))
             elif problem is not None:
                 found.append((f"target of task {task_id}", problem))
-            elif (spec := TaskSpec.of(task)).is_kafka:
+            elif (spec := as_configured(TaskSpec.of(task), settings)).is_kafka:
                 found.append((f"target of task {task_id}", {"kafka": spec.target_param}))
             else:
                 found.append((f"target of task {task_id}", spec.target_param))

@@ -6,15 +6,18 @@ import argparse
 import asyncio
 import logging
 import os
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterable
+from typing import TextIO, TypeVar
 
 from metastore import MetaStoreError
 from replicator.config.insecure import insecure_settings
+from replicator.config.milvus_endpoint import SourceMilvusSettings
 from replicator.config.redaction import scrub_secret_environment, secret_values
 from replicator.config.settings import CdcSettings, ConfigError, load_settings
 from server.daemon import serve
 from server.logs import SecretRedactor, configure_logging
+
+T = TypeVar("T")
 
 
 def run_serve_command(args: argparse.Namespace, settings: CdcSettings, _out: TextIO) -> int:
@@ -45,15 +48,24 @@ def read_passwords_again(
     MySQL metastore read the password again from the configuration (the file at ``path``, then
     the ``CDC_`` variables as they were at start) when the server refuses the one in use: a
     password rotated there and in the file needs no restart. The new one is redacted from the
-    logs like the first."""
+    logs like the first. So is each named cluster's Milvus block (a task's ``target_cluster``:
+    server/tasks/cluster_target.py), its secrets redacted likewise."""
 
-    def password_of(pick: Callable[[CdcSettings], str]) -> Callable[[], str]:
-        def read() -> str:
-            password = pick(load_settings(path, environ))
-            redactor.add(password)
-            return password
+    def read_again(
+        pick: Callable[[CdcSettings], T], secrets: Callable[[T], Iterable[str]]
+    ) -> Callable[[], T]:
+        def read() -> T:
+            value = pick(load_settings(path, environ))
+            redactor.add(*secrets(value))
+            return value
 
         return read
+
+    def password_of(pick: Callable[[CdcSettings], str]) -> Callable[[], str]:
+        return read_again(pick, lambda password: [password])
+
+    def cluster_milvus(name: str) -> Callable[[CdcSettings], SourceMilvusSettings]:
+        return lambda again: again.cluster(name).milvus
 
     def cluster_etcd(name: str | None) -> Callable[[CdcSettings], str]:
         return lambda again: again.cluster(name).etcd.password.get_secret_value()
@@ -67,6 +79,10 @@ def read_passwords_again(
         store.read_password_from(password_of(_mysql_password))
     for name in [None, *settings.clusters]:
         settings.cluster(name).etcd.read_password_from(password_of(cluster_etcd(name)))
+    for name in settings.clusters:
+        settings.cluster(name).milvus.read_again_from(
+            read_again(cluster_milvus(name), secret_values)
+        )
 
 
 def _mysql_password(settings: CdcSettings) -> str:

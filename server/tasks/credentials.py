@@ -35,7 +35,8 @@ def with_credentials(task: TaskRecord, update: CredentialsUpdate) -> dict[str, A
         raise BadRequestError(
             f"milvus_connect_param: task {task.task_id} writes to clusters."
             f"{spec.target_cluster}, whose credentials are the daemon's configuration: change "
-            "them there"
+            f"clusters.{spec.target_cluster}.milvus in its file and resume the task without "
+            "milvus_connect_param (the file is read again when the target refuses the ones in use)"
         )
     stored: dict[str, Any] = json.loads(json.dumps(_plain(task.spec)))
     param = dict(stored.get(MILVUS_PARAM) or {})

@@ -43,6 +43,7 @@ from replicator.config.task_spec import TaskSpec, UnreadableSpecError, without_s
 from replicator.pipeline.timings import TaskTimings
 from server.errors import BadRequestError, ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
+from server.tasks.cluster_target import as_configured
 from server.tasks.creation import CREATING, TargetChecker, TaskCreation
 from server.tasks.credentials import with_credentials
 from server.tasks.fleet import Membership
@@ -199,11 +200,12 @@ class TaskSupervisor:
         return await self.creation.create(request, start_positions)
 
     def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
-        """(task id, spec, runner) of every task running on this daemon now."""
+        """(task id, spec, runner) of every task running on this daemon now (a named target
+        cluster's Milvus as configured now)."""
         for task_id in set(self.runs.runner_specs) - set(self.runs.runners):
             self.runs.runner_specs.pop(task_id, None)
         return [
-            (task_id, self.runs.runner_specs[task_id], runner)
+            (task_id, as_configured(self.runs.runner_specs[task_id], self._settings), runner)
             for task_id, runner in list(self.runs.runners.items())
             if task_id in self.runs.runner_specs
         ]

@@ -15,7 +15,6 @@ import pytest
 from harness.services import EtcdService, ServerTls, etcd_server, wait_until
 from harness.task_bodies import lite_param
 from harness.tls import Pki, issue_client_certificate, make_test_pki
-from test_etcd_tls import empty_rocksdb
 
 from metastore import MetaStoreUnavailableError
 from metastore.tls_files import certificate_expiry
@@ -23,6 +22,7 @@ from replicator.config.connections import MetaStoreSettings
 from replicator.config.settings import CdcSettings
 from replicator.config.stores import open_metastore
 from server.cli.check import run_checks
+from tests.integration.test_etcd_tls import empty_rocksdb
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,6 @@ from etcd3 import etcdrpc
 from harness.secure_stores import ETCD_USER, enable_etcd_auth
 from harness.services import EtcdService, ServerTls, etcd_server
 from harness.tls import Pki, make_test_pki
-from test_etcd_tls import empty_rocksdb
 
 from metastore import Lease, MetaStore, MetaStoreUnavailableError, TaskRecord, TaskState
 from metastore.etcd_connect import EtcdTls, connect_etcd
@@ -32,6 +31,7 @@ from replicator.log_redaction import SecretRedactor
 from replicator.sources.base import SourceUnavailableError
 from server.cli.serve import read_passwords_again
 from server.tasks.engine import cluster_context
+from tests.integration.test_etcd_tls import empty_rocksdb
 
 pytestmark = pytest.mark.integration
 

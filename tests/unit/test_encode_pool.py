@@ -42,12 +42,10 @@ def test_events_from_the_pool_are_those_made_in_place(pool):
         pool.submit(req, "db1", "c", "p1", "id", 300, HYBRID + n) for n, req in enumerate(requests)
     ]
     pooled = Log()
-    rows = [
-        encode_pool.log_encoded(pooled.events, "t", encode_pool.encoded_rows(f)) for f in futures
-    ]
+    rows = [encode_pool.log_encoded(pooled, "t", encode_pool.encoded_rows(f)) for f in futures]
     assert rows == [300, 300, 300]
-    assert pooled.events == in_place.events  # topic, key and body of every row, in order
-    assert len(pooled.events) == 900
+    assert pooled.flat() == in_place.flat()  # topic, key and body of every row, in order
+    assert len(pooled.flat()) == 900
 
 
 def test_an_encoding_error_is_raised_in_the_writer(pool):
