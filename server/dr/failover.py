@@ -30,6 +30,7 @@ from replicator.pipeline.runner import RunnerContext
 from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
+from server.dr.flows import injected_fault
 from server.dr.record import FAILOVER_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
@@ -63,6 +64,7 @@ async def run_failover(
         # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
         # seconds and looks for expired ones every half second)
         task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings))
+    await injected_fault("failover_paused", job="failover")
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)
     if not stopped:
@@ -106,8 +108,10 @@ async def run_failover(
     }
     view = {**answer, "state": "done"}
     await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
+    await injected_fault("failover_saved", job="failover")
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
     await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")
+    await injected_fault("failover_reason", job="failover")
     with log_context(task_id=tid):
         log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
     return view

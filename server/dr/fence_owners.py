@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
+from server.dr.flows import fault_at
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class PairFences:
         deadline = time.monotonic() + JOIN_WAIT
         while True:
             joined = self._join(cluster, job_id, fence.read()[3])
+            fault_at("fence_joined")
             if joined is not None:
                 break
             if time.monotonic() >= deadline:
@@ -64,6 +66,7 @@ class PairFences:
         if not writes:
             return hold
         revision = fence.create()
+        fault_at("fence_written")
         if revision:
             hold = replace(hold, revision=revision)
         else:
@@ -86,6 +89,7 @@ class PairFences:
             )
 
         self._update(record)
+        fault_at("fencing")
         return hold
 
     def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
@@ -126,6 +130,7 @@ class PairFences:
             return pair.with_fence(cluster, replace(hold, owners=(), lifting=True))
 
         pair = self._update(leave)
+        fault_at("fence_left")
         hold = pair.fences.get(cluster)
         if hold is None or not hold.lifting:
             return False
@@ -176,6 +181,7 @@ class PairFences:
                 "%s was changed by someone else since the pair wrote it: left as it is",
                 fence.label,
             )
+        fault_at("fence_deleted")
 
         def forget(pair: ClusterPair) -> ClusterPair:
             current = pair.fences.get(cluster)
@@ -184,3 +190,4 @@ class PairFences:
             return pair.with_fence(cluster, None)
 
         self._update(forget)
+        fault_at("fence_lifted")
