@@ -101,7 +101,7 @@ def create_app(
         app[SUPERVISOR] = supervisor
         disaster = DisasterRecovery(supervisor, settings)
         supervisor.add_progress_source(disaster)
-        supervisor.add_resume_check(disaster.pairs.check_resume)
+        supervisor.add_verb_check(disaster.pairs.check_verb)
         app[DISASTER] = disaster
         app[METRICS] = DaemonMetrics(
             supervisor.state_counts,

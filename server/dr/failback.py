@@ -76,6 +76,10 @@ class FailbackRun:
         return str(self.record["task_id"])
 
     @property
+    def job_id(self) -> str:
+        return str(self.record["job_id"])
+
+    @property
     def reverse_id(self) -> str:
         return str(self.record["reverse_task_id"])
 
@@ -97,7 +101,7 @@ class FailbackRun:
         direction, when it has one, is created again under its id."""
         if self.record.get("reused"):
             with contextlib.suppress(ApiError):  # gone already
-                await self.sup.delete(self.reverse_id)
+                await self.sup.delete(self.reverse_id, job=self.job_id)
             await injected_fault("failback_reverse_deleted", job="failback")
         await self.sup.create(failback_request(spec, self.reverse_id))
         await injected_fault("failback_created", job="failback")
@@ -183,6 +187,7 @@ class FailbackRun:
             job_id = str(self.record.get(key) or "")
             current = self.sup.verify_job(self.reverse_id)
             if not job_id or current is None or current.job_id != job_id:
+                await self.claim.keep()  # a daemon that lost the job (stalled) starts none
                 _, job_id = await self.sup.verify(
                     VerifyRequest(task_id=self.reverse_id, repair=repair)
                 )

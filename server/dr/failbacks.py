@@ -99,7 +99,7 @@ class Failbacks:
         except Exception as exc:
             if not reused:
                 with contextlib.suppress(ApiError, MetaStoreError):
-                    await self.sup.delete(run.reverse_id, ignore_not_found=True)
+                    await self.sup.delete(run.reverse_id, ignore_not_found=True, job=job_id)
             with contextlib.suppress(Exception):
                 await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
             await claim.release()

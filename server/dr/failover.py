@@ -50,10 +50,11 @@ class FailoverRequest(TaskIdRequest):
 
 
 async def run_failover(
-    ops: TaskOperations, settings: CdcSettings, request: FailoverRequest
+    ops: TaskOperations, settings: CdcSettings, request: FailoverRequest, job: str = ""
 ) -> dict[str, Any]:
     """Stop the task at once and say what the target holds and what it lacks; the view kept
-    as ``progress.failover`` (the answer, with ``state``)."""
+    as ``progress.failover`` (the answer, with ``state``). ``job``: the failover's id, holding
+    the flow's claim (between named clusters)."""
     task = await ops.get(request.task_id)
     tid = task.task_id
     at = time.time()
@@ -63,7 +64,7 @@ async def run_failover(
         # a runner on another member stops at its next round: wait for it, a lease at most
         # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
         # seconds and looks for expired ones every half second)
-        task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings))
+        task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings), job=job)
     await injected_fault("failover_paused", job="failover")
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)

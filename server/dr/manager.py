@@ -298,7 +298,7 @@ class DisasterRecovery:
         await injected_fault("failover_claimed", job="failover")
         claim = self.pairs.flow_claim(ends, tid, job_id)
         try:
-            answer = await self._fail_over(task, request)
+            answer = await self._fail_over(task, request, job_id)
         except BaseException:
             await claim.release()
             raise
@@ -319,9 +319,11 @@ class DisasterRecovery:
             )
         return answer
 
-    async def _fail_over(self, task: TaskRecord, request: FailoverRequest) -> dict[str, Any]:
+    async def _fail_over(
+        self, task: TaskRecord, request: FailoverRequest, job: str = ""
+    ) -> dict[str, Any]:
         """The task stopped, what its target holds and lacks (:mod:`failover`)."""
-        view = await run_failover(self.sup, self.settings, request)
+        view = await run_failover(self.sup, self.settings, request, job)
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 

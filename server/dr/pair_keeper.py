@@ -16,9 +16,16 @@ from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.dr.claims import FlowClaim
 from server.dr.fence_owners import PairFences
-from server.dr.pair import ClusterPair, PairStore
-from server.dr.pair_rules import claimed, pruned, resume_allowed
-from server.dr.record import DR_PREFIX, FAILOVER_KEY, LINK_KEY
+from server.dr.pair import ClusterPair, JobClaim, PairStore
+from server.dr.pair_rules import claimed, pruned, verb_allowed
+from server.dr.record import (
+    DR_PREFIX,
+    FAILBACK_KEY,
+    FAILOVER_KEY,
+    LINK_KEY,
+    load_job,
+    load_json,
+)
 from server.dr.task_ops import TaskOperations
 
 log = logging.getLogger(__name__)
@@ -64,9 +71,11 @@ class PairKeeper:
 
         return await asyncio.to_thread(self.store.update, *ends, change)
 
-    async def check_resume(self, task: TaskRecord) -> None:
-        """Refuse (409) resuming a task where it would run both directions of its flow, undo a
-        failover, or cut into a job (the supervisor asks before every resume)."""
+    async def check_verb(self, task: TaskRecord, verb: str, job: str) -> None:
+        """Refuse (409) pausing, resuming or deleting a task of a flow while a job other than
+        ``job`` holds the flow's claim (naming the job and its step), and resuming a task where
+        it would run both directions of its flow or undo a failover (the supervisor asks before
+        each of these verbs)."""
         try:
             spec = TaskSpec.of(task)
         except UnreadableSpecError:  # a spec this release cannot read has no pair here
@@ -74,7 +83,22 @@ class PairKeeper:
         if not spec.source_cluster or not spec.target_cluster:
             return
         pair = await asyncio.to_thread(self.store.get, spec.source_cluster, spec.target_cluster)
-        resume_allowed(pair, task.task_id, task.reason)
+        flow = pair.flow_of(task.task_id)
+        state = ""
+        if flow is not None and flow.job is not None and flow.job.job_id != job:
+            state = await asyncio.to_thread(self._job_state, flow.job)
+        verb_allowed(pair, task.task_id, verb, job, state)
+
+    def _job_state(self, held: JobClaim) -> str:
+        """The step of the job holding a claim, as its record says ("" when unknown)."""
+        store = self.sup.store
+        if held.kind == "switchover":
+            job = load_job(store, held.task_id)
+            return job.state if job is not None and job.job_id == held.job_id else ""
+        if held.kind == "failback":
+            record = load_json(store, held.task_id, FAILBACK_KEY) or {}
+            return str(record.get("state") or "") if record.get("job_id") == held.job_id else ""
+        return ""
 
     async def tend(self, existing: set[str]) -> None:
         """Forget deleted tasks in every pair (their claims with them) and lift the fences no

@@ -112,18 +112,34 @@ def claimed(
     return pair.with_flow(claim(flow, verb, job_id, task_id, member))
 
 
-def resume_allowed(pair: ClusterPair, task_id: str, reason: str) -> None:
-    """PairConflictError when resuming ``task_id`` (paused with ``reason``) would break its
-    flow's rules. The job that paused it (its reason names the job) may resume it."""
+def verb_allowed(
+    pair: ClusterPair, task_id: str, verb: str, job: str = "", job_state: str = ""
+) -> None:
+    """PairConflictError when ``verb`` (pause, resume or delete) of ``task_id`` would break its
+    flow's rules. While a job holds the flow's claim, only that job moves the flow's tasks
+    (``job``: the job asking, "" for an operator or the daemon's retries; ``job_state``: the
+    holding job's step, named in the refusal); a job that no longer holds the claim (its
+    daemon stalled, another took it over) moves nothing. A claim left by a job whose daemon
+    died holds until the next ``recover`` round takes the job up (a delete, though, goes
+    ahead: it removes the task from the flow, the claim with it). Without a job, a resume must
+    fit the flow's state (:func:`check`)."""
     flow = pair.flow_of(task_id)
     if flow is None:
         return
-    if flow.job is not None and f"job {flow.job.job_id}" in reason:
+    held = flow.job
+    if job:
+        if held is None or held.job_id != job:
+            holder = "nobody" if held is None else f"{held.kind} {held.job_id}"
+            raise PairConflictError(
+                f"task {task_id}: job {job} no longer holds its cluster pair {pair.key} (held "
+                f"by {holder}): it moves none of the flow's tasks"
+            )
         return
-    if flow.job is not None and not flow.job.expired():
-        job = flow.job
+    if held is not None and not (verb == "delete" and held.expired()):
+        left = " (its daemon is gone: the next recover round takes it up)" if held.expired() else ""
         raise PairConflictError(
-            f"task {task_id}: a {job.kind} ({job.job_id}) is under way on its cluster pair "
-            f"{pair.key}; wait for it"
+            f"task {task_id}: {held.kind} {held.job_id} ({job_state or 'running'}) holds its "
+            f"cluster pair {pair.key}{left}: {verb} of the flow's tasks waits for it"
         )
-    check(pair, flow, "resume", task_id)
+    if verb == "resume":
+        check(pair, flow, "resume", task_id)

@@ -267,7 +267,7 @@ class SwitchoverRun:
             f"switched over to task {reverse_id} {paused_by(job)} writes fenced on "
             f"{job.source_cluster} at {(job.fenced_at or {}).get('time')})"
         )
-        await self.sup.pause(job.task_id, reason=reason)
+        await self.sup.pause(job.task_id, reason=reason, job=job.job_id)
         await injected_fault("reversing")
         await self._prove_quiet()
         start = await asyncio.to_thread(wal_ends, self.settings, job.target_cluster)
@@ -325,6 +325,7 @@ class SwitchoverRun:
         return await self.finish()
 
     async def _ensure_reverse(self) -> None:
+        await self.claim.keep()  # a daemon that lost the job (stalled) creates nothing
         job = self.job
         reverse_id = job.reverse_task_id
         if await self.reverse_exists(reverse_id):
@@ -337,7 +338,7 @@ class SwitchoverRun:
                 request = flow_request(
                     spec, reverse_id, source=spec.source_cluster, target=spec.target_cluster
                 )
-                await self.sup.delete(reverse_id)
+                await self.sup.delete(reverse_id, job=job.job_id)
                 await injected_fault("reverse_deleted")
             except ApiError:  # deleted already by an attempt that stopped half-way
                 spec = TaskSpec.of(await self.sup.get(job.task_id))
@@ -392,6 +393,7 @@ class SwitchoverRun:
         """Arm the reverse task's stale-write watch, release A's fence (retried until it is
         lifted: the reverse flow must write to A), hand the flow to the reverse direction and
         end the job done."""
+        await self.claim.keep()  # a daemon that lost the job (stalled) lifts nothing
         await self._arm_watch()
         await injected_fault("watch_armed")
         lifting = False
@@ -444,6 +446,7 @@ class SwitchoverRun:
         this job. Ends ``failed`` with ``rolled_back``; a step that fails is named in the
         reason, and a fence not lifted is lifted by the next ``recover`` round (it has no
         owner)."""
+        await self.claim.keep()  # a daemon that lost the job (stalled) undoes nothing
         job = self.job
         log.warning("switchover %s failed, rolling back: %s", job.job_id, reason)
         problems: list[str] = []
@@ -462,7 +465,7 @@ class SwitchoverRun:
             try:
                 task = await self.sup.get(job.task_id)
                 if task.state is TaskState.PAUSED and paused_by(job) in task.reason:
-                    await self.sup.resume(job.task_id)
+                    await self.sup.resume(job.task_id, job=job.job_id)
                     await injected_fault("rollback_resumed")
                 elif task.state is not TaskState.RUNNING:
                     problems.append(

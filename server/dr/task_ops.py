@@ -39,18 +39,21 @@ class TaskOperations(Protocol):
         """Create a task as ``POST /cdc`` create does (``start_positions``: where channels
         start, by channel)."""
 
-    async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
-        """Delete a task, its runner stopped first."""
+    async def delete(self, task_id: str, ignore_not_found: bool = False, job: str = "") -> None:
+        """Delete a task, its runner stopped first; ``job``: the job deleting it (a flow's
+        tasks are moved only by the job holding its claim)."""
 
-    async def pause(self, task_id: str, reason: str = ..., stop_wait: float = ...) -> TaskRecord:
+    async def pause(
+        self, task_id: str, reason: str = ..., stop_wait: float = ..., job: str = ""
+    ) -> TaskRecord:
         """Pause a task wherever it runs, with ``reason``, waiting ``stop_wait`` seconds at most
-        for another member's runner to stop."""
+        for another member's runner to stop; ``job``: the job pausing it."""
 
     async def runner_stopped(self, task_id: str) -> bool:
         """Whether no live fleet member runs the task."""
 
-    async def resume(self, task_id: str) -> TaskRecord:
-        """Resume a task."""
+    async def resume(self, task_id: str, job: str = "") -> TaskRecord:
+        """Resume a task; ``job``: the job resuming it."""
 
     async def set_reason(self, task_id: str, reason: str) -> TaskRecord:
         """Change a task's reason, its state kept."""

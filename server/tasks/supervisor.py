@@ -58,7 +58,9 @@ PAUSED_BY_USER = "manually paused through the http interface"
 OWNER_STOP_WAIT = 3.0
 
 
-ResumeCheck = Callable[[TaskRecord], Awaitable[None]]
+# asked before a pause, resume or delete: (the task, the verb, the disaster-recovery job asking:
+# "" for an operator or the daemon's own retries); it raises (an ApiError) to refuse
+VerbCheck = Callable[[TaskRecord, str, str], Awaitable[None]]
 
 
 class ProgressSource(Protocol):
@@ -92,15 +94,20 @@ class TaskSupervisor:
         self.rounds = FleetRounds(self.runs, settings, self.creation.visible_tasks, key_check)
         self._verify = VerifyManager(store, settings, self.live_applied)
         self._progress_sources: list[ProgressSource] = []
-        self._resume_checks: list[ResumeCheck] = []
+        self._verb_checks: list[VerbCheck] = []
 
     def add_progress_source(self, source: ProgressSource) -> None:
         """Show ``source``'s jobs in the progress of the tasks it names (get, list, metrics)."""
         self._progress_sources.append(source)
 
-    def add_resume_check(self, check: ResumeCheck) -> None:
-        """Ask ``check`` before a task is resumed; it raises (an ApiError) to refuse."""
-        self._resume_checks.append(check)
+    def add_verb_check(self, check: VerbCheck) -> None:
+        """Ask ``check`` before a task is paused, resumed or deleted; it raises (an ApiError)
+        to refuse."""
+        self._verb_checks.append(check)
+
+    async def _check_verb(self, task: TaskRecord, verb: str, job: str) -> None:
+        for check in self._verb_checks:
+            await check(task, verb, job)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -286,17 +293,23 @@ class TaskSupervisor:
             return await self.runs.set_state(task, task.state, reason)
 
     async def pause(
-        self, task_id: str, reason: str = PAUSED_BY_USER, stop_wait: float = OWNER_STOP_WAIT
+        self,
+        task_id: str,
+        reason: str = PAUSED_BY_USER,
+        stop_wait: float = OWNER_STOP_WAIT,
+        job: str = "",
     ) -> TaskRecord:
         """Pause a task wherever it runs: here, its runner stops first; on another member, the
         state is stored and the call waits (``stop_wait`` seconds at most) for that member's
         next round to stop its runner and give up the lease (:meth:`runner_stopped` tells
-        whether it did). ``reason``: why (a switchover names the reverse task)."""
+        whether it did). ``reason``: why (a switchover names the reverse task); ``job``: the
+        disaster-recovery job pausing it ("" for an operator)."""
         async with self.runs.lock:
             self.runs.changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.PAUSED:
                 raise ConflictError(f"task {task_id} is already Paused")
+            await self._check_verb(task, "pause", job)
             runner = self.runs.runners.pop(task_id, None)
             if runner is not None:
                 await self.runs.stop_runner(task_id, runner)
@@ -334,14 +347,15 @@ class TaskSupervisor:
                 return
             await asyncio.sleep(0.1)
 
-    async def resume(self, task_id: str) -> TaskRecord:
+    async def resume(self, task_id: str, job: str = "") -> TaskRecord:
+        """Resume a task; ``job``: the disaster-recovery job resuming it ("" for an operator or
+        the daemon's retries)."""
         async with self.runs.lock:
             self.runs.changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
-            for check in self._resume_checks:
-                await check(task)
+            await self._check_verb(task, "resume", job)
             return await self.runs.launch(task)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:
@@ -427,9 +441,14 @@ class TaskSupervisor:
                 )
             return task, job.job_id
 
-    async def delete(self, task_id: str, ignore_not_found: bool = False) -> None:
+    async def delete(self, task_id: str, ignore_not_found: bool = False, job: str = "") -> None:
+        """Delete a task, its runner stopped first; ``job``: the disaster-recovery job deleting
+        it ("" for an operator)."""
         async with self.runs.lock:
             self.runs.changes += 1
+            stored = await asyncio.to_thread(self._store.get_task, task_id)
+            if stored is not None:
+                await self._check_verb(stored, "delete", job)
             await asyncio.to_thread(self._verify.forget, task_id)
             runner = self.runs.runners.pop(task_id, None)
             if runner is not None:

@@ -9,6 +9,7 @@ import uuid
 
 import etcd3
 import pytest
+from harness.dr_jobs import task_record
 from harness.services import wait_until
 
 from metastore import TaskRecord, TaskState
@@ -23,14 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def paused_task(task_id: str, source: str, target: str) -> TaskRecord:
-    spec = {
-        "source_cluster": source,
-        "target_cluster": target,
-        "milvus_connect_param": {"uri": "http://127.0.0.1:1"},
-        "collection_infos": [{"name": "c"}],
-        "rpc_channel_info": {"name": f"{source}-replicate-msg"},
-    }
-    return TaskRecord(task_id, TaskState.PAUSED, "paused by the user", spec, 1.0, 1.0)
+    return task_record(task_id, source, target, TaskState.PAUSED, "paused by the user")
 
 
 def test_records_that_cannot_be_taken_up_are_shown_and_the_daemon_runs(

@@ -19,7 +19,7 @@ from server.dr.pair import (
     release,
     renewed,
 )
-from server.dr.pair_rules import claimed, pruned, resume_allowed
+from server.dr.pair_rules import claimed, pruned, verb_allowed
 
 EMPTY = ClusterPair(("a", "b"))
 BOTH = {"ab", "ba"}
@@ -67,8 +67,8 @@ def test_after_a_switchover_only_the_reverse_direction_switches_over_or_resumes(
     with pytest.raises(PairConflictError, match=r"a\+b is replicating b -> a \(task ba\)"):
         claimed(pair, "switchover", "ab", "a", "j2", "m1", existing=BOTH)
     with pytest.raises(PairConflictError, match="would run both directions"):
-        resume_allowed(pair, "ab", "paused by the user")
-    resume_allowed(pair, "ba", "paused by the user")
+        verb_allowed(pair, "ab", "resume")
+    verb_allowed(pair, "ba", "resume")
     back = claimed(pair, "switchover", "ba", "b", "j2", "m1", existing=BOTH)
     assert flow(back).job.kind == "switchover" and flow(back).job.task_id == "ba"
 
@@ -84,7 +84,7 @@ def test_failover_then_failback_reuses_the_flows_other_task():
     pair = claimed(pair, "failover", "ba", "b", "f1", "m1", existing=BOTH)
     pair = done(pair, "f1", "ba", state=FAILED_OVER, active="a")
     with pytest.raises(PairConflictError, match="failed over to a: resume does not apply"):
-        resume_allowed(pair, "ba", "failed over at ...")
+        verb_allowed(pair, "ba", "resume")
     with pytest.raises(PairConflictError, match="failed over to a"):
         claimed(pair, "switchover", "ab", "a", "s1", "m1", existing=BOTH)
     again = claimed(pair, "failover", "ba", "b", "f2", "m1", existing=BOTH)  # asked again
@@ -98,16 +98,37 @@ def test_failover_then_failback_reuses_the_flows_other_task():
     home = done(syncing, "fb1", "ba", state=REPLICATING, active="a")
     # in sync: production stays on a, and ab (a -> b) replicates it to b
     assert flow(home).active == "a" and flow(home).tasks == {"a": "ab", "b": "ba"}
-    resume_allowed(home, "ab", "")
+    verb_allowed(home, "ab", "resume")
     with pytest.raises(PairConflictError, match="would run both directions"):
-        resume_allowed(home, "ba", "")
+        verb_allowed(home, "ba", "resume")
 
 
-def test_the_job_that_paused_a_task_resumes_it_while_it_holds_the_flow():
+def test_only_the_job_holding_the_flow_moves_its_tasks():
     pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
-    resume_allowed(pair, "ab", "switched over to task ab-rev (job j1, writes fenced ...)")
-    with pytest.raises(PairConflictError, match=r"a switchover \(j1\) is under way"):
-        resume_allowed(pair, "ab", "paused by the user")
+    pair = pair.with_flow(replace(flow(pair), tasks={"a": "ab", "b": "ba"}))
+    verb_allowed(pair, "ab", "resume", job="j1")  # the job's own roll back
+    verb_allowed(pair, "ba", "delete", job="j1")
+    for task_id in ("ab", "ba"):  # an operator (or a retry), whatever the task's reason says
+        for verb in ("pause", "resume", "delete"):
+            with pytest.raises(
+                PairConflictError,
+                match=rf"task {task_id}: switchover j1 \(reversing\) holds its cluster pair "
+                rf"pairs/a\+b: {verb} of the flow's tasks waits for it",
+            ):
+                verb_allowed(pair, task_id, verb, job_state="reversing")
+    # a job whose claim another daemon took (it stalled) moves nothing
+    with pytest.raises(PairConflictError, match=r"j0 no longer holds .* \(held by switchover j1\)"):
+        verb_allowed(pair, "ab", "resume", job="j0")
+    released = done(pair, "j1", "ab")
+    with pytest.raises(PairConflictError, match=r"job j1 no longer holds .* \(held by nobody\)"):
+        verb_allowed(released, "ab", "resume", job="j1")
+    # a claim left by a dead daemon holds until the recover round, but a delete goes ahead
+    stale = pair.with_flow(
+        replace(flow(pair), job=replace(flow(pair).job, renewed_at=time.time() - 600))
+    )
+    with pytest.raises(PairConflictError, match="its daemon is gone"):
+        verb_allowed(stale, "ab", "pause")
+    verb_allowed(stale, "ab", "delete")
 
 
 def test_deleted_tasks_leave_the_pair_and_their_claims_with_them():
