@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import logging
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="run at most N cases")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dr_boundaries.md")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: the services stopped too
     cases = all_cases([j for j in args.jobs.split(",") if j])
     if args.points:
         cases = [c for c in cases if c.point in args.points.split(",")]

@@ -90,7 +90,13 @@ STATE_WORDS = (
     *(f"({state})" for state in ("creating", "seeding", "repairing", "streaming", "in_sync")),
 )
 # a refusal that says to wait for a job: asked again while driving home
-WAIT_WORDS = ("under way", "waits for it", "consistent-up-to", "max_lag")
+WAIT_WORDS = (
+    "under way",
+    "waits for it",
+    "next recover round",
+    "consistent-up-to",
+    "max_lag",
+)
 
 
 @dataclass(frozen=True)
@@ -505,6 +511,9 @@ class BoundarySearch:
                     said.append(self._settle("failback", failed, previous))
                 continue
             running = [t for t, v in tasks.items() if v["state"] == "Running"]
+            if active not in running and "failed over" in str(tasks[active].get("reason")):
+                said.append(self._fail_over_again(flow, active))  # a failover not finished
+                continue
             for other in others:
                 if other in running:
                     self._drive("pause", other, said)
@@ -521,6 +530,22 @@ class BoundarySearch:
             result.outcome += f"; home by: {', '.join(said) or 'nothing to do'}"
             return
         self._broke("driven_home", f"not home after {DRIVE_SECONDS:g} s: {said}")
+
+    def _fail_over_again(self, flow: PairFlow, active: str) -> str:
+        """The active task paused by a failover whose answer was lost: the failover asked
+        again (it applies to a failed-over task), its answer kept for the invariants."""
+        at = time.time()
+        status, answer = self.ask("failover", active)
+        if status != 200:
+            detail = answer.get("detail") if isinstance(answer, dict) else answer
+            if not any(w in str(detail) for w in WAIT_WORDS):
+                self._broke("driven_home", f"failover {active} again: {status} {detail}")
+                raise InvariantError("driven_home", str(detail), self.walk.seed, [])
+            time.sleep(5.0)
+            return f"failover {active} {status}"
+        killed_at = self._killed_at or at
+        self.walk.failed_over(self.flow, flow.active, killed_at, at, active, answer)
+        return f"failover {active} again: 200"
 
     def _rebuild(self, flow: PairFlow | None, tasks: dict[str, dict[str, Any]]) -> str:
         """The flow's active task was deleted (an operator's delete that applied): its other
