@@ -29,19 +29,26 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from metastore import TaskState
 from replicator.backfill.state import BackfillState
 from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.flows import VerifyWaitError, injected_fault, reverse_request, verify_ended
-from server.dr.pair import REPLICATING
+from server.dr.pair import FAILING_BACK, REPLICATING, ClusterPair
 from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
 from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
 
 log = logging.getLogger(__name__)
+
+
+class FailbackStoppedError(Exception):
+    """The reverse task stopped under the failback; the message says what the operator does."""
+
 
 POLL = 1.0  # seconds between looks at the reverse task's jobs
 FINISHED = ("in_sync", "failed")
@@ -111,6 +118,20 @@ class FailbackRun:
             )
         await injected_fault("failback_linked", job="failback")
 
+    async def mark_failing_back(self) -> None:
+        """The flow failing back, its task B -> A the reverse task (again after a restart: a
+        daemon killed between the create and this write left the flow as it was)."""
+        reverse, production = self.reverse_id, str(self.record["production_cluster"])
+
+        def failing_back(pair: ClusterPair) -> ClusterPair:
+            current = pair.flow_of(self.task_id)
+            if current is None or current.job is None or current.job.job_id != self.job_id:
+                return pair
+            tasks = {**current.tasks, production: reverse}
+            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
+
+        await asyncio.to_thread(self.claim.pairs.update, *self.claim.ends, failing_back)
+
     async def run(self) -> None:
         try:
             if self.record["state"] == "creating":  # a daemon stopped while creating it
@@ -122,11 +143,16 @@ class FailbackRun:
                     return
                 await self.save(state="seeding")
                 await injected_fault("seeding", job="failback")
+            await self.mark_failing_back()
+            await injected_fault("failback_flow", job="failback")
             while self.record["state"] not in FINISHED:
                 step = getattr(self, f"_{self.record['state']}")
                 await step()
         except ClaimLostError:
             raise
+        except FailbackStoppedError as exc:
+            await self.save(state="failed", reason=str(exc))
+            await injected_fault("failback_failed", job="failback")
         except Exception as exc:  # noqa: BLE001 - whatever stopped it is its reason
             await self.save(state="failed", reason=f"{type(exc).__name__}: {exc}")
             await injected_fault("failback_failed", job="failback")
@@ -145,6 +171,7 @@ class FailbackRun:
                 raise ConflictError(f"task {self.reverse_id} has no backfill")
             if not job.active:
                 break
+            await self._reverse_running("seeding")
             await asyncio.sleep(POLL)
         if job.state != "done":
             await self.save(state="failed", reason=f"backfill {job.job_id}: {job.reason}")
@@ -152,6 +179,19 @@ class FailbackRun:
             return
         await self.save(state="repairing", backfill=job.job_id)
         await injected_fault("failback_seeded", job="failback")
+
+    async def _reverse_running(self, step: str) -> None:
+        """FailbackStoppedError when the reverse task stopped (paused or failed): its backfill
+        cannot finish, and nothing but the operator starts it again."""
+        task = await self.sup.get(self.reverse_id)
+        if task.state in (TaskState.RUNNING, TaskState.INITIAL):
+            return
+        raise FailbackStoppedError(
+            f"task {self.reverse_id} is {task.state.value} while {step} ({task.reason}): its "
+            f"backfill cannot finish. Ask the failback of {self.task_id} again: it creates "
+            f"{self.reverse_id} anew and seeds again (resume {self.reverse_id} first to keep "
+            "it streaming meanwhile)"
+        )
 
     async def _repairing(self) -> None:
         result = await self._verify(repair=True, key="repair_job")

@@ -9,16 +9,15 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import replace
 from typing import Any
 
 from metastore import MetaStoreError, TaskRecord
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
+from server.dr.claims import ClaimLostError
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.flows import injected_fault
-from server.dr.pair import FAILING_BACK, ClusterPair
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import FAILBACK_KEY, iso, load_json
 from server.dr.stale_watch import arm, load_watch
@@ -35,6 +34,16 @@ log = logging.getLogger(__name__)
 
 class FailbackRequest(TaskIdRequest):
     pass
+
+
+async def _held(run: FailbackRun) -> None:
+    """Run the failback, its claim renewed every ``RENEW_SECONDS`` (its seeding and verifies
+    save nothing for hours); it stops once another daemon took the claim."""
+    try:
+        await run.claim.run_while_held(run.run())
+    except ClaimLostError:
+        with log_context(task_id=run.task_id):
+            log.warning("failback %s: another daemon holds it now", run.job_id)
 
 
 class Failbacks:
@@ -105,18 +114,11 @@ class Failbacks:
             await claim.release()
             raise
 
-        def reversed_flow(pair: ClusterPair) -> ClusterPair:
-            current = pair.flow_of(tid)
-            if current is None:
-                return pair
-            tasks = {**current.tasks, ends[1]: run.reverse_id}
-            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
-
-        await asyncio.to_thread(self.pairs.store.update, *ends, reversed_flow)
+        await run.mark_failing_back()
         await injected_fault("failback_flow", job="failback")
         await run.save(state="seeding")
         await injected_fault("seeding", job="failback")
-        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+        self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
         with log_context(task_id=tid):
             log.info(
                 "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
@@ -170,7 +172,7 @@ class Failbacks:
         claim = self.pairs.flow_claim(ends, tid, job_id)
         run = FailbackRun(self.sup, record, self._saved, claim)
         self._saved(tid, record)
-        self._runs[tid] = asyncio.get_running_loop().create_task(run.run())
+        self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
 
     def stop(self) -> list[asyncio.Task[None]]:
         """The failbacks running here, to cancel."""

@@ -65,7 +65,7 @@ async def run_failover(
         # (and the store's own lag in expiring it: etcd rounds a lease's TTL up to whole
         # seconds and looks for expired ones every half second)
         task = await ops.pause(tid, reason=reason, stop_wait=_owner_wait(settings), job=job)
-    await injected_fault("failover_paused", job="failover")
+        await injected_fault("failover-paused", job="failover")
     problems = []
     stopped = runner is not None or await ops.runner_stopped(tid)
     if not stopped:
@@ -107,7 +107,8 @@ async def run_failover(
         "problems": problems,
         "unreplicated": export.view() if export is not None else None,
     }
-    view = {**answer, "state": "done"}
+    # the job's id: a recover round that finds the flow still claimed by it hands the flow over
+    view = {**answer, "state": "done", "job_id": job}
     await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
     await injected_fault("failover_saved", job="failover")
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")

@@ -3,7 +3,9 @@ how they are lifted (:mod:`pair` keeps the record).
 
 - **acquire**: a job joins the owners of the fence on a cluster. The first owner writes the key,
   only where it is absent (one etcd transaction), and records the revision it wrote; a key that
-  was already there is the operator's: recorded as such, and never lifted.
+  was already there is the operator's: recorded as such, and never lifted. An owner that finds
+  its hold gone once the key is written (it stalled there, and another daemon rolled its job
+  back and, finding no key, forgot the hold) deletes the key again: no fence without a record.
 - **release**: a job leaves the owners. The last one marks the fence ``lifting`` (in the same
   compare-and-set), deletes the key in one transaction conditioned on the revision the pair
   wrote (a key someone rewrote since is theirs and stays), then removes the hold. A fence being
@@ -21,14 +23,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
-from server.dr.flows import fault_at
+from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 log = logging.getLogger(__name__)
+
+
+def running(pair: ClusterPair) -> set[str]:
+    """The jobs holding a flow's claim in ``pair``."""
+    return {flow.job.job_id for flow in pair.flows.values() if flow.job is not None}
+
 
 JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
 
@@ -53,7 +62,7 @@ class PairFences:
         deadline = time.monotonic() + JOIN_WAIT
         while True:
             joined = self._join(cluster, job_id, fence.read()[3])
-            fault_at("fence_joined")
+            injected_fault_sync("fence_joined")
             if joined is not None:
                 break
             if time.monotonic() >= deadline:
@@ -65,8 +74,9 @@ class PairFences:
         hold, writes = joined
         if not writes:
             return hold
+        injected_fault_sync("fence-joined")  # an owner recorded, the key not written yet
         revision = fence.create()
-        fault_at("fence_written")
+        injected_fault_sync("fence_written")
         if revision:
             hold = replace(hold, revision=revision)
         else:
@@ -88,8 +98,17 @@ class PairFences:
                 cluster, replace(current, revision=hold.revision, operator=hold.operator)
             )
 
-        self._update(record)
-        fault_at("fencing")
+        current = self._update(record).fences.get(cluster)
+        injected_fault_sync("fencing")
+        if current is None or job_id not in current.owners:
+            # the hold was given up while the key was written (this job stalled, another
+            # daemon rolled it back and found no key): no fence stays without its record
+            if hold.revision:
+                fence.delete_if(hold.revision)
+            raise FenceError(
+                f"the fence on cluster {cluster} was released (job {job_id} rolled back by "
+                f"another daemon) while {fence.label} was written: removed again"
+            )
         return hold
 
     def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
@@ -130,23 +149,26 @@ class PairFences:
             return pair.with_fence(cluster, replace(hold, owners=(), lifting=True))
 
         pair = self._update(leave)
-        fault_at("fence_left")
+        injected_fault_sync("fence_left")
         hold = pair.fences.get(cluster)
         if hold is None or not hold.lifting:
             return False
         self._lift(cluster, hold)
         return True
 
-    def lift_ownerless(self, live_jobs: set[str]) -> list[str]:
-        """Lift every fence of the pair whose owners are all gone (not in ``live_jobs``); the
-        problems of those that could not be lifted (retried next time)."""
+    def lift_ownerless(self, live_jobs: Collection[str] = ()) -> list[str]:
+        """Lift every fence of the pair whose owners are all gone; the problems of those that
+        could not be lifted (retried next time). A job runs when it holds a flow's claim in the
+        pair's record as the compare-and-set that marks the fence for lifting reads it (one
+        that claimed a flow and joined the fence after the caller looked keeps it), or is in
+        ``live_jobs``."""
         problems = []
         for cluster, hold in self.pairs.get(*self.pair).fences.items():
-            if hold.lifting or not set(hold.owners) & live_jobs:
+            if hold.lifting or not set(hold.owners) & set(live_jobs):
 
                 def orphan(pair: ClusterPair, cluster: str = cluster) -> ClusterPair:
                     current = pair.fences.get(cluster)
-                    if current is None or set(current.owners) & live_jobs:
+                    if current is None or set(current.owners) & (running(pair) | set(live_jobs)):
                         return pair
                     if current.operator:
                         return pair.with_fence(cluster, None)
@@ -181,7 +203,7 @@ class PairFences:
                 "%s was changed by someone else since the pair wrote it: left as it is",
                 fence.label,
             )
-        fault_at("fence_deleted")
+        injected_fault_sync("fence_deleted")
 
         def forget(pair: ClusterPair) -> ClusterPair:
             current = pair.fences.get(cluster)
@@ -190,4 +212,4 @@ class PairFences:
             return pair.with_fence(cluster, None)
 
         self._update(forget)
-        fault_at("fence_lifted")
+        injected_fault_sync("fence_lifted")

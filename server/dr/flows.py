@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from metastore import Position
@@ -31,6 +31,8 @@ POLL = 0.25  # seconds between looks at a verify job
 # stops it, or acts as an operator, meanwhile; with a file, the hold ends as soon as the file
 # exists), "fail:<point>" makes it fail there; several, comma-separated, are done in their order.
 # A failure fires once per process: past the point of no return the job retries the step.
+# The jobs' points are BOUNDARIES below; the recover round's: "pair-tended" (a pair's deleted
+# tasks forgotten, its ownerless fences not yet lifted).
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
 
@@ -45,7 +47,8 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
         "claimed",  # the request: the flow claimed for the job (pair record)
         "checking",  # the request: the job record saved
         "fence_saved",  # state fencing saved, fence_set (before the fence is held)
-        "fence_joined",  # the job among the fence's owners (pair record)
+        "fence_joined",  # the job among the fence's owners (pair record), each attempt
+        "fence-joined",  # the job the first owner: it writes the key next
         "fence_written",  # the fence key created in the source's etcd
         "fencing",  # the key's revision (or the operator's) recorded (pair record)
         "fenced",  # fenced_at saved
@@ -68,7 +71,7 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
         "fence_left",  # the job left the fence's owners, the last: lifting (pair record)
         "fence_deleted",  # the fence key deleted
         "fence_lifted",  # the fence forgotten (pair record)
-        "done",  # state done saved
+        "finished",  # state done saved, the flow not handed over yet
         "released",  # the flow handed to the reverse direction, the claim released
         "takeover_claimed",  # a recover round: the job claimed by another daemon
         "taken_over",  # a recover round: the job saved by its new daemon
@@ -78,7 +81,7 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
     ),
     "failover": (
         "failover_claimed",  # the flow claimed for the failover (pair record)
-        "failover_paused",  # the task paused (its state)
+        "failover-paused",  # the task paused (its state)
         "failover_saved",  # dr/failover saved
         "failover_reason",  # the task's reason says what the target holds
         "failover_released",  # the flow failed_over to the target, the claim released
@@ -109,10 +112,22 @@ class InjectedFaultError(Exception):
     """A failure asked for by ``FAULT_ENV``."""
 
 
-def fault_at(point: str, job: str = "switchover") -> None:
+async def injected_fault(point: str, job: str = "switchover") -> None:
     """What ``FAULT_ENV`` asks for at ``point``: nothing (it is unset in service), holds and
-    failures, in their order. Blocks while held: the job's thread (or, from the event loop,
-    :func:`injected_fault`)."""
+    failures, in their order."""
+    for seconds, until in _holds(point, job):
+        await asyncio.to_thread(_hold, seconds, until)
+
+
+def injected_fault_sync(point: str, job: str = "switchover") -> None:
+    """:func:`injected_fault` for code that runs in a worker thread (the fence owners)."""
+    for seconds, until in _holds(point, job):
+        _hold(seconds, until)
+
+
+def _holds(point: str, job: str) -> Iterator[tuple[float, str]]:
+    """The holds ``FAULT_ENV`` asks for at ``point`` (seconds, file), its failures raised
+    (InjectedFaultError, once per process and point) in their order among them."""
     directives = os.environ.get(FAULT_ENV, "")
     if not directives:
         return
@@ -126,16 +141,10 @@ def fault_at(point: str, job: str = "switchover") -> None:
             if until and os.path.exists(until):
                 continue  # released already: passed without a word
             log.warning("%s held at %s for %s s (%s)", job, point, seconds, FAULT_ENV)
-            _hold(float(seconds or 60), until)
+            yield float(seconds or 60), until
         elif kind == "fail" and point not in _FAILED:
             _FAILED.add(point)
             raise InjectedFaultError(f"a fault injected at {point} ({FAULT_ENV})")
-
-
-async def injected_fault(point: str, job: str = "switchover") -> None:
-    """:func:`fault_at` from the event loop (a hold does not block it)."""
-    if os.environ.get(FAULT_ENV):
-        await asyncio.to_thread(fault_at, point, job)
 
 
 def _hold(seconds: float, until: str) -> None:

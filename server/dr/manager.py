@@ -297,8 +297,13 @@ class DisasterRecovery:
         await self.pairs.claim(ends, "failover", tid, spec.source_cluster, job_id)
         await injected_fault("failover_claimed", job="failover")
         claim = self.pairs.flow_claim(ends, tid, job_id)
-        try:
-            answer = await self._fail_over(task, request, job_id)
+        try:  # its claim renewed while it waits for a runner and reads the WAL
+            answer = await claim.run_while_held(self._fail_over(task, request, job_id))
+        except ClaimLostError as exc:
+            raise ConflictError(
+                f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
+                f"and another daemon holds it now ({exc}); see progress.failover"
+            ) from exc
         except BaseException:
             await claim.release()
             raise

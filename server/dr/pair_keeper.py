@@ -16,6 +16,8 @@ from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.dr.claims import FlowClaim
 from server.dr.fence_owners import PairFences
+from server.dr.flows import injected_fault
+from server.dr.job_effects import finished_jobs, settled
 from server.dr.pair import ClusterPair, JobClaim, PairStore
 from server.dr.pair_rules import claimed, pruned, verb_allowed
 from server.dr.record import (
@@ -41,11 +43,27 @@ class PairKeeper:
         """The claim of ``job_id`` on ``task_id``'s flow, held by this daemon."""
         return FlowClaim(self.store, ends, task_id, job_id, self.sup.fleet.member_id)
 
+    async def settle(self, ends: tuple[str, str]) -> ClusterPair:
+        """The pair with the effects of every finished job still holding one of its flows
+        applied (:mod:`job_effects`: a daemon killed between a job's end and the pair's
+        update)."""
+        pair = await asyncio.to_thread(self.store.get, *ends)
+        finished = await asyncio.to_thread(finished_jobs, self.sup.store, pair)
+        if not finished:
+            return pair
+        log.warning(
+            "cluster pair %s: finished jobs still held flows (%s): their effects applied",
+            pair.key,
+            ", ".join(finished),
+        )
+        return await asyncio.to_thread(self.store.update, *ends, lambda p: settled(p, finished))
+
     async def claim(
         self, ends: tuple[str, str], verb: str, task_id: str, source: str, job_id: str
     ) -> ClusterPair:
         """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
         apply, or another job runs there)."""
+        await self.settle(ends)
         existing = {t.task_id for t in await self.sup.list()}
         records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
         linked = (
@@ -82,7 +100,7 @@ class PairKeeper:
             return
         if not spec.source_cluster or not spec.target_cluster:
             return
-        pair = await asyncio.to_thread(self.store.get, spec.source_cluster, spec.target_cluster)
+        pair = await self.settle((spec.source_cluster, spec.target_cluster))
         flow = pair.flow_of(task.task_id)
         state = ""
         if flow is not None and flow.job is not None and flow.job.job_id != job:
@@ -101,18 +119,22 @@ class PairKeeper:
         return ""
 
     async def tend(self, existing: set[str]) -> None:
-        """Forget deleted tasks in every pair (their claims with them) and lift the fences no
-        running job holds; a lift that fails is tried again next round."""
+        """Apply the effects of finished jobs still holding flows, forget deleted tasks in every
+        pair (their claims with them) and lift the fences no running job holds; a lift that
+        fails is tried again next round."""
         for pair in await asyncio.to_thread(self.store.all):
             try:
+                await self.settle(pair.clusters)
                 current = await asyncio.to_thread(
                     self.store.update, *pair.clusters, lambda p: pruned(p, existing)
                 )
+                await injected_fault("pair-tended", job="recover")  # deleted tasks forgotten
                 if not current.fences:
                     continue
                 fences = PairFences(self.store, self.settings, current.clusters)
-                live = {f.job.job_id for f in current.flows.values() if f.job is not None}
-                for problem in await asyncio.to_thread(fences.lift_ownerless, live):
+                # which jobs run is read in the lift's own compare-and-set, not here: a job
+                # may claim a flow and join a fence meanwhile
+                for problem in await asyncio.to_thread(fences.lift_ownerless):
                     log.warning("cluster pair %s: %s", current.key, problem)
             except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
                 log.warning("cluster pair %s not tended: %s", pair.key, exc)

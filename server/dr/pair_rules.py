@@ -10,7 +10,8 @@ switchover the flow replicates and the task is its active direction
 failover   the flow replicates and the task is its active direction; or it failed over
            already to the task's target (asked again)
 failback   the flow failed over (or a failback of it failed) to the task's target
-resume     no job runs on the flow, the flow replicates, and the task is its active direction
+resume     no job runs on the flow, the flow replicates or fails back, and the task is its active
+           direction (failing back: the reverse task)
 =========  =================================================================================
 """
 
@@ -62,9 +63,12 @@ def check(pair: ClusterPair, flow: Flow, verb: str, task_id: str) -> None:
     target = next(c for c in pair.clusters if c != source)
     replicating_here = flow.state == REPLICATING and flow.active == source
     failed_to_target = flow.state == FAILED_OVER and flow.active == target
+    # failing back: the reverse task (from the cluster carrying production) runs, not its
+    # other direction
+    failing_back_here = flow.state == FAILING_BACK and flow.active == source
     applies = {
         "switchover": replicating_here,
-        "resume": replicating_here,
+        "resume": replicating_here or failing_back_here,
         "failover": replicating_here or failed_to_target,
         "failback": flow.state in (FAILED_OVER, FAILING_BACK) and flow.active == target,
     }
@@ -75,7 +79,7 @@ def check(pair: ClusterPair, flow: Flow, verb: str, task_id: str) -> None:
         "failover": "fail over the task of the active direction",
         "failback": "a failback follows a failover of the task",
         "resume": "it would run both directions of the flow"
-        if flow.state == REPLICATING
+        if flow.state in (REPLICATING, FAILING_BACK)
         else "production moved: fail back instead",
     }[verb]
     raise PairConflictError(

@@ -417,7 +417,7 @@ class SwitchoverRun:
         done = await self._finish_state(
             "done", fence_set=False, lifted_at=None if lifted is None else moment(lifted)
         )
-        await injected_fault("done")
+        await injected_fault("finished")  # done saved, the flow not handed over yet
         source = self.job.target_cluster
         await self.claim.release(active=source, state=REPLICATING, tasks=self._tasks_after(source))
         await injected_fault("released")

@@ -546,34 +546,35 @@ def held(daemon, point: str, release: Path) -> None:
     assert not release.exists()
 
 
-def test_a_task_the_operator_paused_during_the_job_is_left_paused_by_its_roll_back(
+def test_the_operators_verbs_wait_for_the_job_and_it_ends_with_one_direction_running(
     daemon_factory, clusters, milvus_source, milvus_source_rocksmq, etcd_service, tmp_path
 ):
-    """The operator pauses the task while the job verifies: the job finds the task paused by
-    someone else and rolls back, lifting its fence but leaving the task paused (a roll back
-    resumes only a task the job paused itself); the operator's resume then carries on."""
-    release = tmp_path / "release"
-    daemon = faulty_daemon(daemon_factory, clusters, f"hold:verifying:120:{release}")
+    """While the switchover holds the flow, the operator's pause, resume and delete of its
+    tasks are refused (409) naming the job and its step (issue 48, fault 1: a resume of a->b
+    asked during reversing was let through, its reason naming the job, and the switchover then
+    ended done with a->b and b->a both Running)."""
+    verifying, reversing = tmp_path / "verifying", tmp_path / "reversing"
+    fault = f"hold:verifying:120:{verifying},hold:reversing:120:{reversing}"
+    daemon = faulty_daemon(daemon_factory, clusters, fault)
     name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "dro", range(100))
     asked = daemon.call("switchover", {"task_id": ab, "max_lag_seconds": 30})
     assert asked.code == 200, asked.message
-    held(daemon, "verifying", release)
+    job_id = asked.data["job_id"]
+    held(daemon, "verifying", verifying)
     paused = daemon.call("pause", {"task_id": ab})
-    assert paused.code == 200, paused.message
-    release.touch()
+    assert paused.code == 409, paused.message
+    assert f"switchover {job_id} (verifying) holds its cluster pair" in paused.message
+    verifying.touch()
+    held(daemon, "reversing", reversing)
+    assert task(daemon, ab)["state"] == "Paused"
+    for verb in ("resume", "delete"):
+        refused = daemon.call(verb, {"task_id": ab})
+        assert refused.code == 409, (verb, refused.message)
+        assert f"switchover {job_id} (reversing) holds its cluster pair" in refused.message
+    reversing.touch()
     job = switchover_ends(daemon, ab)
-    assert job["state"] == "failed" and job["rolled_back"] is True, job
-    assert "paused by someone else" in job["reason"], job
-    assert not job["original_paused"], job
-    view = task(daemon, ab)
-    assert view["state"] == "Paused" and "(job " not in view["reason"], view
-    assert "manually paused" in view["reason"], view
-    wait_until(
-        lambda: fence_value(etcd_service, milvus_source.etcd_root_path) is None, 30, "no fence"
-    )
-    assert daemon.call("resume", {"task_id": ab}).code == 200
-    wait_until(lambda: a.insert(name, [_row(k) for k in range(900, 910)]), 60, "a write to a")
-    wait_equal(a, b, name, "id", timeout=120)
+    assert job["state"] == "done", job
+    one_direction_left(daemon, name, job, ab, etcd_service, milvus_source)
     a.close()
     b.close()
 

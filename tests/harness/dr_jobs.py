@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import etcd3
@@ -21,9 +21,11 @@ import etcd3
 from metastore import TaskRecord, TaskState
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
+from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.config.settings import CdcSettings, load_settings
 from server.dr.manager import DisasterRecovery
-from server.dr.pair import PairStore
+from server.dr.pair import FAILING_BACK, Flow, PairStore
+from server.dr.record import FAILBACK_KEY, save_json
 from server.tasks.supervisor import TaskSupervisor
 
 
@@ -89,6 +91,29 @@ class DrWorld:
 
     def fence_value(self, cluster: str) -> bytes | None:
         return self.etcd.get(self.fence_keys[cluster])[0]
+
+    def failback_left_seeding(self, reverse: TaskState, reason: str = "") -> str:
+        """ab (a -> b) failed over to b; its failback seeds a through the reverse task ab-back
+        (``reverse`` its state), its backfill running; the daemon that ran it is gone. The
+        failback's job id."""
+        self.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
+        self.add_task("ab-back", "b", "a", reverse, reason)
+        flow = Flow("ab", {"a": "ab", "b": "ab-back"}, active="b", state=FAILING_BACK)
+        self.pairs.update("a", "b", lambda p: p.with_flow(flow))
+        backfill = replace(BackfillJob.new(["*"]), state="running")
+        BackfillState(self.store, "ab-back").save_job(backfill)
+        record = {
+            "task_id": "ab",
+            "job_id": "failback-0001",
+            "reverse_task_id": "ab-back",
+            "reused": True,
+            "production_cluster": "b",
+            "member": "dead-member",
+            "state": "seeding",
+            "steps": [],
+        }
+        save_json(self.store, "ab", FAILBACK_KEY, record)
+        return str(record["job_id"])
 
 
 @asynccontextmanager

@@ -5,6 +5,7 @@ waking up."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -13,8 +14,10 @@ from harness.dr_jobs import DrWorld, dr_world
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
 from server.dr.fence_owners import PairFences
+from server.dr.flows import FAULT_ENV
+from server.dr.pair import FAILED_OVER, REPLICATING
 from server.dr.pair_rules import claimed
-from server.dr.record import SwitchoverJob, save_job
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, SwitchoverJob, save_job, save_json
 from server.dr.switchover import SwitchoverRun, paused_by
 from server.errors import ConflictError
 
@@ -96,3 +99,75 @@ async def test_a_stalled_member_that_wakes_up_rolls_nothing_back(world):
     assert world.fence_value("a") == b"true", "the stalled member lifted the fence D2 holds"
     assert world.pairs.get("a", "b").fences["a"].owners == (job.job_id,)
     assert world.state("ab") is TaskState.PAUSED, "the stalled member resumed a->b"
+
+
+async def test_a_finished_jobs_effects_reach_the_pair_after_a_kill_before_its_hand_over(world):
+    """A daemon killed between a job's end (saved) and the pair's update (issue 48, fault 2):
+    the next recover round, or the next verb, hands the flow over as the job would have."""
+    # a switchover of ab done, the flow still claimed by it and pointing a -> b
+    world.add_task("ab", "a", "b", TaskState.PAUSED, "switched over to task ab-rev (job ...)")
+    world.add_task("ab-rev", "b", "a", TaskState.RUNNING)
+    switchover_at(world, "done", "dead-member", reverse_task_id="ab-rev", fence_set=False)
+    await world.disaster.recover()
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.job is None and flow.active == "b" and flow.state == REPLICATING
+    assert flow.tasks == {"a": "ab", "b": "ab-rev"}
+    with pytest.raises(ConflictError, match="would run both directions"):
+        await world.supervisor.resume("ab")
+    # applied once only: a switchover of the reverse direction then finds it as it is
+    assert world.pairs.get("a", "b").flow_of("ab") == flow
+    # a failover of ab-rev, its answer saved, the flow still claimed by it
+    failover = "failover-0001"
+    save_json(world.store, "ab-rev", FAILOVER_KEY, {"state": "done", "job_id": failover})
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: claimed(
+            p, "failover", "ab-rev", "b", failover, "dead", existing={"ab", "ab-rev"}
+        ),
+    )
+    # the next verb asked finds the flow failed over to a (here: a resume, 409 naming it)
+    with pytest.raises(ConflictError, match="failed over to a: resume does not apply"):
+        await world.supervisor.resume("ab")
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.job is None and flow.state == FAILED_OVER and flow.active == "a"
+    # a failback of ab-rev in sync, the flow still claimed by it: production stays on a
+    back = "failback-0001"
+    record = {"state": "in_sync", "job_id": back, "production_cluster": "a"}
+    save_json(world.store, "ab-rev", FAILBACK_KEY, record)
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: claimed(p, "failback", "ab-rev", "b", back, "dead", existing={"ab", "ab-rev"}),
+    )
+    await world.supervisor.resume("ab")  # a -> b carries production again
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.job is None and flow.state == REPLICATING and flow.active == "a"
+
+
+async def test_the_recover_round_leaves_a_fence_a_job_joined_after_it_looked(
+    world, monkeypatch, tmp_path, caplog
+):
+    """A fence on a whose owner is gone; the recover round reads the pair, and meanwhile a
+    switchover claims its flow and joins that fence (issue 48, fault 9: the round lifted it
+    with the job ids it had read before, and the job's source took writes while it drained)."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    fences = PairFences(world.pairs, world.settings, ("a", "b"))
+    fences.acquire("a", "job-of-a-deleted-task")
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:pair-tended:30:{wake}")
+    tending = asyncio.ensure_future(world.disaster.pairs.tend({"ab"}))
+    for _ in range(200):  # the round has read the pair
+        if "held at pair-tended" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    assert "held at pair-tended" in caplog.text
+    job = "switchover-1"
+    world.pairs.update(
+        "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job, "m", existing={"ab"})
+    )
+    fences.acquire("a", job)  # joins the fence on a
+    wake.touch()
+    await asyncio.wait_for(tending, 30)
+    assert world.fence_value("a") == b"true", "the round lifted the fence the switchover holds"
+    assert world.pairs.get("a", "b").fences["a"].owners == ("job-of-a-deleted-task", job)

@@ -18,6 +18,7 @@ from metastore.sql_urls import sqlite_url
 from replicator.config.settings import CdcSettings
 from server.dr.fence import FenceError
 from server.dr.fence_owners import PairFences
+from server.dr.flows import FAULT_ENV
 from server.dr.pair import ClusterPair, FenceHold, PairStore
 
 pytestmark = pytest.mark.integration
@@ -152,3 +153,35 @@ def test_a_lift_that_fails_stays_recorded_and_is_retried(world, etcd_service):
 def test_pair_records_round_trip():
     pair = ClusterPair(("a", "b"), {}, {"a": FenceHold(("j",), 5, 3, False, True)})
     assert ClusterPair.from_bytes(pair.to_bytes()) == pair
+
+
+def test_a_fence_written_after_its_hold_was_given_up_is_removed_again(world, monkeypatch, tmp_path):
+    """D1 joins as the fence's first owner and stalls before writing the key; D2 takes the job
+    over and rolls it back: no key yet, the hold forgotten. D1 wakes and writes the key: it
+    finds its hold gone and deletes the key again (issue 48, fault 5: forceDeny stayed on a with
+    no record, and no recover round lifted it)."""
+    fences, pairs, etcd, keys = world
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:fence-joined:30:{wake}")
+    outcome: list[object] = []
+
+    def stalled_member() -> None:
+        try:
+            outcome.append(fences.acquire("a", "job-1"))
+        except FenceError as exc:
+            outcome.append(exc)
+
+    d1 = threading.Thread(target=stalled_member)
+    d1.start()
+    deadline = time.monotonic() + 10
+    while hold(pairs, "a") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hold(pairs, "a").owners == ("job-1",) and etcd.get(keys["a"])[0] is None
+    assert fences.release("a", "job-1")  # D2's roll back: the last owner lifts (no key yet)
+    assert hold(pairs, "a") is None
+    wake.touch()
+    d1.join(30)
+    assert etcd.get(keys["a"])[0] is None, "a forceDeny stayed with no hold recording it"
+    assert isinstance(outcome[0], FenceError) and "removed again" in str(outcome[0])
+    assert hold(pairs, "a") is None
+    assert fences.lift_ownerless(set()) == []

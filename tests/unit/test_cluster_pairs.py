@@ -95,6 +95,10 @@ def test_failover_then_failback_reuses_the_flows_other_task():
     assert flow(back).reverse_of("ba") == "ab"  # the failback re-uses ab, never a third task
     assert len(flow(back).tasks) == 2
     syncing = done(back, "fb1", "ba", state=FAILING_BACK)
+    # failing back, no job on it (the failback failed): ab, the reverse task, may run again
+    verb_allowed(syncing, "ab", "resume")
+    with pytest.raises(PairConflictError, match="failing back from a to b: resume does not"):
+        verb_allowed(syncing, "ba", "resume")
     home = done(syncing, "fb1", "ba", state=REPLICATING, active="a")
     # in sync: production stays on a, and ab (a -> b) replicates it to b
     assert flow(home).active == "a" and flow(home).tasks == {"a": "ab", "b": "ba"}

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from server.dr.flows import BOUNDARIES, FAULT_ENV, InjectedFaultError, fault_at, injected_fault
+from server.dr.flows import (
+    BOUNDARIES,
+    FAULT_ENV,
+    InjectedFaultError,
+    injected_fault,
+    injected_fault_sync,
+)
 
 DR = Path(__file__).resolve().parents[2] / "server" / "dr"
 
@@ -30,7 +36,16 @@ JOB_CODE: dict[str, dict[str, set[str] | None]] = {
 }
 # helpers that write (their call sites are checked, not their bodies)
 # (a claim renewed, claim.keep, changes only its time: not a boundary)
-HELPERS = {"_save", "_finish_state", "save", "_update", "_join", "start_verify", "_arm_watch"}
+HELPERS = {
+    "_save",
+    "_finish_state",
+    "save",
+    "_update",
+    "_join",
+    "start_verify",
+    "_arm_watch",
+    "mark_failing_back",
+}
 # the durable writes, by the last two parts of the callee's name (or its only part)
 WRITES = {
     "save_job",
@@ -44,6 +59,9 @@ WRITES = {
     "self._join",
     "self.start_verify",
     "self._arm_watch",
+    "self.mark_failing_back",
+    "run.mark_failing_back",
+    "pairs.update",
     "claim.release",
     "pairs.claim",
     "store.update",
@@ -57,7 +75,7 @@ WRITES = {
     "ops.pause",
     "ops.set_reason",
 }
-POINT_CALLS = {"injected_fault", "fault_at"}
+POINT_CALLS = {"injected_fault", "injected_fault_sync"}
 
 
 @dataclass(frozen=True)
@@ -209,9 +227,9 @@ def test_a_durable_write_with_no_point_is_found(tmp_path: Path) -> None:
 async def test_points_are_inert_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAULT_ENV, raising=False)
     await injected_fault("fencing")
-    fault_at("failover_paused", "failover")
+    injected_fault_sync("failover_paused", "failover")
     monkeypatch.setenv(FAULT_ENV, "fail:failover_saved")
-    fault_at("failover_paused", "failover")
+    injected_fault_sync("failover_paused", "failover")
     with pytest.raises(InjectedFaultError):
-        fault_at("failover_saved", "failover")
-    fault_at("failover_saved", "failover")  # a failure fires once per process
+        injected_fault_sync("failover_saved", "failover")
+    injected_fault_sync("failover_saved", "failover")  # a failure fires once per process

@@ -1,0 +1,73 @@
+"""What a finished job leaves on its flow, read from the job's own record: a job saves its end
+(switchover ``done``/``failed``, failback ``in_sync``/``failed``, failover ``done``) before it
+hands the flow back (the pair's record is another key: no one write holds both). A daemon killed
+between the two, or whose compare-and-set failed, leaves the flow claimed by a finished job and
+pointing the old way; whoever reads the pair next (a ``recover`` round, a verb's claim or check)
+re-applies the job's effects first, in one compare-and-set conditioned on the claim still being
+that job's, so applying them twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metastore import MetaStore
+from server.dr.pair import FAILED_OVER, REPLICATING, ClusterPair, Flow, JobClaim, release
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, load_job, load_json
+
+
+def finished_changes(store: MetaStore, pair: ClusterPair, flow: Flow) -> dict[str, Any] | None:
+    """The changes the finished job holding ``flow`` makes to it as it lets go (``{}``: none
+    but the release); None while the job runs (or its record is another job's)."""
+    held = flow.job
+    if held is None:
+        return None
+    if held.kind == "switchover":
+        job = load_job(store, held.task_id)
+        if job is None or job.job_id != held.job_id or not job.finished:
+            return None
+        if job.state != "done":
+            return {}
+        return {
+            "active": job.target_cluster,
+            "state": REPLICATING,
+            "tasks": {job.source_cluster: job.task_id, job.target_cluster: job.reverse_task_id},
+        }
+    key = FAILBACK_KEY if held.kind == "failback" else FAILOVER_KEY
+    record = load_json(store, held.task_id, key) or {}
+    if record.get("job_id") != held.job_id:
+        return None
+    state = record.get("state")
+    if held.kind == "failback":
+        if state == "in_sync":
+            return {"state": REPLICATING, "active": str(record["production_cluster"])}
+        return {} if state == "failed" else None
+    if state != "done":
+        return None
+    return {"state": FAILED_OVER, "active": _target_of(pair, flow, held)}
+
+
+def _target_of(pair: ClusterPair, flow: Flow, held: JobClaim) -> str:
+    source = flow.direction_of(held.task_id)
+    return next(c for c in pair.clusters if c != source)
+
+
+def settled(pair: ClusterPair, finished: dict[str, tuple[str, dict[str, Any]]]) -> ClusterPair:
+    """``pair`` with each finished job (job id -> its flow id and changes) released, where the
+    flow's claim is still that job's."""
+    for job_id, (flow_id, changes) in finished.items():
+        flow = pair.flows.get(flow_id)
+        if flow is None or flow.job is None or flow.job.job_id != job_id:
+            continue
+        pair = pair.with_flow(release(flow, job_id, **changes))
+    return pair
+
+
+def finished_jobs(store: MetaStore, pair: ClusterPair) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The finished jobs still holding a flow of ``pair``: job id -> its flow id and changes."""
+    found = {}
+    for flow in pair.flows.values():
+        changes = finished_changes(store, pair, flow)
+        if changes is not None and flow.job is not None:
+            found[flow.job.job_id] = (flow.flow_id, changes)
+    return found
