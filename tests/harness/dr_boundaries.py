@@ -172,6 +172,7 @@ class BoundarySearch:
         self.store = EtcdMetaStore(connect_etcd([walk.etcd_endpoint]), config["rootPath"])
         self.pairs = PairStore(self.store)
         self._killed_at = self._asked_at = 0.0
+        self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
 
     # --- the fleet ---------------------------------------------------------------------------
     def env(self, route: str = "") -> str:
@@ -425,9 +426,8 @@ class BoundarySearch:
             assert asked is not None
             status, answer = asked.result(JOB_SECONDS)
             if status == 200:
-                return "failover answered; " + self.walk.failed_over(
-                    self.flow, self.flow.primary, self._killed_at, self._asked_at, own, answer
-                )
+                lost = self.flow.primary
+                return "failover answered; " + self._record_failover(lost, own, answer)
             return f"failover not answered ({status} {str(answer)[:160]})"
         deadline = time.monotonic() + (FAILBACK_SECONDS if job == "failback" else JOB_SECONDS)
         ended = ("in_sync", "failed") if job == "failback" else ("done", "failed")
@@ -482,7 +482,7 @@ class BoundarySearch:
         if status != 200:
             self._broke("verb_accepted", f"failover {own}: {status} {answer}")
             raise InvariantError("verb_accepted", str(answer), self.walk.seed, [])
-        self.walk.failed_over(self.flow, lost, self._killed_at, at, own, answer)
+        self._record_failover(lost, own, answer, at)
         self.walk._step_restart_lost(lost, "")
 
     def drive_home(self, result: CaseResult) -> None:
@@ -493,27 +493,36 @@ class BoundarySearch:
         said: list[str] = []
         while time.monotonic() < deadline:
             self._wait_no_job(JOB_SECONDS)
-            for label, handle in self.walk.clusters.items():
-                if not handle.alive:
-                    said.append(self.walk._step_restart_lost(label, "").split(";")[0])
             flow = self.pair_flow()
             tasks = self.tasks()
-            if flow is None or flow.tasks.get(flow.active, "") not in tasks:
-                said.append(self._rebuild(flow, tasks))
+            if flow is None:  # a task no verb claimed yet (the pair adopts it at the first)
+                self._restart_lost(said)
+                mine = self.flow.tasks.get(home, "")
+                if mine not in tasks:
+                    said.append(self._rebuild(tasks))
+                elif tasks[mine]["state"] != "Running":
+                    self._drive("resume", mine, said)
+                else:
+                    break
                 continue
-            active = flow.tasks[flow.active]
-            others = [t for t in flow.tasks.values() if t != active and t in tasks]
             if flow.state in (FAILED_OVER, FAILING_BACK):
-                failed = next(iter(others), "")
-                self._model_failed_over(flow.active)
+                failed = flow.tasks.get(self.other_cluster(flow.active), "")
+                self._model_failed_over(flow.active, failed)  # the writer moved first
+                self._restart_lost(said)
                 previous = self._job_id("failback", failed)
                 if self._drive("failback", failed, said):
                     said.append(self._settle("failback", failed, previous))
                 continue
+            active = flow.tasks.get(flow.active, "")
+            if active not in tasks:
+                said.append(self._rebuild(tasks))
+                continue
+            others = [t for t in flow.tasks.values() if t != active and t in tasks]
             running = [t for t, v in tasks.items() if v["state"] == "Running"]
             if active not in running and "failed over" in str(tasks[active].get("reason")):
                 said.append(self._fail_over_again(flow, active))  # a failover not finished
                 continue
+            self._restart_lost(said)
             for other in others:
                 if other in running:
                     self._drive("pause", other, said)
@@ -526,10 +535,18 @@ class BoundarySearch:
                 if self._drive("switchover", active, said):
                     said.append(self._settle("switchover", active, previous))
                 continue
-            self.flow.writer.move_to(home)
-            result.outcome += f"; home by: {', '.join(said) or 'nothing to do'}"
+            break
+        else:
+            self._broke("driven_home", f"not home after {DRIVE_SECONDS:g} s: {said}")
             return
-        self._broke("driven_home", f"not home after {DRIVE_SECONDS:g} s: {said}")
+        self.flow.writer.move_to(home)
+        result.outcome += f"; home by: {', '.join(said) or 'nothing to do'}"
+
+    def _restart_lost(self, said: list[str]) -> None:
+        """A killed cluster started again (once the writer left it, if it failed over)."""
+        for label, handle in self.walk.clusters.items():
+            if not handle.alive:
+                said.append(self.walk._step_restart_lost(label, "").split(";")[0])
 
     def _fail_over_again(self, flow: PairFlow, active: str) -> str:
         """The active task paused by a failover whose answer was lost: the failover asked
@@ -543,11 +560,20 @@ class BoundarySearch:
                 raise InvariantError("driven_home", str(detail), self.walk.seed, [])
             time.sleep(5.0)
             return f"failover {active} {status}"
-        killed_at = self._killed_at or at
-        self.walk.failed_over(self.flow, flow.active, killed_at, at, active, answer)
+        self._record_failover(flow.active, active, answer, at)
         return f"failover {active} again: 200"
 
-    def _rebuild(self, flow: PairFlow | None, tasks: dict[str, dict[str, Any]]) -> str:
+    def _record_failover(self, lost: str, task_id: str, answer: Any, at: float = 0.0) -> str:
+        """A failover's answer (or its view, the answer saved) in the model, once."""
+        when = str(answer.get("failed_over_at") or "")
+        if when in self._failovers:
+            return "failover known"
+        self._failovers.add(when)
+        at = at or self._asked_at or datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+        killed = self._killed_at or at
+        return self.walk.failed_over(self.flow, lost, killed, at, task_id, answer)
+
+    def _rebuild(self, tasks: dict[str, dict[str, Any]]) -> str:
         """The flow's active task was deleted (an operator's delete that applied): its other
         task deleted too, and a new task from home created with a backfill (verbs)."""
         for other in tasks:
@@ -568,7 +594,7 @@ class BoundarySearch:
         self.flow.tasks = {home: task_id}
         self.flow.state, self.flow.primary = "replicating", home
         self.flow.writer.move_to(home)
-        return f"the active task gone ({flow.tasks if flow else 'no flow'}): {task_id} created"
+        return f"the active task gone ({sorted(tasks)} left, deleted): {task_id} created"
 
     def _drive(self, verb: str, task_id: str, said: list[str]) -> bool:
         """Ask ``verb``; a refusal while a job is under way (or a lag) is waited out and asked
@@ -593,8 +619,14 @@ class BoundarySearch:
             model.writer.move_to(flow.active)
         model.tasks = dict(flow.tasks)
 
-    def _model_failed_over(self, production: str) -> None:
+    def _model_failed_over(self, production: str, failed: str) -> None:
+        """The model follows the pair: failed over to ``production`` by ``failed``'s failover
+        (its answer, saved as the task's view, kept when the request's was lost)."""
         model = self.flow
+        view = job_of(self.walk.fleet.any(), failed, "failover")
+        if view.get("failed_over_at") and view["failed_over_at"] not in self._failovers:
+            self.say(f"  failover of {failed} known from its view: {view['failed_over_at']}")
+            self._record_failover(self.other_cluster(production), failed, view)
         if model.state != "failed_over" or model.primary != production:
             model.state = "failed_over"
             model.primary = production
