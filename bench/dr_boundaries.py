@@ -16,7 +16,6 @@ The table is written after every case, so a run stopped part-way leaves what it 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import platform
 import signal
@@ -25,13 +24,10 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from harness import services  # noqa: E402
-from harness.daemon import Daemon  # noqa: E402
 from harness.dr_boundaries import (  # noqa: E402
     FAULTS,
     BoundarySearch,
@@ -39,18 +35,11 @@ from harness.dr_boundaries import (  # noqa: E402
     all_cases,
     table,
 )
-from harness.dr_walk import ClusterHandle, Walk  # noqa: E402
-from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
-from harness.milvus_source import restartable_milvus  # noqa: E402
 
-from bench.dr_walk import code_version  # noqa: E402
+from bench.dr_walk import code_version, say, walk_on_services  # noqa: E402
 from server.dr.flows import BOUNDARIES  # noqa: E402
 
 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the writer's refusals, by design
-
-
-def say(line: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
 def report(
@@ -104,44 +93,10 @@ def main() -> None:
     command = "python bench/dr_boundaries.py " + " ".join(sys.argv[1:])
     began, start = datetime.now(UTC), time.monotonic()
     results: list[CaseResult] = []
-    with tempfile.TemporaryDirectory(prefix="dr-boundaries-") as d, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="dr-boundaries-") as d:
         work = Path(d)
-        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
-        kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
-        a = stack.enter_context(
-            restartable_milvus(
-                work / "a", etcd.endpoint, kafka_bootstrap=kafka.bootstrap, root_path="bnd-a"
-            )
-        )
-        b = stack.enter_context(restartable_milvus(work / "b", etcd.endpoint, root_path="bnd-b"))
-
-        def make_daemon(name: str, **config: Any) -> Daemon:
-            workdir = work / name
-            workdir.mkdir(exist_ok=True)
-            settings: dict[str, Any] = {
-                "sourceConfig": {
-                    "etcd": {"address": [etcd.endpoint]},
-                    "etcdRootPath": "no-source",
-                    "kafka": {"address": kafka.bootstrap},
-                    "dmlChannelNum": 2,
-                },
-                "drainTimeoutSeconds": 5,
-                "auth": {"allowAnonymous": True},
-                **config,
-            }
-            return Daemon(workdir=workdir, config=settings)
-
-        walk = Walk(
-            seed=1,
-            clusters={"a": ClusterHandle("a", a.source, a), "b": ClusterHandle("b", b.source, b)},
-            etcd_endpoint=etcd.endpoint,
-            make_daemon=make_daemon,
-            workdir=work,
-            say=say,
-            keep_going=True,
-        )
-        search = BoundarySearch(walk, work / "holds", say)
-        try:
+        with walk_on_services(work, 1, keep_going=True) as walk:
+            search = BoundarySearch(walk, work / "holds", say)
             search.prepare_fleet()
             walk.setup(home="a", flows=1)
             for index, case in enumerate(cases):
@@ -150,11 +105,6 @@ def main() -> None:
                     results, command, began, time.monotonic() - start, len(cases) - index - 1
                 )
                 args.out.write_text(text)
-        finally:
-            walk.close()
-            for daemon in walk.fleet.members.values():
-                if daemon.process is not None and daemon.process.poll() is None:
-                    daemon.kill()
     print(report(results, command, began, time.monotonic() - start, len(cases) - len(results)))
 
 

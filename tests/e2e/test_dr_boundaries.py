@@ -12,15 +12,9 @@ stalls (a minute each), failovers and failbacks (a failback takes a minute or mo
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from harness.dr_boundaries import BoundarySearch, boundary_seed, rotating, table
-from harness.dr_walk import ClusterHandle, Walk
-from harness.milvus_source import restartable_milvus
-
-from replicator.config.connections import SourceSettings
-from server.dr.fence import EtcdQuotaFence, wait_in_effect
+from harness.dr_walk import suite_walk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -35,36 +29,19 @@ def test_a_rotating_few_boundaries_keep_every_invariant(
     print(f"boundary cases of seed {seed} (CDC_BOUNDARY_SEED):")
     for case in cases:
         print(f"  {case.label()}")
-    root = f"bnd-a-{uuid.uuid4().hex[:8]}"
-    with restartable_milvus(
-        tmp_path / "milvus-a",
-        etcd_service.endpoint,
+    with suite_walk(
+        seed,
+        make_daemon=daemon_factory,
+        rocksmq=milvus_source_rocksmq,
+        etcd_endpoint=etcd_service.endpoint,
         kafka_bootstrap=kafka_mock.bootstrap,
-        root_path=root,
-    ) as home:
-        walk = Walk(
-            seed=seed,
-            clusters={
-                "a": ClusterHandle("a", home.source, home),
-                "b": ClusterHandle("b", milvus_source_rocksmq),
-            },
-            etcd_endpoint=etcd_service.endpoint,
-            make_daemon=daemon_factory,
-            workdir=tmp_path,
-            keep_going=True,
-        )
+        workdir=tmp_path,
+        keep_going=True,
+    ) as walk:
         search = BoundarySearch(walk, tmp_path / "holds")
-        try:
-            search.prepare_fleet()
-            walk.setup(home="a", flows=1)
-            results = [search.run(case) for case in cases]
-        finally:
-            walk.close()
-            # b serves the rest of the session: a fence left there must not outlive the test
-            fence = EtcdQuotaFence("b", SourceSettings(**walk.cluster_settings["b"]))
-            if fence.is_set():
-                fence.lift()
-            wait_in_effect(fence, 60, lambda: False, effect=False)
+        search.prepare_fleet()
+        walk.setup(home="a", flows=1)
+        results = [search.run(case) for case in cases]
     print("\n".join(table(results)))
     # a point a job may not pass (reverse_deleted: only a flow with a task that way) is shown
     assert any(r.held for r in results), "\n".join(table(results))

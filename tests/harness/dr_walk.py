@@ -56,6 +56,7 @@ the check; ``CDC_WALK_SEED=<seed>`` makes the suite's walk take that seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -81,8 +82,10 @@ from harness.dr_clusters import (
     seconds_of,
     task,
 )
-from harness.milvus_source import MilvusSource, RestartableMilvus
+from harness.milvus_source import MilvusSource, RestartableMilvus, restartable_milvus
 from harness.services import ServiceStartError, wait_until
+from replicator.config.connections import SourceSettings
+from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.flows import FAULT_ENV
 
 SEED_ENV = "CDC_WALK_SEED"
@@ -1145,6 +1148,44 @@ class Walk:
             self._drop_client(label)
         for daemon in self.fleet.live():
             daemon.stop()
+
+
+@contextlib.contextmanager
+def suite_walk(
+    seed: int,
+    *,
+    make_daemon: MakeDaemon,
+    rocksmq: MilvusSource,
+    etcd_endpoint: str,
+    kafka_bootstrap: str,
+    workdir: Path,
+    keep_going: bool = False,
+) -> Iterator[Walk]:
+    """A walk (not set up) as the suite runs one: cluster ``a`` a Milvus 2.3.5 of its own on
+    the Kafka mock (restartable), ``b`` the session's RocksMQ Milvus (never killed). At the end
+    the walk is closed and a fence it left on b (which serves the rest of the session) lifted."""
+    with restartable_milvus(
+        workdir / "milvus-a",
+        etcd_endpoint,
+        kafka_bootstrap=kafka_bootstrap,
+        root_path=f"walk-a-{uuid.uuid4().hex[:8]}",
+    ) as lost:
+        walk = Walk(
+            seed=seed,
+            clusters={"a": ClusterHandle("a", lost.source, lost), "b": ClusterHandle("b", rocksmq)},
+            etcd_endpoint=etcd_endpoint,
+            make_daemon=make_daemon,
+            workdir=workdir,
+            keep_going=keep_going,
+        )
+        try:
+            yield walk
+        finally:
+            walk.close()
+            fence = EtcdQuotaFence("b", SourceSettings(**walk.cluster_settings["b"]))
+            if fence.is_set():
+                fence.lift()
+            wait_in_effect(fence, 60, lambda: False, effect=False)
 
 
 def walk_seed(default: int) -> int:
