@@ -85,6 +85,7 @@ STATE_WORDS = (
     "failed over",
     "failing back",
     "under way",
+    "holds its cluster pair",  # the job that holds the flow, with its step
     *(state.value for state in TaskState),
     *(f"({state})" for state in get_args(State)),
     *(f"({state})" for state in ("creating", "seeding", "repairing", "streaming", "in_sync")),
