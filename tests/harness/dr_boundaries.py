@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harness.daemon import Daemon
-from harness.dr_clusters import job_of
 from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since, writers_may_move
 from metastore import TaskState
 from metastore.etcd import EtcdMetaStore
@@ -56,7 +55,7 @@ from metastore.etcd_connect import connect_etcd
 from server.dr.flows import BOUNDARIES, FAULT_ENV
 from server.dr.pair import CLAIM_SECONDS, FAILED_OVER, FAILING_BACK, PairStore
 from server.dr.pair import Flow as PairFlow
-from server.dr.record import State
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, State, load_job, load_json
 
 SEED_ENV = "CDC_BOUNDARY_SEED"
 VERBS = ("pause", "resume", "delete", "switchover", "failover", "failback")
@@ -332,7 +331,16 @@ class BoundarySearch:
     def _job_id(self, job: str, task_id: str) -> str:
         if job == "failover":
             return ""
-        return str(job_of(self.walk.fleet.any(), task_id, job).get("job_id") or "")
+        return str(self.view(job, task_id).get("job_id") or "")
+
+    def view(self, job: str, task_id: str) -> dict[str, Any]:
+        """The job's record as the metastore holds it ({} when none): what every member reads,
+        not the view one member last remembered."""
+        if job == "switchover":
+            saved = load_job(self.store, task_id)
+            return saved.view() if saved is not None else {}
+        key = FAILBACK_KEY if job == "failback" else FAILOVER_KEY
+        return load_json(self.store, task_id, key) or {}
 
     def _ask(self, job: str, task_id: str) -> _Asked:
         body: dict[str, Any] = {}
@@ -435,7 +443,7 @@ class BoundarySearch:
         view: dict[str, Any] = {}
         while time.monotonic() < deadline:
             try:
-                view = job_of(self.walk.fleet.any(), own, job)
+                view = self.view(job, own)
             except Exception:  # noqa: BLE001 - a daemon starting
                 time.sleep(1.0)
                 continue
@@ -624,7 +632,7 @@ class BoundarySearch:
         """The model follows the pair: failed over to ``production`` by ``failed``'s failover
         (its answer, saved as the task's view, kept when the request's was lost)."""
         model = self.flow
-        view = job_of(self.walk.fleet.any(), failed, "failover")
+        view = self.view("failover", failed)
         if view.get("failed_over_at") and view["failed_over_at"] not in self._failovers:
             self.say(f"  failover of {failed} known from its view: {view['failed_over_at']}")
             self._record_failover(self.other_cluster(production), failed, view)
