@@ -376,7 +376,7 @@ class BoundarySearch:
             self.restart(self.m1, kill=True)
             result.outcome = "killed and started again"
         elif case.fault == "stall":
-            result.outcome = self._stall(case)
+            result.outcome = self._stall(case, own)
         else:
             verb, _, role = case.fault.partition(":")
             task_id = own if case.fault == "again" or role == "own" else self._other_task(own)
@@ -400,7 +400,7 @@ class BoundarySearch:
             return
         self._broke("verb_409_names_state", f"{verb}: {status} {detail}")
 
-    def _stall(self, case: Case) -> str:
+    def _stall(self, case: Case, own: str) -> str:
         spare = self.walk.fleet.member("m2")
         spare.env.pop(FAULT_ENV, None)
         spare.start()
@@ -411,8 +411,11 @@ class BoundarySearch:
             taken = ""
             while time.monotonic() < deadline:
                 flow = self.pair_flow()
-                if flow is not None and flow.job is not None and flow.job.member == "m2":
-                    taken = f"; m2 took the {flow.job.kind} over"
+                held = flow.job if flow is not None else None
+                if (held is not None and held.member == "m2") or self.view(case.job, own).get(
+                    "member"
+                ) == "m2":
+                    taken = f"; m2 took the {case.job} over"
                     break
                 time.sleep(1.0)
         finally:
