@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harness.daemon import Daemon
+from harness.dr_clusters import consistent_known
 from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since, writers_may_move
 from metastore import TaskState
 from metastore.etcd import EtcdMetaStore
@@ -345,6 +346,9 @@ class BoundarySearch:
     def _ask(self, job: str, task_id: str) -> _Asked:
         body: dict[str, Any] = {}
         if job == "switchover":
+            # asked of the member running the task, once its consistent-up-to is known
+            self.walk.fleet.owner_of(task_id)
+            consistent_known(self.m1, task_id)
             body = {"max_lag_seconds": 60, "timeout_seconds": 240, "stale_check_seconds": 0}
         elif job == "failover":
             self._lose_primary()
