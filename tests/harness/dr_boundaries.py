@@ -190,14 +190,21 @@ class BoundarySearch:
     def m1(self) -> Daemon:
         return self.walk.fleet.member("m1")
 
-    def restart(self, daemon: Daemon, route: str = "", kill: bool = False) -> None:
+    def restart(
+        self, daemon: Daemon, route: str = "", kill: bool = False, wait: bool = True
+    ) -> None:
+        """Stop (or kill) and start the daemon; ``wait=False``: not waiting until it serves (a
+        recover round held at a point during its start)."""
         if daemon.process is not None and daemon.process.poll() is None:
             if kill:
                 daemon.kill()
             else:
                 daemon.stop()
         daemon.env[FAULT_ENV] = self.env(route)
-        daemon.start()
+        if wait:
+            daemon.start()
+        else:
+            daemon.launch()
 
     def _hold(self, point: str) -> None:
         (self.holds / point).unlink(missing_ok=True)
@@ -295,13 +302,14 @@ class BoundarySearch:
             self._release(first)
             self._hold(case.point)
             offset = _log_size(self.m1)
-            self.restart(self.m1, kill=True)
+            self.restart(self.m1, kill=True, wait=False)
         result.held = self._wait_held(self.m1, case.point, offset)
         if not result.held:
             result.outcome = "not reached"
         else:
             self._apply(case, own, result)
         self._release(case.point)
+        self.m1.wait_ready(120)
         result.outcome = (result.outcome + "; " if result.outcome else "") + self._settle(
             case.job, own, previous, asked
         )
@@ -326,8 +334,9 @@ class BoundarySearch:
         return active
 
     def _other_task(self, own: str) -> str:
-        flow = self.pair_flow()
-        return flow.reverse_of(own) if flow is not None else ""
+        """The flow's other task: its collection's (the pair learns a reverse task only when
+        the switchover hands the flow over)."""
+        return next((t for t in self.tasks() if t != own), "")
 
     def _job_id(self, job: str, task_id: str) -> str:
         if job == "failover":
@@ -377,7 +386,9 @@ class BoundarySearch:
     # --- the faults --------------------------------------------------------------------------
     def _apply(self, case: Case, own: str, result: CaseResult) -> None:
         if case.fault == "kill":
-            self.restart(self.m1, kill=True)
+            self.m1.kill()
+            self._release(case.point)  # the job is not held again where it was killed
+            self.restart(self.m1)
             result.outcome = "killed and started again"
         elif case.fault == "stall":
             result.outcome = self._stall(case, own)
