@@ -285,6 +285,7 @@ class BoundarySearch:
         if case.point in ROUTE and not route:
             result.outcome = "no route reaches this point"
             return
+        self._wait_no_job(JOB_SECONDS)  # the last case's job ended
         if case.job == "failback":
             self._failed_over_first()
         if route.startswith("fail:"):
