@@ -334,11 +334,6 @@ class BoundarySearch:
         assert active is not None, self.flow
         return active
 
-    def _other_task(self, own: str) -> str:
-        """The flow's other task: its collection's (the pair learns a reverse task only when
-        the switchover hands the flow over)."""
-        return next((t for t in self.tasks() if t != own), "")
-
     def _job_id(self, job: str, task_id: str) -> str:
         if job == "failover":
             return ""
@@ -395,12 +390,20 @@ class BoundarySearch:
             result.outcome = self._stall(case, own)
         else:
             verb, _, role = case.fault.partition(":")
-            task_id = own if case.fault == "again" or role == "own" else self._other_task(own)
+            try:
+                listed = self.tasks()
+            except OSError:  # the only daemon held in the recover round of its start
+                result.outcome = f"{case.fault}: not asked, no daemon serving (held starting)"
+                return
+            # the flow's other task is its collection's other task (the pair learns a reverse
+            # task only when the switchover hands the flow over)
+            other = next((t for t in listed if t != own), "")
+            task_id = own if case.fault == "again" or role == "own" else other
             verb = case.job if case.fault == "again" else verb
             if not task_id:
                 result.outcome = f"{case.fault}: the flow has no other task"
                 return
-            exists = task_id in self.tasks()
+            exists = task_id in listed
             status, detail = self.verb(verb, task_id)
             answer = f"{verb} {task_id}: {status} {detail[:200]}"
             result.answers.append(answer)
