@@ -1,6 +1,6 @@
-"""The arguments of the commands whose work needs the drivers (``check``, ``secrets``): kept
-apart from that work, so building the parser of ``milvus-cdc`` loads none of them
-(server/cli/main.py)."""
+"""The arguments of the commands whose work needs the drivers (``check``, ``secrets``) or more
+(``docs``: MkDocs and a web server): kept apart from that work, so building the parser of
+``milvus-cdc`` loads none of them (server/cli/main.py)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,13 @@ def add_secrets_parser(commands: Any) -> None:
     rotate.add_argument(
         "--keep-old", action="store_true", help="keep the old keys in the key file afterwards"
     )
+
+
+def add_docs_parser(commands: Any) -> None:
+    docs = commands.add_parser(
+        "docs", help="serve the documentation site on this host (offline), or build it"
+    )
+    docs.add_argument("--build", metavar="DIR", help="write the static site to DIR and exit")
+    docs.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    docs.add_argument("--host", default="127.0.0.1", help="address to serve on (127.0.0.1)")
+    docs.set_defaults(config=None)

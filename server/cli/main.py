@@ -13,7 +13,7 @@ from metastore.format import STORE_FORMAT
 from replicator.config.redaction import redacted
 from replicator.config.release import RELEASE
 from replicator.config.settings import CdcSettings, ConfigError, load_settings
-from server.cli.arguments import add_check_parser, add_secrets_parser
+from server.cli.arguments import add_check_parser, add_docs_parser, add_secrets_parser
 from server.cli.client import CliError
 from server.cli.events import add_events_parser
 from server.cli.tasks import add_task_parser
@@ -32,6 +32,7 @@ RUNNERS = {
     "check": ("server.cli.check", "run_check_command"),
     "secrets": ("server.cli.secrets", "run_secrets_command"),
     "events": ("server.cli.events", "run_events_command"),
+    "docs": ("server.cli.docs_site", "run_docs_command"),
 }
 
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_parser(commands)
     add_secrets_parser(commands)
     add_events_parser(commands)
+    add_docs_parser(commands)
     return parser
 
 

@@ -103,6 +103,7 @@ class PairFences:
         if current is None or job_id not in current.owners:
             # the hold was given up while the key was written (this job stalled, another
             # daemon rolled it back and found no key): no fence stays without its record
+            injected_fault_sync("fence-unheld")  # the key written, its hold found gone
             if hold.revision:
                 fence.delete_if(hold.revision)
             raise FenceError(

@@ -31,8 +31,9 @@ POLL = 0.25  # seconds between looks at a verify job
 # stops it, or acts as an operator, meanwhile; with a file, the hold ends as soon as the file
 # exists), "fail:<point>" makes it fail there; several, comma-separated, are done in their order.
 # A failure fires once per process: past the point of no return the job retries the step.
-# The jobs' points are BOUNDARIES below; the recover round's: "pair-tended" (a pair's deleted
-# tasks forgotten, its ownerless fences not yet lifted).
+# The jobs' points are BOUNDARIES below; the recover round's: "settling" (a finished job still
+# holding its flow found, its effects not yet applied), "pair-tended" (a pair's deleted tasks
+# forgotten, its ownerless fences not yet lifted).
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
 
@@ -50,6 +51,7 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
         "fence_joined",  # the job among the fence's owners (pair record), each attempt
         "fence-joined",  # the job the first owner: it writes the key next
         "fence_written",  # the fence key created in the source's etcd
+        "fence-unheld",  # the key written, the job's hold found gone: the key not removed yet
         "fencing",  # the key's revision (or the operator's) recorded (pair record)
         "fenced",  # fenced_at saved
         "draining",  # state draining saved

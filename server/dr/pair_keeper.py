@@ -56,6 +56,7 @@ class PairKeeper:
             pair.key,
             ", ".join(finished),
         )
+        await injected_fault("settling", job="pair")  # found, not yet applied
         return await asyncio.to_thread(self.store.update, *ends, lambda p: settled(p, finished))
 
     async def claim(

@@ -1,7 +1,8 @@
 """Which verb applies to a flow in which state (:mod:`pair`), as compare-and-set changes of the
 pair record: a verb claims the flow (one job at a time) only where it applies, else it is
 refused (409) naming the pair's state; ``resume`` of a task is refused where it would run the
-flow's two directions at once, or undo a failover.
+flow's two directions at once, or undo a failover; and while a job holds the flow, ``pause``,
+``resume`` and ``delete`` of its tasks are the job's alone (:func:`verb_allowed`).
 
 =========  =================================================================================
 verb       applies when
@@ -10,8 +11,10 @@ switchover the flow replicates and the task is its active direction
 failover   the flow replicates and the task is its active direction; or it failed over
            already to the task's target (asked again)
 failback   the flow failed over (or a failback of it failed) to the task's target
-resume     no job runs on the flow, the flow replicates or fails back, and the task is its active
-           direction (failing back: the reverse task)
+resume     no job runs on the flow, the flow replicates or fails back, and the task is its
+           active direction (failing back: the reverse task)
+pause,     no job runs on the flow (or the job asking holds it; a delete also once the job's
+delete     daemon is gone)
 =========  =================================================================================
 """
 

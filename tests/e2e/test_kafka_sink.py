@@ -3,7 +3,8 @@ Kafka while a writer inserts, upserts and deletes (in two partitions), the daemo
 SIGKILL again and again; a consumer rebuilds every row from the events and equals the source
 row by row, and every write of the source is one event, none missing, none repeated.
 
-The consumer here is written from the event format in the README, not from the daemon's code.
+The consumer here is written from the event format in docs/guides/kafka-target.md, not from
+the daemon's code.
 
 The Kafka mock (librdkafka's) has transactions but no read isolation: its consumers see the
 records of open and aborted transactions too, which a real broker hides from a read_committed
@@ -223,14 +224,14 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
         schema = next(e for e in rebuilt.ddl if e["op"] == "create_collection")["schema"]
         assert [f["name"] for f in schema["fields"]] == ["id", "vec", "title", "score"]
 
-        # the README's example consumer, as a user would paste it, rebuilds the same rows
-        readme = (Path(__file__).parents[2] / "README.md").read_text()
-        example = readme.split("Rebuilding a collection from the topic")[1]
+        # the docs' example consumer, as a user would paste it, rebuilds the same rows
+        page = Path(__file__).parents[2] / "docs" / "guides" / "kafka-target.md"
+        example = page.read_text().split("Rebuilding a collection from the topic")[1]
         code = example.split("```python\n")[1].split("```")[0]
         code = code.replace('"kafka1:9092"', repr(kafka_mock.bootstrap))
         code = code.replace('"milvus-events"', repr(topic)).replace('"orders"', repr(name))
         scope: dict[str, Any] = {}
-        exec(compile(code, "README.md", "exec"), scope)
+        exec(compile(code, str(page), "exec"), scope)
         assert {k: {f: comparable(v) for f, v in r.items()} for k, r in scope["rows"].items()} == (
             expected
         )
