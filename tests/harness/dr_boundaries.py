@@ -158,6 +158,31 @@ class _Asked(threading.Thread):
         return self.status, self.answer
 
 
+class _WriterMover(threading.Thread):
+    """Moves the flow's writer to the switchover's target once its job says writers may move,
+    while the job is held and faulted (the README's operator: the writers follow
+    ``writers_may_move_at``, not the job's end)."""
+
+    def __init__(self, search: BoundarySearch, task_id: str, previous: str) -> None:
+        super().__init__(daemon=True)
+        self.search, self.task_id, self.previous = search, task_id, previous
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        flow = self.search.flow
+        target = self.search.other_cluster(flow.primary)
+        while not self.done.wait(0.3):
+            try:
+                view = self.search.view("switchover", self.task_id)
+            except Exception:  # noqa: BLE001 - the store answering again next time
+                continue
+            fresh = bool(view.get("job_id")) and view.get("job_id") != self.previous
+            if fresh and writers_may_move(view):
+                flow.writer.move_to(target)
+                return
+
+
 class BoundarySearch:
     """The cases over one walk set up with one flow (``f1``) at home on a restartable cluster."""
 
@@ -174,6 +199,7 @@ class BoundarySearch:
         self.pairs = PairStore(self.store)
         self._killed_at = self._asked_at = 0.0
         self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
+        self._mover: _WriterMover | None = None
 
     # --- the fleet ---------------------------------------------------------------------------
     def env(self, route: str = "") -> str:
@@ -263,6 +289,9 @@ class BoundarySearch:
         except Exception as exc:  # noqa: BLE001 - a wait that never ended is a result
             self._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
         finally:
+            if self._mover is not None:
+                self._mover.done.set()
+                self._mover = None
             for point in self.points:
                 self._release(point)
             self._one_member()
@@ -295,6 +324,8 @@ class BoundarySearch:
         self._hold(route.split(":", 1)[1] if route.startswith("kill:") else case.point)
         offset = _log_size(self.m1)
         asked = self._ask(case.job, own)
+        if case.job == "switchover":
+            self._mover = _WriterMover(self, own, previous)
         if route.startswith("kill:"):
             first = route.split(":", 1)[1]
             if not self._wait_held(self.m1, first, offset):
