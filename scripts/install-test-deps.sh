@@ -25,6 +25,8 @@ have chromium || packages+=(chromium)
 have java || packages+=(openjdk-17-jre-headless)
 # promtool (in Debian's prometheus package) checks and unit-tests deployment/prometheus/alerts.yml.
 have promtool || packages+=(prometheus)
+# jq: the DR drill of the docs (docs/guides/dr-drill.md) reads answers with it, and its test runs it.
+have jq || packages+=(jq)
 # A fresh Debian 12 has python3 but not pip.
 "$python" -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 

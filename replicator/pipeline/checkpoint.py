@@ -89,7 +89,11 @@ class ChannelCheckpoint:
         self._task_id = task_id
         self.pchannel = pchannel
         self.backend = backend
-        self.saved = saved  # what the metastore holds (the compare-and-set expectation)
+        # the position reading resumes after, and its tick (everything at or below it is
+        # applied): the metastore's, or a durable target's newer one after the metastore's
+        # save that follows its commit failed (see ``rewind``)
+        self.saved = saved
+        self._stored = saved  # what the metastore holds (the compare-and-set expectation)
         self._writer = writer  # None: a channel without data (the replicate channel)
         self._offset_of = offset_of
         self.bound = state.inflight_bound(pchannel)
@@ -114,14 +118,17 @@ class ChannelCheckpoint:
 
     def rewind(self) -> Position | None:
         """After a failure: reading starts again after the saved position, and what the bound
-        covers (possibly written by the failed attempt) is replayed as upserts."""
+        covers (possibly written by the failed attempt) is replayed as upserts. A durable
+        target that committed a newer position (the metastore's save after it failed) is
+        ahead: its position becomes the saved one (where reading resumes, with its tick), and
+        the metastore's stays the expectation of the next save, which brings it up."""
         self.replay_until = max(self.replay_until, self.bound)
         if self.durable is not None:
             self.durable.discard()
             self.deferred = None
             committed = self.durable.committed()
             if committed is not None and newer(committed, self.saved, self._offset_of):
-                return committed  # the metastore's save after the target's commit failed
+                self.saved = committed
         return self.saved
 
     def commit(
@@ -177,9 +184,9 @@ class ChannelCheckpoint:
         if self.durable is not None:
             self.durable.commit(position)
         self.deferred = None
-        self._store.save_position(self._task_id, position, self.saved)
+        self._store.save_position(self._task_id, position, self._stored)
         log.debug("saved position %s ts %d", position.msg_id.hex(), position.ts)
-        self.saved = position
+        self.saved = self._stored = position
 
     def switch_to(self, backend: str, switch_ts: int) -> Position:
         """The source moved the channel to another WAL (recorded in the task state first):

@@ -5,8 +5,12 @@ Both source generations go through one sequencer, so a topic that crosses the up
 to 2.6 is read without a gap:
 
 - **2.3-2.5 (msgstream)** events wait for the next TimeTick and are released in channel order
-  (their timestamps grow with the offset). After a restart they are released again; the runner
-  writes them as upserts then (see its in-flight bound).
+  (their timestamps mostly grow with the offset; concurrent proxy tasks append some out of
+  order). A reading that resumes from a saved position drops the records at or below the saved
+  tick (``resumed_at``): the saved tick proves them applied (a record older than a waiting one
+  lies after the position, released and written before it). Records after the position and
+  above its tick are released again; a Milvus target writes them as upserts (see the runner's
+  in-flight bound), a Kafka target never committed them.
 - **2.6 (streaming)** events are ordered by ``_tt``, which does not grow with the offset within
   a pchannel: at a TimeTick ``T`` every event with ``_tt <= T`` is released, sorted by ``_tt``.
   ``(pchannel, _tt)`` names one message, so a second record with a ``_tt`` already waiting, or one
@@ -28,7 +32,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from replicator.codec.streaming_events import BeginTxn, CommitTxn, RollbackTxn, StreamMeta
-from replicator.events import Event
+from replicator.events import Delete, Event, Insert
 from replicator.hybrid_time import from_ms
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,8 @@ class ChannelSequencer:
     ) -> None:
         self.pchannel = pchannel
         self.tick = released_tick  # everything at or below it is applied
+        # the saved tick this reading resumed from: 2.3-2.5 records at or below it are applied
+        self.resumed_at = released_tick
         self.stats = stats if stats is not None else SequencerStats()
         self._pending: list[Pending] = []
         self._ticks: set[int] = set()  # _tt of the waiting 2.6 events
@@ -102,6 +108,9 @@ class ChannelSequencer:
     def add(self, item: Pending) -> None:
         meta = meta_of(item.event)
         if meta is None:
+            if item.event.ts <= self.resumed_at:
+                self.stats.repeats += 1  # read again after a resume: applied before it
+                return
             self._pending.append(item)
         elif meta.txn is not None:
             self._add_to_txn(item, meta)
@@ -164,10 +173,28 @@ class ChannelSequencer:
         txn.ticks.add(event.ts)
         txn.bodies.append(item)
 
-    def take_older(self, ts: int) -> list[Pending]:
-        """Remove and return the waiting events with ``ts`` at or below ``ts`` without moving
-        the released tick (a 2.3 DDL record goes after the DML older than it)."""
-        ready, self._pending = _split(self._pending, ts)
+    def take_older(
+        self, ts: int, collection_id: int, partition: str | None = None
+    ) -> list[Pending]:
+        """Remove and return the waiting events of one collection (of one of its partitions,
+        ``partition``) with ``ts`` at or below ``ts``, without moving the released tick: a 2.3
+        DDL record is applied when read, after the DML older than it that it concerns. The
+        other waiting events stay: an upsert's Insert and Delete share a timestamp, a DDL
+        record can come between them (its tick is younger), and only a tick says that both
+        halves were read."""
+
+        def taken(p: Pending) -> bool:
+            event = p.event
+            return (
+                isinstance(event, (Insert, Delete))
+                and event.ts <= ts
+                and event.collection_id == collection_id
+                and (partition is None or event.partition_name == partition)
+            )
+
+        ready = [p for p in self._pending if taken(p)]
+        if ready:
+            self._pending = [p for p in self._pending if not taken(p)]
         return ready
 
     # --- out --------------------------------------------------------------------------------

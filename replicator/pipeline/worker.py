@@ -247,8 +247,19 @@ class ChannelWorker:
             if isinstance(event, (Insert, Delete)):
                 seq.add(Pending(record.offset, event, before, read_at=read_at))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
-                # DML older than the DDL goes first; a drop's barrier needs it applied
-                older = read.ready + seq.take_older(event.ts)
+                # the DML older than a drop, of what it drops, goes first (its barrier needs it
+                # applied); nothing else waiting is taken: an upsert's Delete may still follow
+                # its Insert (a DDL record can come between them), and only a tick says that
+                # both halves were read. A created collection has no older DML.
+                older = read.ready + (
+                    []
+                    if isinstance(event, CreateCollection)
+                    else seq.take_older(
+                        event.ts,
+                        event.collection_id,
+                        event.partition_name if isinstance(event, DropPartition) else None,
+                    )
+                )
                 if self.checkpoint.durable is not None:  # committed before the DDL's events
                     ddl = Pending(record.offset, event, before)
                     self._write(older, *self._durable_point([ddl]))
@@ -317,7 +328,10 @@ class ChannelWorker:
         saved = self.checkpoint.saved
         if not first.before:
             return None, tick
-        below = min(p.event.ts for p in rest) - 1
+        # everything at or below it is applied: what is released is below ``rest`` (a 2.6
+        # DDL), and a 2.3 DDL read before its tick says nothing of the records older than it
+        # that are still to come (a resume skips what the saved tick covers)
+        below = min(min(p.event.ts for p in rest) - 1, tick)
         return first.before, max(below, saved.ts if saved is not None else 0)
 
     def _write(

@@ -36,11 +36,11 @@ def yaml_comments(text: str) -> dict[str, str]:
     found: dict[str, str] = {}
     stack: list[tuple[int, str]] = []
     pending: list[str] = []
-    group = ""  # a comment covers the keys after it until a blank line
+    group = ("", -1)  # a comment covers the keys after it, at its indent, until a blank line
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
-            pending, group = [], ""
+            pending, group = [], ("", -1)
             continue
         indent = len(line) - len(line.lstrip())
         if stripped.startswith("#"):
@@ -57,9 +57,10 @@ def yaml_comments(text: str) -> dict[str, str]:
         trailing = rest.split(" #", 1)[1].strip() if " #" in rest else ""
         comment = " ".join([*pending, trailing]).strip()
         if pending:
-            group = " ".join(pending)
-        if comment or group:
-            found[path] = comment or group
+            group = (" ".join(pending), indent)
+        inherited = group[0] if group[1] == indent else ""
+        if comment or inherited:
+            found[path] = comment or inherited
         stack.append((indent, key))
         pending = []
     return found
@@ -90,7 +91,7 @@ def _default(field: Any) -> str:
         value = field.default
     if isinstance(value, BaseModel):
         return "-"
-    return f"`{json.dumps(value, default=str)}`"
+    return f"default `{json.dumps(value, default=str)}`"
 
 
 def _alike(path: str, comments: dict[str, str]) -> str:
@@ -100,31 +101,46 @@ def _alike(path: str, comments: dict[str, str]) -> str:
     return next((text for key, text in comments.items() if key.endswith("." + tail)), "")
 
 
-def _rows(model: type[BaseModel], prefix: str, comments: dict[str, str], out: list[str]) -> None:
-    for name, field in model.model_fields.items():
+TABLE = "| key and environment variable | type, default | meaning |\n|---|---|---|"
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _rows(fields: dict[str, Any], prefix: str, comments: dict[str, str], out: list[str]) -> None:
+    for name, field in fields.items():
         path = f"{prefix}{name}"
-        annotation = field.annotation
-        nested = annotation if isinstance(annotation, type) else None
-        if nested is not None and issubclass(nested, BaseModel):
-            out.append(f"| **`{path}`** | section | - | - | {comments.get(path, '')} |")
-            _rows(nested, f"{path}.", comments, out)
+        nested = _section(field.annotation)
+        if nested is not None:
+            out.append(f"| **`{path}`** | section | {comments.get(path, '')} |")
+            _rows(nested.model_fields, f"{path}.", comments, out)
             continue
         env = "CDC_" + path.replace(".", "__").upper()
         meaning = comments.get(path) or _alike(path, comments)
+        if not meaning and prefix:  # explained with its section
+            meaning = f"See its section, `{prefix.rstrip('.')}`."
         out.append(
-            f"| `{path}` | {_type_name(annotation)} | {_default(field)} | `{env}` | "
+            f"| `{path}`<br>`{env}` | {_type_name(field.annotation)}, {_default(field)} | "
             f"{meaning.replace('|', '/')} |"
         )
 
 
 def render() -> str:
+    """The top-level keys in one table, then a heading and a table per top-level section."""
     from replicator.config.settings import CdcSettings
 
     comments = yaml_comments((REPO / "configs" / "cdc.yaml").read_text())
-    out = [
-        HEADER,
-        "| key | type | default | environment variable | meaning |",
-        "|---|---|---|---|---|",
-    ]
-    _rows(CdcSettings, "", comments, out)
+    out = [HEADER, "## Top-level keys", "", TABLE]
+    fields = CdcSettings.model_fields
+    for name, field in fields.items():
+        if _section(field.annotation) is None:
+            _rows({name: field}, "", comments, out)
+    for name, field in fields.items():
+        nested = _section(field.annotation)
+        if nested is not None:
+            out.extend(["", f"## `{name}`", "", comments.get(name, ""), "", TABLE])
+            _rows(nested.model_fields, f"{name}.", comments, out)
     return "\n".join(out) + "\n"

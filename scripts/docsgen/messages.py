@@ -1,12 +1,16 @@
 """The catalogue of docs/troubleshooting.md: every error message the code can produce and every
 reason it sets on a task, found by reading the code (server/, replicator/, metastore/): each
-construction of an exception (``SomeError("...")`` / ``f"..."``, raised or returned) and each
-``reason=`` given a literal text. A message is shown as its template: ``{...}`` stands for what
-the code fills in (an f-string's expression)."""
+construction of an exception (``SomeError("...")`` / ``f"..."``, raised or returned), each
+``reason=`` given a literal text, and the reasons and warnings a task is given outside an
+error (texts returned by a function named or documented for them, or assigned to ``reason``).
+A message is shown as its template: ``{...}`` stands for what the code fills in (an
+f-string's expression)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +73,33 @@ def _kind(call: ast.Call) -> str | None:
     return None
 
 
+def _said(node: ast.AST, where: str) -> set[Message]:
+    """Texts the code builds as a task's reason or warning outside an exception: returned by a
+    function named for them (``unreachable_warning``), or assigned to a ``reason``/``warning``."""
+    texts: list[tuple[str, ast.expr]] = []
+    doc = (ast.get_docstring(node) or "") if isinstance(node, ast.FunctionDef) else ""
+    named = isinstance(node, ast.FunctionDef) and re.search(r"warning|reason", node.name)
+    if isinstance(node, ast.FunctionDef) and (named or re.match(r"The (warning|reason)", doc)):
+        kind = "task warning" if "warning" in node.name + doc[:12] else "task reason"
+        texts = [
+            (kind, n.value)
+            for n in ast.walk(node)
+            if isinstance(n, ast.Return) and n.value is not None
+        ]
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+        if name in ("reason", "warning"):
+            texts = [("task " + name, node.value)]
+    said = set()
+    for kind, value in texts:
+        text = _template(value) if isinstance(value, ast.JoinedStr | ast.Constant) else None
+        if text and text.strip() and " " in text.strip():
+            said.add(Message(kind, " ".join(text.split()), where))
+    return said
+
+
+@functools.cache  # one read of the code per process
 def scan() -> list[Message]:
     found: set[Message] = set()
     for package in PACKAGES:
@@ -78,6 +109,7 @@ def scan() -> list[Message]:
             relative = path.relative_to(REPO).as_posix()
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
+                found.update(_said(node, relative))
                 if isinstance(node, ast.Call):
                     kind = _kind(node)
                     if kind and kind not in SKIPPED_KINDS and node.args:

@@ -1,7 +1,7 @@
 """``milvus-cdc task switchover|failover|failback``: the disaster-recovery requests from the
-command line (README "Disaster recovery"). ``switchover --follow`` prints each step of the job
-until it is done (exit 0) or failed (exit 1, with the reason and whether it was rolled back);
-``failback --follow`` until A is in sync with B (exit 0) or the failback failed (1)."""
+command line (docs/concepts/disaster-recovery.md). ``switchover --follow`` prints each step of
+the job until it is done (exit 0) or failed (exit 1, with the reason and whether it was rolled
+back); ``failback --follow`` until A is in sync with B (exit 0) or the failback failed (1)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,14 @@ def add_dr_parsers(action: Action) -> None:
         default="etcd",
         help="etcd: the job stops writes on the source; operator: you stopped the writers and "
         "the job waits for the source's WAL to be quiet",
+    )
+    switchover.add_argument(
+        "--stale-check",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="compare the old primary with the new one this long after the switchover, for "
+        "stale writes (60; 0: no check)",
     )
     switchover.add_argument("--follow", action="store_true", help="print each step until it ends")
     failback = action(
@@ -100,6 +108,7 @@ def run_dr_command(client: DaemonClient, args: argparse.Namespace, out: TextIO) 
         "max_lag_seconds": args.max_lag,
         "timeout_seconds": args.job_timeout,
         "fence": args.fence,
+        "stale_check_seconds": args.stale_check,
     }
     answer = client.call("POST", path, body)
     if not args.follow:

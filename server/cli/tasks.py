@@ -111,8 +111,8 @@ def add_task_parser(commands: Any) -> None:
     create.add_argument(
         "--kafka-target",
         metavar="BROKERS/TOPIC",
-        help="a Kafka topic instead of a Milvus: host:9092[,host2:9092]/topic (see README, "
-        "'Kafka targets'); SASL with --username and --password-env",
+        help="a Kafka topic instead of a Milvus: host:9092[,host2:9092]/topic (see "
+        "docs/guides/kafka-target.md); SASL with --username and --password-env",
     )
     create.add_argument("--ddl-topic", help="with --kafka-target: DDL events on their own topic")
     create.add_argument("--task-id", help="the task's id (default: generated)")

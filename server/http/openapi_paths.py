@@ -298,7 +298,7 @@ def path_items() -> dict[str, Any]:
             task_op,
             "switchoverTask",
             "Move production to the task's target cluster: fence the source, drain, verify, "
-            'reverse the flow (README "Disaster recovery")',
+            "reverse the flow (docs/concepts/disaster-recovery.md)",
             "SwitchoverBody",
             "Switchover started; its steps are under task.switchover (job_id)",
             "Refused, nothing changed: lag above max_lag_seconds, a target that is not a named "

@@ -66,7 +66,7 @@ def component_schemas() -> dict[str, Any]:
             },
             "kafka_connect_param": {
                 "type": "object",
-                "description": "Or the target Kafka topic (README, 'Kafka targets'); the SASL "
+                "description": "Or the target Kafka topic (docs/guides/kafka-target.md); the SASL "
                 "password is never shown",
             },
             "collection_infos": {"type": "array", "items": {"type": "object"}},
@@ -113,8 +113,9 @@ def component_schemas() -> dict[str, Any]:
             },
             "switchover": {
                 "type": ["object", "null"],
-                "description": "/v1 only: the task's last switchover job (README \"Disaster "
-                'recovery"): job_id, state (checking, fencing, draining, verifying, reversing, '
+                "description": "/v1 only: the task's last switchover job "
+                "(docs/concepts/disaster-recovery.md): job_id, state (checking, fencing, "
+                "draining, verifying, reversing, "
                 "done, failed), steps, fence, fenced_at, lifted_at, consistent_up_to, verify, "
                 "reverse_task_id, rearm, reason, rolled_back",
             },

@@ -99,7 +99,7 @@ class BackfillOption(_Strict):
 
 
 class VerifyOption(_Strict):
-    """ours: verify the task on a schedule (see README, "Verifying a task")."""
+    """ours: verify the task on a schedule (docs/guides/verify.md)."""
 
     # the names of the daemon's verify settings (cdc.yaml), as issue 13 asks
     intervalHours: float = Field(gt=0)  # noqa: N815
@@ -122,9 +122,9 @@ class CreateRequest(_Strict):
     backfill: BackfillOption | None = None
     # ours; absent or null: the daemon's verify.intervalHours
     verify: VerifyOption | None = None
-    # ours (README "Disaster recovery"): the source read, one of the configuration's clusters
-    # (absent, null or "sourceConfig": sourceConfig), and a named cluster as the target in place
-    # of milvus_connect_param
+    # ours (docs/concepts/disaster-recovery.md): the source read, one of the configuration's
+    # clusters (absent, null or "sourceConfig": sourceConfig), and a named cluster as the target
+    # in place of milvus_connect_param
     source_cluster: str | None = None
     target_cluster: str | None = None
     # ours: where a new task starts reading: "creation" (its collections' creation while the

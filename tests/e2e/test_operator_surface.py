@@ -127,7 +127,7 @@ async def test_dashboard_and_cli_on_a_replicating_task(
             wait_until(lambda: target_count() == 450, 120, "the paused writes on the target")
             shot = await page.screenshot(tmp_path / "replicating.png")
             assert browser.exceptions == []
-            if os.environ.get("CDC_SCREENSHOT_DIR"):  # the README's picture, made by this test
+            if os.environ.get("CDC_SCREENSHOT_DIR"):  # docs/img/dashboard.png, made by this test
                 (Path(os.environ["CDC_SCREENSHOT_DIR"]) / "dashboard.png").write_bytes(shot)
         png = read_png(shot)
         assert (png.width, png.height) == (1280, 900) and len(png.colours()) > 20

@@ -366,7 +366,11 @@ def test_a_store_save_failing_after_the_target_committed_rewinds_to_the_target_p
     store: FlakyStore,
 ) -> None:
     """The events and position are in the target; the metastore did not take the position:
-    reading again from the store's would write them twice (a transaction has no upsert)."""
+    reading again from the store's would write them twice (a transaction has no upsert).
+    Issue 48, fault 7: the target's position becomes the saved one, its tick with it (the
+    worker's sequencer is rebuilt from it and skips what that tick proves applied; the first
+    record's ``before`` is its message id, where the metastore's moved the position back);
+    the metastore's stays the next save's expectation, which brings it up."""
     table = TransactionalTable()
     checkpoint = durable_checkpoint(store, table)
     commit(checkpoint, read_after(checkpoint, 4))
@@ -376,9 +380,11 @@ def test_a_store_save_failing_after_the_target_committed_rewinds_to_the_target_p
     assert saved_offset(store) == 4
     resume = checkpoint.rewind()
     assert resume is not None and offset_of(resume.msg_id) == 9  # the target's, newer
+    assert checkpoint.saved == resume == table.positions[-1] and resume.ts == 1009
+    assert saved_offset(store) == 4  # the metastore's, until the next save
     commit(checkpoint, [record(o) for o in range(10, 12)])  # the next records, not 5..9 again
     assert table.doubled() == [] and sorted(table.copies) == list(range(12))
-    assert saved_offset(store) == 11
+    assert saved_offset(store) == 11 and checkpoint.saved == store.get_positions(TASK)[CHANNEL]
 
 
 def test_a_backlog_is_committed_in_one_transaction_and_one_save(store: FlakyStore) -> None:

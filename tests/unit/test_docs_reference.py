@@ -54,6 +54,7 @@ def test_the_references_name_what_the_code_has() -> None:
     for key in CdcSettings.model_fields:
         assert f"`{key}`" in config, key
     assert "`CDC_FLEET__LEASESECONDS`" in config
+    assert "|  |" not in config  # every key has a meaning
     api = (docs / "http-api.md").read_text()
     for path, item in openapi_document()["paths"].items():
         for method in ("get", "post", "delete"):

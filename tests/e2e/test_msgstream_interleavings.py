@@ -1,0 +1,292 @@
+"""Interleavings a Milvus 2.3 pchannel holds, replicated by the daemon into a Kafka topic and a
+Milvus (issue 48, Build item 3). The channel is written record by record by
+tests/harness/msgstream_writer.py in the order under test (a real 2.3.5 writes these orders
+only by chance: concurrent proxy tasks and rootcoord append to one pchannel side by side).
+
+- An upsert's Insert, then a DDL of another collection (younger), then the upsert's Delete: the
+  row is the upserted one, and a Kafka consumer gets one ``upsert`` event (fault 3: the DDL
+  wrote the Insert alone, the Delete then went out alone: a Milvus target deleted the row, a
+  Kafka consumer got ``insert`` and ``delete``).
+- Insert A@100 waits for its tick while Insert B@90, after it, is released by tick 95 and
+  committed with the position before A: a ``kill -9`` and a pause later, B is on the topic once
+  (fault 6: each resume read B again and emitted it again).
+- The same, with the metastore (etcd) down when B is committed: the Kafka commit holds B and its
+  position, the metastore's save after it fails, the channel rewinds; B is on the topic once
+  (fault 7: the rewind read from Kafka's position with the metastore's older tick and emitted B
+  again, at every retry of the outage).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from harness.msgstream_writer import MsgstreamChannel
+from harness.services import ServiceStartError, etcd_server, wait_until
+from harness.streaming_writer import StreamingWriter
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+from test_handover_upsert import collection_meta, dml_of, msg_type, records_since_creation
+from test_kafka_sink import Rebuilt
+from test_replication import create_source_collection, make_rows, rows
+
+from replicator.sources.kafka import KafkaSource
+
+pytestmark = pytest.mark.e2e
+
+COLLECTION, OTHER = 61001, 61002
+
+
+@pytest.fixture
+def channel(kafka_mock):
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    channel = MsgstreamChannel(writer, f"m23{uuid.uuid4().hex[:6]}")
+    channel.tick(0)  # the topic exists before the task reads its end
+    yield channel
+    writer.close()
+
+
+def source_config(channel: MsgstreamChannel, etcd_service, kafka_mock) -> dict[str, Any]:
+    prefix = channel.pchannel.removesuffix("-rootcoord-dml_0")
+    return {
+        "sourceConfig": {
+            "etcd": {"address": [etcd_service.endpoint]},
+            "etcdRootPath": f"{prefix}-meta",  # no catalog: the records say it all
+            "channelPrefix": prefix,
+            "kafka": {"address": kafka_mock.bootstrap},
+            "dmlChannelNum": 1,
+        }
+    }
+
+
+def start_task(daemon, channel: MsgstreamChannel, target: dict[str, Any], *names: str) -> str:
+    infos = [{"name": name} for name in names]
+    created = daemon.call("create", {**target, "collection_infos": infos})
+    assert created.code == 200, created.body
+    task_id = str(created.data["task_id"])
+
+    def positioned() -> bool:
+        positions = daemon.call("position", {"task_id": task_id}).data.get("positions") or []
+        return channel.pchannel in {p["channel_name"] for p in positions}
+
+    wait_until(positioned, 30, "the task has a position on the channel")
+    return task_id
+
+
+def kafka_target(kafka_mock) -> tuple[dict[str, Any], str]:
+    topic = f"events-{uuid.uuid4().hex[:8]}"
+    return {"kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic}}, topic
+
+
+def tags(rebuilt: Rebuilt) -> dict[int, str]:
+    return {pk: row["tag"] for pk, row in rebuilt.rows.items()}
+
+
+def ops_per_key(rebuilt: Rebuilt) -> dict[int, list[str]]:
+    ops: dict[int, list[str]] = {}
+    for event in rebuilt.row_events():
+        ops.setdefault(event["pk"], []).append(event["op"])
+    return ops
+
+
+def write_an_upsert_split_by_a_ddl(
+    channel: MsgstreamChannel, name: str, after_the_ddl: Callable[[], None] = lambda: None
+) -> dict[int, str]:
+    """Rows 1..3, then an upsert of 2 whose Insert and Delete have a CreateCollection of
+    another collection (younger than them) between them (``after_the_ddl`` runs once the DDL
+    is written); what the target must hold."""
+    channel.create_collection(COLLECTION, name, 10)
+    channel.insert(COLLECTION, name, [1, 2, 3], 20, tag="old")
+    channel.tick(30)
+    channel.insert(COLLECTION, name, [2], 40, tag="new", upsert=True)
+    channel.create_collection(OTHER, f"{name}_other", 50)
+    after_the_ddl()
+    channel.delete(COLLECTION, name, [2], 40, partition="_default")
+    channel.tick(60)
+    return {1: "old-1", 2: "new-2", 3: "old-3"}
+
+
+def test_a_ddl_between_an_upserts_halves_into_kafka_gives_one_upsert_event(
+    daemon_factory, etcd_service, kafka_mock, channel
+):
+    """The other collection is replicated too, and the daemon is killed once its creation is
+    on the topic: the commit before the DDL (with the position before the waiting Insert)
+    must name no tick above the released one, or the restart skips the upsert's halves."""
+    name = f"split_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    target, topic = kafka_target(kafka_mock)
+    task_id = start_task(daemon, channel, target, name, f"{name}_other")
+
+    def kill_once_the_ddl_is_applied() -> None:
+        wait_until(
+            lambda: any(
+                e["op"] == "create_collection" and e["collection"] == f"{name}_other"
+                for e in Rebuilt(kafka_mock.bootstrap, topic, task_id).ddl
+            ),
+            60,
+            "the other collection's creation on the topic",
+        )
+        daemon.kill()
+        daemon.start()
+
+    expected = write_an_upsert_split_by_a_ddl(channel, name, kill_once_the_ddl_is_applied)
+
+    def settled() -> Rebuilt | None:
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        ops = ops_per_key(rebuilt)
+        return rebuilt if len(ops.get(2, [])) >= 2 and len(rebuilt.rows) >= 2 else None
+
+    with contextlib.suppress(ServiceStartError):  # the assertion below names what differs
+        wait_until(settled, 60, "the upsert's events on the topic")
+    time.sleep(1)  # a Delete sent alone comes in a later transaction: give it its time
+    rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+    assert ops_per_key(rebuilt) == {1: ["insert"], 2: ["insert", "upsert"], 3: ["insert"]}
+    assert tags(rebuilt) == expected
+
+
+def test_a_ddl_between_an_upserts_halves_into_milvus_keeps_the_row(
+    daemon_factory, etcd_service, kafka_mock, channel, milvus_lite_service, target_client
+):
+    name = f"split_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    start_task(daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name)
+    expected = write_an_upsert_split_by_a_ddl(channel, name)
+    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+    index = target_client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="L2")
+    target_client.create_index(name, index)
+    got: dict[int, str] = {}
+
+    def same() -> bool:
+        nonlocal got
+        got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+        return got == expected
+
+    with contextlib.suppress(ServiceStartError):  # the assertion below names what differs
+        wait_until(same, 60, "the target holds the upserted row")
+    time.sleep(1)  # a Delete sent alone would come after the Insert: read once more
+    got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+    assert got == expected
+
+
+def test_an_out_of_order_record_is_on_the_topic_once_through_a_kill_and_a_pause(
+    daemon_factory, etcd_service, kafka_mock, channel
+):
+    name = f"order_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    target, topic = kafka_target(kafka_mock)
+    task_id = start_task(daemon, channel, target, name)
+    channel.create_collection(COLLECTION, name, 10)
+    channel.tick(20)
+    channel.insert(COLLECTION, name, [100], 100, tag="a")  # waits for a tick >= 100
+    channel.insert(COLLECTION, name, [90], 90, tag="b")  # older, after it
+    channel.tick(95)  # releases B only: B is committed with the position before A
+
+    def on_topic(keys: set[int]):
+        return lambda: keys <= set(Rebuilt(kafka_mock.bootstrap, topic, task_id).rows)
+
+    wait_until(on_topic({90}), 60, "B on the topic")
+    daemon.kill()
+    daemon.start()
+    time.sleep(2)  # it reads A, B and the tick again
+    assert daemon.call("pause", {"task_id": task_id}).code == 200
+    assert daemon.call("resume", {"task_id": task_id}).code == 200
+    time.sleep(2)
+    channel.tick(110)  # releases A
+    wait_until(on_topic({90, 100}), 60, "A on the topic")
+    time.sleep(1)
+    rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+    events = Counter((e["pk"], e["op"]) for e in rebuilt.row_events())
+    assert events == {(90, "insert"): 1, (100, "insert"): 1}, rebuilt.account()
+
+
+def test_a_metastore_error_after_a_kafka_commit_emits_nothing_again(
+    daemon_factory, etcd_service, kafka_mock, channel, tmp_path
+):
+    name = f"store_{uuid.uuid4().hex[:6]}"
+    workdir = tmp_path / "meta-etcd"
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(etcd_server(workdir))
+        daemon = daemon_factory(
+            **source_config(channel, etcd_service, kafka_mock),
+            metaStoreConfig={
+                "storeType": "etcd",
+                "etcd": {"address": [store.endpoint]},
+                "rootPath": f"store-{uuid.uuid4().hex[:8]}",
+            },
+            fleet={"leaseSeconds": 20, "checkSeconds": 1},
+        ).start()
+        target, topic = kafka_target(kafka_mock)
+        task_id = start_task(daemon, channel, target, name)
+        channel.create_collection(COLLECTION, name, 10)
+        channel.insert(COLLECTION, name, [20], 20, tag="c")
+        channel.tick(30)
+
+        def on_topic(keys: set[int]):
+            return lambda: keys <= set(Rebuilt(kafka_mock.bootstrap, topic, task_id).rows)
+
+        wait_until(on_topic({20}), 60, "the first row on the topic")
+        time.sleep(1)  # its position saved in the metastore too
+
+        stack.close()  # the metastore goes away
+        channel.insert(COLLECTION, name, [100], 100, tag="a")
+        channel.insert(COLLECTION, name, [90], 90, tag="b")
+        channel.tick(95)  # B is committed to Kafka; the metastore's save fails
+        wait_until(on_topic({90}), 30, "B on the topic")
+        time.sleep(4)  # the channel rewinds and reads A, B and the tick again, twice
+        stack.enter_context(etcd_server(workdir, ports=(store.port, store.peer_port)))
+        wait_until(lambda: daemon.get("/readyz")[0] == 200, 60, "/readyz 200 after the outage")
+        channel.tick(110)  # releases A
+        wait_until(on_topic({20, 90, 100}), 60, "A on the topic")
+        time.sleep(1)
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        events = Counter((e["pk"], e["op"]) for e in rebuilt.row_events())
+        assert events == {(20, "insert"): 1, (90, "insert"): 1, (100, "insert"): 1}, (
+            rebuilt.account()
+        )
+        assert "metastore" in daemon.log_text().lower()
+        daemon.stop()
+
+
+def test_the_harness_writes_an_upsert_as_a_real_2_3_5_does(
+    milvus_source, etcd_service, kafka_mock, source_client
+):
+    """The writer's upsert records against a real 2.3.5's, field by field where they matter
+    to the daemon: the Insert's MsgBase timestamp, its rows' time, its partition, and the
+    Delete's time, partition and keys."""
+    name = f"shape_{uuid.uuid4().hex[:8]}"
+    create_source_collection(source_client, name)
+    source_client.upsert(name, make_rows(1, 1, "new"))
+    meta = collection_meta(milvus_source, etcd_service, name)
+    kafka = KafkaSource(kafka_mock.bootstrap)
+    real = [
+        r
+        for pchannel in meta.pchannels
+        for r in records_since_creation(kafka, meta, pchannel)
+        if dml_of(r, meta.collection_id)
+    ]
+    assert [msg_type(r) for r in real] == [common_pb2.Insert, common_pb2.Delete]
+
+    ours = MsgstreamChannel(StreamingWriter(None), "shape")
+    written = [
+        ours.insert(COLLECTION, name, [1], 40, upsert=True),
+        ours.delete(COLLECTION, name, [1], 40, partition="_default"),
+    ]
+
+    def shape(insert_payload: bytes, delete_payload: bytes) -> tuple:
+        insert = msg_pb2.InsertRequest.FromString(insert_payload)
+        delete = msg_pb2.DeleteRequest.FromString(delete_payload)
+        return (
+            insert.base.timestamp == 0,
+            set(insert.timestamps) == {delete.base.timestamp},
+            insert.partition_name,
+            delete.partition_name,
+            list(delete.primary_keys.int_id.data),
+            set(delete.timestamps) == {delete.base.timestamp},
+        )
+
+    assert shape(written[0].payload, written[1].payload) == shape(real[0].payload, real[1].payload)
