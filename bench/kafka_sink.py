@@ -18,14 +18,19 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
    daemon's CPU-seconds are taken at the same three moments.
 3. Baseline: the same keys and values (as read back, topic by topic) written by one
    confluent-kafka producer (linger.ms 5, no transactions) into topics of their own (one per
-   collection, as the daemon's), until flushed; three times (the machine is shared and its
-   load varies), the median counts. The producer's process CPU is noted too: CPU per event
-   compares the two writers whatever the load.
+   collection, as the daemon's) of a fresh mock, until flushed; three times (the machine is
+   shared and its load varies), the median counts. The producer's process CPU is noted too:
+   CPU per event compares the two writers whatever the load.
 
-    python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N]
+    python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
+                               [--code LABEL=CHECKOUT ...]
                                [--out bench/results/kafka_sink.md] [--profile FILE]
 
-The report is appended to ``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
+Steps 2 and 3 run ``--rounds`` times on the one backlog, each round with a fresh mock and a
+fresh metastore, once for every ``--code`` (a checkout whose daemon runs as ``python -m
+server``: ``--code before=/tmp/old --code after=.`` compares two trees on the same backlog and
+against the same baseline's rounds; default: the installed daemon). The report is appended to
+``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
 samples the daemon at 100 Hz without pausing it, from the create request to the last event;
 its collapsed stacks are written to FILE.
 """
@@ -221,33 +226,25 @@ def profiled(pid: int, out: Path):
         process.wait(30)
 
 
-def run(args, work: Path) -> dict:
-    from pymilvus import MilvusClient
-
-    result: dict = {}
+def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str], code) -> dict:
+    """One round: a fresh Kafka mock, a daemon of ``code`` (label, checkout or "": the
+    installed one) on a fresh metastore reading the whole backlog, then the raw producer of
+    the same bytes three times, each into a fresh mock."""
+    label, checkout = code
+    result: dict = {"code": label, "load_before": os.getloadavg()}
     with contextlib.ExitStack() as stack:
-        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
-        source = stack.enter_context(
-            milvus_source_rocksmq(work / "source", etcd.endpoint, root_path="bench")
-        )
         kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
-        src = MilvusClient(uri=source.uri, dedicated=True)
-        stack.callback(src.close)
-        run_id = uuid.uuid4().hex[:8]
-        names = [f"ks_{run_id}_{n:03d}" for n in range(args.collections)]
-        t_write = time.perf_counter()
-        write_backlog(src, names, args.rows, args.dim)
-        result["write_s"] = time.perf_counter() - t_write
-        settle(source.pid)
         daemon = start_daemon(
             stack,
             work,
-            etcd.endpoint,
+            etcd_endpoint,
             source,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
+            checkout=checkout,
         )
         assert daemon.process is not None
+        run_id = uuid.uuid4().hex[:8]
         topics = [f"events_{name}" for name in names]
         make_positions_topic(kafka.bootstrap)
         ends = EndOffsets(kafka.bootstrap, topics)
@@ -272,58 +269,92 @@ def run(args, work: Path) -> dict:
         result["steady_s"] = seen["last"] - seen["first"]
         result["daemon_cpu_s"] = seen["cpu_last"] - before
         result["steady_cpu_s"] = seen["cpu_last"] - seen["cpu_first"]
+        daemon.stop()
         records = row_events(read_all(kafka.bootstrap, topics))
         keys = {(t, k) for t, k, _ in records}
         assert len(records) == args.rows == len(keys), (len(records), len(keys), args.rows)
         result["events"] = len(records)
         result["mb"] = sum(len(k) + len(v) for _, k, v in records) / MB
-        # three times (into topics of their own): the machine is shared, its load varies
-        raws = [raw_produce(kafka.bootstrap, records, f"raw{n}_") for n in range(RAW_RUNS)]
-        result["raw_all_s"] = [s for s, _ in raws]
-        result["raw_s"], result["raw_cpu_s"] = sorted(raws)[RAW_RUNS // 2]
-        assert len(read_all(kafka.bootstrap, ["raw0_" + t for t in topics])) == len(records)
+    # three times, each into a fresh mock as the daemon had (a mock holding a run's 500 MB
+    # already took 2-4x longer for the next): the machine is shared, its load varies
+    raws = []
+    for n in range(RAW_RUNS):
+        with kafka_mock_cluster(work / f"kafka-raw{n}") as kafka:
+            raws.append(raw_produce(kafka.bootstrap, records, "raw_"))
+            if n == 0:
+                written = read_all(kafka.bootstrap, ["raw_" + t for t in topics])
+                assert len(written) == len(records)
+    result["raw_all_s"] = [s for s, _ in raws]
+    result["raw_s"], result["raw_cpu_s"] = sorted(raws)[RAW_RUNS // 2]
+    result["load_after"] = os.getloadavg()
     return result
 
 
-def report(args, r: dict) -> str:
-    events, mb = r["events"], r["mb"]
-    raw_rate = events / r["raw_s"]
+def run(args, work: Path) -> dict:
+    from pymilvus import MilvusClient
 
-    def line(what: str, seconds: float) -> str:
-        rate = events / seconds
-        return (
-            f"| {what} | {seconds:.2f} | {rate:,.0f} | {mb / seconds:.1f} | {rate / raw_rate:.2f} |"
+    result: dict = {"rounds": []}
+    with contextlib.ExitStack() as stack:
+        etcd = stack.enter_context(services.etcd_server(work / "etcd"))
+        source = stack.enter_context(
+            milvus_source_rocksmq(work / "source", etcd.endpoint, root_path="bench")
         )
+        src = MilvusClient(uri=source.uri, dedicated=True)
+        stack.callback(src.close)
+        run_id = uuid.uuid4().hex[:8]
+        names = [f"ks_{run_id}_{n:03d}" for n in range(args.collections)]
+        t_write = time.perf_counter()
+        write_backlog(src, names, args.rows, args.dim)
+        result["write_s"] = time.perf_counter() - t_write
+        settle(source.pid)
+        for n in range(args.rounds):
+            for m, code in enumerate(args.code):
+                round_work = work / f"round{n}_{m}"
+                round_work.mkdir()
+                done = daemon_round(args, round_work, source, etcd.endpoint, names, code)
+                print(round_line(done), flush=True)
+                result["rounds"].append(done)
+    return result
 
+
+def round_line(r: dict) -> str:
+    events = r["events"]
+    ratio = r["raw_s"] / r["steady_s"]
+    load = f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f}"
+    return (
+        f"| {r['code']} | {r['raw_s']:.2f} ({events / r['raw_s']:,.0f}) "
+        f"| {', '.join(f'{x:.2f}' for x in r['raw_all_s'])} "
+        f"| {r['steady_s']:.2f} ({events / r['steady_s']:,.0f}) | **{ratio:.2f}** "
+        f"| {r['steady_cpu_s'] / events * 1e6:.1f} µs | {r['raw_cpu_s'] / events * 1e6:.1f} µs "
+        f"| {r['daemon_s']:.2f} ({r['raw_s'] / r['daemon_s']:.2f}) | {load} |"
+    )
+
+
+def report(args, r: dict) -> str:
     command = (
         f"python bench/kafka_sink.py --rows {args.rows} --dim {args.dim} "
-        f"--collections {args.collections}"
+        f"--collections {args.collections} --rounds {args.rounds}"
+        + "".join(f" --code {label}={path or '.'}" for label, path in args.code)
     )
+    first = r["rounds"][0]
     lines = [
-        "| writer | seconds | events/s | MB/s | ratio to raw |",
-        "|---|---|---|---|---|",
-        line("raw confluent-kafka producer, same bytes (baseline, median of 3)", r["raw_s"]),
-        line("the daemon, from its first event delivered (steady path)", r["steady_s"]),
-        line("the daemon, from the create request (task start included)", r["daemon_s"]),
+        "| code | raw: median s (events/s) | raw runs: s | daemon, steady: s (events/s) "
+        "| ratio to raw | daemon CPU / event | raw CPU / event "
+        "| daemon from create: s (ratio) | load average (1 min) before / after |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(round_line(done) for done in r["rounds"]),
     ]
     table = "\n".join(lines)
     machine = f"{platform.machine()}, Python {platform.python_version()}"
     return f"""`{command}` on this machine ({machine}),
-{time.strftime("%Y-%m-%d")}. A real Milvus 2.3.5 source (RocksMQ) holding {args.rows:,} rows over
-{args.collections} collections (int64 key, {args.dim}-float vector, 16-character title; written in
-{r["write_s"]:.0f} s), the librdkafka mock as the Kafka, a topic per collection.
+{time.strftime("%Y-%m-%d %H:%M")} UTC. A real Milvus 2.3.5 source (RocksMQ) holding {args.rows:,}
+rows over {args.collections} collections (int64 key, {args.dim}-float vector, 16-character title;
+written in {r["write_s"]:.0f} s), the librdkafka mock as the Kafka, a topic per collection. Each
+round: a fresh mock and a daemon on a fresh metastore reading the whole backlog, then the raw
+producer of the same {first["events"]:,} events ({first["mb"]:.1f} MB of keys and values) three
+times, each into a fresh mock, its median the baseline of that round.
 
 {table}
-
-{events:,} row events, {mb:.1f} MB of keys and values, counted back with read_committed (one
-event per row, no key twice). The daemon used {r["steady_cpu_s"]:.1f} CPU-seconds from its
-first event to its last ({r["steady_cpu_s"] / events * 1e6:.1f} µs per event),
-{r["daemon_cpu_s"]:.1f} from the create request ({r["daemon_cpu_s"] / events * 1e6:.1f} µs per
-event). Times end at the last growth of the topics' end offsets (polled every 0.1 s). The raw
-producer: {", ".join(f"{x:.2f}" for x in r["raw_all_s"])} s in its three runs; its process used
-{r["raw_cpu_s"]:.1f} CPU-seconds in the median one ({r["raw_cpu_s"] / events * 1e6:.1f} µs per
-event): the daemon's CPU per event in the steady path is
-{r["steady_cpu_s"] / r["raw_cpu_s"]:.1f}x the raw producer's.
 """
 
 
@@ -338,10 +369,24 @@ def main() -> None:
         help=f"default: one per {EVENTS_PER_TOPIC:,} rows (the mock keeps ~5 MB a partition)",
     )
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--rounds", type=int, default=1, help="daemon rounds on one backlog")
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="LABEL=CHECKOUT",
+        help="a daemon of this checkout (python -m server) in every round; repeat to compare "
+        "(default: the installed daemon, labelled 'this')",
+    )
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the daemon to this file")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "kafka_sink.md"))
     args = parser.parse_args()
     args.collections = args.collections or math.ceil(args.rows / EVENTS_PER_TOPIC)
+    codes = []
+    for spec in args.code or ["this="]:
+        label, _, path = spec.partition("=")
+        codes.append((label, str(Path(path).resolve()) if path else ""))
+    args.code = codes
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         result = run(args, Path(tmp))
     text = report(args, result)

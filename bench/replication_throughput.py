@@ -344,10 +344,19 @@ def bench_pipeline(args, work: Path) -> dict:
 
 
 def start_daemon(
-    stack, work: Path, etcd_endpoint: str, source, daemon_config: dict | None = None, **queue
+    stack,
+    work: Path,
+    etcd_endpoint: str,
+    source,
+    daemon_config: dict | None = None,
+    *,
+    checkout: str = "",
+    **queue,
 ) -> Daemon:
     """The daemon on SQLite under ``work/daemon`` reading ``source`` (``queue``: its queue's
-    sourceConfig keys; ``daemon_config``: more top-level keys), stopped when ``stack`` closes."""
+    sourceConfig keys; ``daemon_config``: more top-level keys), stopped when ``stack`` closes.
+    ``checkout``: the daemon of that checkout (``python -m server`` with it on PYTHONPATH)
+    instead of the installed one."""
     (work / "daemon").mkdir()
     daemon = Daemon(
         workdir=work / "daemon",
@@ -366,6 +375,9 @@ def start_daemon(
             **(daemon_config or {}),
         },
     )
+    if checkout:
+        daemon.command = [sys.executable, "-m", "server"]
+        daemon.env = {"PYTHONPATH": checkout}
     daemon.start()
     stack.callback(daemon.stop)
     return daemon

@@ -61,10 +61,25 @@ from metastore.errors import (
 T = TypeVar("T")
 
 
+# how long one diagnosis of a failed call stands for the calls failing after it (each asks
+# every endpoint with a TLS handshake of its own: metastore/etcd_diagnosis.py)
+EXPLAIN_SECONDS = 5.0
+
+
 class EtcdMetaStore:
-    def __init__(self, client: etcd3.MultiEndpointEtcd3Client, root_path: str) -> None:
+    """``explain``: why a call failed, in words naming the endpoint and the cause (the
+    diagnosis of metastore/etcd_diagnosis.py); without it, the etcd client's error's name."""
+
+    def __init__(
+        self,
+        client: etcd3.MultiEndpointEtcd3Client,
+        root_path: str,
+        explain: Callable[[BaseException], str] | None = None,
+    ) -> None:
         self.root_path = root_path
         self._client = client
+        self._explain = explain
+        self._explained: tuple[float, str] = (-math.inf, "")  # (when, why) of the last diagnosis
         self._prefix = root_path.strip("/") + "/"
         self._sessions: dict[str, etcd3.Lease] = {}  # member id -> its etcd lease
         self._sessions_lock = threading.Lock()
@@ -90,9 +105,21 @@ class EtcdMetaStore:
         try:
             return fn()
         except (etcd_exceptions.Etcd3Exception, grpc.RpcError) as exc:
-            raise MetaStoreUnavailableError(
-                f"etcd metastore unavailable: {type(exc).__name__}"
-            ) from exc
+            why = self._why(exc)
+            raise MetaStoreUnavailableError(f"etcd metastore unavailable: {why}") from exc
+
+    def _why(self, exc: BaseException) -> str:
+        if self._explain is None:
+            return type(exc).__name__
+        when, why = self._explained
+        if time.monotonic() - when < EXPLAIN_SECONDS:
+            return why
+        try:
+            why = self._explain(exc)
+        except Exception as failure:  # noqa: BLE001 - the diagnosis must not hide the error
+            why = f"{type(exc).__name__} (not diagnosed: {type(failure).__name__})"
+        self._explained = (time.monotonic(), why)
+        return why
 
     def _task_exists(self, task_id: str) -> Any:
         """A transaction comparison that holds while the task is stored."""

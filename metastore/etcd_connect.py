@@ -5,6 +5,7 @@ Used for the metastore and for reading the source Milvus's metadata.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,10 @@ def connect_etcd(
     password: str = "",
     tls: EtcdTls | None = None,
     timeout: float = 5.0,
+    password_source: Callable[[], str] | None = None,
 ) -> etcd3.MultiEndpointEtcd3Client:
+    """``password_source``: where the password is read again when etcd refuses it
+    (metastore/etcd_login.py)."""
     if not addresses:
         raise ValueError("no etcd address given")
     creds = None
@@ -58,7 +62,7 @@ def connect_etcd(
     if username or password:
         # logged in here rather than by the client, which would log in once for its life
         # (metastore/etcd_login.py); a wrong password raises etcd's grpc.RpcError here
-        login = EtcdLogin(username, password, timeout)
+        login = EtcdLogin(username, password, timeout, password_source)
         login.log_in_first([endpoint.channel for endpoint in endpoints])
         for endpoint in endpoints:
             endpoint.channel = login.intercept(endpoint.channel)

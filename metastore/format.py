@@ -36,6 +36,10 @@ Rules every migration keeps:
   store by name (above). A member that starts in the instant between the check and the raise,
   before its first heartbeat, is not seen: an older member of the fleet is stopped before the
   last one is started in the new release.
+- **A running member reads the format again at every heartbeat** (server/tasks/fleet_rounds.py):
+  one that finds the store past what it reads (a newer member raised it while this one's
+  heartbeat had lapsed, say) stops its runners, gives up its leases, takes no task, and says
+  why in ``/readyz`` and its log, until the store is in a format it reads.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ class SqlMetaStore:
         *,
         connect_timeout: float = 5.0,
         session_timeout: float | None = None,
+        password_source: Callable[[], str] | None = None,
     ) -> None:
         """``session_timeout`` (MySQL): the server closes a connection of this store that says
         nothing for that long, rolling its transaction back. A daemon cut off from the server
@@ -91,14 +92,17 @@ class SqlMetaStore:
         otherwise keep that lock for the server's ``wait_timeout`` (8 hours by default), and no
         other daemon could take the task (the fleet passes ``fleet.leaseSeconds``)."""
         self.root_path = root_path
-        self._engine = make_engine(url, connect_timeout, session_timeout)
+        # password_source: the password read again when MySQL refuses it (sql_engine.py)
+        self._engine = make_engine(
+            url, connect_timeout, session_timeout, password_source=password_source
+        )
         # the fleet's calls (lease renewals above all) on connections of their own: a daemon
         # whose tasks keep every pooled connection busy (hundreds of channels saving
         # positions) must still renew its leases in time, or it stops all of them
         self._fleet_engine = (
             self._engine
             if ":memory:" in url
-            else make_engine(url, connect_timeout, session_timeout, pool_size=2)
+            else make_engine(url, connect_timeout, session_timeout, 2, password_source)
         )
         self._is_mysql = self._engine.dialect.name == "mysql"
         try:

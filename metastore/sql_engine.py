@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
+
+from metastore.sql_urls import INSECURE_PARAM
+
+log = logging.getLogger(__name__)
 
 _SSL_SOURCE_LINE = re.compile(r" \(_ssl\.c:\d+\)")
 
 
 def make_engine(
-    url: str, connect_timeout: float, session_timeout: float | None, pool_size: int = 5
+    url: str,
+    connect_timeout: float,
+    session_timeout: float | None,
+    pool_size: int = 5,
+    password_source: Callable[[], str] | None = None,
 ) -> Engine:
+    """``password_source`` (MySQL): where the password is read again when the server refuses
+    the one in use (access denied: it was changed there); the new one serves every later
+    connection."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url,
@@ -33,8 +46,10 @@ def make_engine(
     # read and write timeouts: a server that stops answering (a partition) fails the call
     # instead of hanging it, so a fleet member notices it cannot renew its leases
     timeout = max(1, int(connect_timeout))
+    # ours, not PyMySQL's: without it the URL's TLS has no CA, which PyMySQL does not verify
+    parsed = make_url(url).difference_update_query([INSECURE_PARAM])
     engine = create_engine(
-        url,
+        parsed,
         pool_pre_ping=True,
         pool_recycle=3600,
         pool_size=pool_size,
@@ -44,6 +59,8 @@ def make_engine(
             "write_timeout": 2 * timeout,
         },
     )
+    if password_source is not None:
+        _read_password_again(engine, password_source)
     if session_timeout is not None:
         seconds = max(2, math.ceil(session_timeout))
 
@@ -57,6 +74,30 @@ def make_engine(
             cursor.close()
 
     return engine
+
+
+_ACCESS_DENIED = 1045  # MySQL's ER_ACCESS_DENIED_ERROR
+
+
+def _read_password_again(engine: Engine, source: Callable[[], str]) -> None:
+    @event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except Exception as exc:
+            if not exc.args or exc.args[0] != _ACCESS_DENIED:
+                raise
+            try:
+                fresh = source()
+            except Exception as failure:  # noqa: BLE001 - the configuration cannot be read
+                log.warning("MySQL refused the password; configuration unreadable: %s", failure)
+                raise exc from None
+            if not fresh or fresh == cparams.get("password"):
+                raise
+            cparams["password"] = fresh  # kept: the engine's later connections use it too
+            connection = dialect.connect(*cargs, **cparams)
+            log.info("MySQL: the password was changed; connected with the configuration's new one")
+            return connection
 
 
 def brief_error(exc: BaseException) -> str:

@@ -15,6 +15,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from metastore.tls_files import expired_certificate
+
 
 @dataclass(frozen=True)
 class ConnectProblem:
@@ -55,13 +57,14 @@ def handshake_problem(
             return ConnectProblem(f"cannot use the TLS files: {exc}", refused=True)
         try:
             with context.wrap_socket(raw, server_hostname=server_name or host) as conn:
-                return _server_refusal(conn, min(timeout, 0.5), offered=bool(cert))
+                problem = _server_refusal(conn, min(timeout, 0.5), offered=bool(cert))
         except ssl.SSLCertVerificationError as exc:
             return ConnectProblem(f"certificate verify failed: {exc.verify_message}", refused=True)
         except ssl.SSLError as exc:
-            return ConnectProblem(f"TLS handshake failed: {exc.reason or exc}", refused=True)
+            problem = ConnectProblem(f"TLS handshake failed: {exc.reason or exc}", refused=True)
         except OSError as exc:
             return ConnectProblem(f"TLS handshake failed: {exc}", refused=False)
+        return _named_expiry(problem, cert)
 
 
 def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -100,6 +103,15 @@ def _server_refusal(conn: ssl.SSLSocket, wait: float, *, offered: bool) -> Conne
     except OSError:
         return None
     return None
+
+
+def _named_expiry(problem: ConnectProblem | None, cert: str) -> ConnectProblem | None:
+    """A refusal of a client whose certificate expired names the file and when (a server
+    says only "bad certificate" or "certificate expired")."""
+    if problem is None or not problem.refused:
+        return problem
+    expired = expired_certificate(cert)
+    return ConnectProblem(f"{expired}: {problem.reason}", refused=True) if expired else problem
 
 
 def _client_context(ca: str, cert: str, key: str) -> ssl.SSLContext:

@@ -43,6 +43,7 @@ from server.runtime.heap import HeapKeeper
 from server.runtime.jobs import install_jobs
 from server.runtime.metrics import DaemonMetrics
 from server.runtime.store_format import StoreFormatKeeper
+from server.tasks.certificates import daemon_certificates
 from server.tasks.creation import TargetChecker
 from server.tasks.engine import make_runner_factory
 from server.tasks.fleet import Membership
@@ -119,7 +120,13 @@ def create_app(
         await supervisor.drain(settings.drainTimeoutSeconds)
 
     app.cleanup_ctx.extend([store_ctx, supervisor_ctx])
-    install_jobs(app, settings.scheduler, settings.verify, settings.source_of)
+    install_jobs(
+        app,
+        settings.scheduler,
+        settings.verify,
+        settings.source_of,
+        daemon_certificates(settings),
+    )
     app.router.add_route("*", "/cdc", cdc_endpoint)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

@@ -21,22 +21,12 @@ from pymilvus.exceptions import MilvusException
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from replicator.backfill.ranges import Key
+from replicator.sinks.kafka_events import SCALAR_DATA
 
 TIMEOUT = 120.0
 DataType = schema_pb2.DataType
 # an array cell's ``ScalarField`` member for each element type a Milvus accepts
-_ARRAY_CELL = {
-    DataType.Bool: "bool_data",
-    DataType.Int8: "int_data",
-    DataType.Int16: "int_data",
-    DataType.Int32: "int_data",
-    DataType.Int64: "long_data",
-    DataType.Float: "float_data",
-    DataType.Double: "double_data",
-    DataType.VarChar: "string_data",
-    DataType.String: "string_data",
-    DataType.JSON: "json_data",
-}
+_ARRAY_CELL = {**SCALAR_DATA, DataType.JSON: "json_data"}
 # status code of a query on a collection without rows (pymilvus answers it with no rows)
 EMPTY_COLLECTION = 26
 

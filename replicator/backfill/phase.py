@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replicator.backfill.child_env import child_environment
 from replicator.backfill.job import EXIT_OK, EXIT_RANGE_FAILED
 from replicator.backfill.progress import CollectionProgress, RateMeter, summary
 from replicator.backfill.state import BackfillJob, BackfillState, CollectionRef
@@ -228,11 +229,14 @@ def driver_environment(
     Spark's Python workers run ``python``, the daemon's own interpreter (a virtualenv's, say),
     not whatever ``python3`` comes first on PATH (which need not have pymilvus): pyspark starts
     them with ``PYSPARK_PYTHON`` and reads no Spark setting for it, so the operator's
-    ``spark.pyspark.python`` (needed when executors run on other hosts) is passed the same way."""
+    ``spark.pyspark.python`` (needed when executors run on other hosts) is passed the same way.
+
+    Only the variables ``child_env`` allows are inherited: never a ``CDC_`` one, nor a secret of
+    any other program's."""
     scratch = (Path(log_dir) / "scratch" / name).resolve()
     shutil.rmtree(scratch, ignore_errors=True)  # a driver's whose daemon was killed meanwhile
     scratch.mkdir(parents=True)
-    env = dict(os.environ)
+    env = child_environment(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["TMPDIR"] = str(scratch)
     env["PYSPARK_PYTHON"] = spark_conf.get("spark.pyspark.python") or python

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from metastore.etcd_addresses import parse_etcd_address
 from metastore.sql_urls import mysql_url_from_source
@@ -54,7 +55,22 @@ def _milvus_etcd_spelling(value: Any) -> Any:
     return given
 
 
-class EtcdSettings(ConfigSection):
+class PasswordSource:
+    """Where a section's password is read again when its server refuses the one in use (it
+    was changed there): the daemon's configuration file (server/cli/serve.py); None: only the
+    one given at start."""
+
+    _password_source: Callable[[], str] | None = PrivateAttr(default=None)
+
+    @property
+    def password_source(self) -> Callable[[], str] | None:
+        return self._password_source
+
+    def read_password_from(self, source: Callable[[], str]) -> None:
+        self._password_source = source
+
+
+class EtcdSettings(PasswordSource, ConfigSection):
     address: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
     enableAuth: bool = False
     username: str = "root"
@@ -98,7 +114,7 @@ class SourceEtcdSettings(EtcdSettings):
     metaSubPath: str = "meta"
 
 
-class MetaStoreSettings(ConfigSection):
+class MetaStoreSettings(PasswordSource, ConfigSection):  # the MySQL URL's password
     storeType: Literal["sqlite", "mysql", "etcd"] = "sqlite"
     sqlitePath: str = "data/cdc-meta.sqlite3"
     etcd: EtcdSettings = Field(default_factory=EtcdSettings)

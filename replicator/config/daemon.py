@@ -41,6 +41,9 @@ class SchedulerSettings(ConfigSection):
     # endpoint that does not answer is a warning on the tasks that use it
     # (server/tasks/reachability.py)
     reachabilitySeconds: float = Field(default=2.0, gt=0)
+    # a client certificate expiring within this many days (or expired) is a warning on the
+    # tasks that use it, in /readyz and in `milvus-cdc check` (server/tasks/certificates.py)
+    certificateWarningDays: float = Field(default=14.0, ge=0)
     retry: RetrySettings = Field(default_factory=RetrySettings)
 
 

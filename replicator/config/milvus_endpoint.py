@@ -10,9 +10,10 @@ the CA (``ca_pem_path``, or pymilvus's ``server_pem_path``); mutual TLS (Milvus'
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
 from replicator.config.section import ConfigSection
 
@@ -39,10 +40,21 @@ class SourceMilvusSettings(ConfigSection):
     client_pem_path: str = ""
     client_key_path: str = ""
     server_name: str = ""
+    # where the block is read again when the Milvus refuses the credentials in use (they were
+    # changed there and in the file): the daemon's configuration (server/cli/serve.py)
+    _read_again: Callable[[], SourceMilvusSettings] | None = PrivateAttr(default=None)
 
     @property
     def tls(self) -> bool:
         return self.secure or self.uri.startswith("https://")
+
+    @property
+    def source(self) -> Callable[[], SourceMilvusSettings] | None:
+        """The block as the configuration says now (None: only the one given at start)."""
+        return self._read_again
+
+    def read_again_from(self, source: Callable[[], SourceMilvusSettings]) -> None:
+        self._read_again = source
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> SourceMilvusSettings:

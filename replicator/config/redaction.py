@@ -69,17 +69,19 @@ def secret_values(node: Any) -> list[str]:
 
 
 def scrub_secret_environment(environ: MutableMapping[str, str]) -> list[str]:
-    """Remove the ``CDC_`` variables that hold secrets once the settings are read, so child
-    processes (the backfill driver gets its settings on stdin) do not inherit them; returns the
-    names removed."""
+    """Remove the ``CDC_`` variables once the settings are read: every configuration variable
+    (a whole section such as ``CDC_SECRETS``, ``CDC_METASTORECONFIG``, ``CDC_CLUSTERS`` or
+    ``CDC_AUTH`` holds secrets as well as a single key does) and the client's ``CDC_TOKEN``;
+    only the client's ``CDC_CONFIG``, ``CDC_URL`` and ``CDC_CACERT`` stay. Child processes get
+    an allow-list of variables besides (replicator/backfill/child_env.py). Returns the names
+    removed."""
     removed = []
     for name in list(environ):
         upper = name.upper()
-        last = upper.rsplit("__", 1)[-1].lower()
-        if upper.startswith(ENV_PREFIX) and upper not in CLIENT_ENV and last in _SECRET_ENV:
+        if upper.startswith(ENV_PREFIX) and upper not in _KEPT_ENV:
             del environ[name]
             removed.append(name)
     return removed
 
 
-_SECRET_ENV = {*_SECRET_KEYS, "tokens"}
+_KEPT_ENV = CLIENT_ENV - {"CDC_TOKEN"}

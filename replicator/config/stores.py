@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import grpc
@@ -10,7 +11,11 @@ from etcd3.exceptions import Etcd3Exception
 from metastore import MetaStore, MetaStoreUnavailableError
 from metastore.etcd_connect import EtcdTls, connect_etcd
 from metastore.etcd_diagnosis import EtcdFailure, endpoint_urls, explain_etcd_failure
+from metastore.etcd_reload import ReloadingEtcdClient
+from metastore.tls_files import TlsFiles
 from replicator.config.connections import EtcdSettings, MetaStoreSettings
+
+log = logging.getLogger(__name__)
 
 
 def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaStore:
@@ -22,10 +27,22 @@ def _open_sqlite(config: MetaStoreSettings, _lease_seconds: float | None) -> Met
 
 def _open_mysql(config: MetaStoreSettings, lease_seconds: float | None) -> MetaStore:
     from metastore.sql import SqlMetaStore
-    from metastore.sql_urls import mysql_url_from_source
+    from metastore.sql_urls import mysql_url_from_source, mysql_where, url_is_insecure
 
     url = mysql_url_from_source(config.mysqlSourceUrl.get_secret_value())
-    return SqlMetaStore(url, config.rootPath, session_timeout=lease_seconds)
+    if url_is_insecure(url):  # said at every start: an operator's choice, never a default
+        log.warning(
+            "metaStoreConfig.mysqlSourceUrl: insecure_skip_verify (or tls=skip-verify): the "
+            "MySQL metastore %s is reached over TLS without verifying its certificate; "
+            "whoever poses as it receives the password",
+            mysql_where(url),
+        )
+    return SqlMetaStore(
+        url,
+        config.rootPath,
+        session_timeout=lease_seconds,
+        password_source=config.password_source,
+    )
 
 
 def etcd_tls_of(config: EtcdSettings) -> EtcdTls | None:
@@ -37,14 +54,23 @@ def etcd_tls_of(config: EtcdSettings) -> EtcdTls | None:
 
 def etcd_client_for(config: EtcdSettings, timeout: float = 5.0):  # type: ignore[no-untyped-def]
     """A client of this etcd; with ``enableAuth`` it authenticates at once, so a wrong
-    password raises here (a ``grpc.RpcError``: see ``explain_etcd``)."""
-    return connect_etcd(
-        config.address,
-        username=config.username if config.enableAuth else "",
-        password=config.password.get_secret_value() if config.enableAuth else "",
-        tls=etcd_tls_of(config),
-        timeout=timeout,
-    )
+    password raises here (a ``grpc.RpcError``: see ``explain_etcd``). Its TLS files are read
+    again when they change (metastore/etcd_reload.py): a rotation needs no restart."""
+    tls = etcd_tls_of(config)
+
+    def connect():  # type: ignore[no-untyped-def]
+        return connect_etcd(
+            config.address,
+            username=config.username if config.enableAuth else "",
+            password=config.password.get_secret_value() if config.enableAuth else "",
+            tls=tls,
+            timeout=timeout,
+            password_source=config.password_source,
+        )
+
+    files = TlsFiles(*((tls.ca_cert_path, tls.cert_path, tls.key_path) if tls else ()))
+    where = ", ".join(endpoint_urls(config.address, tls))
+    return ReloadingEtcdClient(connect, files, where)
 
 
 def explain_etcd(config: EtcdSettings, exc: BaseException) -> EtcdFailure:
@@ -56,7 +82,11 @@ def _open_etcd(config: MetaStoreSettings, _lease_seconds: float | None) -> MetaS
     from metastore.etcd import EtcdMetaStore
 
     try:
-        return EtcdMetaStore(etcd_client_for(config.etcd), config.rootPath)
+        return EtcdMetaStore(
+            etcd_client_for(config.etcd),
+            config.rootPath,
+            explain=lambda exc: explain_etcd(config.etcd, exc).reason,
+        )
     except (MetaStoreUnavailableError, Etcd3Exception, grpc.RpcError) as exc:
         reason = explain_etcd(config.etcd, exc)
         raise MetaStoreUnavailableError(f"etcd metastore unavailable: {reason}") from exc

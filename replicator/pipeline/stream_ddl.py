@@ -50,23 +50,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.codec import streaming_ddl_ops as ddl
-from replicator.errors import Rejection, TargetRejectedError, TaskFailedError
+from replicator.errors import Rejection, TargetRejectedError
 from replicator.pipeline.apply import TargetCollection
 from replicator.pipeline.ddl_index import IndexDdl
 from replicator.pipeline.ddl_outcome import ABSENT, EXISTS, Outcome, attempt, combine, unsupported
 from replicator.pipeline.ddl_rbac import RbacDdl
+from replicator.pipeline.ddl_schema import SchemaDdl
 from replicator.pipeline.names import TaskNames, database_mapper
 from replicator.sinks.milvus import MilvusTarget
-from replicator.sinks.schema_convert import has_partition_key, target_schema
+from replicator.sinks.schema_convert import has_partition_key
 
 log = logging.getLogger(__name__)
-DYNAMIC_FIELD_PROPERTY = "dynamicfield.enabled"  # common.EnableDynamicSchemaKey
 
 _LOADED = 3  # common_pb2.LoadStateLoaded
 _LOADING = 2
@@ -82,6 +81,7 @@ class StreamDdlApplier:
         self.rbac = rbac
         self._indexes = IndexDdl(target, names)
         self._rbac = RbacDdl(target, names)
+        self._schema = SchemaDdl(target)
         # truncates begun and not done: what re-creating each collection takes
         self._truncating: dict[tuple[str, str], EmptyCopy] = {}
 
@@ -271,7 +271,7 @@ class StreamDdlApplier:
             )
         if "schema" in op.changes and op.schema is not None:
             self.names.remember_schema(op.collection_id, op.schema)
-            outcomes.append(self._add_fields(collection, op.schema))
+            outcomes.append(self._schema.add_fields(collection, op.schema))
         if op.changes & {"name", "db"}:
             outcomes.append(self._rename(collection, op))
         if not outcomes:
@@ -300,60 +300,6 @@ class StreamDdlApplier:
                     raise
                 return Outcome("skipped", f"{what}: the target cannot delete keys {stale}")
         return Outcome("applied", what)
-
-    def _add_fields(
-        self, collection: TargetCollection, schema: schema_pb2.CollectionSchema
-    ) -> Outcome:
-        db, name = collection.db, collection.name
-        described = self.target.describe_collection(db, name).schema
-        have = {f.name for f in described.fields}
-        new = [f for f in target_schema(schema).fields if f.name not in have]
-        outcomes = []
-        if schema.enable_dynamic_field and not described.enable_dynamic_field:
-            outcomes.append(self._enable_dynamic_field(collection))
-        if not new and not outcomes:
-            return Outcome("unchanged", f"schema of {db}.{name}")
-        for f in new:
-            f.fieldID = 0  # the target numbers its own fields
-            outcome = attempt(
-                f"add field {f.name} to {db}.{name}",
-                partial(self.target.add_collection_field, db, name, f),
-                done_if=EXISTS,
-            )
-            if outcome.status == "skipped":
-                # the source's rows carry the field from now on: none can be written without
-                # it, so the task stops here, naming what the target lacks (never a row
-                # written without the field)
-                kind = schema_pb2.DataType.Name(f.data_type)
-                raise TaskFailedError(
-                    f"collection {db}.{name}: the source added field {f.name} ({kind}), and the "
-                    "target cannot add a field (it does not offer AddCollectionField): the "
-                    "rows that follow carry it; add the field on the target (or use a target "
-                    "of Milvus 2.6+) and resume the task"
-                )
-            outcomes.append(outcome)
-        return combine(outcomes, f"schema of {db}.{name}")
-
-    def _enable_dynamic_field(self, collection: TargetCollection) -> Outcome:
-        """The source made the collection dynamic (2.6: AlterCollection ``dynamicfield.enabled``
-        adds ``$meta``, nullable, default ``{}``): so must the target be, before a row with keys
-        outside the schema is written there. A target that cannot (Milvus Lite takes the
-        property and stays static; Milvus before 2.6 has no such property) stops the task,
-        naming ``$meta``."""
-        db, name = collection.db, collection.name
-        refused = ""
-        try:
-            self.target.alter_collection(db, name, [(DYNAMIC_FIELD_PROPERTY, "true")])
-        except TargetRejectedError as exc:
-            refused = f" ({exc})"
-        if not self.target.describe_collection(db, name).schema.enable_dynamic_field:
-            raise TaskFailedError(
-                f"collection {db}.{name}: the source enabled its dynamic field, and the target "
-                f"cannot hold field $meta (JSON, the dynamic field){refused}: the rows that "
-                "follow carry keys outside the schema; make the target's collection dynamic "
-                "(or use a target of Milvus 2.6+) and resume the task"
-            )
-        return Outcome("applied", f"dynamic field of {db}.{name}")
 
     def _rename(self, collection: TargetCollection, op: ddl.AlterCollection) -> Outcome:
         new_db = self.names.database(op.new_db_name) if op.new_db_name else collection.db

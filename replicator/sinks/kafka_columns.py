@@ -1,41 +1,83 @@
-"""An insert's row events made from its columns in one pass, as bytes (see :mod:`kafka_events`);
-a commit's events as the records it produces.
+"""An insert's row events made from its columns as bytes, a column at a time (see
+:mod:`kafka_events` for the format, :mod:`kafka_fragments` for the columns' JSON); a commit's
+events as the records it produces.
 
-The per-row way makes, for every row, the event as a dict (``op``, ``db``, ..., ``ts``), its key
-with ``row_key`` and its time with ``ts_view``, and serializes the whole dict at the commit.
-Here what every row of one insert shares (``op``, ``db``, ``collection``, ``partition``, the
-time, the key's ``[db, collection,`` part) is serialized once; a row adds its key, its
-``pk`` and its ``row`` object. The event is kept as its JSON up to ``ts`` (a *body*: every
-field but ``source``, without the closing brace); the commit appends
-``,"source":{...}}``, which it knows only then. The bytes are those of the dict serialized
-whole (same keys in the same order, each part by :func:`kafka_events.dumps`): a row that
-needs the standard library's JSON (an integer beyond 64 bits in a JSON field) is serialized
-by it alone, as the whole event would be, and the other parts are JSON both libraries write
-alike (strings and integers).
+What every row of one insert shares (``op``, ``db``, ``collection``, ``partition``, the time,
+the key's ``[db, collection,`` part) is serialized once; each column is serialized whole, a piece
+a row; a row's event is then its pieces joined with the shared parts between them, by
+``map(b"".join, zip(...))``: no Python step per row. An event is kept as its JSON up to ``ts``
+(a *body*: every field but ``source``, without the closing brace); the commit appends
+``,"source":{...}}``, which it knows only then. The bytes are those of the event's dict
+serialized whole by :func:`kafka_events.dumps` (same keys in the same order), each value as
+orjson writes it; a value orjson refuses (an integer beyond 64 bits in a JSON field) is
+written by the standard library alone.
+
+An insert whose rows need more than joining (an array of structs, put together from a column
+per sub-field; a dynamic field with a key that is also a field's name, which the field's value
+gives way to) is made row by row from :func:`kafka_events.rows_of`, to the same format.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, NamedTuple, Protocol
 
 from pymilvus.grpc_gen import schema_pb2
 
 from replicator.errors import TargetRejectedError
-from replicator.sinks.kafka_events import dumps, key_prefix, rows_of, ts_view
+from replicator.sinks.kafka_events import (
+    checked_values,
+    column_values,
+    dumps,
+    key_prefix,
+    rows_of,
+    ts_view,
+)
+from replicator.sinks.kafka_fragments import column_json
 
-# an event as logged: (topic, key, value), its value as a dict, or as the JSON of every field
+# one event as logged: (topic, key, value), its value as a dict, or as the JSON of every field
 # but "source" without the closing brace (a body, see insert_events); the commit adds "source"
 Event = tuple[str, bytes, dict[str, Any] | bytes]
-# a topic and its messages for produce_batch, in their order
-Run = tuple[str, list[dict[str, bytes]]]
+# a topic and its messages' keys and values, in their order
+Run = tuple[str, list[bytes], list[bytes]]
+
+
+@dataclass(slots=True)
+class Rows:
+    """An insert's row events of one topic, in their order: keys and bodies (see ``Event``)."""
+
+    topic: str
+    keys: list[bytes]
+    bodies: list[bytes]
+
+
+# what a channel's log holds: single events (deletes, DDL, upserts) and inserts' rows
+Entry = Event | Rows
 
 
 class EventLog(Protocol):
-    """What ``insert_events`` needs of a channel's log (``kafka.ChannelLog``): its events."""
+    """What ``insert_events`` needs of a channel's log (``kafka.ChannelLog``)."""
 
-    events: list[Event]
+    events: list[Entry]
+
+    def add_rows(self, rows: Rows) -> None:
+        """Log an insert's row events."""
+
+
+_INSERT = b'{"op":"insert",'
+_UPSERT = b'{"op":"upsert",'
+
+
+class Envelope(NamedTuple):
+    """What the events of one insert share: the event up to its pk (``head``), from its row's
+    end to its ``ts`` (``when``) and its key up to the pk (``prefix``)."""
+
+    head: bytes
+    when: bytes
+    prefix: bytes
 
 
 def insert_events(
@@ -50,56 +92,168 @@ def insert_events(
     ts: int,
     deleted: dict[tuple[Any, int], int],
 ) -> int:
-    """The insert's rows as events appended to ``log``: an ``insert`` each, or an ``upsert``
+    """The insert's rows as events logged in ``log``: an ``insert`` each, or an ``upsert``
     in place of the delete of the same key and time already logged (``deleted``: (pk, ts)
-    -> its index, popped when paired). The number of rows."""
-    rows = rows_of(fields_data, num_rows)
+    -> its index in ``log.events``, popped when paired). The number of rows."""
+    if num_rows <= 0:
+        return 0
     shared = dumps({"db": db, "collection": collection, "partition": partition})[1:-1]
-    insert = b'{"op":"insert",' + shared + b',"pk":'
-    upsert = b'{"op":"upsert",' + shared + b',"pk":'
-    when = b',"ts":' + dumps(ts_view(ts))
-    prefix = key_prefix(db, collection)
-    events = log.events
-    append = events.append
-    for row in rows:
-        pk = row[pk_name]
-        pk_json = dumps(pk)
-        tail = (pk_json, b',"row":', dumps(row), when)
-        paired = deleted.pop((pk, ts), None) if deleted else None
-        if paired is None:
-            append((topic, prefix + pk_json + b"]", b"".join((insert, *tail))))
+    envelope = Envelope(
+        _INSERT + shared + b',"pk":', b',"ts":' + dumps(ts_view(ts)), key_prefix(db, collection)
+    )
+    made = _by_columns(fields_data, num_rows, pk_name, envelope)
+    if made is None:
+        made = _by_rows(fields_data, num_rows, pk_name, envelope)
+    keys, bodies = made
+    if deleted:
+        keys, bodies = _pair_upserts(log, topic, fields_data, pk_name, ts, deleted, keys, bodies)
+    if keys:
+        log.add_rows(Rows(topic, keys, bodies))
+    return num_rows
+
+
+def _by_columns(
+    fields_data: Sequence[schema_pb2.FieldData], num_rows: int, pk_name: str, envelope: Envelope
+) -> tuple[list[bytes], list[bytes]] | None:
+    """Keys and bodies joined from the columns' JSON pieces; None where a row needs more than
+    joining (see the module's docstring)."""
+    names = [column.field_name for column in fields_data if not column.is_dynamic]
+    if not names or fields_data[0].is_dynamic or any("[" in name for name in names):
+        return None
+    parts: list[Any] = []  # constants (bytes) and columns' pieces (lists), alternating
+    constant = b',"row":{'
+    pk_pieces: tuple[bytes, list[bytes], bytes] | None = None
+    for n, column in enumerate(fields_data):
+        if column.is_dynamic:
+            extra = _dynamic_pieces(column, num_rows, set(names))
+            if extra is None:
+                return None
+            parts += [constant, extra]
+            constant = b""
+            continue
+        before, pieces, after = column_json(column, num_rows)
+        if column.field_name == pk_name:
+            pk_pieces = (before, pieces, after)
+        parts += [
+            constant + (b"," if n else b"") + dumps(column.field_name) + b":" + before,
+            pieces,
+        ]
+        constant = after
+    if pk_pieces is None:
+        raise TargetRejectedError(f"field {pk_name}: the primary key's column is missing")
+    head, when, prefix = envelope
+    before, pk, after = pk_pieces
+    keys = list(map(b"".join, zip(repeat(prefix + before), pk, repeat(after + b"]"))))
+    sequences = [repeat(head + before), pk, repeat(after + parts[0])]
+    for part in parts[1:]:
+        sequences.append(repeat(part) if isinstance(part, bytes) else part)
+    sequences.append(repeat(constant + b"}" + when))
+    # (every column's pieces counted num_rows above; the constants repeat without end)
+    return keys, list(map(b"".join, zip(*sequences, strict=False)))
+
+
+def _dynamic_pieces(
+    column: schema_pb2.FieldData, num_rows: int, names: set[str]
+) -> list[bytes] | None:
+    """A dynamic field's keys as the row's further members (``,"k":v``), a piece a row; None
+    when a row has a key that is also a field's name."""
+    values = checked_values(column, num_rows)
+    pieces = []
+    for extra in values:  # a JSON document a row: parsed already, so a step a row anyway
+        if not isinstance(extra, dict) or not extra:
+            pieces.append(b"")
+        elif names.isdisjoint(extra):
+            pieces.append(b"," + dumps(extra)[1:-1])
         else:
-            events[paired] = (topic, events[paired][1], b"".join((upsert, *tail)))
-    return len(rows)
+            return None
+    return pieces
 
 
-def topic_runs(events: Sequence[Event], source: dict[str, Any], limit: int) -> list[Run]:
-    """A commit's events as runs of one topic, each a batch of messages for ``produce_batch``,
-    every event with the commit's ``source`` (raises ``TargetRejectedError`` for an event of
-    more than ``limit`` bytes)."""
+def _by_rows(
+    fields_data: Sequence[schema_pb2.FieldData], num_rows: int, pk_name: str, envelope: Envelope
+) -> tuple[list[bytes], list[bytes]]:
+    """Keys and bodies from the rows as dicts (``rows_of``), a row at a time."""
+    head, when, prefix = envelope
+    keys, bodies = [], []
+    for row in rows_of(fields_data, num_rows):
+        pk_json = dumps(row[pk_name])
+        keys.append(prefix + pk_json + b"]")
+        bodies.append(b"".join((head, pk_json, b',"row":', dumps(row), when)))
+    return keys, bodies
+
+
+def _pair_upserts(
+    log: EventLog,
+    topic: str,
+    fields_data: Sequence[schema_pb2.FieldData],
+    pk_name: str,
+    ts: int,
+    deleted: dict[tuple[Any, int], int],
+    keys: list[bytes],
+    bodies: list[bytes],
+) -> tuple[list[bytes], list[bytes]]:
+    """A row whose key this batch deleted at the same time is an upsert: its event takes the
+    delete's place in the log (Milvus writes an upsert as the two). The rows left."""
+    column = next(c for c in fields_data if c.field_name == pk_name)
+    events = log.events
+    kept: list[int] = []
+    for n, pk in enumerate(column_values(column, len(keys))):
+        paired = deleted.pop((pk, ts), None)
+        if paired is None:
+            kept.append(n)
+            continue
+        replaced = events[paired]
+        assert not isinstance(replaced, Rows), "a delete is logged as one event"
+        events[paired] = (topic, replaced[1], _UPSERT + bodies[n][len(_INSERT) :])
+    if len(kept) == len(keys):
+        return keys, bodies
+    return [keys[n] for n in kept], [bodies[n] for n in kept]
+
+
+def topic_runs(events: Sequence[Entry], source: dict[str, Any], limit: int) -> list[Run]:
+    """A commit's events as runs of one topic, keys and values, every event with the commit's
+    ``source`` (raises ``TargetRejectedError`` for an event of more than ``limit`` bytes). An
+    insert's rows take no Python step each: their values are made by ``map`` in C."""
     tail = b',"source":' + dumps(source) + b"}"
     runs: list[Run] = []
-    batch: list[dict[str, bytes]] = []
+    keys: list[bytes] = []
+    values: list[bytes] = []
     current = None
-    for topic, key, value in events:
-        if isinstance(value, bytes):
-            data = value + tail
+    for entry in events:
+        if isinstance(entry, Rows):
+            topic = entry.topic
+            if max(map(len, entry.bodies)) + len(tail) > limit:
+                body = next(b for b in entry.bodies if len(b) + len(tail) > limit)
+                raise _too_large(body + tail, limit)
         else:
-            value["source"] = source
-            data = dumps(value)
-        if len(data) > limit:
-            event = json.loads(data)
-            raise TargetRejectedError(
-                f"kafka: the event of {event.get('db')}.{event.get('collection')} "
-                f"pk {event.get('pk')!r} is {len(data):,} bytes, more than "
-                f"max_event_bytes ({limit:,}): raise it (and the "
-                "topic's max.message.bytes) to send it"
-            )
+            topic, key, value = entry
+            if isinstance(value, bytes):
+                data = value + tail
+            else:
+                value["source"] = source
+                data = dumps(value)
+            if len(data) > limit:
+                raise _too_large(data, limit)
         if topic != current:
-            current, batch = topic, []
-            runs.append((topic, batch))
-        batch.append({"key": key, "value": data})
+            current, keys, values = topic, [], []
+            runs.append((topic, keys, values))
+        if isinstance(entry, Rows):
+            keys += entry.keys
+            values += map(bytes.__add__, entry.bodies, repeat(tail))
+        else:
+            keys.append(key)
+            values.append(data)
     return runs
 
 
-__all__ = ["Event", "EventLog", "Run", "insert_events", "topic_runs"]
+def _too_large(data: bytes, limit: int) -> TargetRejectedError:
+    event = json.loads(data)
+    return TargetRejectedError(
+        f"kafka: the event of {event.get('db')}.{event.get('collection')} "
+        f"pk {event.get('pk')!r} is {len(data):,} bytes, more than "
+        f"max_event_bytes ({limit:,}): raise it (and the "
+        "topic's max.message.bytes) to send it"
+    )
+
+
+__all__ = ["Entry", "Envelope", "Event", "EventLog", "Rows", "Run", "insert_events", "topic_runs"]

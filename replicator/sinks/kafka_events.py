@@ -190,16 +190,21 @@ def _struct_values(column: schema_pb2.FieldData) -> list[list[dict[str, Any]]]:
     ]
 
 
+# the ScalarField member holding each plain scalar type's values
+SCALAR_DATA = {
+    DataType.Bool: "bool_data",
+    DataType.Int8: "int_data",
+    DataType.Int16: "int_data",
+    DataType.Int32: "int_data",
+    DataType.Int64: "long_data",
+    DataType.Float: "float_data",
+    DataType.Double: "double_data",
+    DataType.String: "string_data",
+    DataType.VarChar: "string_data",
+}
+
 _READERS: dict[int, Callable[[schema_pb2.FieldData], Sequence[Any]]] = {
-    DataType.Bool: _scalars("bool_data"),
-    DataType.Int8: _scalars("int_data"),
-    DataType.Int16: _scalars("int_data"),
-    DataType.Int32: _scalars("int_data"),
-    DataType.Int64: _scalars("long_data"),
-    DataType.Float: _scalars("float_data"),
-    DataType.Double: _scalars("double_data"),
-    DataType.String: _scalars("string_data"),
-    DataType.VarChar: _scalars("string_data"),
+    **{kind: _scalars(member) for kind, member in SCALAR_DATA.items()},
     DataType.JSON: _json_values,
     DataType.Array: _array_values,
     DataType.FloatVector: _float_vectors,
@@ -262,11 +267,14 @@ def column_values(column: schema_pb2.FieldData, num_rows: int) -> list[Any]:
             return [v if ok else None for v, ok in zip(values, valid, strict=True)]
         present = iter(values)  # only the valid rows are there
         return [next(present) if ok else None for ok in valid]
-    if len(values) != num_rows:
-        raise TargetRejectedError(
-            f"field {column.field_name}: {len(values)} values for {num_rows} rows"
-        )
+    check_count(column, len(values), num_rows)
     return values
+
+
+def check_count(column: schema_pb2.FieldData, found: int, num_rows: int) -> None:
+    """A column of another length than its insert's rows is refused (no row is guessed)."""
+    if found != num_rows:
+        raise TargetRejectedError(f"field {column.field_name}: {found} values for {num_rows} rows")
 
 
 def rows_of(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> list[dict[str, Any]]:
@@ -283,14 +291,14 @@ def rows_of(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> list[
             rest = list(fields_data[n:])
             break
         names.append(column.field_name)
-        columns.append(_checked(column, num_rows))
+        columns.append(checked_values(column, num_rows))
     if columns:
         # (every column's length checked above: zip's own check would cost a third more)
         rows = [dict(zip(names, values)) for values in zip(*columns)]  # noqa: B905
     else:
         rows = [{} for _ in range(num_rows)]
     for column in rest:
-        values = _checked(column, num_rows)
+        values = checked_values(column, num_rows)
         if column.is_dynamic:
             for row, extra in zip(rows, values, strict=True):
                 if isinstance(extra, dict):
@@ -304,10 +312,8 @@ def rows_of(fields_data: Sequence[schema_pb2.FieldData], num_rows: int) -> list[
     return rows
 
 
-def _checked(column: schema_pb2.FieldData, num_rows: int) -> list[Any]:
+def checked_values(column: schema_pb2.FieldData, num_rows: int) -> list[Any]:
+    """``column_values``, a value for each of the ``num_rows`` rows."""
     values = column_values(column, num_rows)
-    if len(values) != num_rows:
-        raise TargetRejectedError(
-            f"field {column.field_name}: {len(values)} values for {num_rows} rows"
-        )
+    check_count(column, len(values), num_rows)
     return values

@@ -22,10 +22,16 @@ import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from metastore.fenced import Fence
+from metastore.tls_files import TlsFiles
 from replicator.codec.wkb import WkbError, geometry_columns_as_wkt
 from replicator.errors import Rejection, SinkError, TargetRejectedError, TaskFailedError
 from replicator.sinks.column_merge import merge_columns
-from replicator.sinks.milvus_channel import auth_metadata, open_channel, target_address
+from replicator.sinks.milvus_channel import (
+    auth_metadata,
+    open_channel,
+    target_address,
+    tls_paths,
+)
 from replicator.sinks.milvus_rbac import TargetRbac
 from replicator.sinks.milvus_status import call_failure, checked_reply
 from replicator.sinks.schema_check import dropped_clustering_keys, require_fields
@@ -50,17 +56,39 @@ class MilvusTarget:
         self.address = address
         self._connect = connect
         self._timeout = timeout
+        self._secure = secure
+        # its TLS files, read again when they change (a rotation: metastore/tls_files.py)
+        self._files = TlsFiles(*(tls_paths(connect) if secure else ()))
+        mark = self._files.mark()
         self._channel = open_channel(address, secure, connect)
+        self._files.accept(mark)
         self._stub = milvus_pb2_grpc.MilvusServiceStub(self._channel)
         # set by a task's runner: no call once it is closed, and none outlasting its lease
         self.fence: Fence | None = None
         # a note for the operator: a task's runner sets its warnings (progress.warnings)
         self.warn: Callable[[str], None] = _log_warning
         self._metadata = auth_metadata(connect)
-        self._target: Target | None = None
 
     def close(self) -> None:
         self._channel.close()
+
+    def _reopen_if_rotated(self) -> None:
+        """A new channel when the TLS files changed since this one was made (a target serves
+        one thread: no call is under way on the old one, which is closed). Files that cannot
+        be read yet (half-written) leave the old channel in use until the next check."""
+        mark = self._files.changed()
+        if mark is None:
+            return
+        try:
+            channel = open_channel(self.address, self._secure, self._connect)
+        except OSError as exc:
+            log.warning("target %s: its TLS files changed, unreadable: %s", self.address, exc)
+            return
+        old, self._channel = self._channel, channel
+        self._stub = milvus_pb2_grpc.MilvusServiceStub(channel)
+        self._files.accept(mark)
+        old.close()
+        log.info("target %s: its TLS files changed; reconnected with them", self.address)
 
     def sibling(self) -> MilvusTarget:
         """A connection of its own to the same target (for another thread of the task)."""
@@ -75,6 +103,7 @@ class MilvusTarget:
         if self.fence is not None:
             self.fence.check()
             timeout = min(timeout, self.fence.remaining())
+        self._reopen_if_rotated()
         try:
             response = getattr(self._stub, method)(
                 request, timeout=timeout, metadata=self._metadata
@@ -130,12 +159,14 @@ class MilvusTarget:
         return True
 
     def target(self) -> Target:
-        """What this target is (a Milvus of a version, Milvus Lite), asked once: what it can
-        hold is decided from it before a collection is created (:mod:`target_capabilities`)."""
-        if self._target is None:
-            response = self._call("GetVersion", milvus_pb2.GetVersionRequest(), "get version")
-            self._target = target_of(str(response.version))
-        return self._target
+        """What this target is (a Milvus of a version, Milvus Lite), asked before every DDL that
+        depends on it (a collection created, a field or a function added: what it can hold is
+        decided from it, :mod:`target_capabilities`). Never kept: the channel reconnects by
+        itself, and a server replaced or downgraded behind the same address answers then (a
+        version kept from the first connection let a 2.3 target receive what it cannot hold);
+        a DDL is rare, one more call costs nothing."""
+        response = self._call("GetVersion", milvus_pb2.GetVersionRequest(), "get version")
+        return target_of(str(response.version))
 
     def _require_fields(self, db: str, name: str, source: schema_pb2.CollectionSchema) -> None:
         """The collection on the target holds every field of ``source``, or the task stops
@@ -335,12 +366,31 @@ class MilvusTarget:
         )
 
     def add_collection_field(self, db: str, name: str, field: schema_pb2.FieldSchema) -> None:
+        """Add ``field``, once the target's version says it holds its type and features."""
+        held = schema_pb2.CollectionSchema(fields=[field])
+        require_holdable(f"{db}.{name}", held, self.target(), f"field {field.name} is not added")
         self._call(
             "AddCollectionField",
             milvus_pb2.AddCollectionFieldRequest(
                 db_name=db, collection_name=name, schema=field.SerializeToString()
             ),
             f"add field {field.name} to {db}.{name}",
+        )
+
+    def add_collection_function(
+        self, db: str, name: str, function: schema_pb2.FunctionSchema
+    ) -> None:
+        """Add ``function`` (BM25, text embedding) to the collection, once the target's version
+        says it holds the function's kind (Milvus 2.6 offers AddCollectionFunction)."""
+        held = schema_pb2.CollectionSchema(functions=[function])
+        doing = f"function {function.name} is not added"
+        require_holdable(f"{db}.{name}", held, self.target(), doing)
+        self._call(
+            "AddCollectionFunction",
+            milvus_pb2.AddCollectionFunctionRequest(
+                db_name=db, collection_name=name, functionSchema=function
+            ),
+            f"add function {function.name} to {db}.{name}",
         )
 
     def truncate_collection(self, db: str, name: str) -> None:

@@ -28,6 +28,17 @@ def _read(path: str) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
+def tls_paths(connect: dict[str, Any]) -> tuple[str, str, str]:
+    """The CA, client certificate and key files of ``connect``'s ``dial_config`` ("" for one
+    not given)."""
+    dial = connect.get("dial_config") or {}
+    return (
+        dial.get("ca_pem_path") or dial.get("server_pem_path") or "",
+        dial.get("client_pem_path") or "",
+        dial.get("client_key_path") or "",
+    )
+
+
 def open_channel(address: str, secure: bool, connect: dict[str, Any]) -> grpc.Channel:
     """A channel to ``address``, with TLS (``connect``'s ``dial_config``) when ``secure``."""
     options = [
@@ -38,10 +49,9 @@ def open_channel(address: str, secure: bool, connect: dict[str, Any]) -> grpc.Ch
         dial = connect.get("dial_config") or {}
         if dial.get("server_name"):
             options.append(("grpc.ssl_target_name_override", dial["server_name"]))
+        ca, cert, key = tls_paths(connect)
         creds = grpc.ssl_channel_credentials(
-            root_certificates=_read(dial.get("ca_pem_path") or dial.get("server_pem_path", "")),
-            private_key=_read(dial.get("client_key_path", "")),
-            certificate_chain=_read(dial.get("client_pem_path", "")),
+            root_certificates=_read(ca), private_key=_read(key), certificate_chain=_read(cert)
         )
         return grpc.secure_channel(address, creds, options=options)
     return grpc.insecure_channel(address, options=options)
@@ -103,4 +113,5 @@ __all__ = [
     "open_channel",
     "pymilvus_tls_kwargs",
     "target_address",
+    "tls_paths",
 ]

@@ -316,15 +316,21 @@ def unholdable(schema: schema_pb2.CollectionSchema, target: Target) -> list[str]
     return lost
 
 
-def require_holdable(what: str, schema: schema_pb2.CollectionSchema, target: Target) -> None:
-    """Stop the task (``TaskFailedError``) before the collection ``what`` is created on a
-    target that cannot hold a field of it."""
+def require_holdable(
+    what: str,
+    schema: schema_pb2.CollectionSchema,
+    target: Target,
+    doing: str = "the collection is not created",
+) -> None:
+    """Stop the task (``TaskFailedError``) before the collection ``what`` is created (or, as
+    ``doing`` says, a field or a function added) on a target that cannot hold a field of
+    ``schema``."""
     lost = unholdable(schema, target)
     if lost:
         raise TaskFailedError(
             f"collection {what}: the target ({target}) cannot hold field {'; '.join(lost)} "
-            "of the source's schema, so the collection is not created there: replicate to a "
-            "target that supports the type, or leave the collection out of the task"
+            f"of the source's schema, so {doing} there: replicate to a target that supports "
+            "the type, or leave the collection out of the task"
         )
 
 

@@ -255,6 +255,18 @@ class TargetModel:
         detail = {"field": field_view(added)}
         return common_pb2.Status(), [Change("add_field", db, r.collection_name, detail)]
 
+    def _AddCollectionFunction(self, r: Any) -> tuple[Any, list[Change]]:
+        db = r.db_name or DEFAULT_DB
+        collection = self._collection(db, r.collection_name)
+        schema = self.schema(db, r.collection_name)
+        added = r.functionSchema
+        if any(f.name == added.name for f in schema.functions):
+            raise _exists(f"function {added.name} of {db}.{r.collection_name}")
+        schema.functions.append(added)
+        collection["schema"] = base64.b64encode(schema.SerializeToString()).decode()
+        detail = {"function": function_view(added)}
+        return common_pb2.Status(), [Change("add_function", db, r.collection_name, detail)]
+
     def _TruncateCollection(self, r: Any) -> tuple[Any, list[Change]]:
         db = r.db_name or DEFAULT_DB
         self._collection(db, r.collection_name)

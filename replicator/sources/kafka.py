@@ -3,7 +3,6 @@ the same name; a record's id is its offset, 8 bytes little-endian, as Milvus's o
 
 from __future__ import annotations
 
-import re
 import struct
 import threading
 import uuid
@@ -14,6 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from metastore import Position
 from replicator.events import RawRecord
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalTruncatedError
+from replicator.sources.kafka_logs import TIMING, LibrdkafkaLog
 
 BACKEND = "kafka"
 _PARTITION = 0
@@ -28,27 +28,34 @@ WATERMARK_TIMEOUT = 10.0
 FETCH_WAIT_MS = 500
 
 
-# librdkafka's errors that say the brokers answer but turn this client away, and the timing it
-# appends to their text, with the count of repeats it did not report (rdkafka_broker.c: " (after
-# 2ms in state SSL_HANDSHAKE, 1 identical error(s) suppressed)"), dropped: the reason reads
-# the same at every attempt
+# librdkafka's errors that say the brokers answer but turn this client away
 _REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
-_TIMING = re.compile(r" \(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)$")
 
 
-class BrokerRefusals:
-    """The ``error_cb`` of a client: keeps the last refusal (SASL authentication failed, a
-    certificate not verified), which librdkafka reports only there; its calls then fail with
-    "all broker connections are down" alone."""
+class BrokerRefusals(LibrdkafkaLog):
+    """The ``error_cb`` and ``logger`` of a client: keeps the last refusal (SASL authentication
+    failed, a certificate not verified, a TLS client at a plaintext listener), which librdkafka
+    reports only there or only in its log; its calls then fail with "all broker connections are
+    down" alone. Its log lines go to the "librdkafka" logger (kafka_logs.py)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
-        self.last = ""
+        self.refusal = ""
 
     def __call__(self, error: KafkaError) -> None:
         if error.code() in _REFUSALS:
             with self._lock:
-                self.last = _TIMING.sub("", error.str())
+                self.refusal = TIMING.sub("", error.str())
+
+    @property
+    def last(self) -> str:
+        """The refusal: librdkafka's error, else its log's."""
+        return self.refusal or self.failure
+
+    @last.setter
+    def last(self, value: str) -> None:
+        self.refusal = self.failure = value
 
     def explain(self, failure: object) -> str:
         """The refusal behind ``failure`` when there is one (it says more), else ``failure``."""
@@ -84,6 +91,7 @@ class KafkaChannelReader:
                 # prefetch at most this much per channel (librdkafka's default is 64 MB)
                 "queued.max.messages.kbytes": READ_BYTES // 1024,
                 "error_cb": self._refusals,
+                "logger": self._refusals,
             }
         )
         self.seek(start)
@@ -168,6 +176,7 @@ class KafkaSource:
             **self._config,
             "group.id": f"milvus-cdc-{uuid.uuid4().hex}",
             "error_cb": refusals,
+            "logger": refusals,
         }
         if timeout is not None:  # a broker that accepts and never answers: given up as soon
             config["socket.timeout.ms"] = max(10, int(wait * 1000))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -29,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 from etcd3.exceptions import Etcd3Exception
 
 from metastore.sealed import secrets_problem
+from metastore.tls_files import certificate_expiry
 from replicator.config.redaction import secret_values
 from replicator.config.secret_keys import open_task_store
 from replicator.config.settings import CdcSettings
@@ -44,6 +46,13 @@ from replicator.sources.kafka import BrokerRefusals
 from server.cli.client import secret_from_env
 from server.cli.render import table
 from server.errors import TargetUnreachableError
+from server.tasks.certificates import (
+    CertificateWatch,
+    ClientCertificate,
+    daemon_certificates,
+    expiry_warning,
+    milvus_certificates,
+)
 from server.tasks.target_check import check_target_reachable, describe_target
 
 # a target to check, or why it cannot be checked
@@ -175,6 +184,24 @@ def check_kafka_target(param: dict[str, Any], timeout: float) -> tuple[str, str]
     return "kafka", detail if missing else "topics present"
 
 
+def _certificate(watch: CertificateWatch, cert: ClientCertificate) -> Callable[[], tuple[str, str]]:
+    """A client certificate's expiry: failed once expired, a warning within the warning's
+    reach (``scheduler.certificateWarningDays``)."""
+
+    def check() -> tuple[str, str]:
+        expiry = certificate_expiry(cert.path)
+        if expiry is None:
+            raise CheckFailedError(f"{cert.path}: no certificate can be read there")
+        now = time.time()
+        if expiry.expired(now):
+            raise CheckFailedError(expiry_warning(cert, expiry, now))
+        if watch.due(cert, now) is not None:
+            return "", f"WARNING: {expiry_warning(cert, expiry, now)}"
+        return "", f"{cert.path} expires at {expiry.when}"
+
+    return check
+
+
 # --- running them --------------------------------------------------------------------------------
 def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
     connect: dict[str, Any] = {"uri": args.target, "connect_timeout": max(1, int(args.timeout))}
@@ -188,6 +215,8 @@ def _target_connect(args: argparse.Namespace) -> dict[str, Any]:
 
 def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str, Target]]:
     """(name, connect param or the reason it cannot be checked) per stored task."""
+    from server.tasks.cluster_target import as_configured  # a named target: as configured
+
     store = open_task_store(settings)  # the targets' passwords are stored sealed
     try:
         found: list[tuple[str, Target]] = []
@@ -198,7 +227,7 @@ def _task_targets(settings: CdcSettings, task_ids: list[str]) -> list[tuple[str,
                 found.append((f"target of task {task_id}", "no such task in the metastore"))
             elif problem is not None:
                 found.append((f"target of task {task_id}", problem))
-            elif (spec := TaskSpec.of(task)).is_kafka:
+            elif (spec := as_configured(TaskSpec.of(task), settings)).is_kafka:
                 found.append((f"target of task {task_id}", {"kafka": spec.target_param}))
             else:
                 found.append((f"target of task {task_id}", spec.target_param))
@@ -244,6 +273,14 @@ def run_checks(args: argparse.Namespace, settings: CdcSettings) -> list[CheckRes
         planned.append((name, describe_target(connect), functools.partial(check_target, connect)))
     if targets:
         import pymilvus  # noqa: F401 - imported here: concurrent first imports in threads deadlock
+
+    certificates = daemon_certificates(settings)
+    for _, connect in targets:
+        if isinstance(connect, dict) and "kafka" not in connect:
+            certificates += milvus_certificates(connect)
+    watch = CertificateWatch(settings.scheduler.certificateWarningDays)
+    for cert in dict.fromkeys(certificates):
+        planned.append(("certificate", f"{cert.role} {cert.endpoint}", _certificate(watch, cert)))
 
     results = []
     pool = ThreadPoolExecutor(max_workers=len(planned))

@@ -52,7 +52,7 @@ class TaskOperations(Protocol):
     async def runner_stopped(self, task_id: str) -> bool:
         """Whether no live fleet member runs the task."""
 
-    async def resume(self, task_id: str, job: str = "") -> TaskRecord:
+    async def resume(self, task_id: str, *, job: str = "") -> TaskRecord:
         """Resume a task; ``job``: the job resuming it."""
 
     async def set_reason(self, task_id: str, reason: str) -> TaskRecord:

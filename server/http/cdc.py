@@ -36,6 +36,7 @@ from server.tasks.requests import (
     CreateRequest,
     DeleteRequest,
     ListRequest,
+    ResumeRequest,
     TaskIdRequest,
     VerifyRequest,
     parse_model,
@@ -69,7 +70,8 @@ async def _pause(app: web.Application, data: Any) -> dict[str, Any]:
 
 async def _resume(app: web.Application, data: Any) -> dict[str, Any]:
     sup = app[SUPERVISOR]
-    await sup.resume(parse_model(TaskIdRequest, data).task_id)
+    request = parse_model(ResumeRequest, data)
+    await sup.resume(request.task_id, request.milvus_connect_param)
     return {}
 
 

@@ -48,10 +48,18 @@ async def readyz(request: web.Request) -> web.Response:
     if missing is not None:  # key ids only, never a key
         body = {"status": "not ready", "reason": f"secrets: {missing}", **watch}
         return web.json_response({**body, "missing_keys": list(missing.missing)}, status=503)
+    problem = supervisor.format_problem if supervisor is not None else ""
+    if problem:  # another member raised the store's format past what this release reads
+        body = {"status": "not ready", "reason": f"metastore format: {problem}", **watch}
+        return web.json_response(body, status=503)
     # tasks this release cannot read (a newer release's): left to a member that can
     left_alone = supervisor.left_alone() if supervisor is not None else {}
     alone = {"tasks_left_alone": left_alone} if left_alone else {}
-    return web.json_response({"status": "ok", **watch, **alone})
+    # client certificates expired or expiring soon: warnings (the daemon still serves; the
+    # tasks whose endpoints refuse them say so in their reasons)
+    notices = jobs.certificates.notices() if jobs is not None else []
+    certificates = {"certificates": notices} if notices else {}
+    return web.json_response({"status": "ok", **watch, **alone, **certificates})
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:

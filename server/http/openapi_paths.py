@@ -192,11 +192,19 @@ def path_items() -> dict[str, Any]:
             **task_op,
             "post": {
                 "operationId": "resumeTask",
-                "summary": "Resume a task from its saved positions",
+                "summary": "Resume a task from its saved positions (with the target's new "
+                "credentials, when given)",
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": ref("ResumeBody")}},
+                },
                 "responses": {
                     "200": _json(_TASK_ANSWER, "Running (or Failed when it cannot start)"),
                     **_TASK_ERRORS,
                     **_CROSS_SITE,
+                    "400": problem_answer(
+                        "Credentials that cannot be taken, or that the target refuses (named)"
+                    ),
                     "409": problem_answer("Already Running"),
                 },
             },
@@ -409,14 +417,15 @@ def path_items() -> dict[str, Any]:
         "/readyz": {
             "get": {
                 "operationId": "readyz",
-                "summary": "Ready to serve: not draining, the metastore answers, and the key "
-                "ring holds every key the stored secrets are encrypted with",
+                "summary": "Ready to serve: not draining, the metastore answers, its format is "
+                "one this release reads, and the key ring holds every key the stored secrets "
+                "are encrypted with",
                 "responses": {
                     "200": _json({"type": "object"}, "Ready"),
                     "503": _json(
                         {"type": "object"},
-                        "Draining, the metastore is down, or keys are missing (the reason and "
-                        "missing_keys name their ids)",
+                        "Draining, the metastore is down or in a format this release does not "
+                        "read, or keys are missing (the reason and missing_keys name their ids)",
                     ),
                 },
             }

@@ -180,7 +180,8 @@ def component_schemas() -> dict[str, Any]:
             "request_data": {
                 "type": ["object", "null"],
                 "description": "create: a CreateRequest; delete: {task_id, ignore_not_found}; "
-                "pause, resume, get, position: {task_id}; list: {}; backfill: {task_id, "
+                "pause, get, position: {task_id}; resume: {task_id, milvus_connect_param "
+                "(ours: new credentials, as ResumeBody)}; list: {}; backfill: {task_id, "
                 "collections} (ours); verify: {task_id, collections, repair} (ours); "
                 "switchover: {task_id, max_lag_seconds, timeout_seconds} (ours); failover: "
                 "{task_id, export_seconds} (ours); failback: {task_id} (ours)",
@@ -269,6 +270,25 @@ def component_schemas() -> dict[str, Any]:
                     "default": 60,
                     "description": "how long the export of what the target lacks may read the "
                     "source's WAL (0: no export)",
+                },
+            },
+        },
+        "ResumeBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "ours: the target Milvus's new credentials (a password or token "
+            "rotated, TLS files moved); tried on the target first; a Running task is paused "
+            "for them and goes on from its positions",
+            "properties": {
+                "milvus_connect_param": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "username": {"type": "string"},
+                        "password": {"type": "string", "writeOnly": True},
+                        "token": {"type": "string", "writeOnly": True},
+                        "dial_config": ref("DialConfig"),
+                    },
                 },
             },
         },

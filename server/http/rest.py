@@ -69,6 +69,7 @@ from server.tasks import state_history
 from server.tasks.requests import (
     BackfillRequest,
     CreateRequest,
+    ResumeBody,
     TaskIdRequest,
     VerifyRequest,
     parse_model,
@@ -186,16 +187,27 @@ async def create_task(request: web.Request) -> web.Response:
 
 
 def _one_task(verb: str) -> Resource:
-    """get, pause and resume: a supervisor call on the path's task, answered with the task."""
+    """get and pause: a supervisor call on the path's task, answered with the task."""
 
     @resource(verb)
     async def handler(request: web.Request) -> web.Response:
         supervisor = request.app[SUPERVISOR]
-        call = {"get": supervisor.get, "pause": supervisor.pause, "resume": supervisor.resume}
+        call = {"get": supervisor.get, "pause": supervisor.pause}
         task = await call[verb](_task_id(request))
         return json_response({"task": await one_view(request, task)})
 
     return handler
+
+
+@resource("resume")
+async def resume_task(request: web.Request) -> web.Response:
+    """Resume; a body's ``milvus_connect_param`` gives the target's new credentials."""
+    credentials = None
+    if request.can_read_body:
+        data = await read_json(request, request.app[SETTINGS].maxRequestBytes)
+        credentials = parse_model(ResumeBody, data, "body").milvus_connect_param
+    task = await request.app[SUPERVISOR].resume(_task_id(request), credentials)
+    return json_response({"task": await one_view(request, task)})
 
 
 @resource("delete")
@@ -310,7 +322,7 @@ ROUTES: list[tuple[str, str, Resource]] = [
     ("GET", "/tasks/{task_id}", _one_task("get")),
     ("DELETE", "/tasks/{task_id}", delete_task),
     ("POST", "/tasks/{task_id}/pause", _one_task("pause")),
-    ("POST", "/tasks/{task_id}/resume", _one_task("resume")),
+    ("POST", "/tasks/{task_id}/resume", resume_task),
     ("GET", "/tasks/{task_id}/positions", task_positions),
     ("GET", "/tasks/{task_id}/history", task_history),
     ("POST", "/tasks/{task_id}/backfill", backfill_task),

@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +56,13 @@ from server.errors import ApiError
 from server.logs import log_context
 from server.runtime.store_format import RETRY_SECONDS, StoreFormatKeeper
 from server.runtime.verify_schedule import run_scheduled
+from server.tasks.certificates import (
+    CertificateCollector,
+    CertificateWatch,
+    ClientCertificate,
+    source_certificates,
+    target_certificates,
+)
 from server.tasks.reachability import Endpoint, ReachabilityWatch, source_endpoints, target_endpoint
 from server.tasks.supervisor import TaskSupervisor
 
@@ -333,11 +340,14 @@ class DaemonJobs:
         source_of: SourceOf | None = None,
         recover_jobs: Callable[[], Awaitable[None]] | None = None,
         store_format: StoreFormatKeeper | None = None,
+        certificates: Sequence[ClientCertificate] = (),
     ):
         """``source_of``: the source cluster a task reads (``CdcSettings.source_of``); None: the
         sources are not probed. ``recover_jobs``: finishes or rolls back the disaster-recovery
         jobs a stopped daemon left (``DisasterRecovery.recover``). ``store_format``: raises the
-        store's format once every fleet member reads it."""
+        store's format once every fleet member reads it. ``certificates``: the daemon's own
+        client certificates (server/tasks/certificates.py), looked at with the tasks' at each
+        reachability round."""
         self.recover_jobs = recover_jobs
         self.store_format = store_format
         self.settings = settings
@@ -349,6 +359,8 @@ class DaemonJobs:
         self.health = MetastoreHealth()
         self.retrier = TransientRetrier(settings.retry)
         self.reachability = ReachabilityWatch()
+        self.daemon_certificates = list(certificates)
+        self.certificates = CertificateWatch(settings.certificateWarningDays)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
 
     async def sample_progress(self) -> None:
@@ -366,8 +378,16 @@ class DaemonJobs:
         }
         probed = [endpoint for endpoints in used.values() for endpoint in endpoints]
         outages = await in_daemon_thread(self.reachability.check, probed)
+        certificates = {
+            task_id: [*self._source_certificates(spec), *target_certificates(spec)]
+            for task_id, spec, _ in runners
+        }
+        everyone = [cert for certs in certificates.values() for cert in certs]
+        await asyncio.to_thread(self.certificates.look, [*self.daemon_certificates, *everyone])
+        now = time.time()
         for task_id, _, runner in runners:
             warnings = [outages[e.key].warning(e) for e in used[task_id] if e.key in outages]
+            warnings += self.certificates.warnings(certificates[task_id], now)
             try:
                 await asyncio.to_thread(runner.unreachable, warnings)
             except (MetaStoreError, CdcError) as exc:
@@ -380,6 +400,14 @@ class DaemonJobs:
         try:
             return source_endpoints(self.source_of(spec))
         except KeyError:  # a cluster no longer configured: the runner says so itself
+            return []
+
+    def _source_certificates(self, spec: TaskSpec) -> list[ClientCertificate]:
+        if self.source_of is None:
+            return []
+        try:
+            return source_certificates(self.source_of(spec))
+        except KeyError:
             return []
 
     async def recover_switchovers(self) -> None:
@@ -451,6 +479,7 @@ def install_jobs(
     settings: SchedulerSettings,
     verify: VerifySettings | None = None,
     source_of: SourceOf | None = None,
+    certificates: Sequence[ClientCertificate] = (),
 ) -> None:
     """Run the jobs while the application runs (after the supervisor is up, stopped before it
     drains)."""
@@ -466,8 +495,10 @@ def install_jobs(
             source_of,
             recover,
             app.get(STORE_FORMAT),
+            certificates,
         )
         app[METRICS].registry.register(_JobsCollector(jobs))
+        app[METRICS].registry.register(CertificateCollector(jobs.certificates))
         app[JOBS] = jobs
         jobs.start()
         yield

@@ -67,7 +67,7 @@ class TaskCreation:
         self._runs = runs
         self._store = runs.store
         self._settings = settings
-        self._target_checker = target_checker
+        self.target_checker = target_checker
         self.fleet = runs.fleet
 
     async def create(
@@ -85,7 +85,7 @@ class TaskCreation:
         if spec.is_kafka:
             version = await asyncio.to_thread(check_kafka_reachable, spec.target_param)
         else:
-            version = await asyncio.to_thread(self._target_checker, spec.target_param)
+            version = await asyncio.to_thread(self.target_checker, spec.target_param)
         log.info("target %s answered, version %s", spec.target_label(), version)
         if spec.backfill_collections:  # its Spark executors read the source Milvus
             source = self._settings.source_of(spec)

@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -29,6 +30,7 @@ from replicator.pipeline.runner import ReplicationRunner, RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared_source import SharedSource
+from server.tasks.cluster_target import ClusterTargets
 from server.tasks.spec import backfill_unavailable
 
 T = TypeVar("T")
@@ -43,12 +45,14 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     one of ``clusters``), through that cluster's context, made once and shared by its tasks."""
     contexts: dict[str, RunnerContext] = {}
     lock = threading.Lock()
+    targets = ClusterTargets(settings)  # a target_cluster's Milvus as configured now
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
         name = TaskSpec.of(task).source_name
         with lock:
             if name not in contexts:
-                contexts[name] = cluster_context(settings, name)
+                context = cluster_context(settings, name)
+                contexts[name] = replace(context, target_factory=targets.open)
             context = contexts[name]
         return ReplicationRunner(task, store, on_failure, context)
 

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metastore import Lease, Member, MetaStoreError, TaskRecord
-from metastore.format import STORE_FORMAT
+from metastore.errors import StoreFormatError
+from metastore.format import STORE_FORMAT, check_readable
 from metastore.sealed import MissingKeys, secrets_problem
 from replicator.config.release import RELEASE
 from replicator.config.settings import CdcSettings
@@ -63,6 +64,9 @@ class FleetRounds:
         # what this daemon's key ring lacks of the keys the store's secrets are sealed with, as
         # of the last round: while it lacks any, it is not ready and takes no task
         self.missing_keys: MissingKeys | None = None
+        # why the store's format, read again at each heartbeat, is past what this release reads
+        # (another member raised it): while set, it runs and takes no task ("" : none)
+        self.format_problem = ""
         self.members: list[Member] = []  # the fleet, as of the last round
         self.remote: dict[str, dict[str, Any]] = {}  # progress other members publish
         self._loops: list[asyncio.Task[None]] = []  # the heartbeat and the rounds
@@ -172,7 +176,35 @@ class FleetRounds:
         }
         if self.missing_keys is not None:  # key ids only: the others leave it out of the share
             info["missing_keys"] = list(self.missing_keys.missing)
+        if self.format_problem:  # the others leave it out of the share too
+            info["store_unreadable"] = True
         return info
+
+    def read_format_problem(self) -> str:
+        """Why this release cannot read the store's format now ("": it can). A store that does
+        not answer says nothing new: the heartbeat's own failure tells of it."""
+        try:
+            check_readable(self._store, RELEASE)
+        except StoreFormatError as exc:
+            return str(exc)
+        except MetaStoreError:
+            return self.format_problem
+        return ""
+
+    def note_format_problem(self, problem: str) -> None:
+        """Remember why the store cannot be read; say it once when that changes."""
+        if problem == self.format_problem:
+            return
+        self.format_problem = problem
+        if problem:
+            log.error(
+                "fleet member %s is not ready: %s. It stops its runners, gives up their leases "
+                "and takes no task",
+                self.fleet.member_id,
+                problem,
+            )
+        else:
+            log.info("fleet member %s reads the metastore's format again", self.fleet.member_id)
 
     def read_missing_keys(self) -> MissingKeys | None:
         return self._key_check() if self._key_check is not None else None
@@ -214,15 +246,20 @@ class FleetRounds:
         sent = time.monotonic()
         info = self._member_info()
 
-        def beat() -> float:
+        def beat() -> tuple[float, str]:
             self._store.heartbeat(fleet.member_id, info, fleet.lease_seconds)
-            return time.monotonic()  # when the answer came, not when this loop got to it
+            # when the answer came, not when this loop got to it; and the store's format read
+            # again (a newer member may have raised it past what this release reads)
+            return time.monotonic(), self.read_format_problem()
 
         try:
-            acknowledged = await asyncio.get_running_loop().run_in_executor(self._beats, beat)
+            acknowledged, problem = await asyncio.get_running_loop().run_in_executor(
+                self._beats, beat
+            )
         except MetaStoreError as exc:
             await self._store_lost(exc)
             return
+        self.note_format_problem(problem)
         term = fleet.clock.term
         fleet.renewed(sent, acknowledged)
         if fleet.clock.term != term:
@@ -283,14 +320,21 @@ class FleetRounds:
                 fleet.member_id,
                 {task.task_id: task.state for task in tasks},
                 leases,
-                # the tasks are shared among the members that can open their secrets
-                sum(not m.info.get("missing_keys") for m in members),
+                # the tasks are shared among the members that can open their secrets and read
+                # the store's format
+                sum(
+                    not m.info.get("missing_keys") and not m.info.get("store_unreadable")
+                    for m in members
+                ),
                 {
                     task_id: fence.lease
                     for task_id, fence in self._runs.fences.items()
                     if fence.lease
                 },
             )
+            if self.format_problem:  # a store it cannot read: nothing run, nothing held
+                await self._give_up_everything(leases)
+                return
             for task_id in plan.stop:
                 fence = self._runs.fences.get(task_id)
                 lost = fence is not None and leases.get(task_id) != fence.lease
@@ -309,6 +353,17 @@ class FleetRounds:
             for task_id in plan.take if self.missing_keys is None else ():
                 await self._run_round_action(
                     task_id, self._take_free_task(by_id[task_id], previous.get(task_id))
+                )
+
+    async def _give_up_everything(self, leases: dict[str, Lease]) -> None:
+        """Stop every runner and release every lease of this member (the store's format is past
+        what it reads): members that read it take the tasks."""
+        for task_id in list(self._runs.runners):
+            await self._runs.stop_local_runner(task_id, revoke=False)
+        for lease in leases.values():
+            if lease.owner == self.fleet.member_id:
+                await self._run_round_action(
+                    lease.task_id, asyncio.to_thread(self._store.release_lease, lease)
                 )
 
     async def _run_round_action(self, task_id: str, action: Awaitable[Any]) -> None:

@@ -40,13 +40,15 @@ from replicator.config.connections import SourceSettings
 from replicator.config.stores import etcd_client_for, explain_etcd
 from replicator.config.task_spec import TaskSpec
 from replicator.pipeline.status import unreachable_warning
-from server.tasks.target_check import check_target_reachable, describe_target
+from server.tasks.target_check import (
+    TargetRefusedError,
+    check_target_reachable,
+    describe_target,
+)
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 2.0
-_QUIET = logging.getLogger("server.tasks.reachability.kafka")  # librdkafka's retry noise, dropped
-_QUIET.setLevel(logging.CRITICAL)
 
 Probe = Callable[[float], None]  # raises when the endpoint does not answer within the timeout
 
@@ -86,7 +88,7 @@ def _kafka_probe(config: Mapping[str, Any]) -> Probe:
         settings: dict[str, Any] = {
             **config,
             "socket.timeout.ms": int(timeout * 1000),
-            "logger": _QUIET,
+            "logger": refusals,  # librdkafka's lines, rate-limited; a refusal it only logs
             "error_cb": refusals,
         }
         admin = AdminClient(settings)
@@ -175,7 +177,10 @@ def target_endpoint(spec: TaskSpec) -> Endpoint:
     connect = spec.target_param
 
     def probe(timeout: float) -> None:
-        check_target_reachable({**connect, "connect_timeout": timeout})
+        try:
+            check_target_reachable({**connect, "connect_timeout": timeout})
+        except TargetRefusedError as exc:  # an expired certificate, a new CA, a new password
+            raise RefusedError(exc.refusal) from None
 
     return Endpoint("target", _no_credentials(describe_target(connect)), probe)
 

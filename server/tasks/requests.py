@@ -44,6 +44,17 @@ class MilvusConnectParam(_Strict):
     ignore_partition: bool = False
 
 
+class CredentialsUpdate(_Strict):
+    """ours: new credentials for a task's target Milvus, given at ``resume`` (a password or
+    token rotated, certificates moved): these keys replace the stored ones, the rest of its
+    ``milvus_connect_param`` (its address) stays."""
+
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+    dial_config: DialConfig | None = None
+
+
 class KafkaSasl(_Strict):
     username: str = ""
     password: SecretStr = SecretStr("")
@@ -142,6 +153,17 @@ class TaskIdRequest(_Strict):
         if not value:
             raise ValueError("task_id is empty")
         return value
+
+
+class ResumeRequest(TaskIdRequest):
+    # ours (a Go client sends task_id alone): the target's new credentials
+    milvus_connect_param: CredentialsUpdate | None = None
+
+
+class ResumeBody(_Strict):
+    """``POST /v1/tasks/{task_id}/resume``'s body, when there is one."""
+
+    milvus_connect_param: CredentialsUpdate | None = None
 
 
 class DeleteRequest(TaskIdRequest):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from replicator.config.milvus_endpoint import dial_config
+from replicator.config.milvus_endpoint import SourceMilvusSettings, dial_config
 from replicator.config.settings import DEFAULT_SOURCE, CdcSettings
 from replicator.config.task_spec import DEFAULT_CONNECT_TIMEOUT, DEFAULT_DB, TaskSpec
 from replicator.pipeline.selection import WILDCARD, Selection, selection_matches
@@ -66,24 +66,11 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> TaskSpec:
     ends = _cluster_ends(req, kafka is not None, settings)
     if req.target_cluster:
         milvus = settings.cluster(req.target_cluster).milvus
-        dial = dial_config(milvus)
-        param = MilvusConnectParam(
-            uri=milvus.uri,
-            username=milvus.username,
-            password=milvus.password,
-            token=milvus.token,
-            enable_tls=milvus.tls,
-            dial_config=DialConfig(**dial) if dial else None,
-        )
-        target = {
-            "milvus_connect_param": _validate_connect(
-                param, f"clusters.{req.target_cluster}.milvus"
-            )
-        }
+        target = {"milvus_connect_param": cluster_connect(milvus, req.target_cluster)}
     elif kafka is not None:
         target = {"kafka_connect_param": _validate_kafka(kafka)}
     else:
-        target = {"milvus_connect_param": _validate_connect(req.milvus_connect_param)}
+        target = {"milvus_connect_param": validate_connect(req.milvus_connect_param)}
     selection = _validate_selection(req, settings.maxNameLength)
     mapping = _validate_name_mapping(req.name_mapping or [], selection, settings.maxNameLength)
     channel = req.rpc_channel_info or ChannelInfo()
@@ -121,6 +108,21 @@ def validate_create(req: CreateRequest, settings: CdcSettings) -> TaskSpec:
             )
         }
     return TaskSpec.from_stored(spec)
+
+
+def cluster_connect(milvus: SourceMilvusSettings, name: str) -> dict[str, Any]:
+    """A task's ``milvus_connect_param`` of the named cluster ``name``'s Milvus block (a 400
+    naming the block when it is not a valid target)."""
+    dial = dial_config(milvus)
+    param = MilvusConnectParam(
+        uri=milvus.uri,
+        username=milvus.username,
+        password=milvus.password,
+        token=milvus.token,
+        enable_tls=milvus.tls,
+        dial_config=DialConfig(**dial) if dial else None,
+    )
+    return validate_connect(param, f"clusters.{name}.milvus")
 
 
 def source_unreadable(settings: CdcSettings, cluster: str | None = None) -> str:
@@ -329,7 +331,7 @@ def _cluster_ends(req: CreateRequest, kafka: bool, settings: CdcSettings) -> dic
     return ends
 
 
-def _validate_connect(
+def validate_connect(
     param: MilvusConnectParam | None, where: str = "milvus_connect_param"
 ) -> dict[str, Any]:
     if param is None:

@@ -43,11 +43,18 @@ from replicator.config.task_spec import TaskSpec, UnreadableSpecError, without_s
 from replicator.pipeline.timings import TaskTimings
 from server.errors import BadRequestError, ConflictError, NotFoundError
 from server.logs import SecretRedactor, log_context
+from server.tasks.cluster_target import as_configured
 from server.tasks.creation import CREATING, TargetChecker, TaskCreation
+from server.tasks.credentials import with_credentials
 from server.tasks.fleet import Membership
 from server.tasks.fleet_rounds import FleetRounds, KeyCheck
 from server.tasks.local_runs import LocalRuns
-from server.tasks.requests import BackfillRequest, CreateRequest, VerifyRequest
+from server.tasks.requests import (
+    BackfillRequest,
+    CreateRequest,
+    CredentialsUpdate,
+    VerifyRequest,
+)
 from server.tasks.spec import validate_backfill, validate_verify
 from server.tasks.verify import VerifyManager
 
@@ -159,6 +166,11 @@ class TaskSupervisor:
         """What this daemon's key ring lacks, as of the last round (None: nothing)."""
         return self.rounds.missing_keys
 
+    @property
+    def format_problem(self) -> str:
+        """Why the store's format is past what this release reads, as of the last heartbeat."""
+        return self.rounds.format_problem
+
     def left_alone(self) -> dict[str, str]:
         """The tasks this release can neither read nor run (a newer release's), and why: no
         lease of theirs is taken and none of them is changed."""
@@ -188,11 +200,12 @@ class TaskSupervisor:
         return await self.creation.create(request, start_positions)
 
     def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
-        """(task id, spec, runner) of every task running on this daemon now."""
+        """(task id, spec, runner) of every task running on this daemon now (a named target
+        cluster's Milvus as configured now)."""
         for task_id in set(self.runs.runner_specs) - set(self.runs.runners):
             self.runs.runner_specs.pop(task_id, None)
         return [
-            (task_id, self.runs.runner_specs[task_id], runner)
+            (task_id, as_configured(self.runs.runner_specs[task_id], self._settings), runner)
             for task_id, runner in list(self.runs.runners.items())
             if task_id in self.runs.runner_specs
         ]
@@ -347,15 +360,31 @@ class TaskSupervisor:
                 return
             await asyncio.sleep(0.1)
 
-    async def resume(self, task_id: str, job: str = "") -> TaskRecord:
-        """Resume a task; ``job``: the disaster-recovery job resuming it ("" for an operator or
-        the daemon's retries)."""
+    async def resume(
+        self, task_id: str, credentials: CredentialsUpdate | None = None, job: str = ""
+    ) -> TaskRecord:
+        """Run a task again from its positions. ``credentials``: its target's new ones
+        (server/tasks/credentials.py), tried on the target first (a refusal is a 400 naming
+        why, nothing changed); a Running task is paused for them, then resumed. ``job``: the
+        disaster-recovery job resuming it ("" for an operator or the daemon's retries)."""
+        if credentials is not None:
+            given = TaskSpec.from_stored(with_credentials(await self.get(task_id), credentials))
+            self.runs.redactor.add(*given.secrets())
+            await asyncio.to_thread(self.creation.target_checker, given.target_param)
+            if (await self.get(task_id)).state is TaskState.RUNNING:
+                await self.pause(task_id, "pausing to take new credentials for the target")
         async with self.runs.lock:
             self.runs.changes += 1
             task = await self.get(task_id)
             if task.state is TaskState.RUNNING:
                 raise ConflictError(f"task {task_id} is already Running")
             await self._check_verb(task, "resume", job)
+            if credentials is not None:  # on the task as it is now (its revision guards it)
+                spec = with_credentials(task, credentials)
+                task = await asyncio.to_thread(
+                    self._store.replace_spec, task_id, spec, expected_revision=task.revision
+                )
+                log.info("task %s: its target's credentials replaced", task_id)
             return await self.runs.launch(task)
 
     async def backfill(self, request: BackfillRequest) -> tuple[TaskRecord, str]:

@@ -13,6 +13,15 @@ from replicator.sinks.milvus_channel import pymilvus_tls_kwargs
 from server.errors import TargetUnreachableError, UnavailableError
 
 
+class TargetRefusedError(TargetUnreachableError):
+    """The target answers and turns the daemon away; ``refusal`` says why (certificates,
+    credentials), with no secret in it."""
+
+    def __init__(self, message: str, refusal: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
 def milvus_client_kwargs(connect: dict[str, Any]) -> dict[str, Any]:
     """pymilvus ``MilvusClient`` arguments for a stored ``milvus_connect_param``."""
     if connect.get("uri"):
@@ -55,9 +64,9 @@ def check_target_reachable(
     except Exception as exc:  # noqa: BLE001 - pymilvus raises many kinds; all mean "not reachable"
         refusal = explain_target_refusal(connect)
         if refusal:  # pymilvus says only "illegal connection params or server unavailable"
-            raise TargetUnreachableError(
-                f"{what} at {describe_target(connect)} refused "
-                f"the daemon: {_scrub(refusal, connect)}"
+            refusal = _scrub(refusal, connect)
+            raise TargetRefusedError(
+                f"{what} at {describe_target(connect)} refused the daemon: {refusal}", refusal
             ) from None
         raise TargetUnreachableError(
             f"{what} at {describe_target(connect)} is not reachable "

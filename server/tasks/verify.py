@@ -27,6 +27,7 @@ from replicator.config.settings import CdcSettings
 from replicator.config.stores import etcd_client_for
 from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import SourceCatalog
+from server.tasks.cluster_target import as_configured
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class VerifyManager:
         """Save ``job`` and run it in a thread of its own (blocking: call from a thread)."""
         VerifyState(self._store, task.task_id).save_job(job)
         self._views[task.task_id] = job
-        spec = TaskSpec.of(task)
+        spec = as_configured(TaskSpec.of(task), self._settings)  # a named target: as now
         source = self._settings.source_of(spec)
         verify = self._settings.verify
         context = VerifyContext(

@@ -108,6 +108,20 @@ def kill_driver_midway(daemon: Daemon, task_id: str, ranges_done: int) -> dict:
     return seen
 
 
+def create_backfilled(daemon: Daemon, target_uri: str, name: str) -> str:
+    """Create a task of the collection ``name`` asking its backfill; the task's id."""
+    created = daemon.call(
+        "create",
+        {
+            "milvus_connect_param": {"uri": target_uri},
+            "collection_infos": [{"name": name}],
+            "backfill": {"collections": ["*"]},
+        },
+    )
+    assert created.code == 200, created.body
+    return str(created.data["task_id"])
+
+
 def wait_backfill(daemon: Daemon, task_id: str, state: str = "done", timeout: float = 600) -> dict:
     def finished() -> dict | None:
         backfill = task_view(daemon, task_id)["backfill"]
@@ -302,16 +316,7 @@ def test_a_range_that_keeps_failing_stops_the_backfill_and_streaming_goes_on(
         daemon = daemon_factory(
             **backfill_config(milvus_source, etcd_service, kafka_mock, rangeRows=1000)
         ).start()
-        created = daemon.call(
-            "create",
-            {
-                "milvus_connect_param": {"uri": milvus_source_rocksmq.uri},
-                "collection_infos": [{"name": name}],
-                "backfill": {"collections": ["*"]},
-            },
-        )
-        assert created.code == 200, created.body
-        task_id = created.data["task_id"]
+        task_id = create_backfilled(daemon, milvus_source_rocksmq.uri, name)
         backfill = wait_backfill(daemon, task_id, state="failed", timeout=240)
         reason = backfill["reason"]
         assert f"collection default.{name} range 1 [1000, +inf)" in reason, reason

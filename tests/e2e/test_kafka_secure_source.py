@@ -9,6 +9,7 @@ The stream is a Milvus 2.6 one, written as tests/e2e/test_streaming_source.py wr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -56,6 +57,7 @@ def _proxy(pki: Pki, case: str) -> ProxyConfig:
         "ssl": ProxyConfig(**server),
         "mtls+sasl_ssl": ProxyConfig(**server, client_ca_file=str(pki.ca_file), users=USERS),
         "sasl_plaintext": ProxyConfig(users=USERS),
+        "sasl_ssl at a plaintext listener": ProxyConfig(users=USERS),
         "wrong password": ProxyConfig(users=USERS),
         "wrong CA": ProxyConfig(**server),
         "wrong host": ProxyConfig(
@@ -78,6 +80,12 @@ def _kafka(pki: Pki, case: str) -> dict[str, object]:
             "ssl": {**tls, "tlsCert": str(pki.client_cert), "tlsKey": str(pki.client_key)},
         },
         "sasl_plaintext": {**sasl, "saslMechanisms": "PLAIN", "securityProtocol": "SASL_PLAINTEXT"},
+        "sasl_ssl at a plaintext listener": {
+            **sasl,
+            "saslMechanisms": "PLAIN",
+            "securityProtocol": "SASL_SSL",
+            "ssl": tls,
+        },
         "wrong password": {**sasl, "saslPassword": "not-it", "saslMechanisms": "SCRAM-SHA-256"},
         "wrong CA": {"ssl": {**tls, "tlsCaCert": str(pki.other_ca_file)}},
         "wrong host": {"ssl": tls},
@@ -212,11 +220,18 @@ def _refused(bootstrap: str, case: str) -> str:
             f"sasl_plaintext://{bootstrap}/bootstrap: SASL authentication error: "
             f"{AUTH_FAILED_MESSAGE}"
         )
+    if case == "sasl_ssl at a plaintext listener":  # librdkafka says it only in its log
+        return (
+            f"sasl_ssl://{bootstrap}/bootstrap: SSL handshake failed: Disconnected: SSL "
+            "connection closed by peer: connecting to a PLAINTEXT broker listener?"
+        )
     return f"ssl://{bootstrap}/bootstrap: {_CERT_FAILED}"
 
 
 @pytest.mark.parametrize(
-    "secure", ["wrong password", "wrong CA", "wrong host", "expired"], indirect=True
+    "secure",
+    ["wrong password", "wrong CA", "wrong host", "expired", "sasl_ssl at a plaintext listener"],
+    indirect=True,
 )
 def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
     daemon_factory, etcd_service, milvus_lite_service, secure, request
@@ -237,6 +252,13 @@ def test_a_refused_source_fails_the_create_naming_the_endpoint_and_why(
         f"not created: SourceUnavailableError: kafka: {_refused(cluster.bootstrap, case)}"
     )
     assert daemon.call("list").data["tasks"] == []  # nothing stored
+    # librdkafka's own lines ("%3|1700000000.123|FAIL|rdkafka#consumer-1| ...", about 20 a
+    # second) go through the JSON log, each distinct one once
+    lines = daemon.log_text().splitlines()
+    assert not [line for line in lines if re.match(r"%\d\|", line)], lines[:5]
+    said = [json.loads(line) for line in lines if line.startswith("{")]
+    fails = [r for r in said if r.get("logger") == "librdkafka"]
+    assert fails and len(fails) <= 4 * len({r["msg"] for r in fails}), fails
 
     # a running task's warning: what the reachability job puts in its reason
     watch = ReachabilityWatch(timeout=3)

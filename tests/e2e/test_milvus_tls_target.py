@@ -14,7 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
+from harness.dr_clusters import cluster
 from harness.milvus_source import MilvusSource, milvus_source_rocksmq
+from harness.services import wait_until
 from harness.streaming_writer import StreamingWriter
 from harness.tls import Pki, make_test_pki
 from pymilvus import MilvusClient
@@ -29,7 +32,13 @@ from tls_backfill import (
 )
 
 from replicator.config.milvus_endpoint import SourceMilvusSettings
-from tests.e2e.test_streaming_source import Stream, start_task, wait_for_collection, wait_rows
+from tests.e2e.test_streaming_source import (
+    Stream,
+    start_task,
+    task_view,
+    wait_for_collection,
+    wait_rows,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -196,3 +205,167 @@ def test_backfill_and_verify_read_a_source_with_one_way_tls(
         lambda db: root_client(tls_milvus, pki, db),
         [PASSWORD],
     )
+
+
+AUTH_REFUSED = "auth check failure, please check username and password are correct"
+
+
+def _admin_user(root: MilvusClient, prefix: str) -> tuple[str, str, str]:
+    """A new user with admin rights: its name, password, and the password it will change to."""
+    user = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    old, new = f"{prefix}-Old-Pa55-{uuid.uuid4().hex[:6]}", f"{prefix}-New-Pa55-x"
+    root.create_user(user, old)
+    root.grant_role(user, "admin")
+    return user, old, new
+
+
+def _rows_then_rotation(
+    daemon: Any,
+    stream: Stream,
+    root: MilvusClient,
+    collection_id: int,
+    name: str,
+    rotation: tuple[str, str, str],
+) -> None:
+    """Rows 0-39 of a new collection replicated; then the user's password changed on the
+    target (``rotation``: user, old, new) and rows 40-89 written."""
+    _write(stream, collection_id, name, range(40))
+    wait_for_collection(root, name)
+    wait_rows(root, name, {pk: f"row-{pk}" for pk in range(40)}, daemon=daemon)
+    root.update_password(*rotation)
+    (vchannel,) = stream.vchannels(collection_id, 1)
+    stream.writer.insert(vchannel, collection_id, range(40, 90))
+    stream.tick_all()
+
+
+def _went_on_keeping_secrets(
+    daemon: Any, root: MilvusClient, name: str, task_id: str, secrets: tuple[str, ...]
+) -> None:
+    """After a password rotation: every row of 0-89 on the target once, the probe's warning
+    (kept with the task's state) withdrawn at its next round, the task Running; then the
+    daemon stopped, ``secrets`` in none of its answers and no log line."""
+    wait_rows(root, name, {pk: f"row-{pk}" for pk in range(90)}, daemon=daemon)
+    assert root.query(name, filter="id >= 0", output_fields=["count(*)"])[0]["count(*)"] == 90
+    wait_until(
+        lambda: AUTH_REFUSED not in task_view(daemon, task_id)["reason"],
+        30,
+        "the refusal withdrawn once the target lets the daemon in",
+    )
+    assert task_view(daemon, task_id)["state"] == "Running"
+    answers = [daemon.call("list").body, daemon.call("get", {"task_id": task_id}).body]
+    daemon.stop()
+    for text in [*map(str, answers), daemon.log_text()]:
+        assert not any(secret in text for secret in secrets)
+
+
+def test_a_password_rotated_on_the_target_is_named_then_taken_at_resume(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    """The target's password changes under a running task: the task's reason names the
+    refusal; a resume with a wrong new password is refused naming why, changing nothing; one
+    with the new password goes on from the task's positions (every row once)."""
+    root = root_client(tls_milvus, pki)
+    user, old, new = _admin_user(root, "rot")
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    stream = Stream(writer, f"pw{uuid.uuid4().hex[:6]}", channels=1)
+    name = f"pw_{uuid.uuid4().hex[:6]}"
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(
+            scheduler={"reachabilitySeconds": 1}, **stream.config(etcd_service, kafka_mock)
+        ).start()
+        connect = {
+            "uri": tls_milvus.uri,
+            "username": user,
+            "password": old,
+            "dial_config": {"server_pem_path": str(pki.ca_file)},
+            "connect_timeout": 5,
+        }
+        task_id = start_task(daemon, "", stream, name, milvus_connect_param=connect)
+        _rows_then_rotation(daemon, stream, root, 73000, name, (user, old, new))
+        wait_until(
+            lambda: AUTH_REFUSED in task_view(daemon, task_id)["reason"],
+            60,
+            "the task's reason names the refusal",
+        )
+
+        wrong = {"username": user, "password": "not-the-new-one"}
+        refused = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": wrong})
+        assert (refused.status, refused.message) == (
+            400,
+            f"milvus_connect_param: target Milvus at {tls_milvus.uri} refused the daemon: "
+            f"{AUTH_REFUSED}",
+        )
+        rotated = {"username": user, "password": new}
+        resumed = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": rotated})
+        assert resumed.code == 200, resumed.body
+        _went_on_keeping_secrets(daemon, root, name, task_id, (old, new))
+    finally:
+        root.close()
+        writer.close()
+
+
+def test_a_password_rotated_on_a_target_cluster_is_read_again_from_the_file(
+    daemon_factory, etcd_service, kafka_mock, tls_milvus, pki
+):
+    """A task naming ``target_cluster`` (its credentials in the daemon's configuration): the
+    user's password changes on the Milvus under the running task, whose reason names the
+    refusal; the operator changes it in the configuration file and resumes the task (no body):
+    the file is read again, the task goes on from its positions (every row once), the password
+    in no answer and no log line."""
+    root = root_client(tls_milvus, pki)
+    user, old, new = _admin_user(root, "cl")
+    writer = StreamingWriter(kafka_mock.bootstrap)
+    stream = Stream(writer, f"cp{uuid.uuid4().hex[:6]}", channels=1)
+    name = f"cp_{uuid.uuid4().hex[:6]}"
+    target = cluster(tls_milvus, etcd_service.endpoint)
+    target["milvus"].update(username=user, password=old, ca_pem_path=str(pki.ca_file))
+    try:
+        stream.tick_all()
+        daemon = daemon_factory(
+            scheduler={"reachabilitySeconds": 1},
+            clusters={"dr": target},
+            **stream.config(etcd_service, kafka_mock),
+        ).start()
+        task_id = start_task(
+            daemon, "", stream, name, milvus_connect_param=None, target_cluster="dr"
+        )
+        _rows_then_rotation(daemon, stream, root, 74000, name, (user, old, new))
+
+        def failed() -> bool:
+            view = task_view(daemon, task_id)
+            return view["state"] == "Failed" and AUTH_REFUSED in view["reason"]
+
+        wait_until(failed, 60, "the task failed, its reason naming the refusal")
+        given = daemon.call("resume", {"task_id": task_id, "milvus_connect_param": {}})
+        assert (given.status, given.message) == (
+            400,
+            f"milvus_connect_param: task {task_id} writes to clusters.dr, whose credentials are "
+            "the daemon's configuration: change clusters.dr.milvus in its file and resume the "
+            "task without milvus_connect_param (the file is read again when the target refuses "
+            "the ones in use)",
+        )
+
+        # a file that cannot be loaded (a CA that is not there): the block in use stays, the
+        # task fails again naming the refusal, the log says why the file was not taken
+        config = yaml.safe_load(daemon.config_path.read_text())
+        milvus = config["clusters"]["dr"]["milvus"]
+        milvus.update(password=new, ca_pem_path="/no/such/ca.pem")
+        daemon.config_path.write_text(yaml.safe_dump(config))
+        assert daemon.call("resume", {"task_id": task_id}).code == 200
+        wait_until(
+            lambda: "clusters.dr.milvus not read again: " in daemon.log_text(),
+            60,
+            "the log says the file was not taken",
+        )
+        wait_until(failed, 60, "the task failed again, its reason naming the refusal")
+
+        milvus["ca_pem_path"] = str(pki.ca_file)
+        daemon.config_path.write_text(yaml.safe_dump(config))
+        resumed = daemon.call("resume", {"task_id": task_id})  # the Go tool's: task_id alone
+        assert resumed.code == 200, resumed.body
+        _went_on_keeping_secrets(daemon, root, name, task_id, (old, new))
+        assert "clusters.dr.milvus read again from the configuration" in daemon.log_text()
+    finally:
+        root.close()
+        writer.close()

@@ -448,3 +448,71 @@ def test_rows_of_a_2_6_dynamic_field_with_its_default_arrive_with_their_keys(
     stream.tick_all()
 
     dynamic_rows_arrive(daemon, task_id, target_client, name, source)
+
+
+# --- a function added later ------------------------------------------------------------------
+
+
+def _bm25_added_later(stream, coll: int, name: str) -> list[int]:
+    """The collection made without a function (its sparse field a plain one), rows written,
+    then 2.6's AlterCollection of the schema adding the BM25 function; the keys written."""
+    w = stream.writer
+    before = base_schema(name)
+    add_field(before, "text", S.VarChar, max_length=512)
+    add_field(before, "sparse", S.SparseFloatVector)
+    after = bm25_schema(name)
+    (v0,) = stream.vchannels(coll, 1)
+    w.create_collection(coll, name, [v0], schema=before)
+    rows = [{**bm25_row(p), "sparse": {p: 1.0}} for p in range(5)]
+    w.insert(v0, coll, list(range(5)), columns=wal_columns(before, rows))
+    stream.tick_all()
+    DdlWriter(w, stream.pchannel(0) + "_vcchan").alter_collection(
+        coll, [v0], ["schema"], schema=after
+    )
+    stream.tick_all()
+    return list(range(5))
+
+
+def test_a_function_added_later_stops_a_target_that_cannot_add_it_naming_it(
+    daemon_factory, etcd_service, kafka_mock, milvus_lite_service, target_client, stream
+):
+    """Milvus Lite 3.2.2 holds BM25 functions but cannot add one to a collection (no
+    AddCollectionFunction): the task stops naming the collection and the function (it used to
+    run on, the function dropped in silence: the target's sparse field stayed a plain one)."""
+    name = f"bm25later_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**stream.config(etcd_service, kafka_mock)).start()
+    task_id = start_task(daemon, milvus_lite_service.uri, stream, name)
+    _bm25_added_later(stream, 64401, name)
+    wait_until(lambda: task_view(daemon, task_id)["state"] == "Failed", 60, f"{name} stopped")
+    reason = task_view(daemon, task_id)["reason"]
+    assert (
+        f"collection default.{name}: the source added function {FUNCTION} (BM25 of text into "
+        "sparse), and the target cannot add a function (it does not offer "
+        "AddCollectionFunction)" in reason
+    ), reason
+    assert target_client.describe_collection(name)["functions"] == []
+
+
+def test_a_function_added_later_reaches_a_kafka_target_as_an_event(
+    daemon_factory, etcd_service, kafka_mock, stream
+):
+    from tests.e2e.test_kafka_sink import Rebuilt
+
+    name = f"kbm25later_{uuid.uuid4().hex[:6]}"
+    daemon, task_id = start_kafka_task(daemon_factory, etcd_service, kafka_mock, stream, name)
+    _bm25_added_later(stream, 64402, name)
+    function = {
+        "name": FUNCTION,
+        "type": "BM25",
+        "input_field_names": ["text"],
+        "output_field_names": ["sparse"],
+    }
+
+    def added() -> list[dict] | None:
+        events = Rebuilt(kafka_mock.bootstrap, f"events_{name}", task_id).ddl
+        found = [e for e in events if e["op"] == "add_function"]
+        return found or None
+
+    (event,) = wait_until(added, 60, f"the add_function event of {name}")
+    assert event["function"] == function, event
+    assert task_view(daemon, task_id)["state"] == "Running"

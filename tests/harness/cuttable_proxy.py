@@ -1,9 +1,10 @@
 """A TCP forwarder that can be cut like a network link: while cut, no byte passes either way
 and new connections hang (nothing is refused or reset, as in a partition); healed, the bytes
-held back flow again."""
+held back flow again. Redirected, it stands for another server put behind the same address."""
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -30,6 +31,17 @@ class CuttableProxy:
 
     def heal(self) -> None:
         self._flowing.set()
+
+    def redirect(self, upstream_host: str, upstream_port: int) -> None:
+        """Another server behind the same address: every open connection is closed (as a
+        server going away closes them), new ones go to ``upstream``."""
+        self.upstream = (upstream_host, upstream_port)
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
     def _accept(self) -> None:
         while not self._closed.is_set():

@@ -12,7 +12,9 @@ passing bytes through:
 - SaslHandshake names the mechanisms it serves (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
 - SaslAuthenticate checks PLAIN, or runs SCRAM (RFC 5802, RFC 7677) against its user table;
   wrong credentials are error 58 SASL_AUTHENTICATION_FAILED with ``AUTH_FAILED_MESSAGE``, as
-  Kafka does. Any other request before authentication closes the connection.
+  Kafka does. Any other request before authentication closes the connection, and so does a
+  request longer than Kafka's ``socket.request.max.bytes`` (a TLS client at a plaintext
+  listener sends one).
 - SIGUSR1 revokes every user (logins refused, open connections cut: credentials taken away
   from a running client), SIGUSR2 gives them back.
 
@@ -134,8 +136,15 @@ def _with_sasl_apis(response: bytes, version: int) -> bytes:
     )
 
 
+# a broker's socket.request.max.bytes (Kafka's default): a longer request closes the connection,
+# as Kafka does; a TLS ClientHello sent to a plaintext listener reads as one (0x16030100...)
+_MAX_REQUEST = 104857600
+
+
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     (size,) = struct.unpack(">i", await reader.readexactly(4))
+    if not 0 <= size <= _MAX_REQUEST:
+        raise ValueError(f"invalid request size {size}")
     return await reader.readexactly(size)
 
 

@@ -387,10 +387,13 @@ def restartable_milvus(
     root_path: str = DEFAULT_ROOT_PATH,
     startup_timeout: float = 180.0,
     bin_cache: Path | None = None,
+    settings: Mapping[str, str] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Iterator[RestartableMilvus]:
     """A started RestartableMilvus: WAL on the Kafka at ``kafka_bootstrap`` (which outlives a
     kill, as a real cluster's queue does), else in RocksMQ under its directory. Stopped at the
-    end."""
+    end. ``settings`` and ``client`` as for milvus_source_rocksmq() (TLS files named there are
+    read again at each start: a certificate rotation)."""
     prepared = _prepare_standalone(
         workdir,
         etcd_endpoint,
@@ -399,6 +402,8 @@ def restartable_milvus(
         root_path=root_path,
         chan_prefix=None,
         bin_cache=bin_cache,
+        settings=settings,
+        client=client,
     )
     milvus = RestartableMilvus(prepared, startup_timeout)
     milvus.start()

@@ -105,7 +105,8 @@ class SecureMariaDB:
         shutil.copyfile(key, self.key_file)
         self.as_root("FLUSH SSL")
 
-    def as_root(self, *statements: str) -> None:
+    def as_root(self, *statements: str) -> list[tuple]:
+        """Run ``statements`` as root; the rows the last one answered."""
         import pymysql
 
         conn = pymysql.connect(
@@ -114,13 +115,23 @@ class SecureMariaDB:
             password=self.service.password,
             connect_timeout=5,
         )
+        rows: list[tuple] = []
         try:
             with conn.cursor() as cur:
                 for statement in statements:
                     cur.execute(statement)
+                    rows = list(cur.fetchall())
             conn.commit()
         finally:
             conn.close()
+        return rows
+
+    def kill_connections(self, user: str) -> None:
+        """End every connection of ``user`` (as a server restart does): its clients connect
+        again."""
+        rows = self.as_root(f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{user}'")
+        for (connection,) in rows:
+            self.as_root(f"KILL {int(connection)}")
 
 
 @contextlib.contextmanager

@@ -145,6 +145,7 @@ def _issue(
     names: list[x509.GeneralName],
     usage: x509.ObjectIdentifier,
     not_after: datetime.datetime,
+    not_before: datetime.datetime | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
@@ -154,7 +155,7 @@ def _issue(
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_after - datetime.timedelta(days=2))
+        .not_valid_before(not_before or not_after - datetime.timedelta(days=2))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
@@ -205,3 +206,15 @@ def make_test_pki(directory: Path) -> Pki:
         other.ca_file,
         *_write_pair(directory, "stranger", *stranger),
     )
+
+
+def issue_client_certificate(
+    pki: Pki, directory: Path, stem: str, not_after: datetime.datetime
+) -> tuple[Path, Path]:
+    """A client certificate (and key) of ``pki``'s CA, valid from a week ago until
+    ``not_after`` (in the past: an expired one), written as ``<stem>.pem``/``<stem>.key``."""
+    issuer = _load_ca(TestCa(pki.ca_file, pki.server_cert, pki.server_key))
+    week_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=7)
+    usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    pair = _issue(issuer, "milvus-cdc", [], usage, not_after, not_before=week_ago)
+    return _write_pair(directory, stem, *pair)

@@ -16,11 +16,13 @@ import pytest
 import yaml
 from harness import services
 from harness.task_bodies import create_body
+from harness.tls import make_test_ca
 from prometheus_client import generate_latest
 from test_grafana_dashboard import exported, labels_used
 
 from replicator.pipeline.status import ChannelStatus
 from server.runtime.metrics import DaemonMetrics
+from server.tasks.certificates import CertificateCollector, CertificateWatch, ClientCertificate
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +57,7 @@ def test_rules_are_well_formed_and_loaded():
         assert signal in exprs
 
 
-def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite_service):
+def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite_service, tmp_path):
     daemon = daemon_factory().start()
     assert daemon.request("POST", "/v1/tasks", create_body(milvus_lite_service))[0] == 201
     services.wait_until(
@@ -90,6 +92,12 @@ def test_rules_name_only_exported_metrics_and_labels(daemon_factory, milvus_lite
         },
     }
     metrics = DaemonMetrics(dict, lambda: {"t": status})
+    # a client certificate's expiry (the daemon here presents none)
+    watch = CertificateWatch(14)
+    watch.look(
+        [ClientCertificate("target", "https://t:19530", str(make_test_ca(tmp_path).cert_file))]
+    )
+    metrics.registry.register(CertificateCollector(watch))
     for name, labels in exported(generate_latest(metrics.registry).decode()).items():
         names.setdefault(name, set()).update(labels)
     names["up"] = {"job", "instance"}  # Prometheus's own, for every scrape target
@@ -132,39 +140,75 @@ def test_promtool_fires_the_verify_divergence_alert_only_on_divergent_rows(tmp_p
         "collection": "default.items",
         "kind": "missing",
     }
+    series = {
+        f'cdc_verify_divergent_rows{{{labels},kind="missing"}}': "0 0 3 3 0",
+        f'cdc_verify_divergent_rows{{{labels},kind="extra"}}': "0 0 0 0 0",
+    }
+    annotations = {
+        "summary": "task t1: the last verify found 3 missing row(s) in default.items",
+        "description": rule["annotations"]["description"],
+    }
+    alert = rule["alert"]
+    cases = [
+        ("1m", alert, []),
+        ("3m", alert, [{"exp_labels": fired, "exp_annotations": annotations}]),
+        ("4m", alert, []),
+    ]
+    promtool_test(tmp_path, series, cases)
+
+
+def test_promtool_warns_of_a_certificate_expiring_then_expired(tmp_path):
+    """The two certificate alerts on a series shaped as the daemon exports it: none while 30
+    days are left, the warning within 14 days, the critical one (and no warning) once past."""
+    labels = (
+        'role="target",endpoint="https://t:19530",file="/etc/cdc/client.pem",'
+        'job="milvus-cdc",instance="d:8444"'
+    )
+    where = {
+        "role": "target",
+        "endpoint": "https://t:19530",
+        "file": "/etc/cdc/client.pem",
+        "job": "milvus-cdc",
+        "instance": "d:8444",
+    }
+    soon, expired = "MilvusCdcCertificateExpiringSoon", "MilvusCdcCertificateExpired"
+    summaries = {
+        soon: "target https://t:19530: client certificate /etc/cdc/client.pem expires in "
+        "10d 0h 0m 0s on d:8444",
+        expired: "target https://t:19530: client certificate /etc/cdc/client.pem has expired "
+        "on d:8444",
+    }
+    described = {r["alert"]: r["annotations"]["description"] for r in rules()}
+
+    def fired(alert: str, severity: str) -> list[dict]:
+        annotations = {"summary": summaries[alert], "description": described[alert]}
+        return [{"exp_labels": {**where, "severity": severity}, "exp_annotations": annotations}]
+
+    series = {f"cdc_certificate_expiry_seconds{{{labels}}}": "2592000 864000 -60"}
+    cases = [
+        ("0m", soon, []),
+        ("0m", expired, []),
+        ("1m", soon, fired(soon, "warning")),
+        ("1m", expired, []),
+        ("2m", soon, []),
+        ("2m", expired, fired(expired, "critical")),
+    ]
+    promtool_test(tmp_path, series, cases)
+
+
+def promtool_test(tmp_path: Path, series: dict[str, str], cases: list[tuple]) -> None:
+    """``promtool test rules`` of the rules on ``series`` (name{labels} -> values, one a
+    minute): each case (eval time, alert, expected alerts) must hold."""
     spec = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [
-                    {
-                        "series": f'cdc_verify_divergent_rows{{{labels},kind="missing"}}',
-                        "values": "0 0 3 3 0",
-                    },
-                    {
-                        "series": f'cdc_verify_divergent_rows{{{labels},kind="extra"}}',
-                        "values": "0 0 0 0 0",
-                    },
-                ],
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
                 "alert_rule_test": [
-                    {"eval_time": "1m", "alertname": rule["alert"], "exp_alerts": []},
-                    {
-                        "eval_time": "3m",
-                        "alertname": rule["alert"],
-                        "exp_alerts": [
-                            {
-                                "exp_labels": fired,
-                                "exp_annotations": {
-                                    "summary": "task t1: the last verify found 3 missing "
-                                    "row(s) in default.items",
-                                    "description": rule["annotations"]["description"],
-                                },
-                            }
-                        ],
-                    },
-                    {"eval_time": "4m", "alertname": rule["alert"], "exp_alerts": []},
+                    {"eval_time": at, "alertname": alert, "exp_alerts": alerts}
+                    for at, alert, alerts in cases
                 ],
             }
         ],

@@ -8,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from harness.secure_stores import MYSQL_TLS_USER, MYSQL_X509_USER, SecureMariaDB, secure_mariadb
 from harness.tls import Pki, make_test_pki
 
-from metastore import MetaStoreUnavailableError
+from metastore import MetaStoreUnavailableError, TaskRecord, TaskState
 from metastore.sql import SqlMetaStore
 from metastore.sql_urls import mysql_url_from_source
 from replicator.config.connections import MetaStoreSettings
+from replicator.config.settings import load_settings
 from replicator.config.stores import describe_metastore, open_metastore
+from replicator.log_redaction import SecretRedactor
+from server.cli.serve import read_passwords_again
 
 pytestmark = pytest.mark.integration
 
@@ -128,5 +132,89 @@ def test_mysql_tls_settings_that_cannot_work_are_refused_by_name(pki, tmp_path):
     with pytest.raises(ValueError, match="tls=custom names a TLS configuration"):
         mysql_url_from_source("u:p@tcp(db:3306)/cdc?tls=custom")
     assert mysql_url_from_source("u:p@tcp(db:3306)/cdc?tls=skip-verify") == (
-        "mysql+pymysql://u:p@db:3306/cdc?ssl_check_hostname=false"
+        "mysql+pymysql://u:p@db:3306/cdc?ssl_check_hostname=false&insecure_skip_verify=true"
     )
+    with pytest.raises(ValueError, match="insecure_skip_verify=true turns off the verification"):
+        mysql_url_from_source(f"u:p@tcp(db)/cdc?ssl_ca={pki.ca_file}&insecure_skip_verify=true")
+    with pytest.raises(ValueError, match="insecure_skip_verify=yes: expected true or false"):
+        mysql_url_from_source("mysql+pymysql://u:p@db/cdc?insecure_skip_verify=yes")
+
+
+def test_a_password_changed_on_mysql_and_in_the_configuration_is_read_again(
+    mariadb, pki, root_path, tmp_path
+):
+    """The store user's password changed on MariaDB (its connections ended, as a restart
+    does): the store's error names the refusal until the configuration file has the new one,
+    then the same store goes on (server/cli/serve.py reads the file again when refused)."""
+    user, new = "cdc_rotated", "Maria-Rotated-Pa55-never-shown"
+    mariadb.as_root(
+        f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
+        f"GRANT ALL PRIVILEGES ON `{mariadb.service.database}`.* TO '{user}'@'127.0.0.1'",
+    )
+    config = tmp_path / "cdc.yaml"
+
+    def configure(password: str) -> None:
+        url = mariadb.url(user, ssl_ca=str(pki.ca_file)).replace(PASSWORD, password)
+        store = {"storeType": "mysql", "mysqlSourceUrl": url, "rootPath": root_path}
+        config.write_text(yaml.safe_dump({"metaStoreConfig": store}))
+
+    configure(PASSWORD)
+    loaded = load_settings(str(config), environ={})
+    read_passwords_again(loaded, str(config), {}, SecretRedactor())
+    store = open_metastore(loaded.metaStoreConfig)
+    try:
+        store.create_task(TaskRecord("before", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        mariadb.as_root(f"ALTER USER '{user}'@'127.0.0.1' IDENTIFIED BY '{new}'")
+        mariadb.kill_connections(user)
+        with pytest.raises(MetaStoreUnavailableError) as raised:
+            store.list_tasks()
+        assert "Access denied for user 'cdc_rotated'@'127.0.0.1'" in str(raised.value)
+        configure(new)
+        store.create_task(TaskRecord("after", TaskState.PAUSED, "", {}, 1.0, 1.0))
+        assert [t.task_id for t in store.list_tasks()] == ["after", "before"]
+    finally:
+        store.close()
+
+
+def test_a_client_certificate_without_a_ca_verifies_the_server_against_the_system_store(
+    mariadb, pki, root_path, caplog
+):
+    """PyMySQL verifies nothing without a CA: a client certificate alone used to connect to
+    whoever posed as the server (CERT_NONE) and send it the password. The server's certificate
+    is now checked against the system's CAs, which do not hold the test CA: refused, in both
+    spellings. Turned off only by name, with a warning at every start."""
+    port, db = mariadb.service.port, mariadb.service.database
+    files = {"ssl_cert": str(pki.client_cert), "ssl_key": str(pki.client_key)}
+    forms = {
+        "url": mariadb.url(MYSQL_X509_USER, **files),
+        "dsn": (
+            f"{MYSQL_X509_USER}:{PASSWORD}@tcp(127.0.0.1:{port})/{db}"
+            f"?ssl_cert={pki.client_cert}&ssl_key={pki.client_key}"
+        ),
+    }
+    where = f"cannot open the SQL metastore mysql://127.0.0.1:{port}/{db} (TLS): "
+    for form, source in forms.items():
+        with pytest.raises(MetaStoreUnavailableError) as raised:
+            open_metastore(settings(source, f"{root_path}-{form}"))
+        assert str(raised.value) == where + (
+            "(2003, \"Can't connect to MySQL server on '127.0.0.1' ([SSL: "
+            "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in "
+            'certificate chain)")'
+        ), form
+        assert PASSWORD not in str(raised.value)
+
+    lax = settings(mariadb.url(MYSQL_X509_USER, **files, insecure_skip_verify="true"), root_path)
+    caplog.set_level("WARNING", logger="replicator.config.stores")
+    store = open_metastore(lax)
+    try:
+        assert store.list_tasks() == [] and uses_tls(store)
+    finally:
+        store.close()
+    label = f"mysql://127.0.0.1:{port}/{db} (TLS, server not verified)"
+    assert describe_metastore(lax) == f"{label} (rootPath {root_path})"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "metaStoreConfig.mysqlSourceUrl: insecure_skip_verify (or tls=skip-verify): the MySQL "
+        f"metastore {label} is reached over TLS without verifying its certificate; whoever "
+        "poses as it receives the password"
+    ]

@@ -8,6 +8,7 @@ name."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from harness.services import wait_until
@@ -15,7 +16,7 @@ from harness.services import wait_until
 from metastore import StoreFormat
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
-from metastore.format import MIGRATIONS, STORE_FORMAT, Migration
+from metastore.format import MIGRATIONS, STORE_FORMAT, Migration, migrate_store
 from metastore.sql import SqlMetaStore
 from metastore.sql_urls import sqlite_url
 from replicator.config.release import RELEASE
@@ -41,6 +42,19 @@ def next_release(store, member_id: str, applied: list[str]) -> StoreFormatKeeper
         latest=NEXT,
         migrations={**MIGRATIONS, STORE_FORMAT: step},
     )
+
+
+def member_of_this_release(daemon_factory, etcd_service, root_path: str):  # -> Daemon
+    """A started daemon of this release, "member-0.4", on the etcd store at ``root_path``."""
+    return daemon_factory(
+        "member-0.4",
+        metaStoreConfig={
+            "storeType": "etcd",
+            "etcd": {"address": [etcd_service.endpoint]},
+            "rootPath": root_path,
+        },
+        fleet={"leaseSeconds": 4.0, "checkSeconds": 0.5, "memberId": "member-0.4"},
+    ).start()
 
 
 async def test_a_breaking_step_waits_until_every_live_member_reads_it(
@@ -81,15 +95,7 @@ async def test_a_breaking_step_waits_until_every_live_member_reads_it(
 async def test_a_live_daemon_of_this_release_holds_the_step_back_then_refuses_the_new_format(
     daemon_factory, etcd_service, root_path
 ):
-    member = daemon_factory(
-        "member-0.4",
-        metaStoreConfig={
-            "storeType": "etcd",
-            "etcd": {"address": [etcd_service.endpoint]},
-            "rootPath": root_path,
-        },
-        fleet={"leaseSeconds": 4.0, "checkSeconds": 0.5, "memberId": "member-0.4"},
-    ).start()
+    member = member_of_this_release(daemon_factory, etcd_service, root_path)
     store = EtcdMetaStore(connect_etcd([etcd_service.endpoint]), root_path)
     try:
         applied: list = []
@@ -141,4 +147,60 @@ async def test_the_scheduler_raises_the_format_once_the_older_member_is_gone(tmp
         assert store.store_format() == StoreFormat(NEXT, "0.5.0") and len(applied) == 1
     finally:
         jobs.stop()
+        store.close()
+
+
+async def test_a_running_member_finding_the_store_past_what_it_reads_stops_and_says_so(
+    daemon_factory, etcd_service, milvus_lite_service, root_path
+):
+    """A member of this release runs a task; a member of "0.5.0" that did not see it (its
+    heartbeat had lapsed, say) takes the breaking step. At its next heartbeat the running
+    member reads the format again: it stops its runner, gives the lease up, takes nothing, and
+    says why in ``/readyz`` and its log (it used to run on, on a store it cannot read)."""
+    member = member_of_this_release(daemon_factory, etcd_service, root_path)
+    store = EtcdMetaStore(connect_etcd([etcd_service.endpoint]), root_path)
+    try:
+        created = member.call(
+            "create",
+            {
+                "milvus_connect_param": {"uri": milvus_lite_service.uri},
+                "collection_infos": [{"name": "*"}],
+            },
+        )
+        assert created.code == 200, created.body
+        task_id = created.data["task_id"]
+
+        def owner() -> str | None:
+            lease = store.leases().get(task_id)
+            return lease.owner if lease is not None else None
+
+        wait_until(lambda: owner() == "member-0.4", 30, "the task run by the member")
+        applied: list = []
+        step = Migration(NEXT, "a test step older releases cannot read", applied.append, True)
+        # the newer member sees no other (fleet None): the step is taken at once
+        migrate_store(
+            store, "0.5.0", latest=NEXT, migrations={**MIGRATIONS, STORE_FORMAT: step}, fleet=None
+        )
+        assert store.store_format() == StoreFormat(NEXT, "0.5.0") and len(applied) == 1
+
+        refusal = (
+            f"holds data in format {NEXT}, written by release 0.5.0; release {RELEASE} reads "
+            f"formats 1 to {STORE_FORMAT} only"
+        )
+
+        def not_ready() -> dict | None:
+            status, body = member.get("/readyz")
+            answer = json.loads(body)
+            return answer if status == 503 else None
+
+        answer = wait_until(not_ready, 30, "/readyz saying the store's format")
+        assert answer["status"] == "not ready", answer
+        assert answer["reason"].startswith("metastore format: the metastore (rootPath "), answer
+        assert refusal in answer["reason"], answer
+        wait_until(lambda: owner() is None, 30, "the lease given up")
+        assert "fleet member member-0.4 is not ready: " in member.log_text()
+        await asyncio.sleep(2.0)  # rounds go on: it takes the free task no more
+        assert owner() is None
+        assert member.call("get", {"task_id": task_id}).data["task"]["state"] == "Running"
+    finally:
         store.close()

@@ -166,16 +166,25 @@ def test_every_secret_setting_reaches_the_log_redactor():
         assert value not in shown
 
 
-def test_secret_variables_are_removed_once_read():
+def test_configuration_variables_are_removed_once_read():
+    """Whole sections hold secrets as single keys do: every configuration variable goes, and
+    the client's token; the client's address, CA and configuration file stay."""
     environ = {
         "CDC_AUTH__TOKENS": "[...]",
         "CDC_SECRETS__KEY": "k1:...",
+        "CDC_SECRETS": "{key: 'k1:...'}",
+        "CDC_AUTH": "{tokens: [...]}",
+        "CDC_METASTORECONFIG": "{mysqlSourceUrl: 'root:pw@tcp(h)/db'}",
+        "CDC_CLUSTERS": "{a: {milvus: {password: pw}}}",
         "cdc_sourceConfig__milvus__password": "pw",
         "CDC_METASTORECONFIG__MYSQLSOURCEURL": "root:pw@tcp(h)/db",
         "CDC_ADDRESS": "0.0.0.0:8444",
-        "CDC_TOKEN": "the CLI's, left alone",
+        "CDC_TOKEN": "the CLI's",
+        "CDC_URL": "http://h:1",
+        "CDC_CACERT": "/ca.pem",
+        "CDC_CONFIG": "/cdc.yaml",
         "HOME": "/root",
     }
     removed = scrub_secret_environment(environ)
-    assert sorted(environ) == ["CDC_ADDRESS", "CDC_TOKEN", "HOME"]
-    assert len(removed) == 4
+    assert sorted(environ) == ["CDC_CACERT", "CDC_CONFIG", "CDC_URL", "HOME"]
+    assert len(removed) == 10

@@ -10,7 +10,7 @@ from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
 
-from replicator.sinks.kafka_columns import insert_events
+from replicator.sinks.kafka_columns import Rows, insert_events
 
 T = schema_pb2.DataType
 HYBRID = (1_795_392_000_000 << 18) | 5  # 2026-11-23T00:00:00.000Z, logical 5
@@ -20,7 +20,22 @@ SOURCE = {"channel": "dml_0", "position": "0a00000000000000", "commit": "c1"}
 
 class Log:
     def __init__(self) -> None:
-        self.events: list[tuple[str, bytes, Any]] = []
+        self.events: list[Any] = []
+
+    def add_rows(self, rows: Rows) -> None:
+        self.events.append(rows)
+
+    def flat(self) -> list[tuple[str, bytes, Any]]:
+        """The events one by one, an insert's rows each."""
+        found: list[tuple[str, bytes, Any]] = []
+        for entry in self.events:
+            if isinstance(entry, Rows):
+                found += [
+                    (entry.topic, k, b) for k, b in zip(entry.keys, entry.bodies, strict=True)
+                ]
+            else:
+                found.append(entry)
+        return found
 
 
 def columns(pks: list[int], doc: list[bytes]) -> list[schema_pb2.FieldData]:
@@ -54,7 +69,7 @@ def test_inserts_and_an_upsert_are_the_events_serialized_whole():
     cols = columns([7, 8], [b'{"color":"red"}', b"{}"])
     written = insert_events(log, "t", "default", "c", "p1", "id", cols, 2, HYBRID, deleted)
     assert written == 2 and deleted == {}
-    upsert, insert = log.events
+    upsert, insert = log.flat()
     assert upsert[:2] == ("t", b'["default","c",8]')  # the delete's place and key
     assert insert[:2] == ("t", b'["default","c",7]')
     expected_insert = {
@@ -82,7 +97,7 @@ def test_a_json_integer_beyond_64_bits_is_still_the_whole_events_json():
     log = Log()
     cols = columns([1], [b'{"big": 123456789012345678901234567890}'])
     insert_events(log, "t", "db", "c", "_default", "id", cols, 1, HYBRID, {})
-    ((_topic, key, body),) = log.events
+    ((_topic, key, body),) = log.flat()
     assert key == b'["db","c",1]'
     event = json.loads(body + b"}")
     assert event["row"]["big"] == 123456789012345678901234567890

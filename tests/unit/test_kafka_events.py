@@ -111,15 +111,16 @@ def test_keys_and_times():
     assert ts_view(None)["hybrid"] is None
 
 
-def test_2_6_geometry_timestamptz_and_struct_arrays_become_wkt_iso_text_and_objects():
-    """Columns as a 2.6 proxy leaves them in its WAL (harness/stream_columns.py, from Milvus's
-    Go code: Geometry as WKB, Timestamptz as UTC microseconds, an array of structs as one
-    column per sub-field) become what a client inserted, in the README's value format."""
-    from harness.stream_columns import add_field, base_schema, wal_columns
+def schema_2_6(*, geometry: bool) -> schema_pb2.CollectionSchema:
+    """A collection ``c`` (``id``, ``vec`` of dim 2) with a Geometry ``geo`` (nullable; if
+    ``geometry``), a Timestamptz ``tz`` and an array of structs ``chunks`` (``text`` a VarChar,
+    ``emb`` a float vector of dim 2), as a 2.6 Milvus describes it."""
+    from harness.stream_columns import add_field, base_schema
 
     s = schema_pb2
     schema = base_schema("c", dim=2)
-    add_field(schema, "geo", s.Geometry, nullable=True)
+    if geometry:
+        add_field(schema, "geo", s.Geometry, nullable=True)
     add_field(schema, "tz", s.Timestamptz)
     chunks = schema.struct_array_fields.add(fieldID=200, name="chunks")
     text = chunks.fields.add(fieldID=201, name="chunks[text]", data_type=s.Array)
@@ -127,6 +128,16 @@ def test_2_6_geometry_timestamptz_and_struct_arrays_become_wkt_iso_text_and_obje
     emb = chunks.fields.add(fieldID=202, name="chunks[emb]", data_type=s.ArrayOfVector)
     emb.element_type = s.FloatVector
     emb.type_params.add(key="dim", value="2")
+    return schema
+
+
+def test_2_6_geometry_timestamptz_and_struct_arrays_become_wkt_iso_text_and_objects():
+    """Columns as a 2.6 proxy leaves them in its WAL (harness/stream_columns.py, from Milvus's
+    Go code: Geometry as WKB, Timestamptz as UTC microseconds, an array of structs as one
+    column per sub-field) become what a client inserted, in the README's value format."""
+    from harness.stream_columns import wal_columns
+
+    schema = schema_2_6(geometry=True)
     rows = [
         {
             "id": 1,
