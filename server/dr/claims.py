@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from server.dr.pair import RENEW_SECONDS, ClusterPair, PairStore, release, renewed
+from server.dr.pair import RENEW_SECONDS, ClusterPair, PairStore, release, renewed, reserved
 from server.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,13 @@ class FlowClaim:
         self.job_id = job_id
         self.member = member
 
-    def _renew(self, pair: ClusterPair) -> ClusterPair:
+    def _renew(self, pair: ClusterPair, reverse: str = "") -> ClusterPair:
         flow = pair.flow_of(self.task_id)
         if flow is None:
             raise ClaimLostError(f"task {self.task_id} is in no flow of {pair.key}")
         try:
+            if reverse:
+                return pair.with_flow(reserved(flow, self.job_id, self.member, reverse))
             return pair.with_flow(renewed(flow, self.job_id, self.member))
         except ApiError as exc:
             raise ClaimLostError(str(exc)) from exc
@@ -47,6 +49,13 @@ class FlowClaim:
     async def keep(self) -> None:
         """Renew the claim; ClaimLostError when another daemon holds it now."""
         await asyncio.to_thread(self.pairs.update, *self.ends, self._renew)
+
+    async def reserve(self, reverse_id: str) -> None:
+        """Renew the claim with ``reverse_id`` (the reverse task the job creates) put in the
+        flow before it exists: verbs on it wait for the job like those on the flow's tasks."""
+        await asyncio.to_thread(
+            self.pairs.update, *self.ends, lambda pair: self._renew(pair, reverse_id)
+        )
 
     async def release(self, **changes: Any) -> None:
         """The flow without this job's claim (left alone when another job holds it), with

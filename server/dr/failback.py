@@ -110,6 +110,7 @@ class FailbackRun:
             with contextlib.suppress(ApiError):  # gone already
                 await self.sup.delete(self.reverse_id, job=self.job_id)
             await injected_fault("failback_reverse_deleted", job="failback")
+        await self.claim.reserve(self.reverse_id)  # the flow's (the job's) before it exists
         await self.sup.create(failback_request(spec, self.reverse_id))
         await injected_fault("failback_created", job="failback")
         for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):
@@ -128,7 +129,7 @@ class FailbackRun:
             if current is None or current.job is None or current.job.job_id != self.job_id:
                 return pair
             tasks = {**current.tasks, production: reverse}
-            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK))
+            return pair.with_flow(replace(current, tasks=tasks, state=FAILING_BACK, pending=""))
 
         await asyncio.to_thread(self.claim.pairs.update, *self.claim.ends, failing_back)
 

@@ -95,6 +95,7 @@ class DisasterRecovery:
         self.sup = supervisor
         self.settings = settings
         self.pairs = PairKeeper(supervisor, settings)
+        self.pairs.running_here = self._running
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
         self._views = JobViews()
         self.watches = StaleWatches(supervisor, settings, self._views)
@@ -331,6 +332,11 @@ class DisasterRecovery:
         view = await run_failover(self.sup, self.settings, request, job)
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
+
+    def _running(self, task_id: str) -> bool:
+        """Whether this daemon runs the switchover of ``task_id`` now."""
+        run = self._runs.get(task_id)
+        return run is not None and not run.done()
 
     def stop(self) -> None:
         for run in [*self._runs.values(), *self.failbacks.stop(), *self.watches.stop()]:

@@ -69,6 +69,9 @@ class Flow:
     active: str  # the source cluster of the direction carrying production
     state: FlowState = REPLICATING
     job: JobClaim | None = None
+    # the reverse task the job holding the claim creates (its id reserved before the create,
+    # released with the claim): the flow's, under the job's claim, before it exists
+    pending: str = ""
 
     def direction_of(self, task_id: str) -> str | None:
         return next((src for src, tid in self.tasks.items() if tid == task_id), None)
@@ -102,7 +105,10 @@ class ClusterPair:
         return pair_key(*self.clusters)
 
     def flow_of(self, task_id: str) -> Flow | None:
-        return next((f for f in self.flows.values() if task_id in f.tasks.values()), None)
+        return next(
+            (f for f in self.flows.values() if task_id in f.tasks.values() or f.pending == task_id),
+            None,
+        )
 
     def with_flow(self, flow: Flow) -> ClusterPair:
         return replace(self, flows={**self.flows, flow.flow_id: flow})
@@ -138,6 +144,7 @@ class ClusterPair:
                 active=flow["active"],
                 state=flow.get("state", REPLICATING),
                 job=JobClaim(**job) if job else None,
+                pending=str(flow.get("pending") or ""),
             )
         fences = {
             cluster: FenceHold(
@@ -228,10 +235,18 @@ def claim(
 
 def release(flow: Flow, job_id: str, **changes: Any) -> Flow:
     """The flow without ``job_id``'s claim (unchanged when another job holds it), with
-    ``changes`` (active, state, tasks) applied."""
+    ``changes`` (active, state, tasks) applied; the reverse task it reserved goes with it (in
+    ``tasks`` when the job handed the flow over)."""
     if flow.job is not None and flow.job.job_id != job_id:
         return flow
-    return replace(flow, job=None, **changes)
+    return replace(flow, job=None, pending="", **changes)
+
+
+def reserved(flow: Flow, job_id: str, member: str, task_id: str) -> Flow:
+    """The claim renewed with ``task_id`` reserved as the flow's reverse task (the job creates
+    it next); PairConflictError when the claim is no longer ``job_id``'s."""
+    flow = renewed(flow, job_id, member)
+    return flow if task_id in flow.tasks.values() else replace(flow, pending=task_id)
 
 
 def renewed(flow: Flow, job_id: str, member: str) -> Flow:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from metastore import TaskRecord
@@ -38,6 +39,9 @@ class PairKeeper:
         self.sup = supervisor
         self.settings = settings
         self.store = PairStore(supervisor.store)
+        # whether this daemon still runs the job of a task (one at ``finished`` hands its flow
+        # over itself: settling it early would free the reverse task before the job let go)
+        self.running_here: Callable[[str], bool] = lambda _task_id: False
 
     def flow_claim(self, ends: tuple[str, str], task_id: str, job_id: str) -> FlowClaim:
         """The claim of ``job_id`` on ``task_id``'s flow, held by this daemon."""
@@ -48,7 +52,13 @@ class PairKeeper:
         applied (:mod:`job_effects`: a daemon killed between a job's end and the pair's
         update)."""
         pair = await asyncio.to_thread(self.store.get, *ends)
-        finished = await asyncio.to_thread(finished_jobs, self.sup.store, pair)
+        found = await asyncio.to_thread(finished_jobs, self.sup.store, pair)
+        me = self.sup.fleet.member_id
+        finished = {
+            job_id: (flow_id, changes)
+            for job_id, (flow_id, changes) in found.items()
+            if not self._runs_here(pair.flows[flow_id].job, me)
+        }
         if not finished:
             return pair
         log.warning(
@@ -107,6 +117,9 @@ class PairKeeper:
         if flow is not None and flow.job is not None and flow.job.job_id != job:
             state = await asyncio.to_thread(self._job_state, flow.job)
         verb_allowed(pair, task.task_id, verb, job, state)
+
+    def _runs_here(self, held: JobClaim | None, me: str) -> bool:
+        return held is not None and held.member == me and self.running_here(held.task_id)
 
     def _job_state(self, held: JobClaim) -> str:
         """The step of the job holding a claim, as its record says ("" when unknown)."""

@@ -44,7 +44,8 @@ def pruned(pair: ClusterPair, existing: Collection[str]) -> ClusterPair:
         if not tasks:
             continue
         job = flow.job if flow.job is not None and flow.job.task_id in existing else None
-        flows[flow_id] = Flow(flow_id, tasks, flow.active, flow.state, job)
+        pending = flow.pending if job is not None else ""
+        flows[flow_id] = Flow(flow_id, tasks, flow.active, flow.state, job, pending)
     if flows == pair.flows:
         return pair
     return ClusterPair(pair.clusters, flows, pair.fences)
@@ -114,6 +115,9 @@ def claimed(
         if failed_over:
             target = next(c for c in pair.clusters if c != source)
             flow = Flow(flow.flow_id, flow.tasks, target, FAILED_OVER)
+    if flow.job is not None and flow.job.job_id != job_id and task_id == flow.pending:
+        # the reverse task the job creates: the job's until it hands the flow over
+        claim(flow, verb, job_id, task_id, member)
     if flow.job is None or flow.job.job_id != job_id:
         check(pair, flow, verb, task_id)
     return pair.with_flow(claim(flow, verb, job_id, task_id, member))

@@ -252,6 +252,9 @@ class SwitchoverRun:
         job = self.job
         other = await self._other_direction()
         reverse_id = other or f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
+        # the flow's before it exists (and before the job names it): verbs on it wait for the
+        # job; released with the claim (a roll back leaves no reverse task behind)
+        await self.claim.reserve(reverse_id)
         await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=bool(other)))
         await injected_fault("reversing_saved")
         task = await self.sup.get(job.task_id)

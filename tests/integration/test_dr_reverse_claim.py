@@ -1,0 +1,81 @@
+"""The reverse task a switchover (or failback) creates is its flow's, under the job's claim,
+from before it exists (issue 48): on a flow's first switchover it joins the flow's tasks only at
+the hand-over, and the verbs of other callers on it passed until then (a delete at ``finished``
+handed the flow to a deleted task). The daemon's own supervisor and disaster recovery on a real
+etcd store (tests/harness/dr_jobs.py), the job left as it is at ``reverse_created``,
+``reversed`` and ``finished``."""
+
+from __future__ import annotations
+
+import pytest
+from harness.dr_jobs import DrWorld, dr_world
+
+from metastore import TaskState
+from server.dr.claims import FlowClaim
+from server.dr.failover import FailoverRequest
+from server.dr.pair_rules import claimed
+from server.dr.record import SwitchoverJob, save_job
+from server.dr.switchover import paused_by
+from server.errors import ConflictError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def world(etcd_service):
+    async with dr_world(etcd_service.endpoint) as made:
+        yield made
+
+
+async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob, FlowClaim]:
+    """A first switchover of ab (a -> b) as the job leaves it at ``reverse_created`` (reversing,
+    ab-rev created) or ``finished`` (done saved, the flow not handed over yet): the reverse id
+    reserved as the job reserves it, ab-rev created but not in the flow's tasks."""
+    me = world.supervisor.fleet.member_id
+    job = SwitchoverJob.new("ab", me, 30, 600, ("a", "b"))
+    world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
+    job = job.to("reversing", reverse_task_id="ab-rev", original_paused=True)
+    save_job(world.store, job)
+    world.pairs.update(
+        "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job.job_id, me, existing={"ab"})
+    )
+    claim = FlowClaim(world.pairs, ("a", "b"), "ab", job.job_id, me)
+    await claim.reserve("ab-rev")
+    world.add_task("ab-rev", "b", "a", TaskState.RUNNING)
+    if state == "finished":
+        job = job.to("done")
+        save_job(world.store, job)
+        world.disaster.pairs.running_here = lambda task_id: task_id == "ab"  # the job runs
+    return job, claim
+
+
+@pytest.mark.parametrize("state", ["reverse_created", "finished"])
+async def test_no_verb_but_the_jobs_moves_the_reverse_task_before_the_hand_over(world, state):
+    job, claim = await first_switchover_at(world, state)
+    named = rf"switchover \(?{job.job_id}\b"
+    with pytest.raises(ConflictError, match=named):
+        await world.supervisor.delete("ab-rev")
+    with pytest.raises(ConflictError, match=named):
+        await world.supervisor.pause("ab-rev")
+    with pytest.raises(ConflictError, match=named):
+        await world.disaster.failover(FailoverRequest(task_id="ab-rev"))
+    with pytest.raises(ConflictError, match=named):
+        await world.disaster.pairs.claim(("b", "a"), "switchover", "ab-rev", "b", "other-job")
+    assert world.state("ab-rev") is TaskState.RUNNING
+    await world.supervisor.pause("ab-rev", job=job.job_id)  # the job's own verb
+    with pytest.raises(ConflictError, match=named):
+        await world.supervisor.resume("ab-rev")
+    # the job's own verbs go through; its hand-over makes ab-rev the flow's active task
+    await world.supervisor.resume("ab-rev", job=job.job_id)
+    await claim.release(active="b", tasks={"a": "ab", "b": "ab-rev"})
+    flow = world.pairs.get("a", "b").flow_of("ab-rev")
+    assert flow is not None and flow.pending == "" and flow.tasks == {"a": "ab", "b": "ab-rev"}
+
+
+async def test_a_rolled_back_switchover_leaves_no_reverse_task_in_the_flow(world):
+    _, claim = await first_switchover_at(world, "reverse_created")
+    await claim.release()  # as a roll back (or a failed job settled) lets go
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow is not None and flow.pending == "" and flow.tasks == {"a": "ab"}
+    assert world.pairs.get("a", "b").flow_of("ab-rev") is None
+    await world.supervisor.delete("ab-rev")  # a task of no flow again: the operator's
