@@ -14,7 +14,7 @@ from metastore import TaskState
 from server.dr.claims import FlowClaim
 from server.dr.failover import FailoverRequest
 from server.dr.pair_rules import claimed
-from server.dr.record import SwitchoverJob, save_job
+from server.dr.record import LINK_KEY, SwitchoverJob, save_job, save_json
 from server.dr.switchover import paused_by
 from server.errors import ConflictError
 
@@ -28,9 +28,10 @@ async def world(etcd_service):
 
 
 async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob, FlowClaim]:
-    """A first switchover of ab (a -> b) as the job leaves it at ``reverse_created`` (reversing,
-    ab-rev created) or ``finished`` (done saved, the flow not handed over yet): the reverse id
-    reserved as the job reserves it, ab-rev created but not in the flow's tasks."""
+    """A first switchover of ab (a -> b) as the job leaves it at ``reverse_created``
+    (reversing, ab-rev created), ``reversed`` (the two linked) or ``finished`` (done saved, the
+    flow not handed over yet): the reverse id reserved as the job reserves it, ab-rev not in
+    the flow's tasks."""
     me = world.supervisor.fleet.member_id
     job = SwitchoverJob.new("ab", me, 30, 600, ("a", "b"))
     world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
@@ -42,6 +43,9 @@ async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob
     claim = FlowClaim(world.pairs, ("a", "b"), "ab", job.job_id, me)
     await claim.reserve("ab-rev")
     world.add_task("ab-rev", "b", "a", TaskState.RUNNING)
+    if state in ("reversed", "finished"):  # the two tasks linked
+        save_json(world.store, "ab", LINK_KEY, {"reverse_of": "ab-rev"})
+        save_json(world.store, "ab-rev", LINK_KEY, {"reverse_of": "ab"})
     if state == "finished":
         job = job.to("done")
         save_job(world.store, job)
@@ -49,7 +53,7 @@ async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob
     return job, claim
 
 
-@pytest.mark.parametrize("state", ["reverse_created", "finished"])
+@pytest.mark.parametrize("state", ["reverse_created", "reversed", "finished"])
 async def test_no_verb_but_the_jobs_moves_the_reverse_task_before_the_hand_over(world, state):
     job, claim = await first_switchover_at(world, state)
     named = rf"switchover \(?{job.job_id}\b"
