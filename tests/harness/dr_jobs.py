@@ -117,8 +117,9 @@ class DrWorld:
 
 
 @asynccontextmanager
-async def dr_world(endpoint: str) -> AsyncIterator[DrWorld]:
-    """A world of clusters ``a`` and ``b`` on the etcd at ``endpoint`` (roots of their own)."""
+async def dr_world(endpoint: str, milvus: str = "") -> AsyncIterator[DrWorld]:
+    """A world of clusters ``a`` and ``b`` on the etcd at ``endpoint`` (roots of their own);
+    ``milvus``: the Milvus both name (tasks between them are created there), else none."""
     tag = uuid.uuid4().hex[:8]
     roots = {name: f"drjobs-{name}-{tag}" for name in ("a", "b")}
     settings = load_settings(None, {}).model_copy(
@@ -126,6 +127,7 @@ async def dr_world(endpoint: str) -> AsyncIterator[DrWorld]:
             "clusters": CdcSettings(
                 clusters={
                     name: {"etcd": {"address": [endpoint]}, "etcdRootPath": root}
+                    | ({"milvus": {"uri": milvus}} if milvus else {})
                     for name, root in roots.items()
                 }
             ).clusters

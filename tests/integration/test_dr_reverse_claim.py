@@ -7,14 +7,26 @@ etcd store (tests/harness/dr_jobs.py), the job left as it is at ``reverse_create
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from harness.dr_jobs import DrWorld, dr_world
 
 from metastore import TaskState
 from server.dr.claims import FlowClaim
+from server.dr.failbacks import FailbackRequest
 from server.dr.failover import FailoverRequest
+from server.dr.flows import FAULT_ENV
+from server.dr.pair import FAILED_OVER, Flow
 from server.dr.pair_rules import claimed
-from server.dr.record import LINK_KEY, SwitchoverJob, save_job, save_json
+from server.dr.record import (
+    FAILBACK_KEY,
+    LINK_KEY,
+    SwitchoverJob,
+    load_json,
+    save_job,
+    save_json,
+)
 from server.dr.switchover import paused_by
 from server.errors import ConflictError
 
@@ -83,3 +95,40 @@ async def test_a_rolled_back_switchover_leaves_no_reverse_task_in_the_flow(world
     assert flow is not None and flow.pending == "" and flow.tasks == {"a": "ab"}
     assert world.pairs.get("a", "b").flow_of("ab-rev") is None
     await world.supervisor.delete("ab-rev")  # a task of no flow again: the operator's
+
+
+async def test_a_failbacks_new_reverse_task_is_the_jobs_before_the_flow_fails_back(
+    etcd_service, milvus_lite_service, monkeypatch, tmp_path, caplog
+):
+    """ab (a -> b) failed over to b; its failback held after creating the reverse task, before
+    the flow names it (``failback_created``): the reverse task is the failback's already."""
+    async with dr_world(etcd_service.endpoint, milvus_lite_service.uri) as world:
+        await failback_held_after_create(world, monkeypatch, tmp_path, caplog)
+
+
+async def failback_held_after_create(world: DrWorld, monkeypatch, tmp_path, caplog) -> None:
+    world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
+    flow = Flow("ab", {"a": "ab"}, active="b", state=FAILED_OVER)
+    world.pairs.update("a", "b", lambda p: p.with_flow(flow))
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:failback_created:30:{wake}")
+    asked = asyncio.ensure_future(world.disaster.failback(FailbackRequest(task_id="ab")))
+    for _ in range(200):
+        if "held at failback_created" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    assert "held at failback_created" in caplog.text
+    record = load_json(world.store, "ab", FAILBACK_KEY) or {}
+    reverse = str(record["reverse_task_id"])
+    named = rf"failback \(?{record['job_id']}\b"
+    with pytest.raises(ConflictError, match=named):
+        await world.supervisor.delete(reverse)
+    with pytest.raises(ConflictError, match=named):
+        await world.supervisor.pause(reverse)
+    with pytest.raises(ConflictError, match=named):
+        await world.disaster.failover(FailoverRequest(task_id=reverse))
+    wake.touch()
+    answer = await asyncio.wait_for(asked, 30)
+    assert answer["reverse_task_id"] == reverse
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.pending == "" and flow.tasks == {"a": "ab", "b": reverse}
