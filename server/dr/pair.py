@@ -230,7 +230,9 @@ def claim(
             f"task {task_id}: a {job.kind} ({job.job_id}, of task {job.task_id}, on fleet "
             f"member {job.member}) is under way on its cluster pair; wait for it"
         )
-    return replace(flow, job=JobClaim(kind, job_id, task_id, member, now))
+    # a reverse task reserved by another job (its daemon gone) is not this job's
+    pending = flow.pending if flow.job is not None and flow.job.job_id == job_id else ""
+    return replace(flow, job=JobClaim(kind, job_id, task_id, member, now), pending=pending)
 
 
 def release(flow: Flow, job_id: str, **changes: Any) -> Flow:
