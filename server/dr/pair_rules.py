@@ -115,8 +115,9 @@ def claimed(
         if failed_over:
             target = next(c for c in pair.clusters if c != source)
             flow = Flow(flow.flow_id, flow.tasks, target, FAILED_OVER)
-    if flow.job is not None and flow.job.job_id != job_id and task_id == flow.pending:
-        # the reverse task the job creates: the job's until it hands the flow over
+    if flow.job is not None and flow.job.job_id != job_id:
+        # the flow's tasks (the reverse task the job creates among them) are the job's until
+        # it lets go: named first, whatever the verb
         claim(flow, verb, job_id, task_id, member)
     if flow.job is None or flow.job.job_id != job_id:
         check(pair, flow, verb, task_id)
