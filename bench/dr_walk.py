@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,11 @@ def say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
-def one_walk(seed: int, steps: int, work: Path, args: argparse.Namespace) -> WalkResult:
+@contextlib.contextmanager
+def walk_on_services(work: Path, seed: int, keep_going: bool) -> Iterator[Walk]:
+    """A walk (not set up) on fresh services below ``work``: one etcd, the librdkafka mock,
+    cluster ``a`` a Milvus 2.3.5 on the mock, ``b`` one on RocksMQ, both restartable; its
+    daemons and services stopped at the end."""
     with contextlib.ExitStack() as stack:
         etcd = stack.enter_context(services.etcd_server(work / "etcd"))
         kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
@@ -85,19 +90,25 @@ def one_walk(seed: int, steps: int, work: Path, args: argparse.Namespace) -> Wal
             make_daemon=make_daemon,
             workdir=work,
             say=say,
-            keep_going=args.keep_going,
+            keep_going=keep_going,
         )
         try:
-            walk.setup(home="a")
-            walk.run(steps)
-        except InvariantError as failure:
-            say(str(failure))
+            yield walk
         finally:
             walk.close()
             for daemon in walk.fleet.members.values():  # killed ones are already gone
                 if daemon.process is not None and daemon.process.poll() is None:
                     daemon.kill()
-        return walk.result
+
+
+def one_walk(seed: int, steps: int, work: Path, args: argparse.Namespace) -> WalkResult:
+    with walk_on_services(work, seed, args.keep_going) as walk:
+        try:
+            walk.setup(home="a")
+            walk.run(steps)
+        except InvariantError as failure:
+            say(str(failure))
+    return walk.result
 
 
 def timings_table(results: list[WalkResult]) -> list[str]:

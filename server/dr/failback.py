@@ -109,11 +109,14 @@ class FailbackRun:
         if self.record.get("reused"):
             with contextlib.suppress(ApiError):  # gone already
                 await self.sup.delete(self.reverse_id, job=self.job_id)
+            await injected_fault("failback_reverse_deleted", job="failback")
         await self.sup.create(failback_request(spec, self.reverse_id))
+        await injected_fault("failback_created", job="failback")
         for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):
             await asyncio.to_thread(
                 save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": other}
             )
+        await injected_fault("failback_linked", job="failback")
 
     async def mark_failing_back(self) -> None:
         """The flow failing back, its task B -> A the reverse task (again after a restart: a
@@ -136,9 +139,12 @@ class FailbackRun:
                     await self.sup.get(self.reverse_id)
                 except ApiError:
                     await self.save(state="failed", reason="the reverse task was not created")
+                    await injected_fault("failback_failed", job="failback")
                     return
                 await self.save(state="seeding")
+                await injected_fault("seeding", job="failback")
             await self.mark_failing_back()
+            await injected_fault("failback_flow", job="failback")
             while self.record["state"] not in FINISHED:
                 step = getattr(self, f"_{self.record['state']}")
                 await step()
@@ -146,13 +152,16 @@ class FailbackRun:
             raise
         except FailbackStoppedError as exc:
             await self.save(state="failed", reason=str(exc))
+            await injected_fault("failback_failed", job="failback")
         except Exception as exc:  # noqa: BLE001 - whatever stopped it is its reason
             await self.save(state="failed", reason=f"{type(exc).__name__}: {exc}")
+            await injected_fault("failback_failed", job="failback")
         if self.record["state"] == "in_sync":  # the reverse direction carries production
             production = str(self.record["production_cluster"])
             await self.claim.release(state=REPLICATING, active=production)
         else:
             await self.claim.release()
+        await injected_fault("failback_released", job="failback")
 
     async def _seeding(self) -> None:
         state = BackfillState(self.sup.store, self.reverse_id)
@@ -166,8 +175,10 @@ class FailbackRun:
             await asyncio.sleep(POLL)
         if job.state != "done":
             await self.save(state="failed", reason=f"backfill {job.job_id}: {job.reason}")
+            await injected_fault("failback_failed", job="failback")
             return
         await self.save(state="repairing", backfill=job.job_id)
+        await injected_fault("failback_seeded", job="failback")
 
     async def _reverse_running(self, step: str) -> None:
         """FailbackStoppedError when the reverse task stopped (paused or failed): its backfill
@@ -188,6 +199,7 @@ class FailbackRun:
             return
         passes = int(self.record.get("repairs", 0)) + 1
         await self.save(state="streaming", repairs=passes, repaired=result["repaired"])
+        await injected_fault("repaired", job="failback")
 
     async def _streaming(self) -> None:
         result = await self._verify(repair=False, key="verify_job")
@@ -195,6 +207,7 @@ class FailbackRun:
             return
         if result["divergent"] == 0 and not result["unsettled"]:
             await self.save(state="in_sync", in_sync_at=iso(time.time()), verify=result)
+            await injected_fault("in_sync", job="failback")
             return
         if int(self.record.get("repairs", 0)) >= REPAIRS:
             await self.save(
@@ -202,8 +215,10 @@ class FailbackRun:
                 verify=result,
                 reason=f"A still differs from B after {REPAIRS} repairs: {result}",
             )
+            await injected_fault("failback_failed", job="failback")
             return
         await self.save(state="repairing", verify=result, repair_job="", verify_job="")
+        await injected_fault("failback_seeded", job="failback")
 
     async def _verify(self, *, repair: bool, key: str) -> dict[str, Any] | None:
         """Run (or, after a restart, wait for) the reverse task's verify; its result, or None
@@ -216,8 +231,9 @@ class FailbackRun:
                 _, job_id = await self.sup.verify(
                     VerifyRequest(task_id=self.reverse_id, repair=repair)
                 )
+                await injected_fault("failback_verify_started", job="failback")
                 await self.save(**{key: job_id})
-                await injected_fault(str(self.record["state"]), job="failback")
+                await injected_fault("repairing" if repair else "streaming", job="failback")
             try:
                 current = await verify_ended(
                     self.sup, self.reverse_id, job_id, VERIFY_BUDGET, poll=POLL
@@ -225,20 +241,24 @@ class FailbackRun:
             except VerifyWaitError as exc:
                 log.warning("failback of %s: %s", self.task_id, exc)
                 await self.save(**{key: ""})
+                await injected_fault("failback_verify_reset", job="failback")
                 continue
             if current.state == "done":
                 break
             # ended without a result (a daemon restarting marks it failed): asked again
             log.warning("failback of %s: verify %s %s", self.task_id, job_id, current.reason)
             await self.save(**{key: ""}, last_verify_problem=f"{job_id}: {current.reason}")
+            await injected_fault("failback_verify_reset", job="failback")
             if attempt + 1 == VERIFY_ATTEMPTS:
                 await self.save(
                     state="failed",
                     reason=f"verify {job_id}: {current.reason} ({VERIFY_ATTEMPTS} attempts)",
                 )
+                await injected_fault("failback_failed", job="failback")
                 return None
         else:
             await self.save(state="failed", reason=f"no verify ended in {VERIFY_ATTEMPTS} attempts")
+            await injected_fault("failback_failed", job="failback")
             return None
         return {
             "job_id": job_id,

@@ -17,6 +17,7 @@ from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError
 from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
+from server.dr.flows import injected_fault
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import FAILBACK_KEY, iso, load_json
 from server.dr.stale_watch import arm, load_watch
@@ -82,6 +83,7 @@ class Failbacks:
         ends = (spec.source_cluster, spec.target_cluster)
         job_id = f"failback-{uuid.uuid4().hex[:8]}"
         pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)
+        await injected_fault("failback_claimed", job="failback")
         claim = self.pairs.flow_claim(ends, tid, job_id)
         flow = pair.flow_of(tid)
         reused = flow.reverse_of(tid) if flow is not None else ""
@@ -101,6 +103,7 @@ class Failbacks:
         run = FailbackRun(self.sup, record, self._saved, claim)
         try:
             await run.save()
+            await injected_fault("failback_creating", job="failback")
             await run.create(spec)
         except Exception as exc:
             if not reused:
@@ -112,7 +115,9 @@ class Failbacks:
             raise
 
         await run.mark_failing_back()
+        await injected_fault("failback_flow", job="failback")
         await run.save(state="seeding")
+        await injected_fault("seeding", job="failback")
         self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
         with log_context(task_id=tid):
             log.info(
@@ -161,6 +166,7 @@ class Failbacks:
             return
         job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
         await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
+        await injected_fault("failback_taken_over", job="failback")
         record.update(member=me, job_id=job_id)
         record.setdefault("production_cluster", ends[1])
         claim = self.pairs.flow_claim(ends, tid, job_id)

@@ -110,8 +110,10 @@ async def run_failover(
     # the job's id: a recover round that finds the flow still claimed by it hands the flow over
     view = {**answer, "state": "done", "job_id": job}
     await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
+    await injected_fault("failover_saved", job="failover")
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
     await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")
+    await injected_fault("failover_reason", job="failover")
     with log_context(task_id=tid):
         log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
     return view

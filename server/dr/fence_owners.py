@@ -62,6 +62,7 @@ class PairFences:
         deadline = time.monotonic() + JOIN_WAIT
         while True:
             joined = self._join(cluster, job_id, fence.read()[3])
+            injected_fault_sync("fence_joined")
             if joined is not None:
                 break
             if time.monotonic() >= deadline:
@@ -75,6 +76,7 @@ class PairFences:
             return hold
         injected_fault_sync("fence-joined")  # an owner recorded, the key not written yet
         revision = fence.create()
+        injected_fault_sync("fence_written")
         if revision:
             hold = replace(hold, revision=revision)
         else:
@@ -97,6 +99,7 @@ class PairFences:
             )
 
         current = self._update(record).fences.get(cluster)
+        injected_fault_sync("fencing")
         if current is None or job_id not in current.owners:
             # the hold was given up while the key was written (this job stalled, another
             # daemon rolled it back and found no key): no fence stays without its record
@@ -147,6 +150,7 @@ class PairFences:
             return pair.with_fence(cluster, replace(hold, owners=(), lifting=True))
 
         pair = self._update(leave)
+        injected_fault_sync("fence_left")
         hold = pair.fences.get(cluster)
         if hold is None or not hold.lifting:
             return False
@@ -200,6 +204,7 @@ class PairFences:
                 "%s was changed by someone else since the pair wrote it: left as it is",
                 fence.label,
             )
+        injected_fault_sync("fence_deleted")
 
         def forget(pair: ClusterPair) -> ClusterPair:
             current = pair.fences.get(cluster)
@@ -208,3 +213,4 @@ class PairFences:
             return pair.with_fence(cluster, None)
 
         self._update(forget)
+        injected_fault_sync("fence_lifted")

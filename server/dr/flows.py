@@ -25,25 +25,89 @@ log = logging.getLogger(__name__)
 
 POLL = 0.25  # seconds between looks at a verify job
 
-# Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py); never set
-# in service. "hold:<point>:<seconds>[:<file>]" holds the job there (a test kills the daemon,
-# or acts as an operator, meanwhile; with a file, the hold ends as soon as the file exists),
-# "fail:<point>" makes it fail there; several, comma-separated, are done in their order.
-# Switchover points: "fencing" (the fence key written, not yet seen in effect), "draining",
-# "verifying" (the verify job started), "reversing" (the task paused, the reverse start not
-# fixed), "moving" (the point of no return passed: writers may move, the reverse task not
-# created yet), "reversed" (the reverse task created, the fence still on), "finished" (``done``
-# saved, the flow not yet handed to the reverse direction). Failback points:
-# "repairing" and "streaming" (the step's verify job started). Failover point: "failover-paused"
-# (the task paused, its runner not yet seen stopped nor its WAL read).
-# Fence point (any job): "fence-joined" (the job recorded as the fence's owner, the key not
-# written yet), "fence-unheld" (the key written, the owner's hold found gone, the key not yet
-# removed again). Recover points: "settling" (a finished job still holding its flow found, its
-# effects not yet applied), "pair-tended" (a pair's deleted tasks forgotten, its ownerless
-# fences not yet lifted).
+# Fault injection, for the tests of every step (tests/e2e/test_disaster_recovery.py) and the
+# search over every boundary (tests/harness/dr_boundaries.py); never set in service, and inert
+# while unset. "hold:<point>:<seconds>[:<file>]" holds the job there (a test kills the daemon,
+# stops it, or acts as an operator, meanwhile; with a file, the hold ends as soon as the file
+# exists), "fail:<point>" makes it fail there; several, comma-separated, are done in their order.
 # A failure fires once per process: past the point of no return the job retries the step.
+# The jobs' points are BOUNDARIES below; the recover round's: "settling" (a finished job still
+# holding its flow found, its effects not yet applied), "pair-tended" (a pair's deleted tasks
+# forgotten, its ownerless fences not yet lifted).
 FAULT_ENV = "MILVUS_CDC_TEST_SWITCHOVER"
 _FAILED: set[str] = set()  # the points whose failure fired
+
+# The boundaries: a point right after each durable write of a job (its record saved, the pair
+# record's compare-and-set, a fence key written or deleted, a task's state written, a watch
+# armed), in the order a job that goes well passes them; the roll back's last. A point may
+# stand after more than one write (the same step taken up by a recover round, or retried).
+# tests/unit/test_dr_boundaries.py reads the code: every durable write of a job is followed by
+# a point, and the points the code names are these.
+BOUNDARIES: dict[str, tuple[str, ...]] = {
+    "switchover": (
+        "claimed",  # the request: the flow claimed for the job (pair record)
+        "checking",  # the request: the job record saved
+        "fence_saved",  # state fencing saved, fence_set (before the fence is held)
+        "fence_joined",  # the job among the fence's owners (pair record), each attempt
+        "fence-joined",  # the job the first owner: it writes the key next
+        "fence_written",  # the fence key created in the source's etcd
+        "fence-unheld",  # the key written, the job's hold found gone: the key not removed yet
+        "fencing",  # the key's revision (or the operator's) recorded (pair record)
+        "fenced",  # fenced_at saved
+        "draining",  # state draining saved
+        "drained",  # consistent_up_to saved
+        "verify_saved",  # state verifying saved
+        "verifying",  # the verify job started (the task's verify record)
+        "verified",  # the verify's result saved
+        "reversing_saved",  # state reversing saved, with the reverse task's id
+        "pausing",  # original_paused saved (before the pause)
+        "reversing",  # the task paused (its state)
+        "quiet",  # wal_quiet_at saved
+        "no_return",  # reverse_start and writers_may_move_at saved: the point of no return
+        "moving",  # the forward steps begin (also a recover round's, taking the job over)
+        "reverse_deleted",  # (a flow with a task that way) that task deleted, to be made anew
+        "reverse_created",  # the reverse task created
+        "reversed",  # the two tasks linked (dr/link of each)
+        "retrying",  # an attempt at the reverse task that failed, saved
+        "watch_armed",  # the reverse task's stale-write watch armed
+        "fence_left",  # the job left the fence's owners, the last: lifting (pair record)
+        "fence_deleted",  # the fence key deleted
+        "fence_lifted",  # the fence forgotten (pair record)
+        "finished",  # state done saved, the flow not handed over yet
+        "released",  # the flow handed to the reverse direction, the claim released
+        "takeover_claimed",  # a recover round: the job claimed by another daemon
+        "taken_over",  # a recover round: the job saved by its new daemon
+        "rollback_resumed",  # the roll back resumed the task
+        "failed",  # state failed saved (rolled back)
+        "rollback_released",  # the roll back's claim released
+    ),
+    "failover": (
+        "failover_claimed",  # the flow claimed for the failover (pair record)
+        "failover-paused",  # the task paused (its state)
+        "failover_saved",  # dr/failover saved
+        "failover_reason",  # the task's reason says what the target holds
+        "failover_released",  # the flow failed_over to the target, the claim released
+    ),
+    "failback": (
+        "failback_claimed",  # the flow claimed for the failback (pair record)
+        "failback_creating",  # dr/failback saved, state creating
+        "failback_reverse_deleted",  # (the flow's task that way, re-used) deleted
+        "failback_created",  # the reverse task created, its backfill with it
+        "failback_linked",  # the two tasks linked (dr/link of each)
+        "failback_flow",  # the flow failing_back with the reverse task (pair record)
+        "seeding",  # state seeding saved
+        "failback_seeded",  # state repairing saved (the backfill done, or A differed still)
+        "failback_verify_started",  # a verify of the reverse task started (its record)
+        "repairing",  # the verify with repair started, its id saved
+        "failback_verify_reset",  # a verify that ended without a result forgotten
+        "repaired",  # state streaming saved
+        "streaming",  # the verify without repair started, its id saved
+        "in_sync",  # state in_sync saved
+        "failback_failed",  # state failed saved
+        "failback_released",  # the flow handed over (in sync) or the claim released
+        "failback_taken_over",  # a recover round: the failback claimed by another daemon
+    ),
+}
 
 
 class InjectedFaultError(Exception):
@@ -66,13 +130,18 @@ def injected_fault_sync(point: str, job: str = "switchover") -> None:
 def _holds(point: str, job: str) -> Iterator[tuple[float, str]]:
     """The holds ``FAULT_ENV`` asks for at ``point`` (seconds, file), its failures raised
     (InjectedFaultError, once per process and point) in their order among them."""
-    for directive in os.environ.get(FAULT_ENV, "").split(","):
+    directives = os.environ.get(FAULT_ENV, "")
+    if not directives:
+        return
+    for directive in directives.split(","):
         kind, _, rest = directive.strip().partition(":")
         where, _, rest = rest.partition(":")
         seconds, _, until = rest.partition(":")
         if where != point:
             continue
         if kind == "hold":
+            if until and os.path.exists(until):
+                continue  # released already: passed without a word
             log.warning("%s held at %s for %s s (%s)", job, point, seconds, FAULT_ENV)
             yield float(seconds or 60), until
         elif kind == "fail" and point not in _FAILED:

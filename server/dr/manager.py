@@ -30,6 +30,7 @@ from replicator.hybrid_time import to_seconds
 from server.dr.claims import ClaimLostError
 from server.dr.failbacks import FailbackRequest, Failbacks
 from server.dr.failover import FailoverRequest, run_failover
+from server.dr.flows import injected_fault
 from server.dr.pair import FAILED_OVER
 from server.dr.pair_keeper import PairKeeper
 from server.dr.record import (
@@ -168,6 +169,7 @@ class DisasterRecovery:
         )
         ends = (spec.source_cluster, spec.target_cluster)
         await self.pairs.claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
+        await injected_fault("claimed")
         run = SwitchoverRun(
             self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
         )
@@ -176,6 +178,7 @@ class DisasterRecovery:
         except BaseException:
             await run.claim.release()
             raise
+        await injected_fault("checking")
         self._start_switchover_step(run, "run")
         with log_context(task_id=tid):
             log.info("switchover %s asked (lag %.2f s)", job.job_id, lag)
@@ -260,7 +263,9 @@ class DisasterRecovery:
             await self.pairs.claim(
                 ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
             )
+            await injected_fault("takeover_claimed")
             await asyncio.to_thread(save_job, self.sup.store, job)
+            await injected_fault("taken_over")
             forward = job.state == "reversing" and (
                 job.reverse_start is not None or await run.reverse_exists(job.reverse_task_id)
             )
@@ -290,6 +295,7 @@ class DisasterRecovery:
         ends = (spec.source_cluster, spec.target_cluster)
         job_id = f"failover-{uuid.uuid4().hex[:8]}"
         await self.pairs.claim(ends, "failover", tid, spec.source_cluster, job_id)
+        await injected_fault("failover_claimed", job="failover")
         claim = self.pairs.flow_claim(ends, tid, job_id)
         try:  # its claim renewed while it waits for a runner and reads the WAL
             answer = await claim.run_while_held(self._fail_over(task, request, job_id))
@@ -302,6 +308,7 @@ class DisasterRecovery:
             await claim.release()
             raise
         await claim.release(state=FAILED_OVER, active=spec.target_cluster)
+        await injected_fault("failover_released", job="failover")
         await self.pairs.tend({t.task_id for t in await self.sup.list()})
         pair = await asyncio.to_thread(self.pairs.store.get, *ends)
         hold = pair.fences.get(spec.target_cluster)

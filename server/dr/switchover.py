@@ -145,13 +145,15 @@ class SwitchoverRun:
     async def _fence(self) -> None:
         if self.job.fence_mode == "operator":
             await self._save(self.job.to("fencing", fence=OPERATOR_FENCE))
+            await injected_fault("fence_saved")
             quiet = await self._quiet()
             await self._save(self.job.with_(fenced_at=moment(quiet)))
+            await injected_fault("fenced")
             return
         # saved before the fence is held: whoever finds this job releases its hold
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
+        await injected_fault("fence_saved")
         await asyncio.to_thread(self.fences.acquire, self.job.source_cluster, self.job.job_id)
-        await injected_fault("fencing")
         seen = await asyncio.to_thread(
             wait_in_effect,
             self.fence,
@@ -159,6 +161,7 @@ class SwitchoverRun:
             lambda: self.stopped,
         )
         await self._save(self.job.with_(fenced_at=moment(seen)))
+        await injected_fault("fenced")
 
     async def _quiet(self) -> float:
         """The operator stopped the writers: wait until the task's WAL shows no row change of
@@ -192,6 +195,7 @@ class SwitchoverRun:
             consistent = runner.consistent_ts()
             if consistent >= target:
                 await self._save(self.job.with_(consistent_up_to=consistent_view(consistent)))
+                await injected_fault("drained")
                 return
             self._left(
                 f"draining: the task had applied up to {consistent_view(consistent)}, the "
@@ -213,6 +217,7 @@ class SwitchoverRun:
 
     async def _verify(self) -> None:
         await self._save(self.job.to("verifying"))
+        await injected_fault("verify_saved")
         verify_id = await self.start_verify(self.job.task_id)
         await injected_fault("verifying")
         current = await verify_ended(
@@ -232,6 +237,7 @@ class SwitchoverRun:
             "collections": len(current.collections),
         }
         await self._save(self.job.with_(verify=result))
+        await injected_fault("verified")
         if current.state != "done" or divergent or unsettled:
             raise SwitchoverError(
                 f"verify {verify_id} did not find the target equal to the fenced source: "
@@ -247,6 +253,7 @@ class SwitchoverRun:
         other = await self._other_direction()
         reverse_id = other or f"{job.task_id[:40]}-rev-{uuid.uuid4().hex[:8]}"
         await self._save(job.to("reversing", reverse_task_id=reverse_id, rearm=bool(other)))
+        await injected_fault("reversing_saved")
         task = await self.sup.get(job.task_id)
         if task.state is not TaskState.RUNNING:
             raise SwitchoverError(
@@ -255,6 +262,7 @@ class SwitchoverRun:
             )
         # saved first: a roll back resumes the task only while its reason names this job
         await self._save(self.job.with_(original_paused=True))
+        await injected_fault("pausing")
         reason = (
             f"switched over to task {reverse_id} {paused_by(job)} writes fenced on "
             f"{job.source_cluster} at {(job.fenced_at or {}).get('time')})"
@@ -266,6 +274,7 @@ class SwitchoverRun:
         await self._save(
             self.job.with_(reverse_start=start, writers_may_move_at=moment(time.time()))
         )
+        await injected_fault("no_return")  # a hold only: a failure here would roll back
         log.info(
             "switchover %s: writers may move to %s (the reverse flow starts at its WAL end)",
             job.job_id,
@@ -294,6 +303,7 @@ class SwitchoverRun:
                 f"collections after where the task stopped ({found}): writes got past the fence"
             )
         await self._save(self.job.with_(wal_quiet_at=moment(time.time())))
+        await injected_fault("quiet")
 
     async def reverse(self) -> SwitchoverJob:
         """Past the point of no return: create (or start again) the reverse flow at its saved
@@ -302,7 +312,6 @@ class SwitchoverRun:
         while True:
             try:
                 await self._ensure_reverse()
-                await injected_fault("reversed")
                 break
             except ClaimLostError:
                 raise
@@ -311,6 +320,7 @@ class SwitchoverRun:
                     "switchover %s: the reverse task is not running yet: %s", self.job.job_id, exc
                 )
                 await self._save(self.job.with_(reason=f"retrying the reverse task: {exc}"))
+                await injected_fault("retrying")
                 await asyncio.sleep(RETRY_SECONDS)
         return await self.finish()
 
@@ -329,17 +339,21 @@ class SwitchoverRun:
                     spec, reverse_id, source=spec.source_cluster, target=spec.target_cluster
                 )
                 await self.sup.delete(reverse_id, job=job.job_id)
+                await injected_fault("reverse_deleted")
             except ApiError:  # deleted already by an attempt that stopped half-way
                 spec = TaskSpec.of(await self.sup.get(job.task_id))
                 request = reverse_request(spec, reverse_id)
             await self.sup.create(request, start)
+            await injected_fault("reverse_created")
         else:
             spec = TaskSpec.of(await self.sup.get(job.task_id))
             await self.sup.create(reverse_request(spec, reverse_id), start)
+            await injected_fault("reverse_created")
         for task_id, other in ((job.task_id, reverse_id), (reverse_id, job.task_id)):
             await asyncio.to_thread(
                 save_json, self.sup.store, task_id, LINK_KEY, {"reverse_of": other}
             )
+        await injected_fault("reversed")
 
     async def _other_direction(self) -> str:
         """The flow's task in the other direction, still stored; "" when there is none."""
@@ -381,6 +395,7 @@ class SwitchoverRun:
         end the job done."""
         await self.claim.keep()  # a daemon that lost the job (stalled) lifts nothing
         await self._arm_watch()
+        await injected_fault("watch_armed")
         lifting = False
         while self.job.fence_set:
             try:
@@ -405,6 +420,7 @@ class SwitchoverRun:
         await injected_fault("finished")  # done saved, the flow not handed over yet
         source = self.job.target_cluster
         await self.claim.release(active=source, state=REPLICATING, tasks=self._tasks_after(source))
+        await injected_fault("released")
         log.info(
             "switchover %s done: %s -> %s, reverse task %s",
             done.job_id,
@@ -450,6 +466,7 @@ class SwitchoverRun:
                 task = await self.sup.get(job.task_id)
                 if task.state is TaskState.PAUSED and paused_by(job) in task.reason:
                     await self.sup.resume(job.task_id, job=job.job_id)
+                    await injected_fault("rollback_resumed")
                 elif task.state is not TaskState.RUNNING:
                     problems.append(
                         f"task left {task.state.value}: paused by someone else ({task.reason})"
@@ -460,5 +477,7 @@ class SwitchoverRun:
         failed = await self._finish_state(
             "failed", reason=full, lifted_at=lifted, rolled_back=not problems, fence_set=False
         )
+        await injected_fault("failed")
         await self.claim.release()
+        await injected_fault("rollback_released")
         return failed

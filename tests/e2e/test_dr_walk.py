@@ -18,14 +18,9 @@ step, paused since: now the flow's task is re-used). Then the seed's steps.
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
-from harness.dr_walk import ClusterHandle, Walk, walk_seed
-from harness.milvus_source import restartable_milvus
-
-from replicator.config.connections import SourceSettings
-from server.dr.fence import EtcdQuotaFence, wait_in_effect
+from harness.dr_walk import suite_walk, walk_seed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # 3-5 min on a loaded machine
 
@@ -45,33 +40,16 @@ def test_a_seeded_walk_keeps_every_invariant_after_every_step(
     daemon_factory, milvus_source_rocksmq, etcd_service, kafka_mock, tmp_path
 ):
     seed = walk_seed(SEED)
-    root = f"walk-a-{uuid.uuid4().hex[:8]}"
-    with restartable_milvus(
-        tmp_path / "milvus-a",
-        etcd_service.endpoint,
+    with suite_walk(
+        seed,
+        make_daemon=daemon_factory,
+        rocksmq=milvus_source_rocksmq,
+        etcd_endpoint=etcd_service.endpoint,
         kafka_bootstrap=kafka_mock.bootstrap,
-        root_path=root,
-    ) as lost:
-        walk = Walk(
-            seed=seed,
-            clusters={
-                "a": ClusterHandle("a", lost.source, lost),
-                "b": ClusterHandle("b", milvus_source_rocksmq),
-            },
-            etcd_endpoint=etcd_service.endpoint,
-            make_daemon=daemon_factory,
-            workdir=tmp_path,
-        )
-        try:
-            walk.setup(home="b")
-            result = walk.run(STEPS, script=OPERATORS_SEQUENCE)
-        finally:
-            walk.close()
-            # b serves the rest of the session: a fence the walk left there must not outlive it
-            fence = EtcdQuotaFence("b", SourceSettings(**walk.cluster_settings["b"]))
-            if fence.is_set():
-                fence.lift()
-            wait_in_effect(fence, 60, lambda: False, effect=False)
+        workdir=tmp_path,
+    ) as walk:
+        walk.setup(home="b")
+        result = walk.run(STEPS, script=OPERATORS_SEQUENCE)
     assert [s.index for s in result.steps] == list(range(1, STEPS + 1)), result.steps
     outcomes = [s.outcome for s in result.steps]
     assert outcomes[0].startswith("done: f1 primary a"), outcomes

@@ -56,6 +56,7 @@ the check; ``CDC_WALK_SEED=<seed>`` makes the suite's walk take that seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -81,8 +82,10 @@ from harness.dr_clusters import (
     seconds_of,
     task,
 )
-from harness.milvus_source import MilvusSource, RestartableMilvus
+from harness.milvus_source import MilvusSource, RestartableMilvus, restartable_milvus
 from harness.services import ServiceStartError, wait_until
+from replicator.config.connections import SourceSettings
+from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.flows import FAULT_ENV
 
 SEED_ENV = "CDC_WALK_SEED"
@@ -792,41 +795,49 @@ class Walk:
             self.timed("failover", time.monotonic() - began)
             if status != 200:
                 self.fail("verb_accepted", f"failover of {active} refused: {status} {answer}")
-            took_over = flow.replica(self.model.pair)
-            flow.writer.move_to(took_over)
-            export = answer.get("unreplicated") or {}
-            file = str(export.get("file") or "")
-            exported, in_doubt, lines = self._exported(file, flow.collection)
-            counted = sum(
-                int(kinds.get("insert", 0))
-                for name, kinds in (export.get("by_collection") or {}).items()
-                if name.split(".", 1)[-1] == flow.collection
-            )
-            failover = Failover(
-                task_id=active,
-                lost=label,
-                took_over=took_over,
-                killed_at=killed_at,
-                at=at,
-                consistent=seconds_of(answer.get("consistent_up_to")),
-                exported=frozenset(exported),
-                complete=bool(export.get("complete")),
-                in_doubt=frozenset(in_doubt),
-                insert_lines=lines,
-                inserts_counted=counted,
-                file=file,
-            )
-            flow.failovers.append(failover)
-            flow.state = "failed_over"
-            flow.primary = took_over
-            lag = at - failover.consistent if failover.consistent else None
-            outcomes.append(
-                f"{flow.name}: consistent_up_to {lag:.2f} s before the failover, "
-                f"{len(exported)} exported insert(s), complete {failover.complete}"
-                if lag is not None
-                else f"{flow.name}: no consistent_up_to"
-            )
+            outcomes.append(self.failed_over(flow, label, killed_at, at, active, answer))
         return "; ".join(outcomes)
+
+    def failed_over(
+        self, flow: Flow, label: str, killed_at: float, at: float, active: str, answer: Any
+    ) -> str:
+        """The model after the failover of ``flow``'s task ``active`` (asked at ``at``, its
+        primary ``label`` lost at ``killed_at``) answered ``answer``: the writer moved to the
+        replica, the failover's figure and export kept for the invariants."""
+        took_over = flow.replica(self.model.pair)
+        flow.writer.move_to(took_over)
+        export = answer.get("unreplicated") or {}
+        file = str(export.get("file") or "")
+        exported, in_doubt, lines = self._exported(file, flow.collection)
+        counted = sum(
+            int(kinds.get("insert", 0))
+            for name, kinds in (export.get("by_collection") or {}).items()
+            if name.split(".", 1)[-1] == flow.collection
+        )
+        failover = Failover(
+            task_id=active,
+            lost=label,
+            took_over=took_over,
+            killed_at=killed_at,
+            at=at,
+            consistent=seconds_of(answer.get("consistent_up_to")),
+            exported=frozenset(exported),
+            complete=bool(export.get("complete")),
+            in_doubt=frozenset(in_doubt),
+            insert_lines=lines,
+            inserts_counted=counted,
+            file=file,
+        )
+        flow.failovers.append(failover)
+        flow.state = "failed_over"
+        flow.primary = took_over
+        lag = at - failover.consistent if failover.consistent else None
+        return (
+            f"{flow.name}: consistent_up_to {lag:.2f} s before the failover, "
+            f"{len(exported)} exported insert(s), complete {failover.complete}"
+            if lag is not None
+            else f"{flow.name}: no consistent_up_to"
+        )
 
     def _exported(self, file: str, collection: str) -> tuple[set[int], set[int], int]:
         """The keys the export ``file`` inserts into ``collection``, those of them on lines
@@ -896,7 +907,9 @@ class Walk:
         return f"in_sync: {flow.name} replicated {flow.primary} -> {failover.lost} by {reverse}"
 
     # --- invariants ---------------------------------------------------------------------
-    def check_invariants(self) -> None:
+    def check_invariants(self, only: Sequence[str] = ()) -> None:
+        """Every invariant (``only``: those named) against the model and the clusters; a
+        broken one is recorded (raised unless ``keep_going``)."""
         for name, check in (
             ("one_direction_running", self._one_direction_running),
             ("at_most_two_tasks", self._at_most_two_tasks),
@@ -906,6 +919,8 @@ class Walk:
             ("export_disjoint_from_target", self._export_disjoint_from_target),
             ("equal_in_sync", self._equal_in_sync),
         ):
+            if only and name not in only:
+                continue
             began = time.monotonic()
             self._named = {}
             problem = check()
@@ -1133,6 +1148,44 @@ class Walk:
             self._drop_client(label)
         for daemon in self.fleet.live():
             daemon.stop()
+
+
+@contextlib.contextmanager
+def suite_walk(
+    seed: int,
+    *,
+    make_daemon: MakeDaemon,
+    rocksmq: MilvusSource,
+    etcd_endpoint: str,
+    kafka_bootstrap: str,
+    workdir: Path,
+    keep_going: bool = False,
+) -> Iterator[Walk]:
+    """A walk (not set up) as the suite runs one: cluster ``a`` a Milvus 2.3.5 of its own on
+    the Kafka mock (restartable), ``b`` the session's RocksMQ Milvus (never killed). At the end
+    the walk is closed and a fence it left on b (which serves the rest of the session) lifted."""
+    with restartable_milvus(
+        workdir / "milvus-a",
+        etcd_endpoint,
+        kafka_bootstrap=kafka_bootstrap,
+        root_path=f"walk-a-{uuid.uuid4().hex[:8]}",
+    ) as lost:
+        walk = Walk(
+            seed=seed,
+            clusters={"a": ClusterHandle("a", lost.source, lost), "b": ClusterHandle("b", rocksmq)},
+            etcd_endpoint=etcd_endpoint,
+            make_daemon=make_daemon,
+            workdir=workdir,
+            keep_going=keep_going,
+        )
+        try:
+            yield walk
+        finally:
+            walk.close()
+            fence = EtcdQuotaFence("b", SourceSettings(**walk.cluster_settings["b"]))
+            if fence.is_set():
+                fence.lift()
+            wait_in_effect(fence, 60, lambda: False, effect=False)
 
 
 def walk_seed(default: int) -> int:

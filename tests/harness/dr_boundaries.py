@@ -1,0 +1,713 @@
+"""The search over every boundary of the disaster-recovery jobs (issue 48, Build item 2): for
+each job (switchover, failover, failback) x each boundary (``server.dr.flows.BOUNDARIES``: a
+point right after each durable write) x each fault, the job is held at the boundary, the fault
+applied, the hold released; then the walk's invariants (:mod:`harness.dr_walk`, its own checks),
+and the flow is driven home by verbs alone and checked again.
+
+The faults (``FAULTS``):
+
+=================  =============================================================================
+kill               ``kill -9`` of the daemon running the job, then it is started again (its
+                   recover round finds the job)
+stall              the daemon stopped (SIGSTOP) past the job's claim (``CLAIM_SECONDS``) while a
+                   second fleet member runs (its recover round may take the job over), then
+                   continued (SIGCONT): it must touch nothing it lost
+<verb>:own         an operator's verb (pause, resume, delete, switchover, failover, failback) on
+<verb>:other       the task the job was asked of, or on the flow's other task
+again              the job's own request asked a second time
+=================  =============================================================================
+
+After the fault (and the job's end): ``at_most_two_tasks``, ``no_ownerless_fence``,
+``acknowledged_on_primary``, ``target_plus_export``, ``export_disjoint_from_target`` of the walk,
+and ``never_both_directions`` (no two tasks of the flow Running); every verb answered 2xx, or
+409 naming the state (``verb_409_names_state``; 404 only for a task that is not there). Then
+``driven_home``: by verbs alone (wait for a job under way; fail back a failed-over flow; resume
+the active direction; switch over to the home cluster) the flow replicates from its home
+cluster again, and every invariant of the walk holds (``one_direction_running`` and
+``equal_in_sync`` with them).
+
+One cluster pair, one flow and one fleet serve every case (:class:`BoundarySearch`): each case
+starts from the flow replicating from home, as the last left it. The daemon runs with a hold at
+every point, each released by a file (all present: nothing holds); a case removes the file of
+its point, and creates it again to release the hold. Points a plain job does not pass are
+reached by a ``ROUTE``: a failure injected earlier (the roll back's points, a retry), or a
+kill and a recover round (a take-over's points).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, get_args
+
+from harness.daemon import Daemon
+from harness.dr_clusters import consistent_known
+from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since, writers_may_move
+from metastore import TaskState
+from metastore.etcd import EtcdMetaStore
+from metastore.etcd_connect import connect_etcd
+from server.dr.flows import BOUNDARIES, FAULT_ENV
+from server.dr.pair import CLAIM_SECONDS, FAILED_OVER, FAILING_BACK, PairStore
+from server.dr.pair import Flow as PairFlow
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, State, load_job, load_json
+
+SEED_ENV = "CDC_BOUNDARY_SEED"
+VERBS = ("pause", "resume", "delete", "switchover", "failover", "failback")
+FAULTS = ("kill", "stall", *(f"{v}:{r}" for v in VERBS for r in ("own", "other")), "again")
+HOLD_SECONDS = 900  # a hold the search forgets to release ends by itself
+REACH_SECONDS = 150.0  # a job reaches its point within this
+JOB_SECONDS = 300.0
+FAILBACK_SECONDS = 900.0
+DRIVE_SECONDS = 1500.0
+# how a point a plain job does not pass is reached: a failure injected at an earlier point
+# ("fail:<point>"), or the job held there, its daemon killed and started again ("kill:<point>")
+ROUTE = {
+    "retrying": "fail:reverse_created",
+    "rollback_resumed": "fail:reversing",
+    "failed": "fail:reversing",
+    "rollback_released": "fail:reversing",
+    "takeover_claimed": "kill:verify_saved",
+    "taken_over": "kill:verify_saved",
+    "failback_failed": "fail:repairing",
+    "failback_verify_reset": "",  # a verify ended with no result: no route (not reached)
+    "failback_taken_over": "kill:seeding",
+}
+# the states a 409 may name: the flow's, a task's, a job's (or a job under way)
+STATE_WORDS = (
+    "replicating",
+    "failed over",
+    "failing back",
+    "under way",
+    "holds its cluster pair",  # the job that holds the flow, with its step
+    *(state.value for state in TaskState),
+    *(f"({state})" for state in get_args(State)),
+    *(f"({state})" for state in ("creating", "seeding", "repairing", "streaming", "in_sync")),
+)
+# a refusal that says to wait for a job: asked again while driving home
+WAIT_WORDS = (
+    "under way",
+    "waits for it",
+    "next recover round",
+    "consistent-up-to",
+    "max_lag",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    job: str
+    point: str
+    fault: str
+
+    def label(self) -> str:
+        return f"{self.job} @ {self.point} x {self.fault}"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    held: bool = False
+    outcome: str = ""
+    answers: list[str] = field(default_factory=list)  # each verb asked by the fault, answered
+    broke: list[str] = field(default_factory=list)  # "check: what broke"
+    seconds: float = 0.0
+
+
+def all_cases(jobs: Sequence[str] = tuple(BOUNDARIES)) -> list[Case]:
+    return [Case(j, p, f) for j in jobs for p in BOUNDARIES[j] for f in FAULTS]
+
+
+def boundary_seed() -> int:
+    """``CDC_BOUNDARY_SEED``, else today's date (the suite's subset rotates daily)."""
+    value = os.environ.get(SEED_ENV, "").strip()
+    return int(value) if value else int(datetime.now(UTC).strftime("%Y%m%d"))
+
+
+def rotating(count: int, seed: int, jobs: Sequence[str] = ("switchover",)) -> list[Case]:
+    """``count`` cases drawn by ``seed``; stalls (a minute each) left to the bench."""
+    cases = [c for c in all_cases(jobs) if c.fault != "stall" and ROUTE.get(c.point) != ""]
+    return random.Random(seed).sample(cases, count)
+
+
+class _Asked(threading.Thread):
+    """A request that may be held (its answer waits for the job): sent from a thread."""
+
+    def __init__(self, daemon: Daemon, method: str, path: str, body: Any = None) -> None:
+        super().__init__(daemon=True)
+        self.args_ = (daemon, method, path, body)
+        self.status = 0
+        self.answer: Any = None
+        self.start()
+
+    def run(self) -> None:
+        daemon, method, path, body = self.args_
+        try:
+            self.status, _, self.answer = daemon.request(method, path, body, timeout=600)
+        except Exception as exc:  # noqa: BLE001 - a daemon killed under the request
+            self.answer = f"{type(exc).__name__}: {exc}"
+
+    def result(self, timeout: float) -> tuple[int, Any]:
+        self.join(timeout)
+        return self.status, self.answer
+
+
+class _WriterMover(threading.Thread):
+    """Moves the flow's writer to the switchover's target once its job says writers may move,
+    while the job is held and faulted (the README's operator: the writers follow
+    ``writers_may_move_at``, not the job's end)."""
+
+    def __init__(self, search: BoundarySearch, task_id: str, previous: str) -> None:
+        super().__init__(daemon=True)
+        self.search, self.task_id, self.previous = search, task_id, previous
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        flow = self.search.flow
+        target = self.search.other_cluster(flow.primary)
+        while not self.done.wait(0.3):
+            try:
+                view = self.search.view("switchover", self.task_id)
+            except Exception:  # noqa: BLE001 - the store answering again next time
+                continue
+            fresh = bool(view.get("job_id")) and view.get("job_id") != self.previous
+            if fresh and writers_may_move(view):
+                flow.writer.move_to(target)
+                return
+
+
+class BoundarySearch:
+    """The cases over one walk set up with one flow (``f1``) at home on a restartable cluster."""
+
+    def __init__(self, walk: Walk, holds: Path, say: Callable[[str], None] = print) -> None:
+        self.walk = walk
+        self.holds = holds
+        self.say = say
+        holds.mkdir(parents=True, exist_ok=True)
+        self.points = [p for points in BOUNDARIES.values() for p in points]
+        for point in self.points:
+            self._release(point)
+        config = walk.fleet._config["metaStoreConfig"]
+        self.store = EtcdMetaStore(connect_etcd([walk.etcd_endpoint]), config["rootPath"])
+        self.pairs = PairStore(self.store)
+        self._killed_at = self._asked_at = 0.0
+        self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
+        self._mover: _WriterMover | None = None
+
+    # --- the fleet ---------------------------------------------------------------------------
+    def env(self, route: str = "") -> str:
+        """The faults the daemon runs with: a hold at every point (released by its file), and
+        the route's failure."""
+        holds = [f"hold:{p}:{HOLD_SECONDS}:{self.holds / p}" for p in self.points]
+        return ",".join(([route] if route.startswith("fail:") else []) + holds)
+
+    def prepare_fleet(self) -> None:
+        """Before ``walk.setup``: m1 starts with the holds."""
+        self.walk.fleet.member("m1").env[FAULT_ENV] = self.env()
+
+    @property
+    def m1(self) -> Daemon:
+        return self.walk.fleet.member("m1")
+
+    def restart(
+        self, daemon: Daemon, route: str = "", kill: bool = False, wait: bool = True
+    ) -> None:
+        """Stop (or kill) and start the daemon; ``wait=False``: not waiting until it serves (a
+        recover round held at a point during its start)."""
+        if daemon.process is not None and daemon.process.poll() is None:
+            if kill:
+                daemon.kill()
+            else:
+                daemon.stop()
+        daemon.env[FAULT_ENV] = self.env(route)
+        if wait:
+            daemon.start()
+        else:
+            daemon.launch()
+
+    def _hold(self, point: str) -> None:
+        (self.holds / point).unlink(missing_ok=True)
+
+    def _release(self, point: str) -> None:
+        (self.holds / point).touch()
+
+    # --- the flow ----------------------------------------------------------------------------
+    @property
+    def flow(self) -> Flow:
+        return self.walk.model.flows["f1"]
+
+    def pair_flow(self) -> PairFlow | None:
+        """The pair's flow of the model's tasks."""
+        pair = self.pairs.get(*self.walk.model.pair)
+        mine = set(self.flow.tasks.values())
+        return next((f for f in pair.flows.values() if mine & set(f.tasks.values())), None)
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        return {t["task_id"]: t for t in self.walk._flow_tasks()["f1"]}
+
+    def other_cluster(self, label: str) -> str:
+        return next(c for c in self.walk.model.pair if c != label)
+
+    def verb(self, verb: str, task_id: str) -> tuple[int, str]:
+        """An operator's verb; (status, the refusal's detail)."""
+        status, answer = self.ask(verb, task_id)
+        detail = answer.get("detail", "") if isinstance(answer, dict) else answer
+        return status, str(detail or "")
+
+    def ask(self, verb: str, task_id: str) -> tuple[int, Any]:
+        """An operator's verb; (status, answer)."""
+        path = f"/v1/tasks/{task_id}" + ("" if verb == "delete" else f"/{verb}")
+        body: dict[str, Any] = {}
+        if verb == "switchover":
+            body = {"max_lag_seconds": 60, "timeout_seconds": 240, "stale_check_seconds": 0}
+        elif verb == "failover":
+            body = {"export_seconds": 30}
+        method = "DELETE" if verb == "delete" else "POST"
+        try:
+            status, _, answer = self.walk.fleet.any().request(method, path, body, timeout=120)
+        except Exception as exc:  # noqa: BLE001 - shown as the answer
+            return 0, f"{type(exc).__name__}: {exc}"
+        return status, answer
+
+    # --- one case ----------------------------------------------------------------------------
+    def run(self, case: Case) -> CaseResult:
+        result = CaseResult(case)
+        began = time.monotonic()
+        before = len(self.walk.result.failures)
+        self.say(f"case {case.label()}")
+        try:
+            self._case(case, result)
+        except InvariantError:
+            pass  # recorded by the walk (keep_going) or below
+        except Exception as exc:  # noqa: BLE001 - a wait that never ended is a result
+            self._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            if self._mover is not None:
+                self._mover.done.set()
+                self._mover = None
+            for point in self.points:
+                self._release(point)
+            self._one_member()
+        result.broke = [f"{f.check}: {f.detail[:400]}" for f in self.walk.result.failures[before:]]
+        result.seconds = time.monotonic() - began
+        self.say(
+            f"  -> {'held' if result.held else 'not held'}; {result.outcome}; "
+            f"broke {result.broke or 'nothing'} ({result.seconds:.0f} s)"
+        )
+        return result
+
+    def _broke(self, check: str, detail: str) -> None:
+        failure = InvariantError(check, detail, self.walk.seed, self.walk.result.steps)
+        self.walk.result.failures.append(failure)
+        self.walk.result.failure = self.walk.result.failure or failure
+        self.say(f"  broke {check}: {detail[:300]}")
+
+    def _case(self, case: Case, result: CaseResult) -> None:
+        route = ROUTE.get(case.point, "")
+        if case.point in ROUTE and not route:
+            result.outcome = "no route reaches this point"
+            return
+        self._wait_no_job(JOB_SECONDS)  # the last case's job ended
+        if case.job == "failback":
+            self._failed_over_first()
+        if route.startswith("fail:"):
+            self.restart(self.m1, route)
+        own = self._own_task(case.job)
+        previous = self._job_id(case.job, own)
+        self._hold(route.split(":", 1)[1] if route.startswith("kill:") else case.point)
+        offset = _log_size(self.m1)
+        asked = self._ask(case.job, own)
+        if case.job == "switchover":
+            self._mover = _WriterMover(self, own, previous)
+        if route.startswith("kill:"):
+            first = route.split(":", 1)[1]
+            if not self._wait_held(self.m1, first, offset):
+                result.outcome = f"the route's point {first} not reached"
+                return
+            self._release(first)
+            self._hold(case.point)
+            offset = _log_size(self.m1)
+            self.restart(self.m1, kill=True, wait=False)
+        result.held = self._wait_held(self.m1, case.point, offset)
+        if not result.held:
+            result.outcome = "not reached"
+        else:
+            self._apply(case, own, result)
+        self._release(case.point)
+        self.m1.wait_ready(120)
+        result.outcome = (result.outcome + "; " if result.outcome else "") + self._settle(
+            case.job, own, previous, asked
+        )
+        self.walk.check_invariants(
+            only=(
+                "at_most_two_tasks",
+                "no_ownerless_fence",
+                "acknowledged_on_primary",
+                "target_plus_export",
+                "export_disjoint_from_target",
+            )
+        )
+        self._never_both_directions()
+        self.drive_home(result)
+        self.walk.check_invariants()
+
+    def _own_task(self, job: str) -> str:
+        if job == "failback":
+            return self.flow.failovers[-1].task_id
+        active = self.flow.active_task
+        assert active is not None, self.flow
+        return active
+
+    def _job_id(self, job: str, task_id: str) -> str:
+        if job == "failover":
+            return ""
+        return str(self.view(job, task_id).get("job_id") or "")
+
+    def view(self, job: str, task_id: str) -> dict[str, Any]:
+        """The job's record as the metastore holds it ({} when none): what every member reads,
+        not the view one member last remembered."""
+        if job == "switchover":
+            saved = load_job(self.store, task_id)
+            return saved.view() if saved is not None else {}
+        key = FAILBACK_KEY if job == "failback" else FAILOVER_KEY
+        return load_json(self.store, task_id, key) or {}
+
+    def _ask(self, job: str, task_id: str) -> _Asked:
+        body: dict[str, Any] = {}
+        if job == "switchover":
+            # asked of the member running the task, once its consistent-up-to is known
+            self.walk.fleet.owner_of(task_id)
+            consistent_known(self.m1, task_id)
+            body = {"max_lag_seconds": 60, "timeout_seconds": 240, "stale_check_seconds": 0}
+        elif job == "failover":
+            self._lose_primary()
+            body = {"export_seconds": 30}
+        self._asked_at = time.time()
+        return _Asked(self.m1, "POST", f"/v1/tasks/{task_id}/{job}", body)
+
+    def _lose_primary(self) -> None:
+        label = self.flow.primary
+        handle = self.walk.clusters[label]
+        assert handle.restartable is not None, f"{label} cannot be killed"
+        self._killed_at = time.time()
+        handle.restartable.kill()
+        self.walk._drop_client(label)
+        self.say(f"  {label} killed (kill -9)")
+
+    def _wait_held(self, daemon: Daemon, point: str, offset: int) -> bool:
+        text = f"held at {point} for"
+        deadline = time.monotonic() + REACH_SECONDS
+        while time.monotonic() < deadline:
+            if _logged_since(daemon, offset, text):
+                return True
+            time.sleep(0.3)
+        return False
+
+    # --- the faults --------------------------------------------------------------------------
+    def _apply(self, case: Case, own: str, result: CaseResult) -> None:
+        if case.fault == "kill":
+            self.m1.kill()
+            self._release(case.point)  # the job is not held again where it was killed
+            self.restart(self.m1)
+            result.outcome = "killed and started again"
+        elif case.fault == "stall":
+            result.outcome = self._stall(case, own)
+        else:
+            verb, _, role = case.fault.partition(":")
+            try:
+                listed = self.tasks()
+            except OSError:  # the only daemon held in the recover round of its start
+                result.outcome = f"{case.fault}: not asked, no daemon serving (held starting)"
+                return
+            # the flow's other task is its collection's other task (the pair learns a reverse
+            # task only when the switchover hands the flow over)
+            other = next((t for t in listed if t != own), "")
+            task_id = own if case.fault == "again" or role == "own" else other
+            verb = case.job if case.fault == "again" else verb
+            if not task_id:
+                result.outcome = f"{case.fault}: the flow has no other task"
+                return
+            exists = task_id in listed
+            status, detail = self.verb(verb, task_id)
+            answer = f"{verb} {task_id}: {status} {detail[:200]}"
+            result.answers.append(answer)
+            result.outcome = answer
+            self._judge(verb, status, detail, exists)
+
+    def _judge(self, verb: str, status: int, detail: str, exists: bool) -> None:
+        """A verb is done (2xx), or refused with 409 naming the state; 404 only for a task
+        that is not there."""
+        if 200 <= status < 300 or (status == 404 and not exists):
+            return
+        if status == 0:  # no answer: a daemon held in the recover round of its start
+            return
+        if status == 409 and any(word in detail for word in STATE_WORDS):
+            return
+        self._broke("verb_409_names_state", f"{verb}: {status} {detail}")
+
+    def _stall(self, case: Case, own: str) -> str:
+        spare = self.walk.fleet.member("m2")
+        spare.env.pop(FAULT_ENV, None)
+        spare.start()
+        pid = self.m1.process.pid if self.m1.process else 0
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + CLAIM_SECONDS + 45
+            taken = ""
+            while time.monotonic() < deadline:
+                flow = self.pair_flow()
+                held = flow.job if flow is not None else None
+                if (held is not None and held.member == "m2") or self.view(case.job, own).get(
+                    "member"
+                ) == "m2":
+                    taken = f"; m2 took the {case.job} over"
+                    break
+                time.sleep(1.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return f"m1 stopped {CLAIM_SECONDS:g} s and more{taken}, continued"
+
+    def _one_member(self) -> None:
+        spare = self.walk.fleet.members.get("m2")
+        if spare is not None and spare.process is not None and spare.process.poll() is None:
+            self._wait_no_job(JOB_SECONDS)
+            spare.stop()
+        m1 = self.m1
+        if m1.process is None or m1.process.poll() is not None or m1.env[FAULT_ENV] != self.env():
+            self.restart(m1)
+
+    # --- the job's end -----------------------------------------------------------------------
+    def _settle(self, job: str, own: str, previous: str, asked: _Asked | None = None) -> str:
+        """Wait for the job to end, moving the writer as the README says; the model after it."""
+        if job == "failover":
+            assert asked is not None
+            status, answer = asked.result(JOB_SECONDS)
+            if status == 200:
+                lost = self.flow.primary
+                return "failover answered; " + self._record_failover(lost, own, answer)
+            return f"failover not answered ({status} {str(answer)[:160]})"
+        deadline = time.monotonic() + (FAILBACK_SECONDS if job == "failback" else JOB_SECONDS)
+        ended = ("in_sync", "failed") if job == "failback" else ("done", "failed")
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            try:
+                view = self.view(job, own)
+            except Exception:  # noqa: BLE001 - a daemon starting
+                time.sleep(1.0)
+                continue
+            fresh = bool(view.get("job_id")) and view.get("job_id") != previous
+            if fresh and job == "switchover" and writers_may_move(view):
+                self.flow.writer.move_to(self.other_cluster(self.flow.primary))
+            if fresh and view.get("state") in ended:
+                break
+            if not fresh and asked is not None and asked.status and asked.status != 202:
+                return f"{job} refused: {asked.status} {str(asked.answer)[:200]}"
+            if not fresh and asked is not None and not asked.is_alive() and not asked.status:
+                return f"{job} not answered: {str(asked.answer)[:160]}"
+            time.sleep(0.5)
+        else:
+            self._broke("step_completed", f"{job} of {own} not ended: {view}")
+            return f"{job} not ended"
+        if job == "switchover":
+            return self.walk._settle(self.flow, view)
+        if view["state"] == "in_sync":
+            self.flow.tasks[self.flow.primary] = str(view["reverse_task_id"])
+            self.flow.state = "replicating"
+        return f"failback {view['state']} {str(view.get('reason', ''))[:160]}"
+
+    def _wait_no_job(self, budget: float) -> None:
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            flow = self.pair_flow()
+            if flow is None or flow.job is None or flow.job.expired():
+                return
+            time.sleep(1.0)
+
+    def _never_both_directions(self) -> None:
+        running = [t for t, v in self.tasks().items() if v["state"] == "Running"]
+        if len(running) > 1:
+            self._broke("never_both_directions", f"flow f1: {running} all Running")
+
+    # --- home, by verbs alone ----------------------------------------------------------------
+    def _failed_over_first(self) -> None:
+        """A failback case starts from the flow failed over, its lost cluster back."""
+        own = self._own_task("switchover")
+        lost = self.flow.primary
+        self._lose_primary()
+        at = time.time()
+        status, answer = self.ask("failover", own)
+        if status != 200:
+            self._broke("verb_accepted", f"failover {own}: {status} {answer}")
+            raise InvariantError("verb_accepted", str(answer), self.walk.seed, [])
+        self._record_failover(lost, own, answer, at)
+        self.walk._step_restart_lost(lost, "")
+
+    def drive_home(self, result: CaseResult) -> None:
+        """Verbs only, until the flow replicates from home: ``driven_home`` breaks when they
+        cannot bring it there."""
+        home = self.flow.home
+        deadline = time.monotonic() + DRIVE_SECONDS
+        said: list[str] = []
+        while time.monotonic() < deadline:
+            self._wait_no_job(JOB_SECONDS)
+            flow = self.pair_flow()
+            tasks = self.tasks()
+            if flow is None:  # a task no verb claimed yet (the pair adopts it at the first)
+                self._restart_lost(said)
+                mine = self.flow.tasks.get(home, "")
+                if mine not in tasks:
+                    said.append(self._rebuild(tasks))
+                elif tasks[mine]["state"] != "Running":
+                    self._drive("resume", mine, said)
+                else:
+                    break
+                continue
+            if flow.state in (FAILED_OVER, FAILING_BACK):
+                failed = flow.tasks.get(self.other_cluster(flow.active), "")
+                self._model_failed_over(flow.active, failed)  # the writer moved first
+                self._restart_lost(said)
+                previous = self._job_id("failback", failed)
+                if self._drive("failback", failed, said):
+                    said.append(self._settle("failback", failed, previous))
+                continue
+            active = flow.tasks.get(flow.active, "")
+            if active not in tasks:
+                said.append(self._rebuild(tasks))
+                continue
+            others = [t for t in flow.tasks.values() if t != active and t in tasks]
+            running = [t for t, v in tasks.items() if v["state"] == "Running"]
+            if active not in running and "failed over" in str(tasks[active].get("reason")):
+                said.append(self._fail_over_again(flow, active))  # a failover not finished
+                continue
+            self._restart_lost(said)
+            for other in others:
+                if other in running:
+                    self._drive("pause", other, said)
+            if active not in running:
+                self._drive("resume", active, said)
+                continue
+            self._model_replicating(flow)
+            if flow.active != home:
+                previous = self._job_id("switchover", active)
+                if self._drive("switchover", active, said):
+                    said.append(self._settle("switchover", active, previous))
+                continue
+            break
+        else:
+            self._broke("driven_home", f"not home after {DRIVE_SECONDS:g} s: {said}")
+            return
+        self.flow.writer.move_to(home)
+        result.outcome += f"; home by: {', '.join(said) or 'nothing to do'}"
+
+    def _restart_lost(self, said: list[str]) -> None:
+        """A killed cluster started again (once the writer left it, if it failed over)."""
+        for label, handle in self.walk.clusters.items():
+            if not handle.alive:
+                said.append(self.walk._step_restart_lost(label, "").split(";")[0])
+
+    def _fail_over_again(self, flow: PairFlow, active: str) -> str:
+        """The active task paused by a failover whose answer was lost: the failover asked
+        again (it applies to a failed-over task), its answer kept for the invariants."""
+        at = time.time()
+        status, answer = self.ask("failover", active)
+        if status != 200:
+            detail = answer.get("detail") if isinstance(answer, dict) else answer
+            if not any(w in str(detail) for w in WAIT_WORDS):
+                self._broke("driven_home", f"failover {active} again: {status} {detail}")
+                raise InvariantError("driven_home", str(detail), self.walk.seed, [])
+            time.sleep(5.0)
+            return f"failover {active} {status}"
+        self._record_failover(flow.active, active, answer, at)
+        return f"failover {active} again: 200"
+
+    def _record_failover(self, lost: str, task_id: str, answer: Any, at: float = 0.0) -> str:
+        """A failover's answer (or its view, the answer saved) in the model, once."""
+        when = str(answer.get("failed_over_at") or "")
+        if when in self._failovers:
+            return "failover known"
+        self._failovers.add(when)
+        at = at or self._asked_at or datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+        killed = self._killed_at or at
+        return self.walk.failed_over(self.flow, lost, killed, at, task_id, answer)
+
+    def _rebuild(self, tasks: dict[str, dict[str, Any]]) -> str:
+        """The flow's active task was deleted (an operator's delete that applied): its other
+        task deleted too, and a new task from home created with a backfill (verbs)."""
+        for other in tasks:
+            self._drive("delete", other, [])
+        home, replica = self.flow.home, self.other_cluster(self.flow.home)
+        task_id = f"f1-{int(time.time())}"
+        body = {
+            "task_id": task_id,
+            "source_cluster": home,
+            "target_cluster": replica,
+            "collection_infos": [{"name": self.flow.collection}],
+            "backfill": {},
+        }
+        status, _, answer = self.walk.fleet.any().request("POST", "/v1/tasks", body, timeout=120)
+        if status != 201:
+            self._broke("driven_home", f"create {task_id}: {status} {answer}")
+            raise InvariantError("driven_home", str(answer), self.walk.seed, [])
+        self.flow.tasks = {home: task_id}
+        self.flow.state, self.flow.primary = "replicating", home
+        self.flow.writer.move_to(home)
+        return f"the active task gone ({sorted(tasks)} left, deleted): {task_id} created"
+
+    def _drive(self, verb: str, task_id: str, said: list[str]) -> bool:
+        """Ask ``verb``; a refusal while a job is under way (or a lag) is waited out and asked
+        again; any other breaks ``driven_home``."""
+        for _ in range(40):
+            status, detail = self.verb(verb, task_id)
+            said.append(f"{verb} {task_id} {status}")
+            if 200 <= status < 300:
+                return True
+            if not any(w in detail for w in WAIT_WORDS):
+                self._broke("driven_home", f"{verb} {task_id}: {status} {detail}")
+                raise InvariantError("driven_home", detail, self.walk.seed, [])
+            time.sleep(5.0)
+        return False
+
+    def _model_replicating(self, flow: PairFlow) -> None:
+        """The model follows the pair: the flow replicates from its active cluster."""
+        model = self.flow
+        if model.state != "replicating" or model.primary != flow.active:
+            model.state = "replicating"
+            model.primary = flow.active
+            model.writer.move_to(flow.active)
+        model.tasks = dict(flow.tasks)
+
+    def _model_failed_over(self, production: str, failed: str) -> None:
+        """The model follows the pair: failed over to ``production`` by ``failed``'s failover
+        (its answer, saved as the task's view, kept when the request's was lost)."""
+        model = self.flow
+        view = self.view("failover", failed)
+        if view.get("failed_over_at") and view["failed_over_at"] not in self._failovers:
+            self.say(f"  failover of {failed} known from its view: {view['failed_over_at']}")
+            self._record_failover(self.other_cluster(production), failed, view)
+        if model.state != "failed_over" or model.primary != production:
+            model.state = "failed_over"
+            model.primary = production
+            model.writer.move_to(production)
+
+
+def table(results: Sequence[CaseResult]) -> list[str]:
+    """The results as a Markdown table, a row per case."""
+    lines = [
+        "| job | point | fault | held | invariants | outcome | s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        broke = "; ".join(r.broke) if r.broke else "all held"
+        outcome = r.outcome.replace("|", "/")[:220]
+        lines.append(
+            f"| {r.case.job} | {r.case.point} | {r.case.fault} | {'yes' if r.held else 'no'} | "
+            f"{broke.replace('|', '/')[:300]} | {outcome} | {r.seconds:.0f} |"
+        )
+    return lines
