@@ -17,7 +17,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from metastore import (
@@ -28,29 +28,25 @@ from metastore import (
     TaskRecord,
 )
 from metastore.fenced import Fence, FencedStore
-from replicator.backfill.phase import DriverLauncher
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.config.task_spec import TaskSpec
 from replicator.daemon_thread import in_daemon_thread
 from replicator.errors import CdcError, TaskFailedError, is_retriable
-from replicator.fibers import Fiber, FiberPool, Steps, pause, shared_pool
+from replicator.fibers import Fiber, Steps, pause
 from replicator.hybrid_time import from_seconds
 from replicator.log_context import log_context
-from replicator.meta.catalog import AliasMeta, CollectionMeta
-from replicator.meta.imports import SourceImport
 from replicator.pipeline.aliases import AliasMirror
 from replicator.pipeline.bootstrap import (
     register_collections,
     source_at,
 )
 from replicator.pipeline.channel_reads import MAX_BACKOFF
-from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.fiber_group import NamedBody, run_fiber_group
 from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
-from replicator.pipeline.replicate_worker import ReplicateWorker
+from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.runner_startup import PrepareBudget, RunnerStartup, SourceRead
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
@@ -64,54 +60,20 @@ from replicator.pipeline.status import (
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.stream_ddl import StreamDdlApplier, TaskNames
 from replicator.pipeline.task_state import RunnerState
+from replicator.pipeline.task_workers import Worker, task_workers
 from replicator.pipeline.timings import TaskTimings
-from replicator.pipeline.wal_backend import OpenWal
-from replicator.pipeline.worker import ChannelWorker
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.milvus import MilvusTarget
-from replicator.sinks.targets import open_target
 from replicator.sources.base import SourceUnavailableError, WalSource
 from replicator.task_runner import FailureCallback
 
 log = logging.getLogger(__name__)
-
-Worker = ChannelWorker | ReplicateWorker
 
 # seconds stop() waits for the runner's fiber before letting it go
 STOP_WAIT = 1.0
 # seconds prepare() waits past the task's connect timeout for a source read to give up by itself
 # (and say why) before it answers without it
 PREPARE_SLACK = 0.5
-
-
-@dataclass
-class RunnerContext:
-    """What a runner needs from the daemon, built once from its settings."""
-
-    source: Callable[[], WalSource]
-    catalog: Callable[[], dict[int, CollectionMeta]]
-    channels: list[str]
-    default_partition: str = "_default"
-    target_factory: Callable[[TaskRecord], MilvusTarget] = open_target
-    # the source's aliases (etcd only in 2.3-2.5); None: aliases are not mirrored
-    aliases: Callable[[], list[AliasMeta]] | None = None
-    # one collection (cheaper than the whole catalog); None: taken from the whole catalog
-    collection: Callable[[int], CollectionMeta | None] | None = None
-    # a WAL the source switched to: (kind, settings the switch message carried) -> source
-    open_wal: OpenWal | None = None
-    # how to launch a backfill job's driver; None: the daemon cannot backfill
-    backfill: DriverLauncher | None = None
-    # read batches a channel reads ahead of the target (sourceConfig.readChanLen)
-    read_ahead: int = 2
-    # the source's bulk imports (its etcd); None: not followed (2.6 Import messages still are)
-    imports: Callable[[], list[SourceImport]] | None = None
-    # why the daemon cannot backfill ("" when it can): imports then wait for an operator
-    backfill_blocker: str = ""
-    # asks the source whether it serves a completed import's segments (a copy waits for it);
-    # None: the daemon cannot ask (no sourceConfig.milvus.uri) and imports wait for an operator
-    import_serving: Callable[[TaskImports], None] | None = None
-    # the threads every task's fibers run on (one pool per daemon)
-    pool: FiberPool = field(default_factory=shared_pool)
 
 
 def _rows_copied(view: dict[str, Any] | None) -> dict[str, int] | None:
@@ -423,36 +385,17 @@ class ReplicationRunner:
                 return  # stopped during the backfill; it resumes at the next start
             # (again for an old job: changes nothing)
             self.imports.backfill_ended(finished, _rows_copied(stage.view))
-        workers: list[Worker] = [
-            ChannelWorker(
-                task,
-                source_at(source, self.state, self.context.open_wal, pchannel, start),
-                pchannel,
-                start,
-                self.statuses[pchannel],
-            )
-            for pchannel, start in dml.items()
-        ]
-        if self.rpc_channel:
-            checkpoint = ChannelCheckpoint(
-                self.store,
-                self.state,
-                self.task.task_id,
-                self.rpc_channel,
-                source.backend,
-                starts[self.rpc_channel],
-                None,  # the replicate channel carries calls, no data
-                source.offset_of,
-            )
-            workers.append(
-                ReplicateWorker(
-                    task,
-                    checkpoint,
-                    self.statuses[self.rpc_channel],
-                    source.open_channel,
-                    selection=self.selection,
-                )
-            )
+        replicate = (self.rpc_channel, starts[self.rpc_channel]) if self.rpc_channel else None
+        workers = task_workers(
+            task,
+            source,
+            self.state,
+            self.statuses,
+            dml,
+            replicate,
+            open_wal=self.context.open_wal,
+            selection=self.selection,
+        )
         yield from self._run_fibers(task, workers, watcher)
 
     def _import_watcher(self, task: TaskContext) -> ImportWatcher | None:

@@ -14,11 +14,11 @@ Exactly once, for consumers reading with ``isolation.level=read_committed``:
   Read again after a crash, a DDL is answered "already exists" or "not found" by the model,
   as a Milvus would, and is not announced twice.
 - **Restarts.** A task starts from the positions its positions topic holds, read with
-  ``read_committed``: a transaction a crash left open is aborted by the broker (our
-  ``init_transactions`` with the task's ``transactional.id`` aborts it and fences the old
-  producer), a read_committed consumer never sees its events, and its records are read from
-  the source again. A metastore position ahead of the topic's (a channel that moved with no
-  event to write) is kept: nothing between them was written.
+  ``read_committed`` (:mod:`kafka_positions`): a transaction a crash left open is aborted by
+  the broker (our ``init_transactions`` with the task's ``transactional.id`` aborts it and
+  fences the old producer), a read_committed consumer never sees its events, and its records
+  are read from the source again. A metastore position ahead of the topic's (a channel that
+  moved with no event to write) is kept: nothing between them was written.
 
 Any failure of a transaction stops the task's workers with :class:`SinkSessionLostError`; the
 runner connects again and starts over from what Kafka committed. The channel workers of a task
@@ -29,7 +29,6 @@ in their order.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -41,15 +40,10 @@ from operator import length_hint
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
-from confluent_kafka import admin as kafka_admin
-from confluent_kafka.admin import AdminClient
 from pymilvus.grpc_gen import schema_pb2
 
 from metastore import Position
@@ -61,51 +55,26 @@ from replicator.errors import (
 )
 from replicator.sinks.kafka_columns import Entry, Event, Rows, Run, topic_runs
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
+from replicator.sinks.kafka_positions import (
+    DEFAULT_POSITIONS_TOPIC,
+    MODEL_KEY,
+    READ_STATE_TIMEOUT,
+    client_config,
+    ensure_positions_topic,
+    read_state,
+)
 from replicator.sinks.milvus import MilvusTarget
 from replicator.sinks.target_capabilities import KAFKA, Target
 from replicator.sinks.target_model import Change, TargetModel
-from replicator.sources.kafka_logs import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POSITIONS_TOPIC = "milvus-cdc-positions"
 # a Kafka broker's default largest record (message.max.bytes, 1 MiB plus its batch overhead)
 MAX_EVENT_BYTES = 1_000_000
 # the model is written again with a commit this long after it was last written, so a positions
 # topic that is not compacted (its records expire) still holds it at the next start
 MODEL_REFRESH_SECONDS = 6 * 3600.0
-MODEL_KEY = "$model"
-READ_STATE_TIMEOUT = 30.0
 _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
-
-
-def client_config(params: dict[str, Any]) -> dict[str, Any]:
-    """librdkafka settings for the brokers of a ``kafka_connect_param``."""
-    # librdkafka's own lines through the "librdkafka" logger, not on stderr
-    config: dict[str, Any] = {"bootstrap.servers": params["address"], "logger": LibrdkafkaLog()}
-    if params.get("enable_sasl"):
-        sasl = params.get("sasl") or {}
-        config.update(
-            {
-                "security.protocol": sasl.get("security_protocol") or "SASL_PLAINTEXT",
-                "sasl.mechanism": sasl.get("mechanism") or "PLAIN",
-                "sasl.username": sasl.get("username", ""),
-                "sasl.password": sasl.get("password", ""),
-            }
-        )
-    return config
-
-
-def probe(params: dict[str, Any], timeout: float) -> list[str]:
-    """The brokers answer: their topic names (raises ``TargetUnavailableError`` otherwise)."""
-    admin = AdminClient({**client_config(params), "socket.timeout.ms": int(timeout * 1000)})
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise TargetUnavailableError(
-            f"kafka {params['address']}: brokers do not answer: {exc.args[0].str()}"
-        ) from None
-    return sorted(metadata.topics)
 
 
 def topic_for(template: str, db: str, collection: str) -> str:
@@ -197,113 +166,13 @@ class KafkaTarget(MilvusTarget):
             raise TargetUnavailableError(
                 f"kafka {self.address}: cannot start transactions: {exc.args[0].str()}"
             ) from None
-        self._ensure_positions_topic(config)
-        positions, model = self._read_state(config, state_timeout)
+        ensure_positions_topic(config, self.positions_topic)
+        positions, model = read_state(config, self.positions_topic, self._prefix, state_timeout)
         self.committed_positions: dict[str, Position] = positions
         self.model = TargetModel.from_json(model) if model else TargetModel()
         self._model_written = time.monotonic() if model else float("-inf")
 
     # --- what Kafka committed -------------------------------------------------------------------
-    def _ensure_positions_topic(self, config: dict[str, Any]) -> None:
-        """A compacted topic of one partition, made when missing; where the broker does not let
-        us (or has no controller), its auto-creation is relied on, with a warning."""
-        admin = AdminClient(config)
-        try:
-            metadata = admin.list_topics(timeout=10)
-            if self.positions_topic in metadata.topics:
-                return
-            if metadata.controller_id not in metadata.brokers:
-                # no controller to ask (librdkafka's mock): a create would only time out
-                log.info(
-                    "positions topic %s missing and the brokers name no controller: it is "
-                    "made on first use",
-                    self.positions_topic,
-                )
-                return
-            topic = kafka_admin.NewTopic(  # type: ignore[attr-defined]
-                self.positions_topic, 1, -1, config={"cleanup.policy": "compact"}
-            )
-            admin.create_topics([topic], request_timeout=5, operation_timeout=5)[
-                self.positions_topic
-            ].result(timeout=6)
-            log.info("positions topic %s created (compacted)", self.positions_topic)
-        except Exception as exc:  # noqa: BLE001 - the topic may still be auto-created
-            log.warning(
-                "positions topic %s not created (%s): relying on the broker creating it; "
-                "make it compacted (cleanup.policy=compact)",
-                self.positions_topic,
-                exc,
-            )
-
-    def _read_state(
-        self, config: dict[str, Any], timeout: float
-    ) -> tuple[dict[str, Position], dict[str, Any] | None]:
-        """The task's committed positions and model: the last value of each of its keys in the
-        positions topic, read with read_committed up to the end it had when we began."""
-        consumer = Consumer(
-            {
-                **config,
-                "group.id": f"milvus-cdc-state-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
-        positions: dict[str, Position] = {}
-        model: dict[str, Any] | None = None
-        try:
-            metadata = consumer.list_topics(self.positions_topic, timeout=10)
-            topic = metadata.topics.get(self.positions_topic)
-            if topic is None or topic.error is not None or not topic.partitions:
-                return positions, None
-            ends: dict[int, int] = {}
-            for partition in topic.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.positions_topic, partition), timeout=10
-                )
-                if high > low:
-                    ends[partition] = high
-            consumer.assign(
-                [TopicPartition(self.positions_topic, p, OFFSET_BEGINNING) for p in ends]
-            )
-            deadline = time.monotonic() + timeout
-            while ends:
-                if time.monotonic() > deadline:
-                    raise TargetUnavailableError(
-                        f"kafka {self.address}: the positions topic {self.positions_topic} "
-                        f"was not read to its end within {timeout:.0f} s (a transaction of "
-                        f"another producer open?)"
-                    )
-                for message in consumer.consume(500, 0.5):
-                    error = message.error()
-                    partition = message.partition()
-                    if error is not None:
-                        if error.code() != KafkaError._PARTITION_EOF:
-                            raise TargetUnavailableError(f"kafka {self.address}: {error.str()}")
-                    else:
-                        key = (message.key() or b"").decode()
-                        if key.startswith(self._prefix):
-                            name = key[len(self._prefix) :]
-                            value = json.loads(message.value() or b"null")
-                            if name == MODEL_KEY:
-                                model = value["state"]
-                            elif value is not None:
-                                positions[name] = Position(
-                                    value["backend"],
-                                    value["channel"],
-                                    bytes.fromhex(value["msg_id"]),
-                                    int(value["ts"]),
-                                )
-                    if partition in ends:
-                        (at,) = consumer.position([TopicPartition(self.positions_topic, partition)])
-                        if at.offset >= ends[partition]:
-                            del ends[partition]
-        except KafkaException as exc:
-            raise TargetUnavailableError(f"kafka {self.address}: {exc.args[0].str()}") from None
-        finally:
-            consumer.close()
-        return positions, model
-
     # --- the Milvus calls, answered by the model -----------------------------------------------
     def close(self) -> None:
         with self._lock:
@@ -527,4 +396,4 @@ class _Sibling(MilvusTarget):
         pass
 
 
-__all__ = ["ChannelLog", "KafkaTarget", "client_config", "probe"]
+__all__ = ["ChannelLog", "KafkaTarget"]

@@ -169,7 +169,7 @@ def check_kafka_target(param: dict[str, Any], timeout: float) -> tuple[str, str]
     """A Kafka target's brokers answer; whether its topics exist yet (a broker that creates
     topics on first use makes them with the first event)."""
     from replicator.errors import TargetUnavailableError
-    from replicator.sinks.kafka import DEFAULT_POSITIONS_TOPIC, probe
+    from replicator.sinks.kafka_positions import DEFAULT_POSITIONS_TOPIC, probe
 
     try:
         topics = set(probe(param, timeout))

@@ -26,7 +26,7 @@ from replicator.compare.gate import applied_ts
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
-from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied

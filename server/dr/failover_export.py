@@ -28,7 +28,7 @@ from metastore import Position
 from replicator.config.task_spec import TaskSpec
 from replicator.events import CollectionEvent, Delete, FailedRecord, Insert, RawRecord, TimeTick
 from replicator.meta.catalog import CollectionMeta
-from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import consistent_view
 from replicator.sinks.kafka_events import dumps, rows_of, ts_view

@@ -49,7 +49,7 @@ from replicator.compare.reader import Schema, schema_of
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
-from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.runner_context import RunnerContext
 from server.dr.fence import client_args
 from server.dr.record import iso, moment
 from server.dr.wal_tail import changed_keys, end_positions, records_after, selected_collections

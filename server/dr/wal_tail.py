@@ -19,7 +19,7 @@ from replicator.config.task_spec import TaskSpec
 from replicator.events import CollectionEvent, Delete, Event, FailedRecord, Insert, RawRecord
 from replicator.meta.catalog import CollectionMeta
 from replicator.pipeline.bootstrap import position_before_offset
-from replicator.pipeline.runner import RunnerContext
+from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.selection import TaskSelection
 from replicator.sources.base import WalSource
 

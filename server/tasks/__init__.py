@@ -6,7 +6,8 @@
 - :mod:`supervisor`: :class:`TaskSupervisor`, the lifecycle (create, pause, resume, delete,
   backfill, verify) composed of :mod:`local_runs` (the runners here and the state writes),
   :mod:`creation` (the create path), :mod:`fleet_rounds` (heartbeats and lease rounds, planned
-  by :mod:`fleet`) and :mod:`verify` (verify jobs).
+  by :mod:`fleet`), :mod:`verbs` (pause, resume, delete and their checks) and :mod:`verify`
+  (verify jobs).
 - :mod:`engine`: the runner factory and a named cluster's context, built from the settings.
 - :mod:`reachability`, :mod:`target_check`: whether a source or a target answers.
 - :mod:`state_history`: the state and owner changes kept per task.
@@ -24,7 +25,8 @@ from server.tasks.requests import (
     parse_model,
 )
 from server.tasks.spec import validate_create
-from server.tasks.supervisor import PAUSED_BY_USER, TaskSupervisor, task_view
+from server.tasks.supervisor import TaskSupervisor, task_view
+from server.tasks.verbs import PAUSED_BY_USER
 
 __all__ = [
     "CREATING",

@@ -26,7 +26,8 @@ from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
 from replicator.pipeline.import_serving import LoadedOnSource, ServingCheck
-from replicator.pipeline.runner import ReplicationRunner, RunnerContext
+from replicator.pipeline.runner import ReplicationRunner
+from replicator.pipeline.runner_context import RunnerContext
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared_source import SharedSource

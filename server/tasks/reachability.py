@@ -169,7 +169,7 @@ def source_endpoints(source: SourceSettings) -> list[Endpoint]:
 def target_endpoint(spec: TaskSpec) -> Endpoint:
     """A task's target: a Milvus or the brokers of a Kafka target."""
     if spec.is_kafka:
-        from replicator.sinks.kafka import client_config
+        from replicator.sinks.kafka_positions import client_config
 
         kafka = spec.target_param
         config = client_config(kafka)

@@ -152,7 +152,9 @@ def check_kafka_reachable(param: dict[str, Any]) -> str:
     """The Kafka brokers of a ``kafka_connect_param`` answer (blocking: run it in a thread).
     Returns "kafka"; raises ``TargetUnreachableError`` naming the brokers and the cause."""
     from replicator.errors import TargetUnavailableError
-    from replicator.sinks.kafka import probe  # confluent_kafka, kept off the start-up path
+    from replicator.sinks.kafka_positions import (
+        probe,
+    )  # confluent_kafka, kept off the start-up path
 
     try:
         probe(param, float(param.get("connect_timeout") or 10))

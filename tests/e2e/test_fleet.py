@@ -30,7 +30,7 @@ from test_crash import count
 from test_replication import create_source_collection, create_task, rows, source_config
 
 from metastore import FencedError, MetaStore
-from server.tasks.supervisor import OWNER_STOP_WAIT
+from server.tasks.verbs import OWNER_STOP_WAIT
 
 pytestmark = pytest.mark.e2e
 

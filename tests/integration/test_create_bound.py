@@ -31,7 +31,8 @@ from metastore.sql import SqlMetaStore
 from metastore.sql_urls import sqlite_url
 from replicator.config.settings import load_settings
 from replicator.errors import SourceUnavailableError
-from replicator.pipeline.runner import ReplicationRunner, RunnerContext
+from replicator.pipeline.runner import ReplicationRunner
+from replicator.pipeline.runner_context import RunnerContext
 from server.errors import NotFoundError, UnavailableError
 from server.tasks.creation import CREATING
 from server.tasks.requests import CreateRequest, parse_model

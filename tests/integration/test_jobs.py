@@ -19,8 +19,9 @@ from replicator.config.daemon import RetrySettings
 from replicator.config.settings import load_settings
 from server.runtime.jobs import TransientRetrier
 from server.tasks.requests import CreateRequest, parse_model
-from server.tasks.supervisor import PAUSED_BY_USER, TaskSupervisor
+from server.tasks.supervisor import TaskSupervisor
 from server.tasks.target_check import check_target_reachable
+from server.tasks.verbs import PAUSED_BY_USER
 
 pytestmark = pytest.mark.integration
 
