@@ -41,7 +41,7 @@ _FAILED: set[str] = set()  # the points whose failure fired
 # record's compare-and-set, a fence key written or deleted, a task's state written, a watch
 # armed), in the order a job that goes well passes them; the roll back's last. A point may
 # stand after more than one write (the same step taken up by a recover round, or retried).
-# tests/unit/test_dr_boundaries.py reads the code: every durable write of a job is followed by
+# tests/unit/test_dr_boundary_points.py reads the code: every durable write of a job is followed by
 # a point, and the points the code names are these.
 BOUNDARIES: dict[str, tuple[str, ...]] = {
     "switchover": (
