@@ -9,8 +9,15 @@ under a writer; fleet members m1 (and m2 for the stalls).
 
     python bench/dr_boundaries.py [--jobs switchover,failover,failback] [--points p,q]
         [--faults kill,stall,...] [--skip N] [--limit N] [--out bench/results/dr_boundaries.md]
+    python bench/dr_boundaries.py --plan "switchover:verbs;failover:all;failback:all" ...
 
-The table is written after every case, so a run stopped part-way leaves what it ran.
+The operator verbs of one boundary are judged in one held world (tests/harness/dr_verb_batch.py:
+a refused verb changes nothing; the first accepted one goes on as its own case, the rest in a
+fresh held world); kill and stall are a case each. ``--plan``: groups run one after another,
+each ``job:faults`` (faults comma-separated, or ``verbs``, or ``all``); within a group, point by
+point, the verbs first. ``--no-batch``: every verb a case of its own (as before the batches).
+
+The table is written after every boundary, so a run stopped part-way leaves what it ran.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from harness.dr_boundaries import (  # noqa: E402
     FAULTS,
     BoundarySearch,
+    Case,
     CaseResult,
     all_cases,
     table,
@@ -64,12 +72,65 @@ def report(
         "Each case: the job held at the boundary, the fault applied, the hold released, the "
         "walk's invariants (tests/harness/dr_walk.py) and never_both_directions, the verbs' "
         "answers (2xx, or 409 naming the state), then the flow driven home by verbs alone and "
-        "every invariant of the walk again.",
+        "every invariant of the walk again. The verbs of one boundary share a held world "
+        "while they are refused (never_both_directions, no_ownerless_fence and "
+        "refused_verb_changed_nothing checked after each); the first accepted goes on alone. "
+        "A row's s: its own ask and checks, an even share of its world's reach, and the "
+        "world's end (release, settle, drive home) if it was the verb accepted there, else an "
+        "even share of it (tests/harness/dr_verb_batch.py).",
         "",
         *table(results),
         "",
     ]
     return "\n".join(lines)
+
+
+SINGLE = ("kill", "stall")  # a case each: they change the world by design
+
+
+def planned(plan: str) -> list[tuple[Case, bool]]:
+    """The cases of ``--plan`` in its order, each with whether it may share a held world."""
+    cases: list[tuple[Case, bool]] = []
+    for group in (g.strip() for g in plan.split(";") if g.strip()):
+        spec, single = group.removesuffix("/single"), group.endswith("/single")
+        spec, _, at = spec.partition("@")
+        job, _, faults = spec.partition(":")
+        chosen = []
+        for token in faults.split(",") if faults else ["all"]:
+            if token == "all":
+                chosen += FAULTS
+            elif token == "verbs":
+                chosen += [f for f in FAULTS if f not in SINGLE]
+            else:
+                chosen.append(token)
+        points = at.split(",") if at else list(BOUNDARIES.get(job, ()))
+        unknown = sorted(set(chosen) - set(FAULTS)) + ([job] if job not in BOUNDARIES else [])
+        unknown += sorted(set(points) - set(BOUNDARIES.get(job, ())))
+        if unknown:
+            raise SystemExit(f"--plan {group!r}: unknown {unknown}")
+        cases += [(Case(job, p, f), not single) for p in points for f in FAULTS if f in chosen]
+    return cases
+
+
+def batches(cases: list[tuple[Case, bool]]) -> list[list[Case]]:
+    """The cases as they run: consecutive verbs of one job and point together (those that may
+    share a held world)."""
+    runs: list[list[Case]] = []
+    joinable = False
+    for case, batch in cases:
+        last = runs[-1] if runs else []
+        joins = (
+            joinable
+            and batch
+            and case.fault not in SINGLE
+            and (last[0].job, last[0].point) == (case.job, case.point)
+        )
+        if joins:
+            last.append(case)
+        else:
+            runs.append([case])
+        joinable = batch and case.fault not in SINGLE
+    return runs
 
 
 def main() -> None:
@@ -79,14 +140,28 @@ def main() -> None:
     parser.add_argument("--faults", default="", help="only these faults (comma-separated)")
     parser.add_argument("--skip", type=int, default=0, help="skip the first N of the selection")
     parser.add_argument("--limit", type=int, default=0, help="run at most N cases")
+    parser.add_argument("--plan", default="", help="job:faults groups, ';'-separated, in order")
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="no switchover there and back before the first case (the flow has one task)",
+    )
+    parser.add_argument("--no-batch", action="store_true", help="every verb a case of its own")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dr_boundaries.md")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: the services stopped too
-    cases = all_cases([j for j in args.jobs.split(",") if j])
+    if args.plan:
+        cases = planned(args.plan)
+    else:  # point by point, the verbs of a point first, together
+        order = {f: (f in SINGLE, i) for i, f in enumerate(FAULTS)}
+        chosen = all_cases([j for j in args.jobs.split(",") if j])
+        chosen.sort(key=lambda c: order[c.fault])
+        chosen.sort(key=lambda c: (list(BOUNDARIES).index(c.job), BOUNDARIES[c.job].index(c.point)))
+        cases = [(c, not args.no_batch) for c in chosen]
     if args.points:
-        cases = [c for c in cases if c.point in args.points.split(",")]
+        cases = [(c, b) for c, b in cases if c.point in args.points.split(",")]
     if args.faults:
-        cases = [c for c in cases if c.fault in args.faults.split(",")]
+        cases = [(c, b) for c, b in cases if c.fault in args.faults.split(",")]
     cases = cases[args.skip :]
     if args.limit:
         cases = cases[: args.limit]
@@ -99,10 +174,15 @@ def main() -> None:
             search = BoundarySearch(walk, work / "holds", say)
             search.prepare_fleet()
             walk.setup(home="a", flows=1)
-            for index, case in enumerate(cases):
-                results.append(search.run(case))
+            if not args.no_warm_up:
+                say(f"warm-up: {search.round_trip()}")
+            for run in batches(cases):
+                if len(run) == 1:
+                    results.append(search.run(run[0]))
+                else:
+                    results.extend(search.run_verbs(run))
                 text = report(
-                    results, command, began, time.monotonic() - start, len(cases) - index - 1
+                    results, command, began, time.monotonic() - start, len(cases) - len(results)
                 )
                 args.out.write_text(text)
     print(report(results, command, began, time.monotonic() - start, len(cases) - len(results)))

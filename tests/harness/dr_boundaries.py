@@ -76,7 +76,9 @@ ROUTE = {
     "takeover_claimed": "kill:verify_saved",
     "taken_over": "kill:verify_saved",
     "failback_failed": "fail:repairing",
-    "failback_verify_reset": "",  # a verify ended with no result: no route (not reached)
+    # the daemon killed while the verify with repair runs: started again, it marks the verify
+    # failed (ended without a result), and the failback it recovers forgets it and asks again
+    "failback_verify_reset": "kill:repairing",
     "failback_taken_over": "kill:seeding",
 }
 # the states a 409 may name: the flow's, a task's, a job's (or a job under way)
@@ -130,10 +132,15 @@ def boundary_seed() -> int:
     return int(value) if value else int(datetime.now(UTC).strftime("%Y%m%d"))
 
 
-def rotating(count: int, seed: int, jobs: Sequence[str] = ("switchover",)) -> list[Case]:
-    """``count`` cases drawn by ``seed``; stalls (a minute each) left to the bench."""
-    cases = [c for c in all_cases(jobs) if c.fault != "stall" and ROUTE.get(c.point) != ""]
-    return random.Random(seed).sample(cases, count)
+def rotating(seed: int, jobs: Sequence[str] = ("switchover",)) -> list[list[Case]]:
+    """Drawn by ``seed``: every verb fault at one boundary (judged in one held world) and a
+    kill at another; stalls (a minute each) left to the bench."""
+    rng = random.Random(seed)
+    points = [(job, point) for job in jobs for point in BOUNDARIES[job]]
+    job, point = rng.choice(points)
+    verbs = [Case(job, point, f) for f in FAULTS if f not in ("kill", "stall")]
+    job, point = rng.choice(points)
+    return [verbs, [Case(job, point, "kill")]]
 
 
 class _Asked(threading.Thread):
@@ -289,12 +296,7 @@ class BoundarySearch:
         except Exception as exc:  # noqa: BLE001 - a wait that never ended is a result
             self._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
         finally:
-            if self._mover is not None:
-                self._mover.done.set()
-                self._mover = None
-            for point in self.points:
-                self._release(point)
-            self._one_member()
+            self.clean_up()
         result.broke = [f"{f.check}: {f.detail[:400]}" for f in self.walk.result.failures[before:]]
         result.seconds = time.monotonic() - began
         self.say(
@@ -303,6 +305,34 @@ class BoundarySearch:
         )
         return result
 
+    def run_verbs(self, cases: Sequence[Case]) -> list[CaseResult]:
+        """The verb cases of one job and point, judged in as few held worlds as they allow
+        (:mod:`harness.dr_verb_batch`)."""
+        from harness.dr_verb_batch import run_verbs
+
+        return run_verbs(self, list(cases))
+
+    def round_trip(self) -> str:
+        """A switchover there and back by verbs: the flow has a task each way (a fresh flow
+        has one, and a case's "other task" would not be there)."""
+        said: list[str] = []
+        for _ in range(2):
+            active = self._own_task("switchover")
+            previous = self._job_id("switchover", active)
+            consistent_known(self.m1, active)
+            if self._drive("switchover", active, said):
+                said.append(self._settle("switchover", active, previous))
+        return "; ".join(said)
+
+    def clean_up(self) -> None:
+        """After a case: the writer's mover stopped, every hold released, m1 alone, serving."""
+        if self._mover is not None:
+            self._mover.done.set()
+            self._mover = None
+        for point in self.points:
+            self._release(point)
+        self._one_member()
+
     def _broke(self, check: str, detail: str) -> None:
         failure = InvariantError(check, detail, self.walk.seed, self.walk.result.steps)
         self.walk.result.failures.append(failure)
@@ -310,10 +340,22 @@ class BoundarySearch:
         self.say(f"  broke {check}: {detail[:300]}")
 
     def _case(self, case: Case, result: CaseResult) -> None:
+        reached = self.reach(case, result)
+        if reached is None:
+            return
+        own, previous, asked = reached
+        if result.held:
+            self._apply(case, own, result)
+        self.end(case, result, own, previous, asked)
+
+    def reach(self, case: Case, result: CaseResult) -> tuple[str, str, _Asked] | None:
+        """The job asked and held at the case's point (``result.held``; "not reached" when it
+        did not get there in time): (its task, the job id before it, the request); None when
+        no route reaches the point or the route's first point was not reached."""
         route = ROUTE.get(case.point, "")
         if case.point in ROUTE and not route:
             result.outcome = "no route reaches this point"
-            return
+            return None
         self._wait_no_job(JOB_SECONDS)  # the last case's job ended
         if case.job == "failback":
             self._failed_over_first()
@@ -330,7 +372,7 @@ class BoundarySearch:
             first = route.split(":", 1)[1]
             if not self._wait_held(self.m1, first, offset):
                 result.outcome = f"the route's point {first} not reached"
-                return
+                return None
             self._release(first)
             self._hold(case.point)
             offset = _log_size(self.m1)
@@ -338,8 +380,13 @@ class BoundarySearch:
         result.held = self._wait_held(self.m1, case.point, offset)
         if not result.held:
             result.outcome = "not reached"
-        else:
-            self._apply(case, own, result)
+        return own, previous, asked
+
+    def end(
+        self, case: Case, result: CaseResult, own: str, previous: str, asked: _Asked | None
+    ) -> None:
+        """The hold released, the job's end, the walk's invariants, the flow driven home by
+        verbs alone and every invariant again."""
         self._release(case.point)
         self.m1.wait_ready(120)
         result.outcome = (result.outcome + "; " if result.outcome else "") + self._settle(
@@ -420,26 +467,32 @@ class BoundarySearch:
         elif case.fault == "stall":
             result.outcome = self._stall(case, own)
         else:
-            verb, _, role = case.fault.partition(":")
-            try:
-                listed = self.tasks()
-            except OSError:  # the only daemon held in the recover round of its start
-                result.outcome = f"{case.fault}: not asked, no daemon serving (held starting)"
-                return
-            # the flow's other task is its collection's other task (the pair learns a reverse
-            # task only when the switchover hands the flow over)
-            other = next((t for t in listed if t != own), "")
-            task_id = own if case.fault == "again" or role == "own" else other
-            verb = case.job if case.fault == "again" else verb
-            if not task_id:
-                result.outcome = f"{case.fault}: the flow has no other task"
-                return
-            exists = task_id in listed
-            status, detail = self.verb(verb, task_id)
-            answer = f"{verb} {task_id}: {status} {detail[:200]}"
-            result.answers.append(answer)
-            result.outcome = answer
-            self._judge(verb, status, detail, exists)
+            self.apply_verb(case, own, result)
+
+    def apply_verb(self, case: Case, own: str, result: CaseResult) -> bool:
+        """The case's operator verb asked and its answer judged; True when it may have changed
+        the world (2xx, or no answer at all), False when it was refused or not asked."""
+        verb, _, role = case.fault.partition(":")
+        try:
+            listed = self.tasks()
+        except OSError:  # the only daemon held in the recover round of its start
+            result.outcome = f"{case.fault}: not asked, no daemon serving (held starting)"
+            return False
+        # the flow's other task is its collection's other task (the pair learns a reverse
+        # task only when the switchover hands the flow over)
+        other = next((t for t in listed if t != own), "")
+        task_id = own if case.fault == "again" or role == "own" else other
+        verb = case.job if case.fault == "again" else verb
+        if not task_id:
+            result.outcome = f"{case.fault}: the flow has no other task"
+            return False
+        exists = task_id in listed
+        status, detail = self.verb(verb, task_id)
+        answer = f"{verb} {task_id}: {status} {detail[:200]}"
+        result.answers.append(answer)
+        result.outcome = answer
+        self._judge(verb, status, detail, exists)
+        return status == 0 or 200 <= status < 300
 
     def _judge(self, verb: str, status: int, detail: str, exists: bool) -> None:
         """A verb is done (2xx), or refused with 409 naming the state; 404 only for a task
@@ -469,7 +522,7 @@ class BoundarySearch:
                 ) == "m2":
                     taken = f"; m2 took the {case.job} over"
                     break
-                time.sleep(1.0)
+                time.sleep(0.5)
         finally:
             os.kill(pid, signal.SIGCONT)
         return f"m1 stopped {CLAIM_SECONDS:g} s and more{taken}, continued"
@@ -511,7 +564,7 @@ class BoundarySearch:
                 return f"{job} refused: {asked.status} {str(asked.answer)[:200]}"
             if not fresh and asked is not None and not asked.is_alive() and not asked.status:
                 return f"{job} not answered: {str(asked.answer)[:160]}"
-            time.sleep(0.5)
+            time.sleep(0.25)
         else:
             self._broke("step_completed", f"{job} of {own} not ended: {view}")
             return f"{job} not ended"
@@ -528,7 +581,7 @@ class BoundarySearch:
             flow = self.pair_flow()
             if flow is None or flow.job is None or flow.job.expired():
                 return
-            time.sleep(1.0)
+            time.sleep(0.25)
 
     def _never_both_directions(self) -> None:
         running = [t for t, v in self.tasks().items() if v["state"] == "Running"]
@@ -561,16 +614,25 @@ class BoundarySearch:
             tasks = self.tasks()
             if flow is None:  # a task no verb claimed yet (the pair adopts it at the first)
                 self._restart_lost(said)
-                mine = self.flow.tasks.get(home, "")
+                mine = self.flow.tasks.get(self.flow.primary, "")
                 if mine not in tasks:
                     said.append(self._rebuild(tasks))
                 elif tasks[mine]["state"] != "Running":
                     self._drive("resume", mine, said)
+                elif self.flow.primary != home:  # rebuilt from production: switched home
+                    previous = self._job_id("switchover", mine)
+                    consistent_known(self.m1, mine)
+                    if self._drive("switchover", mine, said):
+                        said.append(self._settle("switchover", mine, previous))
                 else:
                     break
                 continue
             if flow.state in (FAILED_OVER, FAILING_BACK):
                 failed = flow.tasks.get(self.other_cluster(flow.active), "")
+                if failed not in tasks:  # the failed-over task deleted: no failback of it
+                    self._model_failed_over(flow.active, failed)
+                    said.append(self._rebuild(tasks, source=flow.active))
+                    continue
                 self._model_failed_over(flow.active, failed)  # the writer moved first
                 self._restart_lost(said)
                 previous = self._job_id("failback", failed)
@@ -622,7 +684,7 @@ class BoundarySearch:
             if not any(w in str(detail) for w in WAIT_WORDS):
                 self._broke("driven_home", f"failover {active} again: {status} {detail}")
                 raise InvariantError("driven_home", str(detail), self.walk.seed, [])
-            time.sleep(5.0)
+            time.sleep(2.0)
             return f"failover {active} {status}"
         self._record_failover(flow.active, active, answer, at)
         return f"failover {active} again: 200"
@@ -637,12 +699,14 @@ class BoundarySearch:
         killed = self._killed_at or at
         return self.walk.failed_over(self.flow, lost, killed, at, task_id, answer)
 
-    def _rebuild(self, tasks: dict[str, dict[str, Any]]) -> str:
-        """The flow's active task was deleted (an operator's delete that applied): its other
-        task deleted too, and a new task from home created with a backfill (verbs)."""
+    def _rebuild(self, tasks: dict[str, dict[str, Any]], source: str = "") -> str:
+        """The flow's active task was deleted (an operator's delete that applied), or the
+        failed-over task of a failed-over flow: its other task deleted too, and a new task
+        from ``source`` (production; home by default) created with a backfill (verbs)."""
         for other in tasks:
             self._drive("delete", other, [])
-        home, replica = self.flow.home, self.other_cluster(self.flow.home)
+        home = source or self.flow.home
+        replica = self.other_cluster(home)
         task_id = f"f1-{int(time.time())}"
         body = {
             "task_id": task_id,
@@ -663,7 +727,7 @@ class BoundarySearch:
     def _drive(self, verb: str, task_id: str, said: list[str]) -> bool:
         """Ask ``verb``; a refusal while a job is under way (or a lag) is waited out and asked
         again; any other breaks ``driven_home``."""
-        for _ in range(40):
+        for _ in range(100):
             status, detail = self.verb(verb, task_id)
             said.append(f"{verb} {task_id} {status}")
             if 200 <= status < 300:
@@ -671,7 +735,7 @@ class BoundarySearch:
             if not any(w in detail for w in WAIT_WORDS):
                 self._broke("driven_home", f"{verb} {task_id}: {status} {detail}")
                 raise InvariantError("driven_home", detail, self.walk.seed, [])
-            time.sleep(5.0)
+            time.sleep(2.0)
         return False
 
     def _model_replicating(self, flow: PairFlow) -> None:
