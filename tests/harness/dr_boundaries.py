@@ -631,6 +631,7 @@ class BoundarySearch:
                 failed = flow.tasks.get(self.other_cluster(flow.active), "")
                 if failed not in tasks:  # the failed-over task deleted: no failback of it
                     self._model_failed_over(flow.active, failed)
+                    self._restart_lost(said)
                     said.append(self._rebuild(tasks, source=flow.active))
                     continue
                 self._model_failed_over(flow.active, failed)  # the writer moved first
@@ -688,6 +689,16 @@ class BoundarySearch:
             return f"failover {active} {status}"
         self._record_failover(flow.active, active, answer, at)
         return f"failover {active} again: 200"
+
+    def note_failover(self, job: str, own: str) -> None:
+        """Before a verb that may delete the task: a failover its record says done is put in
+        the model (the record goes with the task; the request's answer may be lost)."""
+        if job != "failover":
+            return
+        view = self.view("failover", own)
+        if view.get("state") == "done" and view.get("failed_over_at"):
+            self.say(f"  failover of {own} known from its view: {view['failed_over_at']}")
+            self.say("  " + self._record_failover(self.flow.primary, own, view))
 
     def _record_failover(self, lost: str, task_id: str, answer: Any, at: float = 0.0) -> str:
         """A failover's answer (or its view, the answer saved) in the model, once."""

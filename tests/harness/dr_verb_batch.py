@@ -85,6 +85,8 @@ def _one_world(search: BoundarySearch, pending: list[Case], world: int) -> list[
             pending.remove(case)
             rows.append(row)
             snapshot = _snapshot(search, first.job, own)
+            if case.fault.startswith("delete"):
+                search.note_failover(first.job, own)
             changed = search.apply_verb(case, own, row)
             if changed:
                 accepted = row
