@@ -132,15 +132,17 @@ def boundary_seed() -> int:
     return int(value) if value else int(datetime.now(UTC).strftime("%Y%m%d"))
 
 
-def rotating(seed: int, jobs: Sequence[str] = ("switchover",)) -> list[list[Case]]:
-    """Drawn by ``seed``: every verb fault at one boundary (judged in one held world) and a
-    kill at another; stalls (a minute each) left to the bench."""
+def rotating(
+    seed: int, jobs: Sequence[str] = ("switchover",), batches: int = 2
+) -> tuple[list[list[Case]], Case]:
+    """Drawn by ``seed``: every verb fault at each of ``batches`` boundaries (each judged in
+    one held world while refused) and a kill at one more; stalls (a minute each) are left to
+    the bench."""
     rng = random.Random(seed)
-    points = [(job, point) for job in jobs for point in BOUNDARIES[job]]
-    job, point = rng.choice(points)
-    verbs = [Case(job, point, f) for f in FAULTS if f not in ("kill", "stall")]
-    job, point = rng.choice(points)
-    return [verbs, [Case(job, point, "kill")]]
+    points = rng.sample([(job, point) for job in jobs for point in BOUNDARIES[job]], batches + 1)
+    verbs = [[Case(j, p, f) for f in FAULTS if f not in ("kill", "stall")] for j, p in points[1:]]
+    job, point = points[0]
+    return verbs, Case(job, point, "kill")
 
 
 class _Asked(threading.Thread):
