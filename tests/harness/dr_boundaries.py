@@ -80,6 +80,9 @@ ROUTE = {
     # failed (ended without a result), and the failback it recovers forgets it and asks again
     "failback_verify_reset": "kill:repairing",
     "failback_taken_over": "kill:seeding",
+    # m1 stopped past its claim right before it writes the fence key, m2 rolls the job back
+    # (no key yet: the hold forgotten), m1 continued writes the key and finds its hold gone
+    "fence-unheld": "stall:fence-joined",
 }
 # the states a 409 may name: the flow's, a task's, a job's (or a job under way)
 STATE_WORDS = (
@@ -365,20 +368,23 @@ class BoundarySearch:
             self.restart(self.m1, route)
         own = self._own_task(case.job)
         previous = self._job_id(case.job, own)
-        self._hold(route.split(":", 1)[1] if route.startswith("kill:") else case.point)
+        first = route.split(":", 1)[1] if route.startswith(("kill:", "stall:")) else ""
+        self._hold(first or case.point)
         offset = _log_size(self.m1)
         asked = self._ask(case.job, own)
         if case.job == "switchover":
             self._mover = _WriterMover(self, own, previous)
-        if route.startswith("kill:"):
-            first = route.split(":", 1)[1]
+        if first:
             if not self._wait_held(self.m1, first, offset):
                 result.outcome = f"the route's point {first} not reached"
                 return None
-            self._release(first)
             self._hold(case.point)
             offset = _log_size(self.m1)
-            self.restart(self.m1, kill=True, wait=False)
+            if route.startswith("kill:"):
+                self._release(first)
+                self.restart(self.m1, kill=True, wait=False)
+            else:  # stopped past the claim, released while stopped, continued
+                result.outcome = self._stall(case, own, first, previous) + "; "
         result.held = self._wait_held(self.m1, case.point, offset)
         if not result.held:
             result.outcome = "not reached"
@@ -507,10 +513,14 @@ class BoundarySearch:
             return
         self._broke("verb_409_names_state", f"{verb}: {status} {detail}")
 
-    def _stall(self, case: Case, own: str) -> str:
+    def _stall(self, case: Case, own: str, release: str = "", previous: str = "") -> str:
+        """m1 stopped until m2 took its job over, then continued; ``release``: a point whose
+        hold ends while m1 is stopped (and the wait ends once m2 ended the job, not
+        ``previous``)."""
         spare = self.walk.fleet.member("m2")
-        spare.env.pop(FAULT_ENV, None)
-        spare.start()
+        if spare.process is None or spare.process.poll() is not None:
+            spare.env.pop(FAULT_ENV, None)
+            spare.start()
         pid = self.m1.process.pid if self.m1.process else 0
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -519,13 +529,20 @@ class BoundarySearch:
             while time.monotonic() < deadline:
                 flow = self.pair_flow()
                 held = flow.job if flow is not None else None
-                if (held is not None and held.member == "m2") or self.view(case.job, own).get(
-                    "member"
-                ) == "m2":
+                taken_by_m2 = (held is not None and held.member == "m2") or self.view(
+                    case.job, own
+                ).get("member") == "m2"
+                if taken_by_m2 and not release:
                     taken = f"; m2 took the {case.job} over"
+                    break
+                view = self.view(case.job, own) if release else {}
+                if view.get("job_id") != previous and view.get("state") in ("failed", "done"):
+                    taken = f"; m2 ended the {case.job} ({view['state']})"
                     break
                 time.sleep(0.5)
         finally:
+            if release:
+                self._release(release)
             os.kill(pid, signal.SIGCONT)
         return f"m1 stopped {CLAIM_SECONDS:g} s and more{taken}, continued"
 
