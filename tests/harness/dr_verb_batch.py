@@ -79,23 +79,31 @@ def _one_world(search: BoundarySearch, pending: list[Case], world: int) -> list[
                     row.outcome = probe.outcome
             return rows
         own, previous, asked = reached
-        for case in list(pending):
-            row = CaseResult(case, held=True)
-            started, before = time.monotonic(), len(failures)
-            pending.remove(case)
-            rows.append(row)
-            snapshot = _snapshot(search, first.job, own)
-            if case.fault.startswith("delete"):
-                search.note_failover(first.job, own)
-            changed = search.apply_verb(case, own, row)
-            if changed:
-                accepted = row
+        before = len(failures)
+        try:
+            for case in list(pending):
+                row = CaseResult(case, held=True)
+                started, before = time.monotonic(), len(failures)
+                pending.remove(case)
+                rows.append(row)
+                snapshot = _snapshot(search, first.job, own)
+                if case.fault.startswith("delete"):
+                    search.note_failover(first.job, own)
+                changed = search.apply_verb(case, own, row)
+                if changed:
+                    accepted = row
+                    own_seconds[id(row)] = time.monotonic() - started
+                    break
+                if "not asked" not in row.outcome:
+                    _cheap_checks(search, snapshot, first.job, own, row)
+                    row.outcome += f"; refused in held world {world}, the world unchanged"
+                row_failures[id(row)] = failures[before:]
                 own_seconds[id(row)] = time.monotonic() - started
-                break
-            _cheap_checks(search, snapshot, first.job, own, row)
-            row.outcome += f"; refused in held world {world}, the world unchanged"
-            row_failures[id(row)] = failures[before:]
-            own_seconds[id(row)] = time.monotonic() - started
+        except Exception as exc:  # noqa: BLE001 - counted against the verb judged, then the end
+            if not isinstance(exc, InvariantError):
+                search._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
+            if rows and rows[-1] is not accepted:
+                row_failures[id(rows[-1])] = failures[before:]
         end_from = len(failures)
         ended = time.monotonic()
         end_case = accepted.case if accepted is not None else first
@@ -224,7 +232,10 @@ def _cheap_checks(
     search: BoundarySearch, before: dict[str, Any], job: str, own: str, row: CaseResult
 ) -> None:
     """After a refusal: never both directions, no ownerless fence, the world unchanged."""
-    search._never_both_directions()
+    try:
+        search._never_both_directions()
+    except OSError:  # no daemon serving (held in the recover round of its start)
+        return
     ownerless = _ownerless_fences(search, row.case.point)
     if ownerless:
         search._broke("no_ownerless_fence", f"{row.outcome[:200]}: {ownerless}")
