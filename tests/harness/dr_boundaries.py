@@ -574,6 +574,8 @@ class BoundarySearch:
             except Exception:  # noqa: BLE001 - a daemon starting
                 time.sleep(1.0)
                 continue
+            if not view and self._deleted(own):
+                return f"{job}: task {own} deleted, the job's record with it"
             fresh = bool(view.get("job_id")) and view.get("job_id") != previous
             if fresh and job == "switchover" and writers_may_move(view):
                 self.flow.writer.move_to(self.other_cluster(self.flow.primary))
@@ -593,6 +595,13 @@ class BoundarySearch:
             self.flow.tasks[self.flow.primary] = str(view["reverse_task_id"])
             self.flow.state = "replicating"
         return f"failback {view['state']} {str(view.get('reason', ''))[:160]}"
+
+    def _deleted(self, task_id: str) -> bool:
+        """``task_id`` is not among the tasks (False when no daemon answers)."""
+        try:
+            return task_id not in self.tasks()
+        except OSError:
+            return False
 
     def _wait_no_job(self, budget: float) -> None:
         deadline = time.monotonic() + budget
