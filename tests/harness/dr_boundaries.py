@@ -36,6 +36,7 @@ kill and a recover round (a take-over's points).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -283,7 +284,12 @@ class BoundarySearch:
             body = {"export_seconds": 30}
         method = "DELETE" if verb == "delete" else "POST"
         try:
-            status, _, answer = self.walk.fleet.any().request(method, path, body, timeout=120)
+            daemon = self.walk.fleet.any()
+            if verb == "switchover" and len(self.walk.fleet.live()) > 1:
+                # asked of the member running the task, as the refusal says (a stall's m2)
+                with contextlib.suppress(Exception):
+                    daemon = self.walk.fleet.owner_of(task_id, timeout=5)
+            status, _, answer = daemon.request(method, path, body, timeout=120)
         except Exception as exc:  # noqa: BLE001 - shown as the answer
             return 0, f"{type(exc).__name__}: {exc}"
         return status, answer
@@ -495,11 +501,23 @@ class BoundarySearch:
             result.outcome = f"{case.fault}: the flow has no other task"
             return False
         exists = task_id in listed
-        status, detail = self.verb(verb, task_id)
+        status, reply = self.ask(verb, task_id)
+        detail = str((reply.get("detail", "") if isinstance(reply, dict) else reply) or "")
         answer = f"{verb} {task_id}: {status} {detail[:200]}"
         result.answers.append(answer)
         result.outcome = answer
         self._judge(verb, status, detail, exists)
+        if verb == "failover" and status == 200 and isinstance(reply, dict):
+            # the operator failed over a live primary: the writers follow at its answer (the
+            # writes the old primary took after it are the operator's, as after any failover)
+            lost = str(listed[task_id].get("source_cluster") or self.flow.primary)
+            killed = self._killed_at
+            if self.walk.clusters[lost].alive:
+                self._killed_at = 0.0  # not killed: the failover's own time counts
+            try:
+                result.outcome += "; " + self._record_failover(lost, task_id, reply, time.time())
+            finally:
+                self._killed_at = killed
         return status == 0 or 200 <= status < 300
 
     def _judge(self, verb: str, status: int, detail: str, exists: bool) -> None:
