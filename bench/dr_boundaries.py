@@ -47,8 +47,6 @@ from harness.dr_boundaries import (  # noqa: E402
 from bench.dr_walk import code_version, say, walk_on_services  # noqa: E402
 from server.dr.flows import BOUNDARIES  # noqa: E402
 
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the writer's refusals, by design
-
 
 def report(
     results: list[CaseResult], command: str, began: datetime, total: float, left: int
@@ -149,6 +147,7 @@ def main() -> None:
     parser.add_argument("--no-batch", action="store_true", help="every verb a case of its own")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dr_boundaries.md")
     args = parser.parse_args()
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the writer's refusals, by design
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: the services stopped too
     if args.plan:
         cases = planned(args.plan)
