@@ -54,6 +54,8 @@ from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since
 from metastore import TaskState
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
+from replicator.backfill.state import BackfillState
+from replicator.compare.state import VerifyState
 from server.dr.flows import BOUNDARIES, FAULT_ENV
 from server.dr.pair import CLAIM_SECONDS, FAILED_OVER, FAILING_BACK, PairStore
 from server.dr.pair import Flow as PairFlow
@@ -213,6 +215,7 @@ class BoundarySearch:
         self._killed_at = self._asked_at = 0.0
         self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
         self._mover: _WriterMover | None = None
+        self._repaired: set[str] = set()  # tasks rebuilt from production, repaired once
 
     # --- the fleet ---------------------------------------------------------------------------
     def env(self, route: str = "") -> str:
@@ -666,6 +669,8 @@ class BoundarySearch:
                 elif tasks[mine]["state"] != "Running":
                     self._drive("resume", mine, said)
                 elif self.flow.primary != home:  # rebuilt from production: switched home
+                    if mine not in self._repaired:  # home's own writes the target lacks
+                        said.append(self._repair(mine))
                     previous = self._job_id("switchover", mine)
                     consistent_known(self.m1, mine)
                     if self._drive("switchover", mine, said):
@@ -780,6 +785,33 @@ class BoundarySearch:
         self.flow.state, self.flow.primary = "replicating", home
         self.flow.writer.move_to(home)
         return f"the active task gone ({sorted(tasks)} left, deleted): {task_id} created"
+
+    def _repair(self, task_id: str) -> str:
+        """A task rebuilt from production after a failover: its backfill waited for, then a
+        verify with repair (verbs), so that home loses the writes it took that production
+        never had (the failover's export keeps them), as a failback's repair does."""
+        self._repaired.add(task_id)
+        deadline = time.monotonic() + JOB_SECONDS
+        while time.monotonic() < deadline:
+            backfill = BackfillState(self.store, task_id).job()
+            if backfill is None or not backfill.active:
+                break
+            time.sleep(0.5)
+        before = VerifyState(self.store, task_id).job()
+        path = f"/v1/tasks/{task_id}/verify"
+        status, _, answer = self.walk.fleet.any().request(
+            "POST", path, {"repair": True}, timeout=120
+        )
+        if status != 202:
+            return f"verify with repair of {task_id}: {status} {str(answer)[:160]}"
+        while time.monotonic() < deadline:
+            job = VerifyState(self.store, task_id).job()
+            fresh = job is not None and (before is None or job.job_id != before.job_id)
+            if job is not None and fresh and not job.active:
+                repaired = sum(c.repaired for c in job.collections)
+                return f"verify with repair of {task_id}: {job.state}, {repaired} repaired"
+            time.sleep(0.5)
+        return f"verify with repair of {task_id}: not ended"
 
     def _drive(self, verb: str, task_id: str, said: list[str]) -> bool:
         """Ask ``verb``; a refusal while a job is under way (or a lag) is waited out and asked
