@@ -596,6 +596,9 @@ class BoundarySearch:
                 time.sleep(1.0)
                 continue
             if not view and self._deleted(own):
+                flow = self.pair_flow() if job == "switchover" else None
+                if flow is not None and flow.state == "replicating":
+                    self._model_replicating(flow)  # the job may have handed the flow over
                 return f"{job}: task {own} deleted, the job's record with it"
             fresh = bool(view.get("job_id")) and view.get("job_id") != previous
             if fresh and job == "switchover" and writers_may_move(view):
@@ -665,7 +668,7 @@ class BoundarySearch:
                 self._restart_lost(said)
                 mine = self.flow.tasks.get(self.flow.primary, "")
                 if mine not in tasks:
-                    said.append(self._rebuild(tasks))
+                    said.append(self._rebuild(tasks, source=self.flow.primary))
                 elif tasks[mine]["state"] != "Running":
                     self._drive("resume", mine, said)
                 elif self.flow.primary != home:  # rebuilt from production: switched home
@@ -692,8 +695,8 @@ class BoundarySearch:
                     said.append(self._settle("failback", failed, previous))
                 continue
             active = flow.tasks.get(flow.active, "")
-            if active not in tasks:
-                said.append(self._rebuild(tasks))
+            if active not in tasks:  # production's task deleted: rebuilt from production
+                said.append(self._rebuild(tasks, source=flow.active))
                 continue
             others = [t for t in flow.tasks.values() if t != active and t in tasks]
             running = [t for t, v in tasks.items() if v["state"] == "Running"]
@@ -764,7 +767,8 @@ class BoundarySearch:
     def _rebuild(self, tasks: dict[str, dict[str, Any]], source: str = "") -> str:
         """The flow's active task was deleted (an operator's delete that applied), or the
         failed-over task of a failed-over flow: its other task deleted too, and a new task
-        from ``source`` (production; home by default) created with a backfill (verbs)."""
+        from ``source`` (production, where the writers are; home by default) created with a
+        backfill (verbs); the drive home repairs it and switches over."""
         for other in tasks:
             self._drive("delete", other, [])
         home = source or self.flow.home
