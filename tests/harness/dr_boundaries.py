@@ -178,15 +178,18 @@ class _WriterMover(threading.Thread):
     while the job is held and faulted (the README's operator: the writers follow
     ``writers_may_move_at``, not the job's end)."""
 
-    def __init__(self, search: BoundarySearch, task_id: str, previous: str) -> None:
+    def __init__(
+        self, search: BoundarySearch, task_id: str, previous: str, target: str = ""
+    ) -> None:
         super().__init__(daemon=True)
         self.search, self.task_id, self.previous = search, task_id, previous
+        self.target = target  # the task's target ("": the model's replica)
         self.done = threading.Event()
         self.start()
 
     def run(self) -> None:
         flow = self.search.flow
-        target = self.search.other_cluster(flow.primary)
+        target = self.target or self.search.other_cluster(flow.primary)
         while not self.done.wait(0.3):
             try:
                 view = self.search.view("switchover", self.task_id)
@@ -215,6 +218,7 @@ class BoundarySearch:
         self._killed_at = self._asked_at = 0.0
         self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
         self._mover: _WriterMover | None = None
+        self._movers: list[_WriterMover] = []  # those of operators' switchovers
         self._repaired: set[str] = set()  # tasks rebuilt from production, repaired once
 
     # --- the fleet ---------------------------------------------------------------------------
@@ -343,6 +347,9 @@ class BoundarySearch:
         if self._mover is not None:
             self._mover.done.set()
             self._mover = None
+        for mover in self._movers:
+            mover.done.set()
+        self._movers.clear()
         for point in self.points:
             self._release(point)
         self._one_member()
@@ -409,6 +416,11 @@ class BoundarySearch:
         result.outcome = (result.outcome + "; " if result.outcome else "") + self._settle(
             case.job, own, previous, asked
         )
+        if self._movers:  # an operator's switchover accepted meanwhile: its end, followed
+            self._wait_no_job(JOB_SECONDS)
+            flow = self.pair_flow()
+            if flow is not None and flow.state == "replicating":
+                self._model_replicating(flow)
         self.walk.check_invariants(
             only=(
                 "at_most_two_tasks",
@@ -504,7 +516,12 @@ class BoundarySearch:
             result.outcome = f"{case.fault}: the flow has no other task"
             return False
         exists = task_id in listed
+        previous = self._job_id("switchover", task_id) if verb == "switchover" else ""
         status, reply = self.ask(verb, task_id)
+        if verb == "switchover" and 200 <= status < 300:
+            # an operator's switchover accepted: the writers follow its writers_may_move_at too
+            target = str(listed[task_id].get("target_cluster") or "")
+            self._movers.append(_WriterMover(self, task_id, previous, target))
         detail = str((reply.get("detail", "") if isinstance(reply, dict) else reply) or "")
         answer = f"{verb} {task_id}: {status} {detail[:200]}"
         result.answers.append(answer)
