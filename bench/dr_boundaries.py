@@ -49,7 +49,7 @@ from server.dr.flows import BOUNDARIES  # noqa: E402
 
 
 def report(
-    results: list[CaseResult], command: str, began: datetime, total: float, left: int
+    results: list[CaseResult], command: str, began: datetime, total: float, left: int, code: str
 ) -> str:
     broken = [r for r in results if r.broke]
     held = sum(1 for r in results if r.held)
@@ -57,7 +57,7 @@ def report(
         "# Disaster-recovery boundaries searched",
         "",
         f"Command: `{command}`",
-        f"Code: {code_version()}",
+        f"Code: {code} (when the run started)",
         f"Run: {began:%Y-%m-%d %H:%M} UTC, {platform.node()}, Python "
         f"{platform.python_version()}, {total:.0f} s",
         "",
@@ -165,7 +165,7 @@ def main() -> None:
     if args.limit:
         cases = cases[: args.limit]
     command = "python bench/dr_boundaries.py " + " ".join(sys.argv[1:])
-    began, start = datetime.now(UTC), time.monotonic()
+    began, start, code = datetime.now(UTC), time.monotonic(), code_version()
     results: list[CaseResult] = []
     with tempfile.TemporaryDirectory(prefix="dr-boundaries-") as d:
         work = Path(d)
@@ -180,11 +180,11 @@ def main() -> None:
                     results.append(search.run(run[0]))
                 else:
                     results.extend(search.run_verbs(run))
-                text = report(
-                    results, command, began, time.monotonic() - start, len(cases) - len(results)
-                )
+                left = len(cases) - len(results)
+                text = report(results, command, began, time.monotonic() - start, left, code)
                 args.out.write_text(text)
-    print(report(results, command, began, time.monotonic() - start, len(cases) - len(results)))
+    left = len(cases) - len(results)
+    print(report(results, command, began, time.monotonic() - start, left, code))
 
 
 if __name__ == "__main__":
