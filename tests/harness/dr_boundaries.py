@@ -517,6 +517,7 @@ class BoundarySearch:
             return False
         exists = task_id in listed
         previous = self._job_id("switchover", task_id) if verb == "switchover" else ""
+        asked_at = time.time()
         status, reply = self.ask(verb, task_id)
         if verb == "switchover" and 200 <= status < 300:
             # an operator's switchover accepted: the writers follow its writers_may_move_at too
@@ -528,14 +529,15 @@ class BoundarySearch:
         result.outcome = answer
         self._judge(verb, status, detail, exists)
         if verb == "failover" and status == 200 and isinstance(reply, dict):
-            # the operator failed over a live primary: the writers follow at its answer (the
-            # writes the old primary took after it are the operator's, as after any failover)
+            # the operator failed over a live primary: the writers follow at its answer; the
+            # writes the old primary took after the failover was asked are the operator's (as
+            # those after a kill are), so the failover counts from the moment it was asked
             lost = str(listed[task_id].get("source_cluster") or self.flow.primary)
             killed = self._killed_at
             if self.walk.clusters[lost].alive:
                 self._killed_at = 0.0  # not killed: the failover's own time counts
             try:
-                result.outcome += "; " + self._record_failover(lost, task_id, reply, time.time())
+                result.outcome += "; " + self._record_failover(lost, task_id, reply, asked_at)
             finally:
                 self._killed_at = killed
         return status == 0 or 200 <= status < 300
