@@ -880,8 +880,8 @@ def table(results: Sequence[CaseResult]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        broke = "; ".join(r.broke) if r.broke else "all held"
-        outcome = r.outcome.replace("|", "/")[:220]
+        broke = " ".join(("; ".join(r.broke) if r.broke else "all held").split())
+        outcome = " ".join(r.outcome.replace("|", "/").split())[:220]
         lines.append(
             f"| {r.case.job} | {r.case.point} | {r.case.fault} | {'yes' if r.held else 'no'} | "
             f"{broke.replace('|', '/')[:300]} | {outcome} | {r.seconds:.0f} |"
