@@ -21,12 +21,14 @@ settings): the table's ratio is each line's events/s over it.
 
     python bench/catch_up_by_cores.py [--rows 400000] [--dims milvus=128,kafka=8] [--shards 8]
         [--rounds 3] [--targets milvus,kafka] [--cores 0:0,1] [--daemon-configs JSON]
-        [--out bench/results/catch_up_by_cores.md]
+        [--code LABEL=CHECKOUT ...] [--out bench/results/catch_up_by_cores.md]
 
 ``--daemon-configs``: a JSON list of top-level daemon settings, each measured in every round
 (default ``[{}, {"encodeProcesses": 2}]``: encoding in the task's process, the baseline, and
 in two worker processes; they serve a Kafka target, so a Milvus target runs with the first
-settings only); the report names them.
+settings only); the report names them. ``--code``: as in ``kafka_sink.py``, a checkout whose
+daemon runs as ``python -m server`` (several: each in every round, on the same backlog, the
+label before the settings in the table; the ratio's baseline stays the round's first line).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from kafka_sink import (  # noqa: E402
     watch,
     write_backlog,
 )
-from replication_throughput import count, start_daemon  # noqa: E402
+from replication_throughput import add_code_option, code_choices, count, start_daemon  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -114,8 +116,11 @@ def task_bytes(daemon, task_id: str) -> int:
     return int((task.get("progress") or {}).get("bytes") or 0)
 
 
-def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: dict, n: int) -> dict:
-    """One catch-up of the whole backlog by a fresh daemon pinned to ``cpus``."""
+def one_run(
+    args, work: Path, env: dict, target: str, cpus: set[int], config: dict, n: int, code=("", "")
+) -> dict:
+    """One catch-up of the whole backlog by a fresh daemon of ``code`` (label, checkout or "":
+    the installed one) pinned to ``cpus``."""
     source, kafka, dst = env["source"], env.get("kafka"), env["dst"]
     names = env["names"][target]
     run_dir = work / f"run{n}"
@@ -129,6 +134,7 @@ def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: di
             config,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
+            checkout=code[1],
         )
         assert daemon.process is not None
         pid = daemon.process.pid
@@ -186,7 +192,10 @@ def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: di
     steady_cpu = seen["cpu_last"] - seen["cpu_first"]
     return {
         "target": target,
-        "settings": json.dumps(config, separators=(",", ":")) if config else "-",
+        "settings": " ".join(
+            filter(None, [code[0], json.dumps(config, separators=(",", ":")) if config else ""])
+        )
+        or "-",
         "cores": len(cpus),
         "seconds": seconds,
         "events_s": args.rows / seconds,
@@ -246,13 +255,14 @@ def run(args, work: Path) -> tuple[list[dict], dict]:
             for target_kind in args.targets:
                 # encoding processes serve a Kafka target: a Milvus one runs the first settings
                 configs = args.daemon_configs if target_kind == "kafka" else args.daemon_configs[:1]
-                for config in configs:
-                    for cpus in args.cores:
-                        n += 1
-                        result = one_run(args, work, env, target_kind, cpus, config, n)
-                        result["round"] = round_ + 1
-                        runs.append(result)
-                        print(json.dumps(result), flush=True)
+                for code in args.code:
+                    for config in configs:
+                        for cpus in args.cores:
+                            n += 1
+                            result = one_run(args, work, env, target_kind, cpus, config, n, code)
+                            result["round"] = round_ + 1
+                            runs.append(result)
+                            print(json.dumps(result), flush=True)
     return runs, info
 
 
@@ -343,9 +353,11 @@ def main() -> None:
         default=[{}, {"encodeProcesses": 2}],
         help="a JSON list of the daemon settings to run with (each a line per core set)",
     )
+    add_code_option(parser, "")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up_by_cores.md"))
     args = parser.parse_args()
+    args.code = code_choices(args.code, "")
     args.dims = {k: int(v) for k, v in (p.split("=") for p in args.dims.split(","))}
     args.targets = args.targets.split(",")
     command = "python bench/catch_up_by_cores.py " + " ".join(sys.argv[1:])

@@ -343,6 +343,26 @@ def bench_pipeline(args, work: Path) -> dict:
 # (a) end to end
 
 
+def add_code_option(parser, default_label: str) -> None:
+    """``--code LABEL=CHECKOUT`` (repeatable) on a bench's ``parser``; ``code_choices`` reads it."""
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="LABEL=CHECKOUT",
+        help="a daemon of this checkout (python -m server) in every round; repeat to compare "
+        f"(default: the installed daemon, labelled {default_label!r})",
+    )
+
+
+def code_choices(specs: list[str], default_label: str) -> list[tuple[str, str]]:
+    """``--code`` as (label, absolute checkout or "": the installed daemon)."""
+    return [
+        (label, str(Path(path).resolve()) if path else "")
+        for label, _, path in (spec.partition("=") for spec in specs or [default_label + "="])
+    ]
+
+
 def start_daemon(
     stack,
     work: Path,

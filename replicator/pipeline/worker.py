@@ -229,6 +229,8 @@ class ChannelWorker:
             self._write([], last.msg_id)
         elif self.checkpoint.deferred is not None:  # a grouped commit still open
             self._write([], None)
+        self.checkpoint.settle()  # what was submitted is committed, and saved
+        self.status.position = self.checkpoint.saved
         return False
 
     def _dispatch(self, record: RawRecord, read: _Read) -> bool:
