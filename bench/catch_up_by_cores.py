@@ -24,11 +24,10 @@ settings): the table's ratio is each line's events/s over it.
         [--code LABEL=CHECKOUT ...] [--out bench/results/catch_up_by_cores.md]
 
 ``--daemon-configs``: a JSON list of top-level daemon settings, each measured in every round
-(default ``[{}, {"encodeProcesses": 2}]``: encoding in the task's process, the baseline, and
-in two worker processes; they serve a Kafka target, so a Milvus target runs with the first
-settings only); the report names them. ``--code``: as in ``kafka_sink.py``, a checkout whose
-daemon runs as ``python -m server`` (several: each in every round, on the same backlog, the
-label before the settings in the table; the ratio's baseline stays the round's first line).
+(default ``[{}]``; a Milvus target runs with the first settings only); the report names them.
+``--code``: as in ``kafka_sink.py``, a checkout whose daemon runs as ``python -m server``
+(several: each in every round, on the same backlog, the label before the settings in the
+table; the ratio's baseline stays the round's first line).
 """
 
 from __future__ import annotations
@@ -253,7 +252,7 @@ def run(args, work: Path) -> tuple[list[dict], dict]:
         n = 0
         for round_ in range(args.rounds):
             for target_kind in args.targets:
-                # encoding processes serve a Kafka target: a Milvus one runs the first settings
+                # a Milvus target runs the first settings only (the others are a Kafka target's)
                 configs = args.daemon_configs if target_kind == "kafka" else args.daemon_configs[:1]
                 for code in args.code:
                     for config in configs:
@@ -312,7 +311,7 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             "",
             f"Backlogs in a Milvus 2.3.5 source on RocksMQ, written in {info['write_s']:.0f} s: "
             f"{backlogs}. Each line a fresh daemon and task catching up "
-            "all of it; CPU and cores used are the daemon's (its encoding processes included; "
+            "all of it; CPU and cores used are the daemon's (its child processes included; "
             "the source, the target and the bench share the machine's cores).",
             "",
             *lines,
@@ -350,7 +349,7 @@ def main() -> None:
     parser.add_argument(
         "--daemon-configs",
         type=json.loads,
-        default=[{}, {"encodeProcesses": 2}],
+        default=[{}],
         help="a JSON list of the daemon settings to run with (each a line per core set)",
     )
     add_code_option(parser, "")
