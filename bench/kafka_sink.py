@@ -25,6 +25,7 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
     python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
                                [--code LABEL=CHECKOUT ...]
                                [--out bench/results/kafka_sink.md] [--profile FILE]
+                               [--profile-idle]
 
 Steps 2 and 3 run ``--rounds`` times on the one backlog, each round with a fresh mock and a
 fresh metastore, once for every ``--code`` (a checkout whose daemon runs as ``python -m
@@ -32,7 +33,8 @@ server``: ``--code before=/tmp/old --code after=.`` compares two trees on the sa
 against the same baseline's rounds; default: the installed daemon). The report is appended to
 ``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
 samples the daemon at 100 Hz without pausing it, from the create request to the last event;
-its collapsed stacks are written to FILE.
+its collapsed stacks are written to FILE (``--profile-idle``: the waiting threads too, each
+thread apart: where the daemon waits).
 """
 
 from __future__ import annotations
@@ -237,15 +239,16 @@ def raw_produce(
 
 
 @contextlib.contextmanager
-def profiled(pid: int, out: Path):
+def profiled(pid: int, out: Path, idle: bool = False):
     """py-spy sampling ``pid`` (not pausing it, 100 Hz) while the block runs; its collapsed
-    stacks written to ``out``."""
+    stacks written to ``out`` (``idle``: waiting threads too, each thread's stacks apart)."""
     import shutil
     import signal
     import subprocess
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     command = [spy, "record", "--nonblocking", "--format", "raw", "-p", str(pid), "-o", str(out)]
+    command += ["--idle", "--threads"] if idle else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -276,7 +279,11 @@ def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str],
         topics = [f"events_{name}" for name in names]
         make_positions_topic(kafka.bootstrap)
         ends = EndOffsets(kafka.bootstrap, topics)
-        spy = profiled(daemon.process.pid, Path(args.profile)) if args.profile else None
+        spy = (
+            profiled(daemon.process.pid, Path(args.profile), args.profile_idle)
+            if args.profile
+            else None
+        )
         with spy or contextlib.nullcontext():
             (before,) = cpu_seconds(daemon.process.pid)
             t0 = time.perf_counter()
@@ -405,6 +412,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="daemon rounds on one backlog")
     add_code_option(parser, "this")
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the daemon to this file")
+    parser.add_argument(
+        "--profile-idle", action="store_true", help="with --profile: waiting threads too"
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "kafka_sink.md"))
     args = parser.parse_args()
     args.collections = args.collections or math.ceil(args.rows / EVENTS_PER_TOPIC)

@@ -113,6 +113,7 @@ class ChannelCheckpoint:
         # reads of a backlog), and since when
         self.deferred: Position | None = None
         self._deferred_at = 0.0
+        self._stored_at = 0.0  # when the metastore last took a submitted commit's position
 
     def replaying(self, offset: int) -> bool:
         return offset <= self.replay_until
@@ -197,7 +198,8 @@ class ChannelCheckpoint:
             self.durable.submit(position)
             self.deferred = None
             self.saved = position  # where reading goes on (a failed commit stops the task)
-            self._store_committed()
+            if time.monotonic() - self._stored_at >= GROUP_SECONDS:  # a save a second at most
+                self._store_committed()
             return
         if self.durable is not None:
             self.durable.commit(position)
@@ -222,6 +224,7 @@ class ChannelCheckpoint:
         if newer(committed, self._stored, self._offset_of):
             self._store.save_position(self._task_id, committed, self._stored)
             self._stored = committed
+            self._stored_at = time.monotonic()
 
     def switch_to(self, backend: str, switch_ts: int) -> Position:
         """The source moved the channel to another WAL (recorded in the task state first):
