@@ -16,8 +16,9 @@ fresh daemon (SQLite) is started, pinned, and one task replicates every collecti
 Per run: events/s, MB of WAL per second (the Insert messages' bytes the daemon reports), the
 daemon's CPU-seconds per GB of WAL, the cores it used on average, and the load average of the
 machine when the run ended (the machine may be shared: the load says how far to trust a run).
-The baseline of the same run is the first line of the same round and target (1 core, the first
-settings): the table's ratio is each line's events/s over it.
+The baseline of the same run is the line of the same round, target, code and settings on the
+first core set (1 core): the table's ratio is each line's events/s over it, the scaling from 1
+to 2 cores of that daemon.
 
     python bench/catch_up_by_cores.py [--rows 400000] [--dims milvus=128,kafka=8] [--shards 8]
         [--rounds 3] [--targets milvus,kafka] [--cores 0:0,1] [--daemon-configs JSON]
@@ -27,7 +28,7 @@ settings): the table's ratio is each line's events/s over it.
 (default ``[{}]``; a Milvus target runs with the first settings only); the report names them.
 ``--code``: as in ``kafka_sink.py``, a checkout whose daemon runs as ``python -m server``
 (several: each in every round, on the same backlog, the label before the settings in the
-table; the ratio's baseline stays the round's first line).
+table).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -269,13 +271,17 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
     lines = [
         "| round | target | daemon settings | cores | s from create | s first to last event "
         "(steady) | steady events/s | steady MB WAL/s | CPU-s (from create) | CPU-s per GB WAL "
-        "(from create / steady) | cores used (steady) | steady events/s over the round's first "
-        "line of this target | load average 1/5/15 min at its end |",
+        "(from create / steady) | cores used (steady) | steady events/s over the same daemon's "
+        "on the first core set | load average 1/5/15 min at its end |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios: dict[tuple[str, str, int], list[float]] = {}
     for r in runs:
-        first = next(x for x in runs if x["round"] == r["round"] and x["target"] == r["target"])
+        first = next(
+            x
+            for x in runs
+            if (x["round"], x["target"], x["settings"]) == (r["round"], r["target"], r["settings"])
+        )
         ratio = ""
         if first is not r:
             value = r["steady_events_s"] / first["steady_events_s"]
@@ -290,7 +296,7 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
         )
     summary = [
         f"- {target}, settings {settings}, {cores} core(s): "
-        f"{', '.join(f'{v:.2f}' for v in values)}x the round's first line "
+        f"{', '.join(f'{v:.2f}' for v in values)}x the same daemon on the first core set "
         f"(median {statistics.median(values):.2f})"
         for (target, settings, cores), values in ratios.items()
     ]
@@ -359,7 +365,7 @@ def main() -> None:
     args.code = code_choices(args.code, "")
     args.dims = {k: int(v) for k, v in (p.split("=") for p in args.dims.split(","))}
     args.targets = args.targets.split(",")
-    command = "python bench/catch_up_by_cores.py " + " ".join(sys.argv[1:])
+    command = "python bench/catch_up_by_cores.py " + shlex.join(sys.argv[1:])
     args.cores = parse_cores(args.cores)
     with tempfile.TemporaryDirectory(prefix="bench-cores-") as tmp:
         runs, info = run(args, Path(tmp))
