@@ -279,6 +279,14 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         source_prober = Prober(src_probe, name, writer, "Strong")
         assert daemon.process is not None
         pids = (source.pid, lite.pid, daemon.process.pid)
+        if args.idle_seconds > 0:  # before the writes: what reading a quiet source costs
+            time.sleep(2)
+            idle_pids = (daemon.process.pid, kafka.pid)
+            before = cpu_seconds(*idle_pids)
+            time.sleep(args.idle_seconds)
+            result["idle_cpu"] = [
+                used / args.idle_seconds for used in spent(before, cpu_seconds(*idle_pids))
+            ]
         before = cpu_seconds(*pids)
         for thread in (writer, target_prober, source_prober):
             thread.start()
@@ -318,6 +326,8 @@ def _options(args) -> str:
     text = "" if args.fetch_wait_ms == 20 else f" --fetch-wait-ms {args.fetch_wait_ms}"
     if args.gil_switch_ms is not None:
         text += f" --gil-switch-ms {args.gil_switch_ms:g}"
+    if args.idle_seconds != 10:
+        text += f" --idle-seconds {args.idle_seconds:g}"
     return text if args.ack_poll_ms == 25 else f"{text} --ack-poll-ms {args.ack_poll_ms:g}"
 
 
@@ -366,7 +376,13 @@ def report(args, r: dict, total_s: float) -> str:
         f"Every batch reached the target; daemon progress at the end: {r['rows']:,} rows. CPU "
         "seconds while the writer ran (source Milvus / target / daemon): "
         + " / ".join(f"{v:.0f}" for v in r["cpu"])
-        + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores.",
+        + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores."
+        + (
+            f" Before the writes, idle for {args.idle_seconds:g} s: daemon "
+            f"{r['idle_cpu'][0]:.3f}, Kafka mock {r['idle_cpu'][1]:.3f} CPU-s per second."
+            if "idle_cpu" in r
+            else ""
+        ),
         "",
         "Inside the daemon, the loaded task's histograms from /metrics (seconds; quantiles "
         "interpolated in the buckets, so to about a bucket's width: 5-10 ms up to 0.06 s, "
@@ -469,6 +485,13 @@ def main() -> None:
         type=float,
         default=None,
         help="the daemon's gilSwitchMs (default: the daemon's own)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10,
+        help="before the writes, the daemon's and the mock's CPU while the tasks read a quiet "
+        "source, over this long (0: not measured)",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/lag.md"))
     args = parser.parse_args()
