@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import cpu_seconds, spent  # noqa: E402
+from catch_up import cpu_seconds, spent, write_report  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 
@@ -162,10 +162,7 @@ def main() -> None:
             f"| {pct(lags, 0.9) * 1000:.1f} | {max(lags) * 1000:.1f} | {ratio} | {over} "
             f"| {own:.3f} | {mock:.3f} |"
         )
-    text = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    write_report(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
