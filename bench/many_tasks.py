@@ -336,9 +336,9 @@ def report(args, results: list[dict], info: dict) -> str:
         )
     lines += [
         "",
-        f"Baseline: the {base['mode']} run with {base['tasks']} task(s) (CPU ratio; MB per task "
-        "is the peak RSS over its peak, per task more). Aims (issue 17): reading cost (CPU) for "
-        "50 tasks at most 3x that of one task; RSS at most 500 MB for 50 tasks.",
+        f"Baseline: the {base['mode']} run with {base['tasks']} task(s): the CPU ratio, and MB "
+        "per task = (peak RSS - its peak RSS) / (tasks - its tasks). Aims (issue 17): reading "
+        "cost (CPU) for 50 tasks at most 3x that of one task; RSS at most 500 MB for 50 tasks.",
     ]
     return "\n".join(lines) + "\n"
 
