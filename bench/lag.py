@@ -101,6 +101,30 @@ class Writer(threading.Thread):
             self.error = exc
 
 
+class TargetInserts(threading.Thread):
+    """The target's own insert time, a baseline for the daemon's target write: while the writer
+    runs, a batch of the writer's size inserted straight into a collection of its own on the
+    target every ``period`` seconds, timed from the call to its return."""
+
+    def __init__(self, client, name: str, writer: Writer, period: float, dim: int) -> None:
+        super().__init__(daemon=True)
+        self.client, self.name, self.writer = client, name, writer
+        self.period, self.dim = period, dim
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        rng = np.random.default_rng(7)
+        first = 0
+        while self.writer.is_alive():
+            vectors = rng.random((self.writer.batch, self.dim), dtype=np.float32)
+            rows = [{"id": first + j, "vec": vectors[j]} for j in range(self.writer.batch)]
+            started = time.perf_counter()
+            self.client.insert(self.name, rows)
+            self.times.append(time.perf_counter() - started)
+            first += self.writer.batch
+            time.sleep(max(0.0, self.period - (time.perf_counter() - started)))
+
+
 class Prober(threading.Thread):
     """Samples the writer's batches on one side with point queries: it takes the newest batch
     written, queries until the batch's last key is there, notes the time, and moves to the
@@ -283,6 +307,16 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         writer = Writer(src_write, name, args.rate, args.seconds, args.dim)
         target_prober = AckProber(daemon, task_id, writer, args.ack_poll_ms / 1000)
         source_prober = Prober(src_probe, name, writer, "Strong")
+        probes: list[threading.Thread] = [writer, target_prober, source_prober]
+        direct: TargetInserts | None = None
+        if args.target_inserts_s > 0:  # a collection on the target no task replicates into
+            direct_client = MilvusClient(uri=lite.uri, dedicated=True)
+            stack.callback(direct_client.close)
+            create_collection(direct_client, f"{name}_direct", 1, args.dim)
+            direct = TargetInserts(
+                direct_client, f"{name}_direct", writer, args.target_inserts_s, args.dim
+            )
+            probes.append(direct)
         assert daemon.process is not None
         pids = (source.pid, lite.pid, daemon.process.pid)
         if args.idle_seconds > 0:  # before the writes: what reading a quiet source costs
@@ -294,7 +328,7 @@ def run(args, work: Path, tasks: int = 1) -> dict:
                 used / args.idle_seconds for used in spent(before, cpu_seconds(*idle_pids))
             ]
         before = cpu_seconds(*pids)
-        for thread in (writer, target_prober, source_prober):
+        for thread in probes:
             thread.start()
         writer.join()
         result["cpu"] = spent(before, cpu_seconds(*pids))
@@ -315,6 +349,9 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         task = daemon.call("get", {"task_id": task_id}).data["task"]
         assert task["state"] == "Running", task
         result["timings"] = daemon_timings(daemon, task_id)
+        if direct is not None:
+            direct.join(30)
+            result["direct"] = direct.times
         result.update(
             batch=writer.batch,
             batches=writer.count,
@@ -332,6 +369,8 @@ def _options(args) -> str:
     text = "" if args.fetch_wait_ms == 5 else f" --fetch-wait-ms {args.fetch_wait_ms}"
     if args.gil_switch_ms is not None:
         text += f" --gil-switch-ms {args.gil_switch_ms:g}"
+    if args.target_inserts_s:
+        text += f" --target-inserts-s {args.target_inserts_s:g}"
     if args.idle_seconds != 10:
         text += f" --idle-seconds {args.idle_seconds:g}"
     return text if args.ack_poll_ms == 25 else f"{text} --ack-poll-ms {args.ack_poll_ms:g}"
@@ -403,6 +442,19 @@ def report(args, r: dict, total_s: float) -> str:
             f"| {t['p99']:.3f} |"
             for name, label in TIMINGS.items()
             if (t := r["timings"].get(name)) is not None
+        ),
+        *(
+            [
+                "",
+                f"Baseline of the target write, same run: {len(r['direct'])} inserts of "
+                f"{r['batch']} rows straight into the target (a collection of their own, every "
+                f"{args.target_inserts_s:g} s), seconds from the call to its return: mean "
+                f"{statistics.mean(r['direct']):.3f}, p50 {statistics.median(r['direct']):.3f}, "
+                f"p90 {percentile(r['direct'], 0.9):.3f}, p99 {percentile(r['direct'], 0.99):.3f},"
+                f" max {max(r['direct']):.3f}.",
+            ]
+            if r.get("direct")
+            else []
         ),
         "",
         "Aim: p99 replication lag under 1 s at 5,000 rows/s.",
@@ -501,6 +553,13 @@ def main() -> None:
         default=10,
         help="before the writes, the daemon's and the mock's CPU while the tasks read a quiet "
         "source, over this long (0: not measured)",
+    )
+    parser.add_argument(
+        "--target-inserts-s",
+        type=float,
+        default=0,
+        help="a baseline for the daemon's target write: every this many seconds, a batch of "
+        "the writer's size inserted straight into the target and timed (0: none)",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/lag.md"))
     args = parser.parse_args()
