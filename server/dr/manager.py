@@ -39,6 +39,7 @@ from server.dr.record import (
     FAILOVER_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
+    load_job,
     save_job,
 )
 from server.dr.stale_check import check_stale_writes
@@ -124,7 +125,7 @@ class DisasterRecovery:
         spec = TaskSpec.of(task)
         tid = task.task_id
         if tid in self._runs and not self._runs[tid].done():
-            raise ConflictError(f"task {tid}: a switchover of it is under way")
+            raise ConflictError(await self._under_way(tid, "switchover"))
         if task.state is not TaskState.RUNNING:
             raise ConflictError(
                 f"task {tid} is {task.state.value}: only a Running task switches over"
@@ -289,7 +290,7 @@ class DisasterRecovery:
         tid = task.task_id
         run = self._runs.get(tid)
         if run is not None and not run.done():
-            raise ConflictError(f"task {tid}: a switchover of it is under way; wait for it")
+            raise ConflictError(await self._under_way(tid, "failover"))
         spec = TaskSpec.of(task)
         if not spec.source_cluster or not spec.target_cluster:
             return await self._fail_over(task, request)
@@ -332,6 +333,13 @@ class DisasterRecovery:
         view = await run_failover(self.sup, self.settings, request, job)
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
+
+    async def _under_way(self, task_id: str, verb: str) -> str:
+        """The refusal of ``verb`` while this daemon runs a switchover of the task: the job
+        named with its step, as the pair's refusals name it."""
+        job = await asyncio.to_thread(load_job, self.sup.store, task_id)
+        named = f"switchover {job.job_id} ({job.state})" if job is not None else "a switchover"
+        return f"task {task_id}: {named} of it is under way here: {verb} waits for it"
 
     def _running(self, task_id: str) -> bool:
         """Whether this daemon runs the switchover of ``task_id`` now."""

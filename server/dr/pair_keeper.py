@@ -20,7 +20,7 @@ from server.dr.fence_owners import PairFences
 from server.dr.flows import injected_fault
 from server.dr.job_effects import finished_jobs, settled
 from server.dr.pair import ClusterPair, JobClaim, PairStore
-from server.dr.pair_rules import claimed, pruned, verb_allowed
+from server.dr.pair_rules import claimed, pruned, verb_allowed, verb_renewed
 from server.dr.record import (
     DR_PREFIX,
     FAILBACK_KEY,
@@ -96,27 +96,39 @@ class PairKeeper:
                 existing=existing,
                 linked=linked,
                 failed_over=failed_over,
+                step=self._job_state,
             )
 
         return await asyncio.to_thread(self.store.update, *ends, change)
 
     async def check_verb(self, task: TaskRecord, verb: str, job: str) -> None:
         """Refuse (409) pausing, resuming or deleting a task of a flow while a job other than
-        ``job`` holds the flow's claim (naming the job and its step), and resuming a task where
-        it would run both directions of its flow or undo a failover (the supervisor asks before
-        each of these verbs)."""
+        ``job`` run here holds the flow's claim (naming the job and its step), and resuming a
+        task where it would run both directions of its flow or undo a failover (the supervisor
+        asks before each of these verbs). A job's own verb passes only while it holds the live
+        claim on this member: checked and renewed in one compare-and-set of the pair."""
         try:
             spec = TaskSpec.of(task)
         except UnreadableSpecError:  # a spec this release cannot read has no pair here
             return
         if not spec.source_cluster or not spec.target_cluster:
             return
-        pair = await self.settle((spec.source_cluster, spec.target_cluster))
+        ends = (spec.source_cluster, spec.target_cluster)
+        pair = await self.settle(ends)
+        me = self.sup.fleet.member_id
         flow = pair.flow_of(task.task_id)
+        held = flow.job if flow is not None else None
         state = ""
-        if flow is not None and flow.job is not None and flow.job.job_id != job:
-            state = await asyncio.to_thread(self._job_state, flow.job)
-        verb_allowed(pair, task.task_id, verb, job, state)
+        if held is not None and (held.job_id != job or held.member != me):
+            state = await asyncio.to_thread(self._job_state, held)
+        if not job:
+            verb_allowed(pair, task.task_id, verb, job_state=state)
+            return
+        await asyncio.to_thread(
+            self.store.update,
+            *ends,
+            lambda p: verb_renewed(p, task.task_id, verb, job, me, state),
+        )
 
     def _runs_here(self, held: JobClaim | None, me: str) -> bool:
         return held is not None and held.member == me and self.running_here(held.task_id)
@@ -127,10 +139,11 @@ class PairKeeper:
         if held.kind == "switchover":
             job = load_job(store, held.task_id)
             return job.state if job is not None and job.job_id == held.job_id else ""
-        if held.kind == "failback":
-            record = load_json(store, held.task_id, FAILBACK_KEY) or {}
-            return str(record.get("state") or "") if record.get("job_id") == held.job_id else ""
-        return ""
+        key = FAILBACK_KEY if held.kind == "failback" else FAILOVER_KEY
+        record = load_json(store, held.task_id, key) or {}
+        if record.get("job_id") != held.job_id:
+            return "failing over" if held.kind == "failover" else ""
+        return str(record.get("state") or "")
 
     async def tend(self, existing: set[str]) -> None:
         """Apply the effects of finished jobs still holding flows, forget deleted tasks in every

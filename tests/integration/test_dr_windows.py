@@ -1,0 +1,136 @@
+"""The smaller windows the review of issue 48's fixes left (the daemon's own supervisor and
+disaster recovery on a real etcd store, tests/harness/dr_jobs.py):
+
+- a job's own verb passes only while the job holds the live claim on the member asking, checked
+  and renewed in one compare-and-set of the pair (a stalled member whose job another member
+  took over, same job id, moves nothing);
+- a job that saved its end while another member applied its effects (a verb asked there) lets
+  go of nothing when it wakes: the flow may have moved on since;
+- every 409 of a verb refused because a job holds the flow names the job's kind, id and step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+import pytest
+from harness.dr_jobs import DrWorld, dr_world
+
+from metastore import TaskState
+from server.dr.flows import FAULT_ENV
+from server.dr.pair import REPLICATING, release
+from server.dr.pair_rules import claimed
+from server.dr.record import SwitchoverJob, load_job, save_job
+from server.dr.switchover import SwitchoverRun, paused_by
+from server.errors import ConflictError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def world(etcd_service):
+    async with dr_world(etcd_service.endpoint) as made:
+        yield made
+
+
+def claim_for(world: DrWorld, task_id: str, source: str, job_id: str, member: str) -> None:
+    existing = {t.task_id for t in world.store.list_tasks()}
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: claimed(p, "switchover", task_id, source, job_id, member, existing=existing),
+    )
+
+
+def reversing(world: DrWorld, member: str) -> SwitchoverJob:
+    """A switchover of ab (a -> b) at ``reversing``, a -> b paused by it, b -> a created, its
+    claim held by ``member``."""
+    job = SwitchoverJob.new("ab", member, 30, 600, ("a", "b"))
+    world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
+    world.add_task("ab-rev", "b", "a", TaskState.RUNNING)
+    job = job.to("reversing", reverse_task_id="ab-rev", original_paused=True)
+    save_job(world.store, job)
+    claim_for(world, "ab", "a", job.job_id, member)
+    world.pairs.update(
+        "a", "b", lambda p: p.with_flow(replace(p.flow_of("ab"), tasks={"a": "ab", "b": "ab-rev"}))
+    )
+    return job
+
+
+async def test_a_jobs_verb_passes_only_on_the_member_holding_its_live_claim(world):
+    """The job's id alone let a stalled member through: D1 (this daemon) ran the job, another
+    member took it over (same job id, that member named in the claim); D1 wakes and resumes
+    a -> b while the other member runs b -> a."""
+    me = world.supervisor.fleet.member_id
+    job = reversing(world, "other-member")
+    with pytest.raises(
+        ConflictError,
+        match=rf"job {job.job_id} no longer holds its cluster pair pairs/a\+b on fleet member "
+        rf"{me} \(held by switchover {job.job_id} \(reversing\) on fleet member other-member\)",
+    ):
+        await world.supervisor.resume("ab", job=job.job_id)
+    with pytest.raises(ConflictError, match="no longer holds"):
+        await world.supervisor.delete("ab-rev", job=job.job_id)
+    assert world.state("ab") is TaskState.PAUSED and world.state("ab-rev") is TaskState.RUNNING
+    # held here (this member took it back): the verb passes, and the claim is renewed in the
+    # same compare-and-set (the asker holds it, fresh, as its verb takes effect)
+    claim_for(world, "ab", "a", job.job_id, me)
+    old = time.time() - 50
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: p.with_flow(
+            replace(p.flow_of("ab"), job=replace(p.flow_of("ab").job, renewed_at=old))
+        ),
+    )
+    await world.supervisor.resume("ab", job=job.job_id)
+    assert world.state("ab") is TaskState.RUNNING
+    assert world.pairs.get("a", "b").flow_of("ab").job.renewed_at > old + 40
+
+
+async def test_a_job_that_finished_while_another_member_settled_it_lets_go_of_nothing(
+    world, monkeypatch, tmp_path, caplog
+):
+    """D1 saves the switchover ``done`` and stalls before handing the flow over; a verb asked
+    on this daemon (another member) applies the job's effects (b -> a carries production), and
+    the flow moves on (a switchover back to a, done). D1 wakes: its hand-over must not point
+    the flow at b again (it did: the release applied its changes to a flow no job held)."""
+    job = reversing(world, "d1")
+    job = job.with_(reverse_start={}, writers_may_move_at={"time": "x"})
+    save_job(world.store, job)
+    run = SwitchoverRun(world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: 0)
+
+    async def armed() -> None:  # the stale-write watch (needs the clusters' Milvus) is not
+        return None  # what this test is about
+
+    run._arm_watch = armed  # type: ignore[method-assign]
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:finished:30:{wake}")
+    finishing = asyncio.ensure_future(run.finish())
+    for _ in range(200):
+        if "held at finished" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    assert "held at finished" in caplog.text
+    stored = load_job(world.store, "ab")
+    assert stored is not None and stored.state == "done"
+    # a resume of a -> b asked here is judged with the job's effects applied
+    with pytest.raises(ConflictError, match="would run both directions"):
+        await world.supervisor.resume("ab")
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.job is None and flow.active == "b" and flow.state == REPLICATING
+    # the flow moves on: a switchover of b -> a (another job) ends with a active again
+    back = "switchover-back"
+    claim_for(world, "ab-rev", "b", back, "d2")
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: p.with_flow(release(p.flow_of("ab"), back, active="a", state=REPLICATING)),
+    )
+    wake.touch()
+    await asyncio.wait_for(finishing, 30)
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.active == "a", "the woken job pointed the flow at b again"
+    assert flow.job is None
