@@ -221,7 +221,7 @@ class DisasterRecovery:
                     "switchover",
                     {"state": "unreadable", "reason": f"{type(exc).__name__}: {exc}"},
                 )
-        await self.pairs.tend({t.task_id for t in tasks})
+        await self.pairs.tend()
 
     async def _recover_task(self, task: TaskRecord, alive: set[str]) -> None:
         me = self.sup.fleet.member_id
@@ -311,7 +311,7 @@ class DisasterRecovery:
             raise
         await claim.release(state=FAILED_OVER, active=spec.target_cluster)
         await injected_fault("failover_released", job="failover")
-        await self.pairs.tend({t.task_id for t in await self.sup.list()})
+        await self.pairs.tend()
         pair = await asyncio.to_thread(self.pairs.store.get, *ends)
         hold = pair.fences.get(spec.target_cluster)
         if hold is not None:

@@ -75,7 +75,6 @@ class PairKeeper:
         """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
         apply, or another job runs there)."""
         await self.settle(ends)
-        existing = {t.task_id for t in await self.sup.list()}
         records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
         linked = (
             str(json.loads(records[LINK_KEY]).get("reverse_of") or "")
@@ -93,7 +92,7 @@ class PairKeeper:
                 source,
                 job_id,
                 me,
-                existing=existing,
+                existing=self._stored(),  # read after the pair (see _stored)
                 linked=linked,
                 failed_over=failed_over,
                 step=self._job_state,
@@ -145,7 +144,14 @@ class PairKeeper:
             return "failing over" if held.kind == "failover" else ""
         return str(record.get("state") or "")
 
-    async def tend(self, existing: set[str]) -> None:
+    def _stored(self) -> set[str]:
+        """The ids of the tasks stored now. Read inside a pair's compare-and-set, after the
+        pair: a task the pair names was created before the write that named it, so a task
+        missing here is deleted (a list read before the pair may miss a task created since,
+        and drop it, its claim with it, from a flow that names it now)."""
+        return {t.task_id for t in self.sup.store.list_tasks()}
+
+    async def tend(self) -> None:
         """Apply the effects of finished jobs still holding flows, forget deleted tasks in every
         pair (their claims with them) and lift the fences no running job holds; a lift that
         fails is tried again next round."""
@@ -153,7 +159,7 @@ class PairKeeper:
             try:
                 await self.settle(pair.clusters)
                 current = await asyncio.to_thread(
-                    self.store.update, *pair.clusters, lambda p: pruned(p, existing)
+                    self.store.update, *pair.clusters, lambda p: pruned(p, self._stored())
                 )
                 await injected_fault("pair-tended", job="recover")  # deleted tasks forgotten
                 if not current.fences:

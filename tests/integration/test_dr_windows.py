@@ -134,3 +134,28 @@ async def test_a_job_that_finished_while_another_member_settled_it_lets_go_of_no
     flow = world.pairs.get("a", "b").flow_of("ab")
     assert flow.active == "a", "the woken job pointed the flow at b again"
     assert flow.job is None
+
+
+async def test_the_recover_round_keeps_the_flow_of_a_task_created_after_it_listed_the_tasks(
+    world, monkeypatch, tmp_path, caplog
+):
+    """A recover round lists the tasks, takes up their jobs (here: a failback whose daemon is
+    gone, held once taken over), then forgets the pairs' deleted tasks. A task created
+    meanwhile, its flow claimed by a switchover, is not deleted: the round dropped its flow,
+    the switchover's claim with it (it pruned with the list it read before)."""
+    world.failback_left_seeding(TaskState.RUNNING)
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:failback_taken_over:30:{wake}")
+    recovering = asyncio.ensure_future(world.disaster.recover())
+    for _ in range(200):
+        if "held at failback_taken_over" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    assert "held at failback_taken_over" in caplog.text
+    world.add_task("cd", "a", "b", TaskState.RUNNING)
+    claim_for(world, "cd", "a", "switchover-cd", "m")
+    wake.touch()
+    await asyncio.wait_for(recovering, 30)
+    flow = world.pairs.get("a", "b").flow_of("cd")
+    assert flow is not None, "the recover round dropped the flow of a task created meanwhile"
+    assert flow.job is not None and flow.job.job_id == "switchover-cd"
