@@ -198,12 +198,15 @@ class ChannelSequencer:
         return ready
 
     # --- out --------------------------------------------------------------------------------
-    def take_dropped(self, ts: int, collection_id: int, partition: str) -> list[Pending]:
-        """:meth:`take_older` for a 2.3 DropPartition of ``partition`` at ``ts``, without the
-        lone Insert of an upsert into it: its Delete, still to come, is of the same partition
-        (skipped once read, :class:`DroppedPartitions`), and the drop erases both halves'
+    def take_dropped(
+        self, ts: int, collection_id: int, partition: str | None = None
+    ) -> list[Pending]:
+        """:meth:`take_older` for a 2.3 DropCollection (DropPartition of ``partition``) at
+        ``ts``, without the lone Insert of an upsert into what it drops: its Delete, still to
+        come, is of the same collection and partition (skipped once read: the collection is
+        no longer replicated, :class:`DroppedPartitions`), and the drop erases both halves'
         rows; written alone it would be an ``insert`` of a key the target holds (a Kafka
-        consumer got the key twice), then the Delete re-made the partition."""
+        consumer got the key twice), then the Delete re-made a dropped partition."""
         taken = self.take_older(ts, collection_id, partition)
         deletes = {p.event.ts for p in taken if isinstance(p.event, Delete)}
         return [p for p in taken if not _lone_upsert_insert(p.event, deletes)]

@@ -279,7 +279,7 @@ class ChannelWorker:
                     self._dropped.dropped(event.collection_id, event.partition_name, event.ts)
                     taken = seq.take_dropped(event.ts, event.collection_id, event.partition_name)
                 elif isinstance(event, DropCollection):
-                    taken = seq.take_older(event.ts, event.collection_id)
+                    taken = seq.take_dropped(event.ts, event.collection_id)
                 else:
                     taken = []
                 older = read.ready + taken

@@ -82,14 +82,15 @@ def start_task(daemon, channel: MsgstreamChannel, target: dict[str, Any], *names
 
 
 def task_into_kafka(
-    daemon_factory, etcd_service, kafka_mock, channel: MsgstreamChannel, prefix: str
+    daemon_factory, etcd_service, kafka_mock, channel: MsgstreamChannel, prefix: str, *more: str
 ):
-    """A daemon reading the channel and a task of one new collection (``prefix``_...) into a
-    new topic: (the daemon, the collection's name, the topic, the task's id)."""
+    """A daemon reading the channel and a task of a new collection (``prefix``_..., and that
+    name with each suffix of ``more``) into a new topic: (the daemon, the collection's name,
+    the topic, the task's id)."""
     name = f"{prefix}_{uuid.uuid4().hex[:6]}"
     daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
     target, topic = kafka_target(kafka_mock)
-    return daemon, name, topic, start_task(daemon, channel, target, name)
+    return daemon, name, topic, start_task(daemon, channel, target, name, *(name + m for m in more))
 
 
 def kafka_target(kafka_mock) -> tuple[dict[str, Any], str]:
@@ -360,25 +361,47 @@ def test_a_partitions_drop_between_an_upserts_halves_into_milvus(
 def test_a_partitions_drop_between_an_upserts_halves_into_kafka(
     daemon_factory, etcd_service, kafka_mock, channel
 ):
+    """Then the same upsert split by the drop of its own collection (another, replicated too:
+    its lone Insert went out before the drop as a second ``insert`` of the key)."""
     _, name, topic, task_id = task_into_kafka(
-        daemon_factory, etcd_service, kafka_mock, channel, "dropp"
+        daemon_factory, etcd_service, kafka_mock, channel, "dropp", "_other"
     )
     write_an_upsert_split_by_its_partitions_drop(channel, name)
+    other = f"{name}_other"
+    channel.create_collection(OTHER, other, 90)
+    channel.insert(OTHER, other, [1, 2], 100, tag="old")
+    channel.tick(110)
+    channel.insert(OTHER, other, [2], 120, tag="new", upsert=True)
+    channel.drop_collection(OTHER, other, 130)
+    channel.delete(OTHER, other, [2], 120, partition="_default")
+    channel.tick(140)
+    channel.insert(COLLECTION, name, [11], 150, tag="last")
+    channel.tick(160)
 
     def written() -> Rebuilt | None:
         rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
-        return rebuilt if 10 in rebuilt.rows else None
+        return rebuilt if 11 in rebuilt.rows else None
 
     with contextlib.suppress(ServiceStartError):
-        wait_until(written, 60, "the row written after the drop on the topic")
+        wait_until(written, 60, "the row written after the drops on the topic")
     time.sleep(1)
     rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
     # the topic's partitions hold the events by key: compared per key and for the DDL
-    by_key: dict[int, list[tuple[str, str]]] = {2: [], 5: []}
+    by_key: dict[tuple[str, int], list[tuple[str, str]]] = {
+        (name, 2): [],
+        (name, 5): [],
+        (other, 2): [],
+    }
     for event in rebuilt.row_events():
-        if event["pk"] in by_key:
-            by_key[event["pk"]].append((event["op"], (event.get("row") or {}).get("tag")))
+        key = (event["collection"], event["pk"])
+        if key in by_key:
+            by_key[key].append((event["op"], (event.get("row") or {}).get("tag")))
     ddl = [(e["op"], e.get("partition")) for e in rebuilt.ddl if "partition" in e["op"]]
-    # before: 2 inserted again alone (the upsert's Insert), p1 made again, 2 deleted, 5 inserted
-    assert by_key == {2: [("insert", "old-2")], 5: []}, by_key
+    # before: 2 inserted again alone (the upsert's Insert), p1 made again, 2 deleted, 5
+    # inserted; the other collection's 2 inserted again alone
+    assert by_key == {
+        (name, 2): [("insert", "old-2")],
+        (name, 5): [],
+        (other, 2): [("insert", "old-2")],
+    }, by_key
     assert sorted(ddl) == [("create_partition", "p1"), ("drop_partition", "p1")], ddl

@@ -115,3 +115,10 @@ def test_a_partitions_drop_takes_its_rows_but_an_upserts_lone_insert_and_later_r
     assert not dropped.erased(delete(10, 3, "p2")) and not dropped.erased(delete(10, 4, "p1"))
     dropped.passed(20)  # a tick at the drop: nothing older follows
     assert not dropped.erased(delete(10, 3, "p1"))
+
+
+def test_a_collections_drop_takes_its_rows_but_an_upserts_lone_insert() -> None:
+    seq = ChannelSequencer(P0)
+    feed(seq, upsert_insert(10, 3, "p1"), upsert_insert(11, 3), upsert_insert(12, 4))
+    assert seq.take_dropped(20, 3) == []  # collection 3's lone upsert Inserts: dropped
+    assert [p.event.collection_id for p in seq.release(20)] == [4]  # another's: kept
