@@ -27,6 +27,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
+from server.dr.claims import ClaimLostError
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
 from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 def running(pair: ClusterPair) -> set[str]:
     """The jobs holding a flow's claim in ``pair``."""
     return {flow.job.job_id for flow in pair.flows.values() if flow.job is not None}
+
+
+def taken_over(pair: ClusterPair, job_id: str, member: str) -> str:
+    """Why ``job_id`` on ``member`` holds none of ``pair``'s flows any more ("": it still may):
+    a flow's claim names the job on another member."""
+    for flow in pair.flows.values():
+        job = flow.job
+        if job is not None and job.job_id == job_id and job.member != member:
+            return f"job {job_id} is held by fleet member {job.member} now, not {member}"
+    return ""
 
 
 JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
@@ -133,12 +144,19 @@ class PairFences:
         self._update(join)
         return result[0] if result else None
 
-    def release(self, cluster: str, job_id: str) -> bool:
+    def release(self, cluster: str, job_id: str, member: str = "") -> bool:
         """``job_id`` no longer holds the fence on ``cluster``; the last owner lifts it (True:
         this call lifted it; False: others hold it still, or it was the operator's).
-        FenceError when the lift fails (the hold stays for ``lift_ownerless``)."""
+        FenceError when the lift fails (the hold stays for ``lift_ownerless``).
+        ``member``: the fleet member the job runs on; ClaimLostError (nothing changed) when a
+        flow's claim names the job on another member, in the same compare-and-set (the job
+        was taken over while this member stalled: the fence is the new member's to lift)."""
 
         def leave(pair: ClusterPair) -> ClusterPair:
+            if member:
+                taken = taken_over(pair, job_id, member)
+                if taken:
+                    raise ClaimLostError(taken)
             hold = pair.fences.get(cluster)
             if hold is None or job_id not in hold.owners:
                 return pair

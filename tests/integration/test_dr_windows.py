@@ -19,6 +19,8 @@ import pytest
 from harness.dr_jobs import DrWorld, dr_world
 
 from metastore import TaskState
+from server.dr.claims import ClaimLostError
+from server.dr.fence_owners import PairFences
 from server.dr.flows import FAULT_ENV
 from server.dr.pair import REPLICATING, release
 from server.dr.pair_rules import claimed
@@ -159,3 +161,30 @@ async def test_the_recover_round_keeps_the_flow_of_a_task_created_after_it_liste
     flow = world.pairs.get("a", "b").flow_of("cd")
     assert flow is not None, "the recover round dropped the flow of a task created meanwhile"
     assert flow.job is not None and flow.job.job_id == "switchover-cd"
+
+
+async def test_a_member_that_stalls_after_its_claim_check_lifts_no_fence_of_the_new_member(
+    world,
+):
+    """D1 rolls the switchover back: its claim is checked (still its own), then D1 stalls and
+    D2 takes the job over (the same job, D2 named), going on with the fence on a held. D1
+    wakes: it lifted D2's fence (the fence's owners are job ids; the release did not look at
+    the claim). The release now checks the claim in its own compare-and-set."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b"))
+    job = job.to("draining", fence_set=True)
+    save_job(world.store, job)
+    claim_for(world, "ab", "a", job.job_id, "d1")
+    PairFences(world.pairs, world.settings, ("a", "b")).acquire("a", job.job_id)
+    run = SwitchoverRun(world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: 0)
+    checked = run.claim.keep
+
+    async def checked_then_stalled() -> None:
+        await checked()  # the claim is D1's here; D2 takes the job over right after
+        claim_for(world, "ab", "a", job.job_id, "d2")
+
+    run.claim.keep = checked_then_stalled  # type: ignore[method-assign]
+    with pytest.raises(ClaimLostError):
+        await run.roll_back("its step failed, then it stalled")
+    assert world.fence_value("a") == b"true", "the stalled member lifted the new member's fence"
+    assert world.pairs.get("a", "b").fences["a"].owners == (job.job_id,)
