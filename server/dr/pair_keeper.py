@@ -55,9 +55,9 @@ class PairKeeper:
         found = await asyncio.to_thread(finished_jobs, self.sup.store, pair)
         me = self.sup.fleet.member_id
         finished = {
-            job_id: (flow_id, changes)
-            for job_id, (flow_id, changes) in found.items()
-            if not self._runs_here(pair.flows[flow_id].job, me)
+            job_id: found[job_id]
+            for job_id, (_flow, _changes, held) in found.items()
+            if not self._runs_here(held, me)
         }
         if not finished:
             return pair

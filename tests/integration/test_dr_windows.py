@@ -22,7 +22,7 @@ from metastore import TaskState
 from server.dr.claims import ClaimLostError
 from server.dr.fence_owners import PairFences
 from server.dr.flows import FAULT_ENV
-from server.dr.pair import REPLICATING, release
+from server.dr.pair import CLAIM_SECONDS, REPLICATING, release
 from server.dr.pair_rules import claimed
 from server.dr.record import SwitchoverJob, load_job, save_job
 from server.dr.switchover import SwitchoverRun, paused_by
@@ -188,3 +188,25 @@ async def test_a_member_that_stalls_after_its_claim_check_lifts_no_fence_of_the_
         await run.roll_back("its step failed, then it stalled")
     assert world.fence_value("a") == b"true", "the stalled member lifted the new member's fence"
     assert world.pairs.get("a", "b").fences["a"].owners == (job.job_id,)
+
+
+async def test_a_lapsed_claim_whose_job_saved_nothing_is_let_go_by_the_recover_round(world):
+    """A daemon killed between a switchover's claim and its job record (its first save): the
+    claim lapses, and nothing takes the job up (there is none to take). Every pause and
+    resume of the flow's tasks was refused for good, "the next recover round takes it up"."""
+    world.add_task("ab", "a", "b", TaskState.PAUSED, "paused by the operator")
+    claim_for(world, "ab", "a", "switchover-never-saved", "dead-member")
+    world.pairs.update(
+        "a",
+        "b",
+        lambda p: p.with_flow(
+            replace(
+                p.flow_of("ab"),
+                job=replace(p.flow_of("ab").job, renewed_at=time.time() - CLAIM_SECONDS - 5),
+            )
+        ),
+    )
+    await world.disaster.recover()
+    assert world.pairs.get("a", "b").flow_of("ab").job is None
+    await world.supervisor.resume("ab")  # refused before: "... the next recover round ..."
+    assert world.state("ab") is TaskState.RUNNING
