@@ -125,7 +125,10 @@ class DisasterRecovery:
         spec = TaskSpec.of(task)
         tid = task.task_id
         if tid in self._runs and not self._runs[tid].done():
-            raise ConflictError(await self._under_way(tid, "switchover"))
+            named = await self._running_here(tid)
+            raise ConflictError(
+                f"task {tid}: {named} of it is under way here: switchover waits for it"
+            )
         if task.state is not TaskState.RUNNING:
             raise ConflictError(
                 f"task {tid} is {task.state.value}: only a Running task switches over"
@@ -290,7 +293,10 @@ class DisasterRecovery:
         tid = task.task_id
         run = self._runs.get(tid)
         if run is not None and not run.done():
-            raise ConflictError(await self._under_way(tid, "failover"))
+            named = await self._running_here(tid)
+            raise ConflictError(
+                f"task {tid}: {named} of it is under way here: failover waits for it"
+            )
         spec = TaskSpec.of(task)
         if not spec.source_cluster or not spec.target_cluster:
             return await self._fail_over(task, request)
@@ -334,12 +340,11 @@ class DisasterRecovery:
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 
-    async def _under_way(self, task_id: str, verb: str) -> str:
-        """The refusal of ``verb`` while this daemon runs a switchover of the task: the job
-        named with its step, as the pair's refusals name it."""
+    async def _running_here(self, task_id: str) -> str:
+        """The switchover of the task this daemon runs, named with its step as the pair's
+        refusals name a job."""
         job = await asyncio.to_thread(load_job, self.sup.store, task_id)
-        named = f"switchover {job.job_id} ({job.state})" if job is not None else "a switchover"
-        return f"task {task_id}: {named} of it is under way here: {verb} waits for it"
+        return f"switchover {job.job_id} ({job.state})" if job is not None else "a switchover"
 
     def _running(self, task_id: str) -> bool:
         """Whether this daemon runs the switchover of ``task_id`` now."""

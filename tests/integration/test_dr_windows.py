@@ -20,8 +20,10 @@ from harness.dr_jobs import DrWorld, dr_world
 
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
+from server.dr.failover import FailoverRequest
 from server.dr.fence_owners import PairFences
 from server.dr.flows import FAULT_ENV
+from server.dr.manager import SwitchoverRequest
 from server.dr.pair import CLAIM_SECONDS, REPLICATING, release
 from server.dr.pair_rules import claimed
 from server.dr.record import SwitchoverJob, load_job, save_job
@@ -210,3 +212,24 @@ async def test_a_lapsed_claim_whose_job_saved_nothing_is_let_go_by_the_recover_r
     assert world.pairs.get("a", "b").flow_of("ab").job is None
     await world.supervisor.resume("ab")  # refused before: "... the next recover round ..."
     assert world.state("ab") is TaskState.RUNNING
+
+
+async def test_a_dr_verb_refused_while_this_daemon_runs_the_switchover_names_it_and_its_step(
+    world,
+):
+    """The daemon's own refusal (before the pair's claim is asked): a failover or a second
+    switchover while this daemon runs the task's switchover."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    job = SwitchoverJob.new("ab", world.supervisor.fleet.member_id, 30, 600, ("a", "b"))
+    save_job(world.store, job.to("draining"))
+    world.disaster._runs["ab"] = running = asyncio.ensure_future(asyncio.sleep(30))
+    try:
+        for verb, asked in (
+            ("failover", world.disaster.failover(FailoverRequest(task_id="ab"))),
+            ("switchover", world.disaster.switchover(SwitchoverRequest(task_id="ab"))),
+        ):
+            named = rf"switchover {job.job_id} \(draining\) of it is under way here: {verb} waits"
+            with pytest.raises(ConflictError, match=named):
+                await asked
+    finally:
+        running.cancel()
