@@ -224,12 +224,14 @@ async def test_a_dr_verb_refused_while_this_daemon_runs_the_switchover_names_it_
     save_job(world.store, job.to("draining"))
     world.disaster._runs["ab"] = running = asyncio.ensure_future(asyncio.sleep(30))
     try:
-        for verb, asked in (
-            ("failover", world.disaster.failover(FailoverRequest(task_id="ab"))),
-            ("switchover", world.disaster.switchover(SwitchoverRequest(task_id="ab"))),
+        failover = FailoverRequest(task_id="ab")
+        switchover = SwitchoverRequest(task_id="ab")
+        for verb, ask in (
+            ("failover", lambda: world.disaster.failover(failover)),
+            ("switchover", lambda: world.disaster.switchover(switchover)),
         ):
             named = rf"switchover {job.job_id} \(draining\) of it is under way here: {verb} waits"
             with pytest.raises(ConflictError, match=named):
-                await asked
+                await ask()
     finally:
         running.cancel()
