@@ -4,7 +4,9 @@ hands the flow back (the pair's record is another key: no one write holds both).
 between the two, or whose compare-and-set failed, leaves the flow claimed by a finished job and
 pointing the old way; whoever reads the pair next (a ``recover`` round, a verb's claim or check)
 re-applies the job's effects first, in one compare-and-set conditioned on the claim still being
-that job's, so applying them twice changes nothing.
+that job's, so applying them twice changes nothing. Only a record written by the member the
+claim names counts: a member that stalled after checking its claim may write its record after
+another member took the job over.
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ def _changes(
 ) -> dict[str, Any] | None:
     if held.kind == "switchover":
         job = load_job(store, held.task_id)
-        if job is None or job.job_id != held.job_id or not job.finished:
+        # written by the member the claim names: a member that stalled after its claim check
+        # and saved its end over the record of the member that took the job over has no say
+        if job is None or job.job_id != held.job_id or job.member != held.member:
+            return None
+        if not job.finished:
             return None
         if job.state != "done":
             return {}
@@ -57,7 +63,7 @@ def _changes(
         }
     key = FAILBACK_KEY if held.kind == "failback" else FAILOVER_KEY
     record = load_json(store, held.task_id, key) or {}
-    if record.get("job_id") != held.job_id:
+    if record.get("job_id") != held.job_id or record.get("member", held.member) != held.member:
         return None
     state = record.get("state")
     if held.kind == "failback":

@@ -235,3 +235,19 @@ async def test_a_dr_verb_refused_while_this_daemon_runs_the_switchover_names_it_
                 await ask()
     finally:
         running.cancel()
+
+
+async def test_an_end_saved_by_a_member_that_lost_the_job_is_not_applied(world):
+    """D1 checked its claim, stalled, and saved its roll back's end (``failed``) over the
+    record of D2, which had taken the job over meanwhile and goes on with it. A verb asked
+    elsewhere settled the job as failed: D2's claim released under it (D2 then stopped at its
+    next step, and the flow was free mid-switchover)."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b")).to("failed", reason="stale")
+    save_job(world.store, job)  # D1's late write
+    claim_for(world, "ab", "a", job.job_id, "d2")  # D2 holds the job
+    with pytest.raises(ConflictError, match=rf"switchover {job.job_id} \(failed\) holds"):
+        await world.supervisor.pause("ab")
+    held = world.pairs.get("a", "b").flow_of("ab").job
+    assert held is not None and held.member == "d2"
+    assert world.state("ab") is TaskState.RUNNING
