@@ -29,6 +29,7 @@ every open transaction, so a restart re-reads whole transactions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from replicator.codec.streaming_events import BeginTxn, CommitTxn, RollbackTxn, StreamMeta
@@ -265,14 +266,23 @@ class DroppedPartitions:
     (concurrent proxy tasks append to a pchannel side by side; an upsert's Delete after a
     DropPartition between its halves), changes rows the drop erased. Applied, it made the
     partition again on the target with them (a Milvus target held rows the source dropped; a
-    Kafka consumer got the partition made again)."""
+    Kafka consumer got the partition made again). ``saved``: the drops kept across restarts
+    (a saved position may lie past a drop while its tick is below it), ``save`` stores them
+    whenever they change (a drop read, a drop passed: rare)."""
 
-    def __init__(self) -> None:
-        self._at: dict[tuple[int, str], int] = {}
+    def __init__(
+        self,
+        saved: Sequence[tuple[int, str, int]] = (),
+        save: Callable[[list[tuple[int, str, int]]], None] = lambda _drops: None,
+    ) -> None:
+        self._at: dict[tuple[int, str], int] = {(c, p): at for c, p, at in saved}
+        self._save = save
 
     def dropped(self, collection_id: int, partition: str, ts: int) -> None:
         key = (collection_id, partition)
-        self._at[key] = max(self._at.get(key, 0), ts)
+        if self._at.get(key, 0) < ts:
+            self._at[key] = ts
+            self._stored()
 
     def erased(self, event: Insert | Delete) -> bool:
         """Whether ``event`` changes rows a drop read before it erased."""
@@ -281,5 +291,9 @@ class DroppedPartitions:
 
     def passed(self, tick: int) -> None:
         """A tick at ``tick``: no record at or below it follows, the drops below it are done."""
-        if self._at:
+        if any(at <= tick for at in self._at.values()):
             self._at = {key: at for key, at in self._at.items() if at > tick}
+            self._stored()
+
+    def _stored(self) -> None:
+        self._save(sorted((c, p, at) for (c, p), at in self._at.items()))

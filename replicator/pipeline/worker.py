@@ -138,8 +138,11 @@ class ChannelWorker:
         self._furthest = -1
         # 2.6 collections whose CreateCollection was read here but is not applied yet
         self._announced: set[int] = set()
-        # 2.3 partitions whose drop was read here, until a tick passes it
-        self._dropped = DroppedPartitions()
+        # 2.3 partitions whose drop was read here, until a tick passes it (kept across restarts)
+        self._dropped = DroppedPartitions(
+            context.state.dropped_partitions(pchannel),
+            lambda drops: context.state.save_dropped_partitions(pchannel, drops),
+        )
 
     def steps(self, wake: Callable[[], None]) -> Steps:
         """The worker as a fiber (:mod:`replicator.fibers`) woken by ``wake``."""

@@ -405,3 +405,44 @@ def test_a_partitions_drop_between_an_upserts_halves_into_kafka(
         (other, 2): [("insert", "old-2")],
     }, by_key
     assert sorted(ddl) == [("create_partition", "p1"), ("drop_partition", "p1")], ddl
+
+
+def test_a_dropped_partitions_late_record_after_a_restart_past_the_drop_into_milvus(
+    daemon_factory, etcd_service, kafka_mock, channel, milvus_lite_service, target_client
+):
+    """The drop of p1 at 50, then a row of the default partition and a tick at 46 (below the
+    drop): the position is saved past the drop with tick 46. A ``kill -9``, and an Insert into
+    p1 at 48 (older than the drop) comes after the restart: the drop is remembered across it
+    (the row was on the target)."""
+    name = f"dropr_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    task_id = start_task(
+        daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name
+    )
+    channel.create_collection(COLLECTION, name, 10, partitions=("_default", "p1"))
+    channel.insert(COLLECTION, name, [1], 20, tag="old", partition="p1")
+    channel.insert(COLLECTION, name, [9], 20, tag="kept")
+    channel.tick(30)
+    channel.drop_partition(COLLECTION, name, "p1", 50)
+    channel.insert(COLLECTION, name, [8], 45, tag="mid")  # written at the tick: saved past it
+    channel.tick(46)
+
+    def saved_tick() -> int:
+        positions = daemon.call("position", {"task_id": task_id}).data.get("positions") or []
+        return max((int(p["tt"]) for p in positions), default=0)
+
+    wait_until(lambda: saved_tick() >= channel.at(46), 60, "the position saved past the drop")
+    daemon.kill()
+    daemon.start()
+    channel.insert(COLLECTION, name, [5], 48, tag="late", partition="p1")
+    channel.tick(60)
+    channel.insert(COLLECTION, name, [10], 70, tag="after")
+    channel.tick(80)
+    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+    index = target_client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="L2")
+    target_client.create_index(name, index)
+    wait_until(lambda: 10 in rows(target_client, name, "id"), 60, "the last row on the target")
+    got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+    assert got == {8: "mid-8", 9: "kept-9", 10: "after-10"}
+    assert "p1" not in target_client.list_partitions(name)

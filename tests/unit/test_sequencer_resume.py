@@ -108,13 +108,18 @@ def test_a_partitions_drop_takes_its_rows_but_an_upserts_lone_insert_and_later_r
         ("Delete", 11),
     ]
     assert not seq.waiting()
-    dropped = DroppedPartitions()
+    stored: list[list[tuple[int, str, int]]] = []
+    dropped = DroppedPartitions((), stored.append)
     dropped.dropped(3, "p1", 20)
+    assert stored == [[(3, "p1", 20)]]  # kept across a restart
+    assert DroppedPartitions(stored[-1]).erased(delete(10, 3, "p1"))
     assert dropped.erased(delete(10, 3, "p1")) and dropped.erased(insert(15, 3, "p1"))
     assert not dropped.erased(insert(21, 3, "p1"))  # made again after the drop
     assert not dropped.erased(delete(10, 3, "p2")) and not dropped.erased(delete(10, 4, "p1"))
+    dropped.passed(19)
+    assert len(stored) == 1  # nothing passed: nothing stored
     dropped.passed(20)  # a tick at the drop: nothing older follows
-    assert not dropped.erased(delete(10, 3, "p1"))
+    assert not dropped.erased(delete(10, 3, "p1")) and stored[-1] == []
 
 
 def test_a_collections_drop_takes_its_rows_but_an_upserts_lone_insert() -> None:
