@@ -275,11 +275,14 @@ class ChannelWorker:
                     seq.add(Pending(record.offset, event, before, read_at=read_at))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                 # the DML older than a drop, of what it drops, goes first (its barrier needs it
-                # applied); nothing else waiting is taken: an upsert's Delete may still follow
-                # its Insert (a DDL record can come between them), and only a tick says that
-                # both halves were read. A created collection has no older DML.
+                # applied), but an upsert's lone Insert (the drop erases both its halves, the
+                # Delete is skipped once read); nothing else waiting is taken: an upsert's
+                # Delete may still follow its Insert (a DDL record can come between them), and
+                # only a tick says that both halves were read. A created collection has no
+                # older DML. A dropped partition's records read later are skipped.
                 if isinstance(event, DropPartition):
-                    self._dropped.dropped(event.collection_id, event.partition_name, event.ts)
+                    if self.context.registry.wanted(event.collection_id):
+                        self._dropped.dropped(event.collection_id, event.partition_name, event.ts)
                     taken = seq.take_dropped(event.ts, event.collection_id, event.partition_name)
                 elif isinstance(event, DropCollection):
                     taken = seq.take_dropped(event.ts, event.collection_id)
