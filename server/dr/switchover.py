@@ -153,7 +153,9 @@ class SwitchoverRun:
         # saved before the fence is held: whoever finds this job releases its hold
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
         await injected_fault("fence_saved")
-        await asyncio.to_thread(self.fences.acquire, self.job.source_cluster, self.job.job_id)
+        await asyncio.to_thread(
+            self.fences.acquire, self.job.source_cluster, self.job.job_id, self.job.member
+        )
         seen = await asyncio.to_thread(
             wait_in_effect,
             self.fence,

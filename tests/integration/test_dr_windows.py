@@ -251,3 +251,33 @@ async def test_an_end_saved_by_a_member_that_lost_the_job_is_not_applied(world):
     held = world.pairs.get("a", "b").flow_of("ab").job
     assert held is not None and held.member == "d2"
     assert world.state("ab") is TaskState.RUNNING
+
+
+async def test_a_member_that_stalls_after_its_claim_check_writes_no_fence(world):
+    """D1 saves ``fencing`` (its claim checked), stalls; D2 takes the job over and rolls it
+    back (nothing to lift yet), letting the flow go. D1 wakes and joins the fence: it wrote
+    the key, a fence no running job holds until the next recover round lifts it (writes
+    refused on a meanwhile). The join now checks the claim in its compare-and-set."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b"))
+    save_job(world.store, job)
+    claim_for(world, "ab", "a", job.job_id, "d1")
+    run = SwitchoverRun(
+        world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: True
+    )
+    checked = run.claim.keep
+    stalls = [True]
+
+    async def checked_then_stalled() -> None:
+        await checked()
+        if stalls.pop() if stalls else False:  # D2 took the job over and rolled it back
+            claim_for(world, "ab", "a", job.job_id, "d2")
+            world.pairs.update(
+                "a", "b", lambda p: p.with_flow(release(p.flow_of("ab"), job.job_id))
+            )
+
+    run.claim.keep = checked_then_stalled  # type: ignore[method-assign]
+    with pytest.raises(ClaimLostError):
+        await run._fence()
+    assert world.fence_value("a") is None, "the stalled member wrote a fence nobody holds"
+    assert "a" not in world.pairs.get("a", "b").fences
