@@ -16,17 +16,19 @@ fresh daemon (SQLite) is started, pinned, and one task replicates every collecti
 Per run: events/s, MB of WAL per second (the Insert messages' bytes the daemon reports), the
 daemon's CPU-seconds per GB of WAL, the cores it used on average, and the load average of the
 machine when the run ended (the machine may be shared: the load says how far to trust a run).
-The baseline of the same run is the first line of the same round and target (1 core, the first
-settings): the table's ratio is each line's events/s over it.
+The baseline of the same run is the line of the same round, target, code and settings on the
+first core set (1 core): the table's ratio is each line's events/s over it, the scaling from 1
+to 2 cores of that daemon.
 
     python bench/catch_up_by_cores.py [--rows 400000] [--dims milvus=128,kafka=8] [--shards 8]
         [--rounds 3] [--targets milvus,kafka] [--cores 0:0,1] [--daemon-configs JSON]
-        [--out bench/results/catch_up_by_cores.md]
+        [--code LABEL=CHECKOUT ...] [--out bench/results/catch_up_by_cores.md]
 
 ``--daemon-configs``: a JSON list of top-level daemon settings, each measured in every round
-(default ``[{}, {"encodeProcesses": 2}]``: encoding in the task's process, the baseline, and
-in two worker processes; they serve a Kafka target, so a Milvus target runs with the first
-settings only); the report names them.
+(default ``[{}]``; a Milvus target runs with the first settings only); the report names them.
+``--code``: as in ``kafka_sink.py``, a checkout whose daemon runs as ``python -m server``
+(several: each in every round, on the same backlog, the label before the settings in the
+table).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -61,7 +64,7 @@ from kafka_sink import (  # noqa: E402
     watch,
     write_backlog,
 )
-from replication_throughput import count, start_daemon  # noqa: E402
+from replication_throughput import add_code_option, code_choices, count, start_daemon  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -114,8 +117,11 @@ def task_bytes(daemon, task_id: str) -> int:
     return int((task.get("progress") or {}).get("bytes") or 0)
 
 
-def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: dict, n: int) -> dict:
-    """One catch-up of the whole backlog by a fresh daemon pinned to ``cpus``."""
+def one_run(
+    args, work: Path, env: dict, target: str, cpus: set[int], config: dict, n: int, code=("", "")
+) -> dict:
+    """One catch-up of the whole backlog by a fresh daemon of ``code`` (label, checkout or "":
+    the installed one) pinned to ``cpus``."""
     source, kafka, dst = env["source"], env.get("kafka"), env["dst"]
     names = env["names"][target]
     run_dir = work / f"run{n}"
@@ -129,6 +135,7 @@ def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: di
             config,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
+            checkout=code[1],
         )
         assert daemon.process is not None
         pid = daemon.process.pid
@@ -186,7 +193,10 @@ def one_run(args, work: Path, env: dict, target: str, cpus: set[int], config: di
     steady_cpu = seen["cpu_last"] - seen["cpu_first"]
     return {
         "target": target,
-        "settings": json.dumps(config, separators=(",", ":")) if config else "-",
+        "settings": " ".join(
+            filter(None, [code[0], json.dumps(config, separators=(",", ":")) if config else ""])
+        )
+        or "-",
         "cores": len(cpus),
         "seconds": seconds,
         "events_s": args.rows / seconds,
@@ -244,15 +254,16 @@ def run(args, work: Path) -> tuple[list[dict], dict]:
         n = 0
         for round_ in range(args.rounds):
             for target_kind in args.targets:
-                # encoding processes serve a Kafka target: a Milvus one runs the first settings
+                # a Milvus target runs the first settings only (the others are a Kafka target's)
                 configs = args.daemon_configs if target_kind == "kafka" else args.daemon_configs[:1]
-                for config in configs:
-                    for cpus in args.cores:
-                        n += 1
-                        result = one_run(args, work, env, target_kind, cpus, config, n)
-                        result["round"] = round_ + 1
-                        runs.append(result)
-                        print(json.dumps(result), flush=True)
+                for code in args.code:
+                    for config in configs:
+                        for cpus in args.cores:
+                            n += 1
+                            result = one_run(args, work, env, target_kind, cpus, config, n, code)
+                            result["round"] = round_ + 1
+                            runs.append(result)
+                            print(json.dumps(result), flush=True)
     return runs, info
 
 
@@ -260,13 +271,17 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
     lines = [
         "| round | target | daemon settings | cores | s from create | s first to last event "
         "(steady) | steady events/s | steady MB WAL/s | CPU-s (from create) | CPU-s per GB WAL "
-        "(from create / steady) | cores used (steady) | steady events/s over the round's first "
-        "line of this target | load average 1/5/15 min at its end |",
+        "(from create / steady) | cores used (steady) | steady events/s over the same daemon's "
+        "on the first core set | load average 1/5/15 min at its end |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios: dict[tuple[str, str, int], list[float]] = {}
     for r in runs:
-        first = next(x for x in runs if x["round"] == r["round"] and x["target"] == r["target"])
+        first = next(
+            x
+            for x in runs
+            if (x["round"], x["target"], x["settings"]) == (r["round"], r["target"], r["settings"])
+        )
         ratio = ""
         if first is not r:
             value = r["steady_events_s"] / first["steady_events_s"]
@@ -281,7 +296,7 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
         )
     summary = [
         f"- {target}, settings {settings}, {cores} core(s): "
-        f"{', '.join(f'{v:.2f}' for v in values)}x the round's first line "
+        f"{', '.join(f'{v:.2f}' for v in values)}x the same daemon on the first core set "
         f"(median {statistics.median(values):.2f})"
         for (target, settings, cores), values in ratios.items()
     ]
@@ -302,7 +317,7 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             "",
             f"Backlogs in a Milvus 2.3.5 source on RocksMQ, written in {info['write_s']:.0f} s: "
             f"{backlogs}. Each line a fresh daemon and task catching up "
-            "all of it; CPU and cores used are the daemon's (its encoding processes included; "
+            "all of it; CPU and cores used are the daemon's (its child processes included; "
             "the source, the target and the bench share the machine's cores).",
             "",
             *lines,
@@ -340,15 +355,17 @@ def main() -> None:
     parser.add_argument(
         "--daemon-configs",
         type=json.loads,
-        default=[{}, {"encodeProcesses": 2}],
+        default=[{}],
         help="a JSON list of the daemon settings to run with (each a line per core set)",
     )
+    add_code_option(parser, "")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up_by_cores.md"))
     args = parser.parse_args()
+    args.code = code_choices(args.code, "")
     args.dims = {k: int(v) for k, v in (p.split("=") for p in args.dims.split(","))}
     args.targets = args.targets.split(",")
-    command = "python bench/catch_up_by_cores.py " + " ".join(sys.argv[1:])
+    command = "python bench/catch_up_by_cores.py " + shlex.join(sys.argv[1:])
     args.cores = parse_cores(args.cores)
     with tempfile.TemporaryDirectory(prefix="bench-cores-") as tmp:
         runs, info = run(args, Path(tmp))

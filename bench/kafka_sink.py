@@ -25,6 +25,7 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
     python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
                                [--code LABEL=CHECKOUT ...]
                                [--out bench/results/kafka_sink.md] [--profile FILE]
+                               [--profile-idle]
 
 Steps 2 and 3 run ``--rounds`` times on the one backlog, each round with a fresh mock and a
 fresh metastore, once for every ``--code`` (a checkout whose daemon runs as ``python -m
@@ -32,7 +33,8 @@ server``: ``--code before=/tmp/old --code after=.`` compares two trees on the sa
 against the same baseline's rounds; default: the installed daemon). The report is appended to
 ``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
 samples the daemon at 100 Hz without pausing it, from the create request to the last event;
-its collapsed stacks are written to FILE.
+its collapsed stacks are written to FILE (``--profile-idle``: the waiting threads too, each
+thread apart: where the daemon waits).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from catch_up import cpu_seconds, settle  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
-from replication_throughput import start_daemon  # noqa: E402
+from replication_throughput import add_code_option, code_choices, start_daemon  # noqa: E402
 
 MB = 1024 * 1024
 RAW_RUNS = 3
@@ -160,22 +162,47 @@ class EndOffsets:
         return sum(f.result().offset for f in futures.values())
 
 
+def librdkafka_cpu(pid: int) -> float:
+    """CPU seconds so far of the process's librdkafka threads (named ``rdk:...``): the part of
+    its CPU spent outside the interpreter (it runs beside it, on another core when there is
+    one)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if not (task / "comm").read_text().startswith("rdk:"):
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def watch(ends: EndOffsets, pid: int, rows: int, timeout: float, quiet: float = 3.0) -> dict:
     """Poll the end offsets until they passed ``rows`` and did not grow for ``quiet`` seconds:
-    the moments of the first and of the last growth, and the daemon's CPU at each."""
+    the moments of the first and of the last growth, and the daemon's CPU (and its librdkafka
+    threads') at each."""
     deadline = time.monotonic() + timeout
     first = last = None
-    cpu_first = cpu_last = 0.0
+    cpu_first = cpu_last = rdk_first = rdk_last = 0.0
     seen = 0
     while time.monotonic() < deadline:
         now, total = time.perf_counter(), ends.total()
         if total > seen:
             (cpu,) = cpu_seconds(pid)
+            rdk = librdkafka_cpu(pid)
             if first is None:
-                first, cpu_first = now, cpu
-            last, cpu_last, seen = now, cpu, total
+                first, cpu_first, rdk_first = now, cpu, rdk
+            last, cpu_last, rdk_last, seen = now, cpu, rdk, total
         elif seen >= rows and last is not None and now - last > quiet:
-            return {"first": first, "last": last, "cpu_first": cpu_first, "cpu_last": cpu_last}
+            return {
+                "first": first,
+                "last": last,
+                "cpu_first": cpu_first,
+                "cpu_last": cpu_last,
+                "rdk_steady": rdk_last - rdk_first,
+            }
         time.sleep(0.1)
     raise TimeoutError(f"fewer than {rows} records after {timeout:g} s ({seen})")
 
@@ -212,15 +239,16 @@ def raw_produce(
 
 
 @contextlib.contextmanager
-def profiled(pid: int, out: Path):
+def profiled(pid: int, out: Path, idle: bool = False):
     """py-spy sampling ``pid`` (not pausing it, 100 Hz) while the block runs; its collapsed
-    stacks written to ``out``."""
+    stacks written to ``out`` (``idle``: waiting threads too, each thread's stacks apart)."""
     import shutil
     import signal
     import subprocess
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     command = [spy, "record", "--nonblocking", "--format", "raw", "-p", str(pid), "-o", str(out)]
+    command += ["--idle", "--threads"] if idle else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -251,7 +279,11 @@ def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str],
         topics = [f"events_{name}" for name in names]
         make_positions_topic(kafka.bootstrap)
         ends = EndOffsets(kafka.bootstrap, topics)
-        spy = profiled(daemon.process.pid, Path(args.profile)) if args.profile else None
+        spy = (
+            profiled(daemon.process.pid, Path(args.profile), args.profile_idle)
+            if args.profile
+            else None
+        )
         with spy or contextlib.nullcontext():
             (before,) = cpu_seconds(daemon.process.pid)
             t0 = time.perf_counter()
@@ -272,6 +304,7 @@ def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str],
         result["steady_s"] = seen["last"] - seen["first"]
         result["daemon_cpu_s"] = seen["cpu_last"] - before
         result["steady_cpu_s"] = seen["cpu_last"] - seen["cpu_first"]
+        result["steady_rdk_s"] = seen["rdk_steady"]
         daemon.stop()
         records = row_events(read_all(kafka.bootstrap, topics))
         keys = {(t, k) for t, k, _ in records}
@@ -328,7 +361,10 @@ def round_line(r: dict) -> str:
         f"| {r['code']} | {r['raw_s']:.2f} ({events / r['raw_s']:,.0f}) "
         f"| {', '.join(f'{x:.2f}' for x in r['raw_all_s'])} "
         f"| {r['steady_s']:.2f} ({events / r['steady_s']:,.0f}) | **{ratio:.2f}** "
-        f"| {r['steady_cpu_s'] / events * 1e6:.1f} µs | {r['raw_cpu_s'] / events * 1e6:.1f} µs "
+        f"| {r['steady_cpu_s'] / events * 1e6:.1f} µs "
+        f"({r['steady_rdk_s'] / events * 1e6:.1f} µs) "
+        f"| {r['steady_cpu_s'] / r['steady_s']:.2f} "
+        f"| {r['raw_cpu_s'] / events * 1e6:.1f} µs "
         f"| {r['daemon_s']:.2f} ({r['raw_s'] / r['daemon_s']:.2f}) | {load} |"
     )
 
@@ -342,9 +378,10 @@ def report(args, r: dict) -> str:
     first = r["rounds"][0]
     lines = [
         "| code | raw: median s (events/s) | raw runs: s | daemon, steady: s (events/s) "
-        "| ratio to raw | daemon CPU / event | raw CPU / event "
+        "| ratio to raw | daemon CPU / event (of it librdkafka's threads) "
+        "| daemon cores used (steady) | raw CPU / event "
         "| daemon from create: s (ratio) | load average (1 min) before / after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(round_line(done) for done in r["rounds"]),
     ]
     table = "\n".join(lines)
@@ -373,23 +410,15 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--rounds", type=int, default=1, help="daemon rounds on one backlog")
-    parser.add_argument(
-        "--code",
-        action="append",
-        default=[],
-        metavar="LABEL=CHECKOUT",
-        help="a daemon of this checkout (python -m server) in every round; repeat to compare "
-        "(default: the installed daemon, labelled 'this')",
-    )
+    add_code_option(parser, "this")
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the daemon to this file")
+    parser.add_argument(
+        "--profile-idle", action="store_true", help="with --profile: waiting threads too"
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "kafka_sink.md"))
     args = parser.parse_args()
     args.collections = args.collections or math.ceil(args.rows / EVENTS_PER_TOPIC)
-    codes = []
-    for spec in args.code or ["this="]:
-        label, _, path = spec.partition("=")
-        codes.append((label, str(Path(path).resolve()) if path else ""))
-    args.code = codes
+    args.code = code_choices(args.code, "this")
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         result = run(args, Path(tmp))
     text = report(args, result)

@@ -15,6 +15,12 @@ they look up its last primary key (a point query) until it is there. Per batch:
   source's own time tick) - the same write return: what a client of the source itself waits.
   Sampled: the prober takes the newest batch each time it is free.
 
+The daemon reads with ``fetchWaitMs`` 5 (``--fetch-wait-ms``): a Kafka broker answers a waiting
+fetch as soon as a record arrives, the librdkafka mock only at the end of the wait however soon
+one arrives (bench/fetch_hold.py), so a short wait makes the mock answer about as a broker does.
+Before the writes, the daemon's and the mock's CPU are measured while the tasks read the quiet
+source (``--idle-seconds``, 10): the price of that wait.
+
 The daemon's own `lag_seconds` (source time tick vs what is on the target) is sampled from `get`
 every 0.5 s as well. At the end the daemon's own histograms of the loaded task are read from
 /metrics (replicator/pipeline/timings.py): per data event, its source time to its read, its
@@ -93,6 +99,30 @@ class Writer(threading.Thread):
                 self.written.append((first + self.batch - 1, time.perf_counter()))
         except BaseException as exc:  # noqa: BLE001
             self.error = exc
+
+
+class TargetInserts(threading.Thread):
+    """The target's own insert time, a baseline for the daemon's target write: while the writer
+    runs, a batch of the writer's size inserted straight into a collection of its own on the
+    target every ``period`` seconds, timed from the call to its return."""
+
+    def __init__(self, client, name: str, writer: Writer, period: float, dim: int) -> None:
+        super().__init__(daemon=True)
+        self.client, self.name, self.writer = client, name, writer
+        self.period, self.dim = period, dim
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        rng = np.random.default_rng(7)
+        first = 0
+        while self.writer.is_alive():
+            vectors = rng.random((self.writer.batch, self.dim), dtype=np.float32)
+            rows = [{"id": first + j, "vec": vectors[j]} for j in range(self.writer.batch)]
+            started = time.perf_counter()
+            self.client.insert(self.name, rows)
+            self.times.append(time.perf_counter() - started)
+            first += self.writer.batch
+            time.sleep(max(0.0, self.period - (time.perf_counter() - started)))
 
 
 class Prober(threading.Thread):
@@ -277,10 +307,28 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         writer = Writer(src_write, name, args.rate, args.seconds, args.dim)
         target_prober = AckProber(daemon, task_id, writer, args.ack_poll_ms / 1000)
         source_prober = Prober(src_probe, name, writer, "Strong")
+        probes: list[threading.Thread] = [writer, target_prober, source_prober]
+        direct: TargetInserts | None = None
+        if args.target_inserts_s > 0:  # a collection on the target no task replicates into
+            direct_client = MilvusClient(uri=lite.uri, dedicated=True)
+            stack.callback(direct_client.close)
+            create_collection(direct_client, f"{name}_direct", 1, args.dim)
+            direct = TargetInserts(
+                direct_client, f"{name}_direct", writer, args.target_inserts_s, args.dim
+            )
+            probes.append(direct)
         assert daemon.process is not None
         pids = (source.pid, lite.pid, daemon.process.pid)
+        if args.idle_seconds > 0:  # before the writes: what reading a quiet source costs
+            time.sleep(2)
+            idle_pids = (daemon.process.pid, kafka.pid)
+            before = cpu_seconds(*idle_pids)
+            time.sleep(args.idle_seconds)
+            result["idle_cpu"] = [
+                used / args.idle_seconds for used in spent(before, cpu_seconds(*idle_pids))
+            ]
         before = cpu_seconds(*pids)
-        for thread in (writer, target_prober, source_prober):
+        for thread in probes:
             thread.start()
         writer.join()
         result["cpu"] = spent(before, cpu_seconds(*pids))
@@ -301,6 +349,9 @@ def run(args, work: Path, tasks: int = 1) -> dict:
         task = daemon.call("get", {"task_id": task_id}).data["task"]
         assert task["state"] == "Running", task
         result["timings"] = daemon_timings(daemon, task_id)
+        if direct is not None:
+            direct.join(30)
+            result["direct"] = direct.times
         result.update(
             batch=writer.batch,
             batches=writer.count,
@@ -315,9 +366,13 @@ def run(args, work: Path, tasks: int = 1) -> dict:
 
 
 def _options(args) -> str:
-    text = "" if args.fetch_wait_ms == 20 else f" --fetch-wait-ms {args.fetch_wait_ms}"
+    text = "" if args.fetch_wait_ms == 5 else f" --fetch-wait-ms {args.fetch_wait_ms}"
     if args.gil_switch_ms is not None:
         text += f" --gil-switch-ms {args.gil_switch_ms:g}"
+    if args.target_inserts_s:
+        text += f" --target-inserts-s {args.target_inserts_s:g}"
+    if args.idle_seconds != 10:
+        text += f" --idle-seconds {args.idle_seconds:g}"
     return text if args.ack_poll_ms == 25 else f"{text} --ack-poll-ms {args.ack_poll_ms:g}"
 
 
@@ -347,7 +402,9 @@ def report(args, r: dict, total_s: float) -> str:
         "",
         f"Source: Milvus 2.3.5 on the librdkafka mock, the collection in {args.shards} shard(s) "
         "(pchannels; the mock keeps only about 5 MB per partition: a reader further behind "
-        "than that loses records to the mock's purge, so the vectors are kept small); target: "
+        "than that loses records to the mock's purge, so the vectors are kept small; the "
+        f"daemon's fetch wait {args.fetch_wait_ms} ms, which the mock holds every empty fetch "
+        "for, where a broker answers as a record arrives); target: "
         f"{'Milvus Lite' if args.target == 'lite' else 'a second Milvus 2.3.5 standalone'}; "
         "daemon on SQLite; "
         f"all on this machine. The writer inserted {r['batches']} batches of {r['batch']} rows "
@@ -365,8 +422,14 @@ def report(args, r: dict, total_s: float) -> str:
         "",
         f"Every batch reached the target; daemon progress at the end: {r['rows']:,} rows. CPU "
         "seconds while the writer ran (source Milvus / target / daemon): "
-        + " / ".join(f"{v:.0f}" for v in r["cpu"])
-        + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores.",
+        + " / ".join(f"{v:.1f}" for v in r["cpu"])
+        + f" over {r['write_s']:.0f} s on {len(os.sched_getaffinity(0))} cores."
+        + (
+            f" Before the writes, idle for {args.idle_seconds:g} s: daemon "
+            f"{r['idle_cpu'][0]:.3f}, Kafka mock {r['idle_cpu'][1]:.3f} CPU-s per second."
+            if "idle_cpu" in r
+            else ""
+        ),
         "",
         "Inside the daemon, the loaded task's histograms from /metrics (seconds; quantiles "
         "interpolated in the buckets, so to about a bucket's width: 5-10 ms up to 0.06 s, "
@@ -379,6 +442,19 @@ def report(args, r: dict, total_s: float) -> str:
             f"| {t['p99']:.3f} |"
             for name, label in TIMINGS.items()
             if (t := r["timings"].get(name)) is not None
+        ),
+        *(
+            [
+                "",
+                f"Baseline of the target write, same run: {len(r['direct'])} inserts of "
+                f"{r['batch']} rows straight into the target (a collection of their own, every "
+                f"{args.target_inserts_s:g} s), seconds from the call to its return: mean "
+                f"{statistics.mean(r['direct']):.3f}, p50 {statistics.median(r['direct']):.3f}, "
+                f"p90 {percentile(r['direct'], 0.9):.3f}, p99 {percentile(r['direct'], 0.99):.3f},"
+                f" max {max(r['direct']):.3f}.",
+            ]
+            if r.get("direct")
+            else []
         ),
         "",
         "Aim: p99 replication lag under 1 s at 5,000 rows/s.",
@@ -458,17 +534,32 @@ def main() -> None:
     parser.add_argument(
         "--fetch-wait-ms",
         type=int,
-        default=20,
-        help="the daemon's sourceConfig.kafka.fetchWaitMs (default 20; the daemon's own is "
-        "500): the librdkafka mock holds every empty fetch this long where a Kafka broker "
-        "answers as soon as a record arrives, so a short wait makes the mock answer as a "
-        "broker does",
+        default=5,
+        help="the daemon's sourceConfig.kafka.fetchWaitMs (default 5; the daemon's own is 500). "
+        "A Kafka broker answers a waiting fetch as soon as a record arrives; the librdkafka "
+        "mock holds every empty fetch for the whole wait (bench/fetch_hold.py), so the bench "
+        "models a broker with a short wait: at 5 ms the mock adds at most 5 ms to a read "
+        "(3 ms on average) for about 0.03 of a core of empty fetches (daemon and mock, idle)",
     )
     parser.add_argument(
         "--gil-switch-ms",
         type=float,
         default=None,
         help="the daemon's gilSwitchMs (default: the daemon's own)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10,
+        help="before the writes, the daemon's and the mock's CPU while the tasks read a quiet "
+        "source, over this long (0: not measured)",
+    )
+    parser.add_argument(
+        "--target-inserts-s",
+        type=float,
+        default=0,
+        help="a baseline for the daemon's target write: every this many seconds, a batch of "
+        "the writer's size inserted straight into the target and timed (0: none)",
     )
     parser.add_argument("--out", default=str(REPO / "bench/results/lag.md"))
     args = parser.parse_args()

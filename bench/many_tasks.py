@@ -17,6 +17,9 @@ Milvus Lite target per measured configuration, the daemon on SQLite.
     python bench/many_tasks.py [--tasks 1,10,50] [--modes shared,own] [--rate 2000]
                                [--seconds 40] [--out FILE.md]
 
+``--tasks 0,1,100`` adds the daemon with no task as the memory baseline of the same run: the
+table then shows each row's peak RSS over it, and per task beyond the fewest tasks measured.
+
 Aims (issue 17): reading cost for 50 tasks at most 3x that of one task; RSS at most 500 MB for
 50 tasks.
 """
@@ -171,21 +174,24 @@ def measure(args, work: Path, etcd, kafka, source, names: list[str], mode: str, 
             # hold collections), and that stays so for two polls
             return len(seen) > 1 and seen[-2] == counts and min(counts) == max(counts) > 0
 
-        services.wait_until(all_reading, 600, "every task reading every channel", interval=1)
+        if task_ids:
+            services.wait_until(all_reading, 600, "every task reading every channel", interval=1)
         started_s = time.perf_counter() - t0
         load = SteadyLoad(source.uri, names[0], args.rate)
         load.start()
         stack.callback(load.join, 30)
         stack.callback(load.stop.set)
-        # task 0 applies the load: its rows grow (every task is Running, or task_rows raises)
-        first = task_rows(daemon, task_ids[0])
-        services.wait_until(
-            lambda: task_rows(daemon, task_ids[0]) > first + 10 * args.rate, 300, "task 0 applies"
-        )
+        if task_ids:  # task 0 applies the load: its rows grow (every task is Running, or raises)
+            first = task_rows(daemon, task_ids[0])
+            services.wait_until(
+                lambda: task_rows(daemon, task_ids[0]) > first + 10 * args.rate,
+                300,
+                "task 0 applies",
+            )
         for task_id in task_ids:
             task_rows(daemon, task_id)
         time.sleep(3)
-        rows_before = task_rows(daemon, task_ids[0])
+        rows_before = task_rows(daemon, task_ids[0]) if task_ids else 0
         sampler.samples.clear()
         (cpu_before,) = cpu_seconds(pid)
         started = time.perf_counter()
@@ -202,7 +208,7 @@ def measure(args, work: Path, etcd, kafka, source, names: list[str], mode: str, 
             time.sleep(args.seconds)
         (cpu_after,) = cpu_seconds(pid)
         window = time.perf_counter() - started
-        rows_after = task_rows(daemon, task_ids[0])
+        rows_after = task_rows(daemon, task_ids[0]) if task_ids else 0
         sampler.stop.set()
         sampler.join()
         if load.error is not None:
@@ -273,12 +279,15 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def report(args, results: list[dict], info: dict) -> str:
-    base = next(
-        r
-        for r in results
-        if r["mode"] == results[0]["mode"] and r["tasks"] == min(x["tasks"] for x in results)
+    measured = [r for r in results if "failed" not in r]
+    first_mode = results[0]["mode"]
+    base = min(
+        (r for r in results if r["mode"] == first_mode and r["tasks"] > 0),
+        key=lambda r: r["tasks"],
     )
     assert "failed" not in base, base
+    # the memory baselines of the same run: the daemon with no task, and with the fewest tasks
+    empty = next((r for r in measured if r["mode"] == first_mode and r["tasks"] == 0), None)
     lines = [
         "# Many tasks on one source: shared channel readers",
         "",
@@ -294,28 +303,41 @@ def report(args, results: list[dict], info: dict) -> str:
         "(4 shards) once every task reads, until the row's measure ends. "
         "Task i selects collection i; task 0's collection takes the load, the others' are empty "
         "(every task still reads every channel). Target: a fresh Milvus Lite per row of the "
-        "table. Each row is measured over a window once task 0 applies the load.",
+        "table. Each row is measured over a window once task 0 applies the load (0 tasks: the "
+        "same daemon with no task, the load running on the source, nothing reading it).",
         "",
         "| readers | tasks | all reading after s | daemon CPU s | CPU ratio to the baseline | "
-        "task 0 rows/s applied | RSS median MB | RSS peak MB | idle RSS MB | threads | "
+        "task 0 rows/s applied | RSS median MB | RSS peak MB | peak over 0 tasks MB | "
+        f"MB per task beyond {base['tasks']} | idle RSS MB | threads | "
         "channels on shared / own |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if "failed" in r:
-            lines.append(f"| {r['mode']} | {r['tasks']} | failed: {r['failed']} |||||||||")
+            lines.append(f"| {r['mode']} | {r['tasks']} | failed: {r['failed']} |||||||||||")
             continue
         ratio = (r["cpu_s"] / r["window_s"]) / (base["cpu_s"] / base["window_s"])
+        over_empty = (
+            f"{r['rss_peak_mb'] - empty['rss_peak_mb']:+.0f}"
+            if empty is not None and r["mode"] == empty["mode"]
+            else "n/a"
+        )
+        per_task = (
+            f"{(r['rss_peak_mb'] - base['rss_peak_mb']) / (r['tasks'] - base['tasks']):.2f}"
+            if r["tasks"] > base["tasks"] and r["mode"] == base["mode"]
+            else "n/a"
+        )
         lines.append(
             f"| {r['mode']} | {r['tasks']} | {r['started_s']:.0f} | "
             f"{r['cpu_s']:.1f} in {r['window_s']:.0f} s | "
             f"{ratio:.2f} | {r['applied_rows_s']:,.0f} | {r['rss_median_mb']:.0f} | "
-            f"{r['rss_peak_mb']:.0f} | {r['idle_rss_mb']:.0f} | {r['threads']} | "
-            f"{r['readers']['shared']} / {r['readers']['own']} |"
+            f"{r['rss_peak_mb']:.0f} | {over_empty} | {per_task} | {r['idle_rss_mb']:.0f} | "
+            f"{r['threads']} | {r['readers']['shared']} / {r['readers']['own']} |"
         )
     lines += [
         "",
-        f"Baseline: the {base['mode']} run with {base['tasks']} task. Aims (issue 17): reading "
+        f"Baseline: the {base['mode']} run with {base['tasks']} task(s): the CPU ratio, and MB "
+        "per task = (peak RSS - its peak RSS) / (tasks - its tasks). Aims (issue 17): reading "
         "cost (CPU) for 50 tasks at most 3x that of one task; RSS at most 500 MB for 50 tasks.",
     ]
     return "\n".join(lines) + "\n"

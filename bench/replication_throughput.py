@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import math
 import os
 import platform
 import pstats
@@ -55,10 +56,12 @@ from metastore import TaskRecord, TaskState  # noqa: E402
 from metastore.sql import SqlMetaStore  # noqa: E402
 from metastore.sql_urls import sqlite_url  # noqa: E402
 from replicator.config.task_spec import TaskSpec  # noqa: E402
+from replicator.fibers import Body, Fiber, shared_pool  # noqa: E402
 from replicator.pipeline.context import TaskContext  # noqa: E402
 from replicator.pipeline.registry import CollectionRegistry  # noqa: E402
 from replicator.pipeline.selection import TaskSelection  # noqa: E402
 from replicator.pipeline.status import ChannelStatus  # noqa: E402
+from replicator.pipeline.stop_signal import StopSignal  # noqa: E402
 from replicator.pipeline.worker import ChannelWorker  # noqa: E402
 from replicator.sources.kafka import KafkaSource  # noqa: E402
 
@@ -209,7 +212,10 @@ class DiscardTarget:
         self.requests = 0
         self.done = threading.Event()
 
-    def insert(self, db, collection, partition, fields_data, num_rows, *, upsert=False) -> None:
+    def insert(
+        self, db, collection, partition, fields_data, num_rows, *, upsert=False, more=()
+    ) -> None:
+        """``more``: later inserts' columns merged into the request (num_rows counts them)."""
         self.rows += num_rows
         self.requests += 1
         if self.rows >= self.expect_rows:
@@ -258,7 +264,7 @@ def run_pipeline(
     registry = CollectionRegistry(TaskSelection.from_spec(TaskSpec.from_stored(spec)), "_default")
     assert registry.add(collection_id, "default", "bench", schema or bench_schema(), (topic,))
     target = DiscardTarget(expect_rows)
-    stop = threading.Event()
+    stop = StopSignal()
     registry.mark_created(collection_id)
     context = TaskContext.build(task_id, store, registry, target, stop)  # type: ignore[arg-type]
     source = TimedSource(bootstrap)
@@ -267,22 +273,24 @@ def run_pipeline(
     started = time.perf_counter()
     worker = ChannelWorker(context, source, topic, None, status)
 
-    def run() -> None:
-        try:
-            if profile is not None:
-                profile.runcall(worker.run)
-            else:
-                worker.run()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            target.done.set()
+    def ended(fiber: Fiber) -> None:
+        if fiber.error is not None:
+            errors.append(fiber.error)
+        target.done.set()
 
-    thread = threading.Thread(target=run, name="bench-worker")
-    thread.start()
-    target.done.wait(600)
-    ended = time.perf_counter()
-    stop.set()
-    thread.join(30)
+    if profile is None:  # a fiber on the process's pool, as the daemon runs a channel
+        fiber = shared_pool().spawn(worker.steps, name="bench-worker", wake_on=stop, on_done=ended)
+        target.done.wait(600)
+        ended_at = time.perf_counter()
+        stop.set()
+        fiber.done.wait(30)
+    else:  # the same fiber driven in this thread, so that cProfile sees its steps
+        thread = threading.Thread(target=profile.runcall, args=(drive, worker.steps, stop, errors))
+        thread.start()
+        target.done.wait(600)
+        ended_at = time.perf_counter()
+        stop.set()
+        thread.join(30)
     store.close()
     if errors:
         raise errors[0]
@@ -290,7 +298,23 @@ def run_pipeline(
     assert status.rows == expect_rows + deleted_rows, (status.rows, expect_rows, deleted_rows)
     if check is not None:
         check(worker)
-    return ended - started, ended - (source.first or started), status.bytes
+    return ended_at - started, ended_at - (source.first or started), status.bytes
+
+
+def drive(body: Body, stop: StopSignal, errors: list[BaseException]) -> None:
+    """One fiber's steps in the calling thread: each step runs when its time has come or it
+    is woken (a step checks what it waits for, so a wake-up during a step is not lost)."""
+    woken = threading.Event()
+    unlisten = stop.when_set(woken.set)
+    try:
+        for until in body(woken.set):
+            if until > time.monotonic():
+                woken.wait(None if until == math.inf else until - time.monotonic())
+            woken.clear()
+    except BaseException as exc:  # noqa: BLE001
+        errors.append(exc)
+    finally:
+        unlisten()
 
 
 def bench_pipeline(args, work: Path) -> dict:
@@ -341,6 +365,26 @@ def bench_pipeline(args, work: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # (a) end to end
+
+
+def add_code_option(parser, default_label: str) -> None:
+    """``--code LABEL=CHECKOUT`` (repeatable) on a bench's ``parser``; ``code_choices`` reads it."""
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="LABEL=CHECKOUT",
+        help="a daemon of this checkout (python -m server) in every round; repeat to compare "
+        f"(default: the installed daemon, labelled {default_label!r})",
+    )
+
+
+def code_choices(specs: list[str], default_label: str) -> list[tuple[str, str]]:
+    """``--code`` as (label, absolute checkout or "": the installed daemon)."""
+    return [
+        (label, str(Path(path).resolve()) if path else "")
+        for label, _, path in (spec.partition("=") for spec in specs or [default_label + "="])
+    ]
 
 
 def start_daemon(

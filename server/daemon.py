@@ -50,9 +50,6 @@ def tune_interpreter(settings: CdcSettings) -> None:
     threads and less CPU spent on them; a thread waiting for I/O gets the lock back as soon as
     the one holding it waits for something itself."""
     sys.setswitchinterval(settings.gilSwitchMs / 1000)
-    from replicator.sinks import encode_pool  # the pipeline's, loaded by serve alone
-
-    encode_pool.configure(settings.encodeProcesses)
 
 
 def tune_gc() -> None:

@@ -120,9 +120,6 @@ class CdcSettings(BaseSettings):
     # (sys.setswitchinterval); Python's 5 ms made a Kafka target's catch-up spend a fifth of
     # its CPU handing the lock between channels (bench/results/kafka_sink.md)
     gilSwitchMs: float = Field(default=50.0, gt=0, le=1000)
-    # ours: worker processes that encode a Kafka target's row events (replicator/sinks/
-    # encode_pool.py), so a task's catch-up uses more than one core; 0: in the task's process
-    encodeProcesses: int = Field(default=0, ge=0, le=64)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     backfill: BackfillSettings = Field(default_factory=BackfillSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)

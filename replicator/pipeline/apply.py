@@ -99,23 +99,16 @@ class BatchApplier:
     def _partition(self, collection: TargetCollection, source_partition: str) -> str:
         """The target partition of a source partition's rows ("": the default one), made on
         the target the first time."""
-        known = self._partition_if_known(collection, source_partition)
-        if known is not None:
-            return known
-        self._target.create_partition(collection.db, collection.name, source_partition)
-        collection.known_partitions.add(source_partition)
-        return source_partition
-
-    @staticmethod
-    def _partition_if_known(collection: TargetCollection, source_partition: str) -> str | None:
-        """What ``_partition`` answers without making anything; None: it would make it."""
         if (
             collection.partition_key
             or collection.single_partition
             or source_partition in ("", collection.default_partition)
         ):
             return ""
-        return source_partition if source_partition in collection.known_partitions else None
+        if source_partition not in collection.known_partitions:
+            self._target.create_partition(collection.db, collection.name, source_partition)
+            collection.known_partitions.add(source_partition)
+        return source_partition
 
     def _delete_partition(self, collection: TargetCollection, source_partition: str) -> str:
         """Where a delete applies: the source's partition when it named one (a key held in two

@@ -58,7 +58,14 @@ class DurableLog(Protocol):
     """A target's own record of a channel: events and position committed as one."""
 
     def commit(self, position: Position | None) -> None:
-        """Commit the events written since the last commit, with ``position`` if given."""
+        """Commit the events written since the last commit, with ``position`` if given; return
+        once they are committed, with every commit submitted before."""
+
+    def submit(self, position: Position) -> None:
+        """What ``commit`` does, returning before it is committed (``committed`` says when)."""
+
+    def settle(self) -> None:
+        """Wait until what was submitted is committed (raise what failed it)."""
 
     def committed(self) -> Position | None:
         """The channel's last position the target committed."""
@@ -106,6 +113,7 @@ class ChannelCheckpoint:
         # reads of a backlog), and since when
         self.deferred: Position | None = None
         self._deferred_at = 0.0
+        self._stored_at = 0.0  # when the metastore last took a submitted commit's position
 
     def replaying(self, offset: int) -> bool:
         return offset <= self.replay_until
@@ -124,6 +132,7 @@ class ChannelCheckpoint:
         the metastore's stays the expectation of the next save, which brings it up."""
         self.replay_until = max(self.replay_until, self.bound)
         if self.durable is not None:
+            self.durable.settle()  # a failed commit stops the task: no rewind then
             self.durable.discard()
             self.deferred = None
             committed = self.durable.committed()
@@ -169,7 +178,7 @@ class ChannelCheckpoint:
                 self._deferred_at = time.monotonic()
             self.deferred = position
             return False
-        self._save(position)
+        self._save(position, pipelined=more)
         return True
 
     def _may_wait(self) -> bool:
@@ -180,13 +189,42 @@ class ChannelCheckpoint:
             return False
         return self.durable.pending() < GROUP_EVENTS
 
-    def _save(self, position: Position) -> None:
+    def _save(self, position: Position, *, pipelined: bool = False) -> None:
+        """Commit ``position`` (a durable target's events with it), then save it in the
+        metastore. ``pipelined`` (a durable target's commit in a backlog): the commit is
+        submitted and the channel reads on; the metastore gets the newest position the target
+        committed instead (the next commits and ``settle`` bring it up)."""
+        if self.durable is not None and pipelined:
+            self.durable.submit(position)
+            self.deferred = None
+            self.saved = position  # where reading goes on (a failed commit stops the task)
+            if time.monotonic() - self._stored_at >= GROUP_SECONDS:  # a save a second at most
+                self._store_committed()
+            return
         if self.durable is not None:
             self.durable.commit(position)
         self.deferred = None
         self._store.save_position(self._task_id, position, self._stored)
         log.debug("saved position %s ts %d", position.msg_id.hex(), position.ts)
         self.saved = self._stored = position
+
+    def settle(self) -> None:
+        """A durable target: wait until the submitted commits are committed (raising what
+        failed them), and save the newest in the metastore."""
+        if self.durable is not None:
+            self.durable.settle()
+            self._store_committed()
+
+    def _store_committed(self) -> None:
+        """The metastore catches up with the durable target's newest committed position."""
+        assert self.durable is not None
+        committed = self.durable.committed()
+        if committed is None or committed == self._stored:
+            return
+        if newer(committed, self._stored, self._offset_of):
+            self._store.save_position(self._task_id, committed, self._stored)
+            self._stored = committed
+            self._stored_at = time.monotonic()
 
     def switch_to(self, backend: str, switch_ts: int) -> Position:
         """The source moved the channel to another WAL (recorded in the task state first):

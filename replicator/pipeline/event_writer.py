@@ -12,18 +12,10 @@ written twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 from replicator.events import Delete, Insert
 from replicator.pipeline.apply import DEFAULT_PARTITION, BatchApplier, TargetCollection, delete_keys
-from replicator.sinks.encode_pool import (
-    Encoded,
-    encoded_rows,
-    log_encoded,
-    shared_pool,
-    unpaired,
-)
 from replicator.sinks.kafka import ChannelLog, KafkaTarget
 from replicator.sinks.kafka_columns import insert_events
 from replicator.sinks.kafka_events import row_key, ts_view
@@ -60,7 +52,6 @@ class EventWriter(BatchApplier):
         pk_name = collection.pk_name
         topic = self._kafka.row_topic(db, name)
         deleted: dict[tuple[Any, int], int] = {}  # (pk, ts) of this batch's deletes -> event
-        encoding = self._encode_ahead(collection, events)
         for event in events:
             if isinstance(event, Delete):
                 keys = delete_keys(event.request)
@@ -72,13 +63,6 @@ class EventWriter(BatchApplier):
                 self.stats.count(event, len(keys), event.request.ByteSize())
                 continue
             partition = self._partition(collection, event.partition_name) or DEFAULT_PARTITION
-            future = encoding.get(id(event))
-            encoded = encoded_rows(future) if future is not None else None
-            if encoded is not None:
-                rows = log_encoded(self.log, topic, encoded)
-                self.stats.rows_inserted += rows
-                self.stats.count(event, rows, event.request.ByteSize())
-                continue
             rows = insert_events(
                 self.log,
                 topic,
@@ -93,34 +77,6 @@ class EventWriter(BatchApplier):
             )
             self.stats.rows_inserted += rows
             self.stats.count(event, rows, event.request.ByteSize())
-
-    def _encode_ahead(
-        self, collection: TargetCollection, events: list[Insert | Delete]
-    ) -> dict[int, Future[Encoded]]:
-        """The inserts of a batch the daemon's encoding processes take (see
-        :mod:`replicator.sinks.encode_pool`), submitted all at once, by ``id`` of the event:
-        those before the batch's first delete (no upsert pairs them), in a partition the target
-        knows already (making one logs its event first, in order)."""
-        pool = shared_pool()
-        if pool is None:
-            return {}
-        db, name = collection.db, collection.name
-        submitted: dict[int, Future[Encoded]] = {}
-        for event in events[: unpaired(events, Delete)]:
-            if not isinstance(event, Insert) or event.num_rows < pool.min_rows:
-                continue
-            partition = self._known_partition(collection, event.partition_name)
-            if partition is not None:
-                submitted[id(event)] = pool.submit(
-                    event.request, db, name, partition, collection.pk_name, event.num_rows, event.ts
-                )
-        return submitted
-
-    def _known_partition(self, collection: TargetCollection, source_partition: str) -> str | None:
-        """What ``_partition`` answers (or the default) when that creates nothing; None when
-        it would create the partition."""
-        partition = self._partition_if_known(collection, source_partition)
-        return None if partition is None else partition or DEFAULT_PARTITION
 
 
 def _event(

@@ -29,6 +29,7 @@ every open transaction, so a restart re-reads whole transactions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from replicator.codec.streaming_events import BeginTxn, CommitTxn, RollbackTxn, StreamMeta
@@ -198,6 +199,19 @@ class ChannelSequencer:
         return ready
 
     # --- out --------------------------------------------------------------------------------
+    def take_dropped(
+        self, ts: int, collection_id: int, partition: str | None = None
+    ) -> list[Pending]:
+        """:meth:`take_older` for a 2.3 DropCollection (DropPartition of ``partition``) at
+        ``ts``, without the lone Insert of an upsert into what it drops: its Delete, still to
+        come, is of the same collection and partition (skipped once read: the collection is
+        no longer replicated, :class:`DroppedPartitions`), and the drop erases both halves'
+        rows; written alone it would be an ``insert`` of a key the target holds (a Kafka
+        consumer got the key twice), then the Delete re-made a dropped partition."""
+        taken = self.take_older(ts, collection_id, partition)
+        deletes = {p.event.ts for p in taken if isinstance(p.event, Delete)}
+        return [p for p in taken if not _lone_upsert_insert(p.event, deletes)]
+
     def release(self, tick: int) -> list[Pending]:
         """The events a TimeTick at ``tick`` makes final, in ``_tt`` order (stable: a
         transaction's bodies stay in their order)."""
@@ -236,3 +250,50 @@ class ChannelSequencer:
 def _split(pending: list[Pending], ts: int) -> tuple[list[Pending], list[Pending]]:
     """(events with ts <= ``ts``, the rest), each in channel order."""
     return [p for p in pending if p.event.ts <= ts], [p for p in pending if p.event.ts > ts]
+
+
+def _lone_upsert_insert(event: Event, deletes: set[int]) -> bool:
+    """An upsert's Insert (2.3: its ``MsgBase`` has no timestamp, its rows have the upsert's)
+    without its Delete (same timestamp) among ``deletes``."""
+    return (
+        isinstance(event, Insert) and event.request.base.timestamp == 0 and event.ts not in deletes
+    )
+
+
+class DroppedPartitions:
+    """The 2.3 partitions a channel read the drop of, with the drop's timestamp, until a tick
+    passes it: a record of such a partition at or below its drop, read after the drop
+    (concurrent proxy tasks append to a pchannel side by side; an upsert's Delete after a
+    DropPartition between its halves), changes rows the drop erased. Applied, it made the
+    partition again on the target with them (a Milvus target held rows the source dropped; a
+    Kafka consumer got the partition made again). ``saved``: the drops kept across restarts
+    (a saved position may lie past a drop while its tick is below it), ``save`` stores them
+    whenever they change (a drop read, a drop passed: rare)."""
+
+    def __init__(
+        self,
+        saved: Sequence[tuple[int, str, int]] = (),
+        save: Callable[[list[tuple[int, str, int]]], None] = lambda _drops: None,
+    ) -> None:
+        self._at: dict[tuple[int, str], int] = {(c, p): at for c, p, at in saved}
+        self._save = save
+
+    def dropped(self, collection_id: int, partition: str, ts: int) -> None:
+        key = (collection_id, partition)
+        if self._at.get(key, 0) < ts:
+            self._at[key] = ts
+            self._stored()
+
+    def erased(self, event: Insert | Delete) -> bool:
+        """Whether ``event`` changes rows a drop read before it erased."""
+        at = self._at.get((event.collection_id, event.partition_name))
+        return at is not None and event.ts <= at
+
+    def passed(self, tick: int) -> None:
+        """A tick at ``tick``: no record at or below it follows, the drops below it are done."""
+        if any(at <= tick for at in self._at.values()):
+            self._at = {key: at for key, at in self._at.items() if at > tick}
+            self._stored()
+
+    def _stored(self) -> None:
+        self._save(sorted((c, p, at) for (c, p), at in self._at.items()))

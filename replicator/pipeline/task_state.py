@@ -89,6 +89,15 @@ class RunnerState:
     ) -> frozenset[str]:
         return self._arrive(f"drop-partition/{collection_id}/{partition}", pchannel)
 
+    # --- 2.3 partitions dropped, until a tick passes the drop (see sequencer.py) ----------
+    def dropped_partitions(self, pchannel: str) -> list[tuple[int, str, int]]:
+        """(collection id, partition, the drop's timestamp) of each drop ``pchannel`` read
+        that no tick has passed yet."""
+        return [(int(c), str(p), int(at)) for c, p, at in self._get_json(f"dropped/{pchannel}", [])]
+
+    def save_dropped_partitions(self, pchannel: str, drops: list[tuple[int, str, int]]) -> None:
+        self._put_json(f"dropped/{pchannel}", drops)
+
     def arrive_at_switch(self, broadcast_id: int, pchannel: str, vchannel: str) -> frozenset[str]:
         """A vchannel of ``pchannel`` read its copy of a WAL switch broadcast."""
         return self._arrive(f"switch/{broadcast_id}/{pchannel}", vchannel)

@@ -46,7 +46,13 @@ from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
 from replicator.pipeline.save_budget import IDLE_SAVE_SECONDS, IDLE_SAVES
-from replicator.pipeline.sequencer import ChannelSequencer, Pending, SequencerStats, meta_of
+from replicator.pipeline.sequencer import (
+    ChannelSequencer,
+    DroppedPartitions,
+    Pending,
+    SequencerStats,
+    meta_of,
+)
 from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.timings import Releases
@@ -132,6 +138,11 @@ class ChannelWorker:
         self._furthest = -1
         # 2.6 collections whose CreateCollection was read here but is not applied yet
         self._announced: set[int] = set()
+        # 2.3 partitions whose drop was read here, until a tick passes it (kept across restarts)
+        self._dropped = DroppedPartitions(
+            context.state.dropped_partitions(pchannel),
+            lambda drops: context.state.save_dropped_partitions(pchannel, drops),
+        )
 
     def steps(self, wake: Callable[[], None]) -> Steps:
         """The worker as a fiber (:mod:`replicator.fibers`) woken by ``wake``."""
@@ -229,6 +240,8 @@ class ChannelWorker:
             self._write([], last.msg_id)
         elif self.checkpoint.deferred is not None:  # a grouped commit still open
             self._write([], None)
+        self.checkpoint.settle()  # what was submitted is committed, and saved
+        self.status.position = self.checkpoint.saved
         return False
 
     def _dispatch(self, record: RawRecord, read: _Read) -> bool:
@@ -258,21 +271,26 @@ class ChannelWorker:
             self.context.timings.decode.observe(decoded)
         if meta_of(event) is None:  # 2.3-2.5
             if isinstance(event, (Insert, Delete)):
-                seq.add(Pending(record.offset, event, before, read_at=read_at))
+                if self._dropped.erased(event):  # of a partition whose drop was read
+                    self.skipped["dropped_partition"] += 1
+                else:
+                    seq.add(Pending(record.offset, event, before, read_at=read_at))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
                 # the DML older than a drop, of what it drops, goes first (its barrier needs it
-                # applied); nothing else waiting is taken: an upsert's Delete may still follow
-                # its Insert (a DDL record can come between them), and only a tick says that
-                # both halves were read. A created collection has no older DML.
-                older = read.ready + (
-                    []
-                    if isinstance(event, CreateCollection)
-                    else seq.take_older(
-                        event.ts,
-                        event.collection_id,
-                        event.partition_name if isinstance(event, DropPartition) else None,
-                    )
-                )
+                # applied), but an upsert's lone Insert (the drop erases both its halves, the
+                # Delete is skipped once read); nothing else waiting is taken: an upsert's
+                # Delete may still follow its Insert (a DDL record can come between them), and
+                # only a tick says that both halves were read. A created collection has no
+                # older DML. A dropped partition's records read later are skipped.
+                if isinstance(event, DropPartition):
+                    if self.context.registry.wanted(event.collection_id):
+                        self._dropped.dropped(event.collection_id, event.partition_name, event.ts)
+                    taken = seq.take_dropped(event.ts, event.collection_id, event.partition_name)
+                elif isinstance(event, DropCollection):
+                    taken = seq.take_dropped(event.ts, event.collection_id)
+                else:
+                    taken = []
+                older = read.ready + taken
                 if self.checkpoint.durable is not None:  # committed before the DDL's events
                     ddl = Pending(record.offset, event, before)
                     self._write(older, *self._durable_point([ddl]))
@@ -297,6 +315,7 @@ class ChannelWorker:
         switched its WAL."""
         seq = self.sequencer
         released = seq.release(tick)
+        self._dropped.passed(seq.tick)
         tick_wait = self.context.timings.tick_wait
         data = 0  # data events released by this tick, still in read.ready
         for i, item in enumerate(released):

@@ -54,6 +54,7 @@ from replicator.errors import (
     TargetUnavailableError,
 )
 from replicator.sinks.kafka_columns import Entry, Event, Rows, Run, topic_runs
+from replicator.sinks.kafka_commits import Commit, Committer
 from replicator.sinks.kafka_events import ddl_key, dumps, ts_view
 from replicator.sinks.kafka_positions import (
     DEFAULT_POSITIONS_TOPIC,
@@ -75,6 +76,11 @@ MAX_EVENT_BYTES = 1_000_000
 # topic that is not compacted (its records expire) still holds it at the next start
 MODEL_REFRESH_SECONDS = 6 * 3600.0
 _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
+# how long a produce refused by the full local queue waits before it is tried again: with
+# delivery reports for failed records only, poll() has nothing to return early for and waits
+# all of it (0.1 s cost a 300,000-event catch-up about 8% of its time, once a transaction held
+# more than the queue's 100,000 messages)
+QUEUE_FULL_WAIT = 0.005
 
 
 def topic_for(template: str, db: str, collection: str) -> str:
@@ -91,6 +97,7 @@ class ChannelLog:
         self.pchannel = pchannel
         self.events: list[Entry] = []
         self._count = 0  # events, an insert's rows each
+        self._in_flight: Commit | None = None  # submitted, its transaction not ended yet
 
     def add(self, topic: str, key: bytes, value: dict[str, Any]) -> int:
         """One event; its index in ``events`` (an insert of the same key and time may take
@@ -104,9 +111,31 @@ class ChannelLog:
         self._count += len(rows.keys)
 
     def commit(self, position: Position | None) -> None:
-        """The events and ``position`` in one transaction (the metastore's save follows)."""
-        self._target.commit(self.pchannel, self.events, position, count=self._count)
+        """The events and ``position`` in one transaction (the metastore's save follows),
+        committed when it returns, with the channel's commits submitted before."""
+        handed = self._target.commit(
+            self.pchannel, self.events, position, count=self._count, wait=False
+        )
         self.discard()
+        self.settle()
+        if handed is not None:
+            handed.wait()
+
+    def submit(self, position: Position) -> None:
+        """What ``commit`` does, without waiting for the broker: the channel reads on while
+        the transaction is committed. Once the channel's previous submitted commit ended
+        (raising what failed it): one at a time is in flight, so memory stays bounded."""
+        self.settle()
+        self._in_flight = self._target.commit(
+            self.pchannel, self.events, position, count=self._count, wait=False
+        )
+        self.discard()
+
+    def settle(self) -> None:
+        """Wait for the submitted commit (raising what failed it)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.wait()
 
     def committed(self) -> Position | None:
         """The channel's last position Kafka committed (this connection's or before it)."""
@@ -141,8 +170,13 @@ class KafkaTarget(MilvusTarget):
         self.positions_topic = str(params.get("positions_topic") or DEFAULT_POSITIONS_TOPIC)
         self.task_id = task_id
         self._prefix = f"{task_id}@{incarnation}/"
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the model's changes
         self._closed = False
+        self._committer = Committer(
+            f"kafka-commit-{task_id}",
+            self._transact,
+            f"kafka {self.address}: the target is closed",
+        )
         config = client_config(params)
         self._producer = Producer(
             {
@@ -175,6 +209,7 @@ class KafkaTarget(MilvusTarget):
     # --- what Kafka committed -------------------------------------------------------------------
     # --- the Milvus calls, answered by the model -----------------------------------------------
     def close(self) -> None:
+        self._committer.close()  # a transaction under way ends first; those queued fail
         with self._lock:
             if self._closed:
                 return
@@ -259,15 +294,18 @@ class KafkaTarget(MilvusTarget):
         *,
         model: TargetModel | None = None,
         count: int | None = None,
-    ) -> None:
-        """One transaction: ``events``, then ``model`` (DDL), then ``position`` (a channel's;
-        its record says ``count`` events, default one an entry).
+        wait: bool = True,
+    ) -> Commit | None:
+        """One transaction holds ``events``, then ``model`` (DDL), then ``position`` (a
+        channel's; its record says ``count`` events, default one an entry), made by the
+        committer's thread (:mod:`kafka_commits`) with every commit submitted before it.
+        Returns once it is committed; ``wait`` False: at once, ``wait()`` on what it returns
+        (None: nothing to commit) ends with its transaction.
 
-        The events are serialized before the lock is taken (another channel's transaction may
-        be committing meanwhile), then produced in batches, a batch per run of one topic, in
-        their order."""
+        The events are serialized here, in the caller's thread, while the committer's
+        transaction waits for the broker."""
         if not events and position is None and model is None:
-            return
+            return None
         if self.fence is not None:
             self.fence.check()
         commit_id = uuid.uuid4().hex
@@ -276,59 +314,75 @@ class KafkaTarget(MilvusTarget):
             "position": position.msg_id.hex() if position is not None else None,
             "commit": commit_id,
         }
-        records: list[Run] | Exception
+        runs: list[Run] | BaseException
         try:
-            records = topic_runs(events, source, self.max_event_bytes)
+            runs = topic_runs(events, source, self.max_event_bytes)
         except Exception as exc:  # noqa: BLE001 - raised in the transaction, which it aborts
-            records = exc
-        with self._lock:
-            if model is None and time.monotonic() - self._model_written > MODEL_REFRESH_SECONDS:
-                model = self.model  # every change is committed at once: this is the committed one
+            runs = exc
+        record = None
+        if position is not None:
+            record = dumps(
+                {
+                    "task_id": self.task_id,
+                    "channel": position.pchannel,
+                    "backend": position.backend,
+                    "msg_id": position.msg_id.hex(),
+                    "ts": position.ts,
+                    "commit": commit_id,
+                    "events": len(events) if count is None else count,
+                }
+            )
+        handed = self._committer.submit(Commit(pchannel, commit_id, runs, model, position, record))
+        if wait:
+            handed.wait()
+        return handed
+
+    def _transact(self, commits: list[Commit]) -> None:
+        """One transaction of ``commits`` (the committer's thread)."""
+        model = next((c.model for c in reversed(commits) if c.model is not None), None)
+        if model is None and time.monotonic() - self._model_written > MODEL_REFRESH_SECONDS:
+            model = self.model  # every change is committed at once: this is the committed one
+            commits[-1].model = model
+        channels = ", ".join(dict.fromkeys(c.pchannel or "(ddl)" for c in commits))
+        try:
             if self._closed:
                 raise SinkSessionLostError(f"kafka {self.address}: the target is closed")
-            try:
-                if isinstance(records, Exception):
-                    raise records
-                self._producer.begin_transaction()
-                self._produce_runs(records)
-                if model is not None:
-                    record: dict[str, Any] = {"commit": commit_id, "state": model.state}
-                    self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(record))
-                if position is not None:
-                    record = {
-                        "task_id": self.task_id,
-                        "channel": position.pchannel,
-                        "backend": position.backend,
-                        "msg_id": position.msg_id.hex(),
-                        "ts": position.ts,
-                        "commit": commit_id,
-                        "events": len(events) if count is None else count,
-                    }
-                    self._produce(self.positions_topic, self._key(pchannel), dumps(record))
-                remaining = self._timeout
-                if self.fence is not None:
-                    self.fence.check()
-                    remaining = min(remaining, self.fence.remaining())
-                self._producer.commit_transaction(remaining)
-            except KafkaException as exc:
-                self._abort()
-                refused, self._refused = self._refused, None
-                if refused is not None:  # not a matter of trying again: the task stops
-                    raise TargetRejectedError(
-                        f"kafka {self.address}: the broker refused a record of channel "
-                        f"{pchannel or '(ddl)'}: {refused.str()}"
-                    ) from None
-                raise SinkSessionLostError(
-                    f"kafka {self.address}: a transaction of channel {pchannel or '(ddl)'} "
-                    f"failed: {exc.args[0].str()}"
+            self._producer.begin_transaction()
+            for commit in commits:
+                if isinstance(commit.runs, BaseException):
+                    raise commit.runs
+                self._produce_runs(commit.runs)
+                if commit.model is not None:
+                    state = {"commit": commit.commit_id, "state": commit.model.state}
+                    self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(state))
+                if commit.position_record is not None:
+                    key = self._key(commit.pchannel)
+                    self._produce(self.positions_topic, key, commit.position_record)
+            remaining = self._timeout
+            if self.fence is not None:
+                self.fence.check()
+                remaining = min(remaining, self.fence.remaining())
+            self._producer.commit_transaction(remaining)
+        except KafkaException as exc:
+            self._abort()
+            refused, self._refused = self._refused, None
+            if refused is not None:  # not a matter of trying again: the task stops
+                raise TargetRejectedError(
+                    f"kafka {self.address}: the broker refused a record of channel "
+                    f"{channels}: {refused.str()}"
                 ) from None
-            except BaseException:
-                self._abort()
-                raise
-            if model is not None:
-                self._model_written = time.monotonic()
-            if position is not None:
-                self.committed_positions[pchannel] = position
+            raise SinkSessionLostError(
+                f"kafka {self.address}: a transaction of channel {channels} "
+                f"failed: {exc.args[0].str()}"
+            ) from None
+        except BaseException:
+            self._abort()
+            raise
+        if model is not None:
+            self._model_written = time.monotonic()
+        for commit in commits:
+            if commit.position is not None:
+                self.committed_positions[commit.pchannel] = commit.position
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         """A record's delivery report (only failed ones are reported): a refusal that retrying
@@ -354,7 +408,7 @@ class KafkaTarget(MilvusTarget):
                     break
                 except BufferError:  # at the value just taken from `left`
                     start = len(values) - length_hint(left) - 1
-                    self._producer.poll(0.1)
+                    self._producer.poll(QUEUE_FULL_WAIT)
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
@@ -362,7 +416,7 @@ class KafkaTarget(MilvusTarget):
                 self._producer.produce(topic, value, key)
                 return
             except BufferError:  # the local queue is full: let it drain
-                self._producer.poll(0.1)
+                self._producer.poll(QUEUE_FULL_WAIT)
 
     def _abort(self) -> None:
         try:

@@ -86,6 +86,8 @@ class KafkaChannelReader:
         self._consumer = Consumer(
             {
                 "fetch.wait.max.ms": FETCH_WAIT_MS,  # the source's setting, if any, wins
+                # a broker answers a waiting fetch once it has this much: a record at once
+                "fetch.min.bytes": 1,
                 **config,
                 # a group id is required by the client; nothing is ever committed under it
                 "group.id": f"milvus-cdc-{uuid.uuid4().hex}",

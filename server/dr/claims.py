@@ -58,14 +58,16 @@ class FlowClaim:
         )
 
     async def release(self, **changes: Any) -> None:
-        """The flow without this job's claim (left alone when another job holds it), with
-        ``changes`` (its direction and state after the job)."""
+        """The flow without this job's claim, with ``changes`` (its direction and state after
+        the job); left alone unless this job on this member holds the claim (another daemon
+        that applied the finished job's effects already let go for it, and the flow may have
+        moved on since: a stalled member waking here undoes nothing)."""
 
         def change(pair: ClusterPair) -> ClusterPair:
             flow = pair.flow_of(self.task_id)
             if flow is None:
                 return pair
-            return pair.with_flow(release(flow, self.job_id, **changes))
+            return pair.with_flow(release(flow, self.job_id, self.member, **changes))
 
         await asyncio.to_thread(self.pairs.update, *self.ends, change)
 

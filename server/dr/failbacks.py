@@ -79,7 +79,12 @@ class Failbacks:
         if (running is not None and not running.done()) or (
             current is not None and current.get("state") not in FAILBACK_FINISHED
         ):
-            raise ConflictError(f"task {tid}: a failback of it is under way")
+            named = (
+                f"failback {current.get('job_id')} ({current.get('state')})"
+                if current is not None
+                else "a failback"
+            )
+            raise ConflictError(f"task {tid}: {named} of it is under way: failback waits for it")
         ends = (spec.source_cluster, spec.target_cluster)
         job_id = f"failback-{uuid.uuid4().hex[:8]}"
         pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)

@@ -27,6 +27,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from replicator.config.settings import CdcSettings
+from server.dr.claims import ClaimLostError
 from server.dr.fence import FENCE_VALUE, EtcdQuotaFence, FenceError
 from server.dr.flows import injected_fault_sync
 from server.dr.pair import ClusterPair, FenceHold, PairStore
@@ -37,6 +38,24 @@ log = logging.getLogger(__name__)
 def running(pair: ClusterPair) -> set[str]:
     """The jobs holding a flow's claim in ``pair``."""
     return {flow.job.job_id for flow in pair.flows.values() if flow.job is not None}
+
+
+def taken_over(pair: ClusterPair, job_id: str, member: str) -> str:
+    """Why ``job_id`` on ``member`` holds none of ``pair``'s flows any more ("": it still may):
+    a flow's claim names the job on another member."""
+    for flow in pair.flows.values():
+        job = flow.job
+        if job is not None and job.job_id == job_id and job.member != member:
+            return f"job {job_id} is held by fleet member {job.member} now, not {member}"
+    return ""
+
+
+def holds(pair: ClusterPair, job_id: str, member: str) -> bool:
+    """Whether a flow's claim in ``pair`` names ``job_id`` on ``member``."""
+    return any(
+        f.job is not None and f.job.job_id == job_id and f.job.member == member
+        for f in pair.flows.values()
+    )
 
 
 JOIN_WAIT = 30.0  # seconds a job waits for a fence being lifted to be gone
@@ -54,14 +73,17 @@ class PairFences:
     def _update(self, change: object) -> ClusterPair:
         return self.pairs.update(*self.pair, change)  # type: ignore[arg-type]
 
-    def acquire(self, cluster: str, job_id: str) -> FenceHold:
+    def acquire(self, cluster: str, job_id: str, member: str = "") -> FenceHold:
         """Hold the fence on ``cluster`` for ``job_id``, writing its key when nobody holds it;
         the hold as recorded. FenceError when the key cannot be written, or a fence being
-        lifted is not gone within ``JOIN_WAIT``."""
+        lifted is not gone within ``JOIN_WAIT``. ``member``: the fleet member the job runs on;
+        ClaimLostError (nothing joined) unless a flow's claim names the job on it, read in the
+        join's compare-and-set (a member that stalled after its claim check, the job rolled
+        back or taken over meanwhile, writes no fence)."""
         fence = self.fence(cluster)
         deadline = time.monotonic() + JOIN_WAIT
         while True:
-            joined = self._join(cluster, job_id, fence.read()[3])
+            joined = self._join(cluster, job_id, fence.read()[3], member)
             injected_fault_sync("fence_joined")
             if joined is not None:
                 break
@@ -112,13 +134,19 @@ class PairFences:
             )
         return hold
 
-    def _join(self, cluster: str, job_id: str, before: int) -> tuple[FenceHold, bool] | None:
+    def _join(
+        self, cluster: str, job_id: str, before: int, member: str = ""
+    ) -> tuple[FenceHold, bool] | None:
         """``job_id`` among the owners, in one compare-and-set: the hold, and whether this job
         writes the key (it is the first owner); None while the fence is being lifted."""
         result: list[tuple[FenceHold, bool]] = []
 
         def join(pair: ClusterPair) -> ClusterPair:
             result.clear()
+            if member and not holds(pair, job_id, member):
+                raise ClaimLostError(
+                    taken_over(pair, job_id, member) or f"job {job_id} holds no flow any more"
+                )
             hold = pair.fences.get(cluster)
             if hold is not None and hold.lifting:
                 return pair
@@ -133,12 +161,19 @@ class PairFences:
         self._update(join)
         return result[0] if result else None
 
-    def release(self, cluster: str, job_id: str) -> bool:
+    def release(self, cluster: str, job_id: str, member: str = "") -> bool:
         """``job_id`` no longer holds the fence on ``cluster``; the last owner lifts it (True:
         this call lifted it; False: others hold it still, or it was the operator's).
-        FenceError when the lift fails (the hold stays for ``lift_ownerless``)."""
+        FenceError when the lift fails (the hold stays for ``lift_ownerless``).
+        ``member``: the fleet member the job runs on; ClaimLostError (nothing changed) when a
+        flow's claim names the job on another member, in the same compare-and-set (the job
+        was taken over while this member stalled: the fence is the new member's to lift)."""
 
         def leave(pair: ClusterPair) -> ClusterPair:
+            if member:
+                taken = taken_over(pair, job_id, member)
+                if taken:
+                    raise ClaimLostError(taken)
             hold = pair.fences.get(cluster)
             if hold is None or job_id not in hold.owners:
                 return pair

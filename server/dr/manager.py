@@ -39,6 +39,7 @@ from server.dr.record import (
     FAILOVER_KEY,
     SWITCHOVER_KEY,
     SwitchoverJob,
+    load_job,
     save_job,
 )
 from server.dr.stale_check import check_stale_writes
@@ -124,7 +125,10 @@ class DisasterRecovery:
         spec = TaskSpec.of(task)
         tid = task.task_id
         if tid in self._runs and not self._runs[tid].done():
-            raise ConflictError(f"task {tid}: a switchover of it is under way")
+            named = await self._running_here(tid)
+            raise ConflictError(
+                f"task {tid}: {named} of it is under way here: switchover waits for it"
+            )
         if task.state is not TaskState.RUNNING:
             raise ConflictError(
                 f"task {tid} is {task.state.value}: only a Running task switches over"
@@ -220,7 +224,7 @@ class DisasterRecovery:
                     "switchover",
                     {"state": "unreadable", "reason": f"{type(exc).__name__}: {exc}"},
                 )
-        await self.pairs.tend({t.task_id for t in tasks})
+        await self.pairs.tend()
 
     async def _recover_task(self, task: TaskRecord, alive: set[str]) -> None:
         me = self.sup.fleet.member_id
@@ -289,7 +293,10 @@ class DisasterRecovery:
         tid = task.task_id
         run = self._runs.get(tid)
         if run is not None and not run.done():
-            raise ConflictError(f"task {tid}: a switchover of it is under way; wait for it")
+            named = await self._running_here(tid)
+            raise ConflictError(
+                f"task {tid}: {named} of it is under way here: failover waits for it"
+            )
         spec = TaskSpec.of(task)
         if not spec.source_cluster or not spec.target_cluster:
             return await self._fail_over(task, request)
@@ -310,7 +317,7 @@ class DisasterRecovery:
             raise
         await claim.release(state=FAILED_OVER, active=spec.target_cluster)
         await injected_fault("failover_released", job="failover")
-        await self.pairs.tend({t.task_id for t in await self.sup.list()})
+        await self.pairs.tend()
         pair = await asyncio.to_thread(self.pairs.store.get, *ends)
         hold = pair.fences.get(spec.target_cluster)
         if hold is not None:
@@ -332,6 +339,12 @@ class DisasterRecovery:
         view = await run_failover(self.sup, self.settings, request, job)
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
+
+    async def _running_here(self, task_id: str) -> str:
+        """The switchover of the task this daemon runs, named with its step as the pair's
+        refusals name a job."""
+        job = await asyncio.to_thread(load_job, self.sup.store, task_id)
+        return f"switchover {job.job_id} ({job.state})" if job is not None else "a switchover"
 
     def _running(self, task_id: str) -> bool:
         """Whether this daemon runs the switchover of ``task_id`` now."""

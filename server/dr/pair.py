@@ -219,27 +219,44 @@ def adopt(pair: ClusterPair, task_id: str, source: str, reverse_id: str = "") ->
     return Flow(flow_id=task_id, tasks=tasks, active=source)
 
 
+def held_by(job: JobClaim, step: str = "") -> str:
+    """How a refusal names the job holding a flow: its kind, id and step (``step``: as its
+    record says; "running" when unknown)."""
+    return f"{job.kind} {job.job_id} ({step or 'running'})"
+
+
 def claim(
-    flow: Flow, kind: str, job_id: str, task_id: str, member: str, now: float | None = None
+    flow: Flow,
+    kind: str,
+    job_id: str,
+    task_id: str,
+    member: str,
+    now: float | None = None,
+    step: Callable[[JobClaim], str] | None = None,
 ) -> Flow:
-    """The flow with ``job_id`` running on it; PairConflictError when another job runs there."""
+    """The flow with ``job_id`` running on it; PairConflictError when another job runs there
+    (named with its step, ``step``: the step of a job as its record says)."""
     now = time.time() if now is None else now
     if flow.job is not None and flow.job.job_id != job_id and not flow.job.expired(now):
         job = flow.job
         raise PairConflictError(
-            f"task {task_id}: a {job.kind} ({job.job_id}, of task {job.task_id}, on fleet "
-            f"member {job.member}) is under way on its cluster pair; wait for it"
+            f"task {task_id}: {held_by(job, step(job) if step else '')} holds its cluster "
+            f"pair (of task {job.task_id}, on fleet member {job.member}): {kind} waits for it "
+            "while it is under way"
         )
     # a reverse task reserved by another job (its daemon gone) is not this job's
     pending = flow.pending if flow.job is not None and flow.job.job_id == job_id else ""
     return replace(flow, job=JobClaim(kind, job_id, task_id, member, now), pending=pending)
 
 
-def release(flow: Flow, job_id: str, **changes: Any) -> Flow:
-    """The flow without ``job_id``'s claim (unchanged when another job holds it), with
-    ``changes`` (active, state, tasks) applied; the reverse task it reserved goes with it (in
-    ``tasks`` when the job handed the flow over)."""
-    if flow.job is not None and flow.job.job_id != job_id:
+def release(flow: Flow, job_id: str, member: str = "", **changes: Any) -> Flow:
+    """The flow without ``job_id``'s claim, with ``changes`` (active, state, tasks) applied;
+    the reverse task it reserved goes with it (in ``tasks`` when the job handed the flow
+    over). Unchanged unless the claim is ``job_id``'s (on ``member``, when given): a job whose
+    effects another daemon applied already (:mod:`job_effects`), or that another member took
+    over, changes nothing (the flow may have moved on since)."""
+    job = flow.job
+    if job is None or job.job_id != job_id or (member and job.member != member):
         return flow
     return replace(flow, job=None, pending="", **changes)
 

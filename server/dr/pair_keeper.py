@@ -20,7 +20,7 @@ from server.dr.fence_owners import PairFences
 from server.dr.flows import injected_fault
 from server.dr.job_effects import finished_jobs, settled
 from server.dr.pair import ClusterPair, JobClaim, PairStore
-from server.dr.pair_rules import claimed, pruned, verb_allowed
+from server.dr.pair_rules import claimed, pruned, verb_allowed, verb_renewed
 from server.dr.record import (
     DR_PREFIX,
     FAILBACK_KEY,
@@ -55,9 +55,9 @@ class PairKeeper:
         found = await asyncio.to_thread(finished_jobs, self.sup.store, pair)
         me = self.sup.fleet.member_id
         finished = {
-            job_id: (flow_id, changes)
-            for job_id, (flow_id, changes) in found.items()
-            if not self._runs_here(pair.flows[flow_id].job, me)
+            job_id: found[job_id]
+            for job_id, (_flow, _changes, held) in found.items()
+            if not self._runs_here(held, me)
         }
         if not finished:
             return pair
@@ -75,7 +75,6 @@ class PairKeeper:
         """Claim ``task_id``'s flow for ``verb`` (409 naming the pair's state where it does not
         apply, or another job runs there)."""
         await self.settle(ends)
-        existing = {t.task_id for t in await self.sup.list()}
         records = await asyncio.to_thread(self.sup.store.list_state, task_id, DR_PREFIX)
         linked = (
             str(json.loads(records[LINK_KEY]).get("reverse_of") or "")
@@ -93,30 +92,42 @@ class PairKeeper:
                 source,
                 job_id,
                 me,
-                existing=existing,
+                existing=self._stored(),  # read after the pair (see _stored)
                 linked=linked,
                 failed_over=failed_over,
+                step=self._job_state,
             )
 
         return await asyncio.to_thread(self.store.update, *ends, change)
 
     async def check_verb(self, task: TaskRecord, verb: str, job: str) -> None:
         """Refuse (409) pausing, resuming or deleting a task of a flow while a job other than
-        ``job`` holds the flow's claim (naming the job and its step), and resuming a task where
-        it would run both directions of its flow or undo a failover (the supervisor asks before
-        each of these verbs)."""
+        ``job`` run here holds the flow's claim (naming the job and its step), and resuming a
+        task where it would run both directions of its flow or undo a failover (the supervisor
+        asks before each of these verbs). A job's own verb passes only while it holds the live
+        claim on this member: checked and renewed in one compare-and-set of the pair."""
         try:
             spec = TaskSpec.of(task)
         except UnreadableSpecError:  # a spec this release cannot read has no pair here
             return
         if not spec.source_cluster or not spec.target_cluster:
             return
-        pair = await self.settle((spec.source_cluster, spec.target_cluster))
+        ends = (spec.source_cluster, spec.target_cluster)
+        pair = await self.settle(ends)
+        me = self.sup.fleet.member_id
         flow = pair.flow_of(task.task_id)
+        held = flow.job if flow is not None else None
         state = ""
-        if flow is not None and flow.job is not None and flow.job.job_id != job:
-            state = await asyncio.to_thread(self._job_state, flow.job)
-        verb_allowed(pair, task.task_id, verb, job, state)
+        if held is not None and (held.job_id != job or held.member != me):
+            state = await asyncio.to_thread(self._job_state, held)
+        if not job:
+            verb_allowed(pair, task.task_id, verb, job_state=state)
+            return
+        await asyncio.to_thread(
+            self.store.update,
+            *ends,
+            lambda p: verb_renewed(p, task.task_id, verb, job, me, state),
+        )
 
     def _runs_here(self, held: JobClaim | None, me: str) -> bool:
         return held is not None and held.member == me and self.running_here(held.task_id)
@@ -127,12 +138,20 @@ class PairKeeper:
         if held.kind == "switchover":
             job = load_job(store, held.task_id)
             return job.state if job is not None and job.job_id == held.job_id else ""
-        if held.kind == "failback":
-            record = load_json(store, held.task_id, FAILBACK_KEY) or {}
-            return str(record.get("state") or "") if record.get("job_id") == held.job_id else ""
-        return ""
+        key = FAILBACK_KEY if held.kind == "failback" else FAILOVER_KEY
+        record = load_json(store, held.task_id, key) or {}
+        if record.get("job_id") != held.job_id:
+            return "failing over" if held.kind == "failover" else ""
+        return str(record.get("state") or "")
 
-    async def tend(self, existing: set[str]) -> None:
+    def _stored(self) -> set[str]:
+        """The ids of the tasks stored now. Read inside a pair's compare-and-set, after the
+        pair: a task the pair names was created before the write that named it, so a task
+        missing here is deleted (a list read before the pair may miss a task created since,
+        and drop it, its claim with it, from a flow that names it now)."""
+        return {t.task_id for t in self.sup.store.list_tasks()}
+
+    async def tend(self) -> None:
         """Apply the effects of finished jobs still holding flows, forget deleted tasks in every
         pair (their claims with them) and lift the fences no running job holds; a lift that
         fails is tried again next round."""
@@ -140,7 +159,7 @@ class PairKeeper:
             try:
                 await self.settle(pair.clusters)
                 current = await asyncio.to_thread(
-                    self.store.update, *pair.clusters, lambda p: pruned(p, existing)
+                    self.store.update, *pair.clusters, lambda p: pruned(p, self._stored())
                 )
                 await injected_fault("pair-tended", job="recover")  # deleted tasks forgotten
                 if not current.fences:

@@ -20,7 +20,7 @@ delete     daemon is gone)
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from server.dr.pair import (
     FAILED_OVER,
@@ -28,9 +28,12 @@ from server.dr.pair import (
     REPLICATING,
     ClusterPair,
     Flow,
+    JobClaim,
     PairConflictError,
     adopt,
     claim,
+    held_by,
+    renewed,
 )
 
 
@@ -103,11 +106,13 @@ def claimed(
     existing: Collection[str],
     linked: str = "",
     failed_over: bool = False,
+    step: Callable[[JobClaim], str] | None = None,
 ) -> ClusterPair:
     """The pair with ``job_id`` claiming ``task_id``'s flow for ``verb``; PairConflictError when
-    the verb does not apply or another job runs there. ``linked``: the reverse task an earlier
-    release linked to the task; ``failed_over``: the task failed over under an earlier release
-    (both only read when the pair does not know the task yet)."""
+    the verb does not apply or another job runs there (named with its step: ``step``).
+    ``linked``: the reverse task an earlier release linked to the task; ``failed_over``: the
+    task failed over under an earlier release (both only read when the pair does not know the
+    task yet)."""
     pair = pruned(pair, existing)
     flow = pair.flow_of(task_id)
     if flow is None:
@@ -118,40 +123,65 @@ def claimed(
     if flow.job is not None and flow.job.job_id != job_id:
         # the flow's tasks (the reverse task the job creates among them) are the job's until
         # it lets go: named first, whatever the verb
-        claim(flow, verb, job_id, task_id, member)
+        claim(flow, verb, job_id, task_id, member, step=step)
     if flow.job is None or flow.job.job_id != job_id:
         check(pair, flow, verb, task_id)
     return pair.with_flow(claim(flow, verb, job_id, task_id, member))
 
 
 def verb_allowed(
-    pair: ClusterPair, task_id: str, verb: str, job: str = "", job_state: str = ""
+    pair: ClusterPair,
+    task_id: str,
+    verb: str,
+    job: str = "",
+    job_state: str = "",
+    member: str = "",
 ) -> None:
     """PairConflictError when ``verb`` (pause, resume or delete) of ``task_id`` would break its
     flow's rules. While a job holds the flow's claim, only that job moves the flow's tasks
-    (``job``: the job asking, "" for an operator or the daemon's retries; ``job_state``: the
-    holding job's step, named in the refusal); a job that no longer holds the claim (its
-    daemon stalled, another took it over) moves nothing. A claim left by a job whose daemon
-    died holds until the next ``recover`` round takes the job up (a delete, though, goes
-    ahead: it removes the task from the flow, the claim with it). Without a job, a resume must
-    fit the flow's state (:func:`check`)."""
+    (``job``: the job asking, "" for an operator or the daemon's retries; ``member``: the fleet
+    member it runs on; ``job_state``: the holding job's step, named in the refusal). The
+    asker must hold the live claim itself: the job id AND the member the claim names (a
+    stalled member whose job another took over, same id, moves nothing). A claim left by a
+    job whose daemon died holds until the next ``recover`` round takes the job up (a delete,
+    though, goes ahead: it removes the task from the flow, the claim with it). Without a job,
+    a resume must fit the flow's state (:func:`check`)."""
     flow = pair.flow_of(task_id)
     if flow is None:
         return
     held = flow.job
     if job:
-        if held is None or held.job_id != job:
-            holder = "nobody" if held is None else f"{held.kind} {held.job_id}"
+        if held is None or held.job_id != job or held.member != member:
+            holder = (
+                "nobody"
+                if held is None
+                else f"{held_by(held, job_state)} on fleet member {held.member}"
+            )
             raise PairConflictError(
-                f"task {task_id}: job {job} no longer holds its cluster pair {pair.key} (held "
-                f"by {holder}): it moves none of the flow's tasks"
+                f"task {task_id}: job {job} no longer holds its cluster pair {pair.key} on "
+                f"fleet member {member or '?'} (held by {holder}): it moves none of the flow's "
+                "tasks"
             )
         return
     if held is not None and not (verb == "delete" and held.expired()):
         left = " (its daemon is gone: the next recover round takes it up)" if held.expired() else ""
         raise PairConflictError(
-            f"task {task_id}: {held.kind} {held.job_id} ({job_state or 'running'}) holds its "
-            f"cluster pair {pair.key}{left}: {verb} of the flow's tasks waits for it"
+            f"task {task_id}: {held_by(held, job_state)} holds its cluster pair "
+            f"{pair.key}{left}: {verb} of the flow's tasks waits for it"
         )
     if verb == "resume":
         check(pair, flow, "resume", task_id)
+
+
+def verb_renewed(
+    pair: ClusterPair, task_id: str, verb: str, job: str, member: str, job_state: str = ""
+) -> ClusterPair:
+    """The pair with the claim of ``job`` on ``member`` renewed, as a job's own verb on one of
+    its flow's tasks is let through (:func:`verb_allowed`): checked and renewed in one
+    compare-and-set, so the asker holds the live claim at that instant and for
+    ``CLAIM_SECONDS`` after it (no other member takes a fresh claim over)."""
+    verb_allowed(pair, task_id, verb, job, job_state, member)
+    flow = pair.flow_of(task_id)
+    if flow is None or flow.job is None:
+        return pair
+    return pair.with_flow(renewed(flow, job, member))

@@ -153,7 +153,9 @@ class SwitchoverRun:
         # saved before the fence is held: whoever finds this job releases its hold
         await self._save(self.job.to("fencing", fence_set=True, fence=self.fence.label))
         await injected_fault("fence_saved")
-        await asyncio.to_thread(self.fences.acquire, self.job.source_cluster, self.job.job_id)
+        await asyncio.to_thread(
+            self.fences.acquire, self.job.source_cluster, self.job.job_id, self.job.member
+        )
         seen = await asyncio.to_thread(
             wait_in_effect,
             self.fence,
@@ -403,7 +405,7 @@ class SwitchoverRun:
         while self.job.fence_set:
             try:
                 lifting = await asyncio.to_thread(
-                    self.fences.release, self.job.source_cluster, self.job.job_id
+                    self.fences.release, self.job.source_cluster, self.job.job_id, self.job.member
                 )
                 break
             except FenceError as exc:
@@ -456,12 +458,19 @@ class SwitchoverRun:
         lifted = None
         if job.fence_set:
             try:
-                if await asyncio.to_thread(self.fences.release, job.source_cluster, job.job_id):
+                # conditioned on the claim in the same compare-and-set: a member that stalled
+                # after the check above, the job taken over meanwhile, lifts nothing
+                lifted_here = await asyncio.to_thread(
+                    self.fences.release, job.source_cluster, job.job_id, job.member
+                )
+                if lifted_here:
                     # rolled back means the source takes writes again: see it
                     seen = await asyncio.to_thread(
                         wait_in_effect, self.fence, FENCE_WAIT, lambda: False, effect=False
                     )
                     lifted = moment(seen)
+            except ClaimLostError:
+                raise
             except Exception as exc:  # noqa: BLE001 - a roll back tries every step
                 problems.append(f"fence not lifted (the next round lifts it): {exc}")
         if job.original_paused:

@@ -14,6 +14,10 @@ only by chance: concurrent proxy tasks and rootcoord append to one pchannel side
   position, the metastore's save after it fails, the channel rewinds; B is on the topic once
   (fault 7: the rewind read from Kafka's position with the metastore's older tick and emitted B
   again, at every retry of the outage).
+- An upsert's Insert into p1, the DropPartition of p1 (younger), then the upsert's Delete, and
+  an Insert into p1 older than the drop read after it: nothing of p1 reaches the target after
+  its drop (the Delete made p1 again on the target and the late Insert put its row there; a
+  Kafka consumer got the upsert's Insert alone, p1 made again, the Delete and the late row).
 """
 
 from __future__ import annotations
@@ -75,6 +79,18 @@ def start_task(daemon, channel: MsgstreamChannel, target: dict[str, Any], *names
 
     wait_until(positioned, 30, "the task has a position on the channel")
     return task_id
+
+
+def task_into_kafka(
+    daemon_factory, etcd_service, kafka_mock, channel: MsgstreamChannel, prefix: str, *more: str
+):
+    """A daemon reading the channel and a task of a new collection (``prefix``_..., and that
+    name with each suffix of ``more``) into a new topic: (the daemon, the collection's name,
+    the topic, the task's id)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    target, topic = kafka_target(kafka_mock)
+    return daemon, name, topic, start_task(daemon, channel, target, name, *(name + m for m in more))
 
 
 def kafka_target(kafka_mock) -> tuple[dict[str, Any], str]:
@@ -148,38 +164,60 @@ def test_a_ddl_between_an_upserts_halves_into_kafka_gives_one_upsert_event(
     assert tags(rebuilt) == expected
 
 
-def test_a_ddl_between_an_upserts_halves_into_milvus_keeps_the_row(
+IntoMilvus = Callable[
+    [Callable[[str], object], Callable[[dict[int, str]], bool]], tuple[str, dict[int, str]]
+]
+
+
+@pytest.fixture
+def into_milvus(
     daemon_factory, etcd_service, kafka_mock, channel, milvus_lite_service, target_client
-):
-    name = f"split_{uuid.uuid4().hex[:6]}"
-    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
-    start_task(daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name)
-    expected = write_an_upsert_split_by_a_ddl(channel, name)
-    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
-    index = target_client.prepare_index_params()
-    index.add_index("vector", index_type="FLAT", metric_type="L2")
-    target_client.create_index(name, index)
-    got: dict[int, str] = {}
+) -> IntoMilvus:
+    """A task from the channel into Milvus Lite, the channel written (``write`` of a new
+    collection's name); the collection's name and the target's tags by key once ``done`` says
+    so (60 s at most), read once more a second later (a write sent alone comes after)."""
 
-    def same() -> bool:
-        nonlocal got
-        got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
-        return got == expected
+    def replicate(
+        write: Callable[[str], object], done: Callable[[dict[int, str]], bool]
+    ) -> tuple[str, dict[int, str]]:
+        name = f"split_{uuid.uuid4().hex[:6]}"
+        daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+        start_task(
+            daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name
+        )
+        write(name)
+        wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+        index = target_client.prepare_index_params()
+        index.add_index("vector", index_type="FLAT", metric_type="L2")
+        target_client.create_index(name, index)
 
-    with contextlib.suppress(ServiceStartError):  # the assertion below names what differs
-        wait_until(same, 60, "the target holds the upserted row")
-    time.sleep(1)  # a Delete sent alone would come after the Insert: read once more
-    got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+        def tags_now() -> dict[int, str]:
+            return {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+
+        with contextlib.suppress(ServiceStartError):  # the caller's assertion names the rest
+            wait_until(lambda: done(tags_now()), 60, "the target holds the rows written")
+        time.sleep(1)
+        return name, tags_now()
+
+    return replicate
+
+
+def test_a_ddl_between_an_upserts_halves_into_milvus_keeps_the_row(into_milvus, channel):
+    expected: dict[int, str] = {}
+
+    def write(name: str) -> None:
+        expected.update(write_an_upsert_split_by_a_ddl(channel, name))
+
+    _, got = into_milvus(write, lambda got: got == expected)
     assert got == expected
 
 
 def test_an_out_of_order_record_is_on_the_topic_once_through_a_kill_and_a_pause(
     daemon_factory, etcd_service, kafka_mock, channel
 ):
-    name = f"order_{uuid.uuid4().hex[:6]}"
-    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
-    target, topic = kafka_target(kafka_mock)
-    task_id = start_task(daemon, channel, target, name)
+    daemon, name, topic, task_id = task_into_kafka(
+        daemon_factory, etcd_service, kafka_mock, channel, "order"
+    )
     channel.create_collection(COLLECTION, name, 10)
     channel.tick(20)
     channel.insert(COLLECTION, name, [100], 100, tag="a")  # waits for a tick >= 100
@@ -290,3 +328,121 @@ def test_the_harness_writes_an_upsert_as_a_real_2_3_5_does(
         )
 
     assert shape(written[0].payload, written[1].payload) == shape(real[0].payload, real[1].payload)
+
+
+def write_an_upsert_split_by_its_partitions_drop(channel: MsgstreamChannel, name: str) -> None:
+    """Rows 1..3 in p1 and 9 in _default; an upsert of 2 into p1 whose Insert and Delete have
+    the drop of p1 (younger) between them, and an Insert of 5 into p1 older than the drop read
+    after it; then 10 into _default. The source holds 9 and 10, and no p1."""
+    channel.create_collection(COLLECTION, name, 10, partitions=("_default", "p1"))
+    channel.insert(COLLECTION, name, [1, 2, 3], 20, tag="old", partition="p1")
+    channel.insert(COLLECTION, name, [9], 20, tag="kept")
+    channel.tick(30)
+    channel.insert(COLLECTION, name, [2], 40, tag="new", partition="p1", upsert=True)
+    channel.drop_partition(COLLECTION, name, "p1", 50)
+    channel.delete(COLLECTION, name, [2], 40, partition="p1")
+    channel.insert(COLLECTION, name, [5], 45, tag="late", partition="p1")
+    channel.tick(60)
+    channel.insert(COLLECTION, name, [10], 70, tag="after")
+    channel.tick(80)
+
+
+def test_a_partitions_drop_between_an_upserts_halves_into_milvus(
+    into_milvus, channel, target_client
+):
+    name, got = into_milvus(
+        lambda name: write_an_upsert_split_by_its_partitions_drop(channel, name),
+        lambda got: 10 in got,
+    )
+    assert got == {9: "kept-9", 10: "after-10"}
+    assert "p1" not in target_client.list_partitions(name)
+
+
+def test_a_partitions_drop_between_an_upserts_halves_into_kafka(
+    daemon_factory, etcd_service, kafka_mock, channel
+):
+    """Then the same upsert split by the drop of its own collection (another, replicated too:
+    its lone Insert went out before the drop as a second ``insert`` of the key)."""
+    _, name, topic, task_id = task_into_kafka(
+        daemon_factory, etcd_service, kafka_mock, channel, "dropp", "_other"
+    )
+    write_an_upsert_split_by_its_partitions_drop(channel, name)
+    other = f"{name}_other"
+    channel.create_collection(OTHER, other, 90)
+    channel.insert(OTHER, other, [1, 2], 100, tag="old")
+    channel.tick(110)
+    channel.insert(OTHER, other, [2], 120, tag="new", upsert=True)
+    channel.drop_collection(OTHER, other, 130)
+    channel.delete(OTHER, other, [2], 120, partition="_default")
+    channel.tick(140)
+    channel.insert(COLLECTION, name, [11], 150, tag="last")
+    channel.tick(160)
+
+    def written() -> Rebuilt | None:
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        return rebuilt if 11 in rebuilt.rows else None
+
+    with contextlib.suppress(ServiceStartError):
+        wait_until(written, 60, "the row written after the drops on the topic")
+    time.sleep(1)
+    rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+    # the topic's partitions hold the events by key: compared per key and for the DDL
+    by_key: dict[tuple[str, int], list[tuple[str, str]]] = {
+        (name, 2): [],
+        (name, 5): [],
+        (other, 2): [],
+    }
+    for event in rebuilt.row_events():
+        key = (event["collection"], event["pk"])
+        if key in by_key:
+            by_key[key].append((event["op"], (event.get("row") or {}).get("tag")))
+    ddl = [(e["op"], e.get("partition")) for e in rebuilt.ddl if "partition" in e["op"]]
+    # before: 2 inserted again alone (the upsert's Insert), p1 made again, 2 deleted, 5
+    # inserted; the other collection's 2 inserted again alone
+    assert by_key == {
+        (name, 2): [("insert", "old-2")],
+        (name, 5): [],
+        (other, 2): [("insert", "old-2")],
+    }, by_key
+    assert sorted(ddl) == [("create_partition", "p1"), ("drop_partition", "p1")], ddl
+
+
+def test_a_dropped_partitions_late_record_after_a_restart_past_the_drop_into_milvus(
+    daemon_factory, etcd_service, kafka_mock, channel, milvus_lite_service, target_client
+):
+    """The drop of p1 at 50, then a row of the default partition and a tick at 46 (below the
+    drop): the position is saved past the drop with tick 46. A ``kill -9``, and an Insert into
+    p1 at 48 (older than the drop) comes after the restart: the drop is remembered across it
+    (the row was on the target)."""
+    name = f"dropr_{uuid.uuid4().hex[:6]}"
+    daemon = daemon_factory(**source_config(channel, etcd_service, kafka_mock)).start()
+    task_id = start_task(
+        daemon, channel, {"milvus_connect_param": {"uri": milvus_lite_service.uri}}, name
+    )
+    channel.create_collection(COLLECTION, name, 10, partitions=("_default", "p1"))
+    channel.insert(COLLECTION, name, [1], 20, tag="old", partition="p1")
+    channel.insert(COLLECTION, name, [9], 20, tag="kept")
+    channel.tick(30)
+    channel.drop_partition(COLLECTION, name, "p1", 50)
+    channel.insert(COLLECTION, name, [8], 45, tag="mid")  # written at the tick: saved past it
+    channel.tick(46)
+
+    def saved_tick() -> int:
+        positions = daemon.call("position", {"task_id": task_id}).data.get("positions") or []
+        return max((int(p["tt"]) for p in positions), default=0)
+
+    wait_until(lambda: saved_tick() >= channel.at(46), 60, "the position saved past the drop")
+    daemon.kill()
+    daemon.start()
+    channel.insert(COLLECTION, name, [5], 48, tag="late", partition="p1")
+    channel.tick(60)
+    channel.insert(COLLECTION, name, [10], 70, tag="after")
+    channel.tick(80)
+    wait_until(lambda: target_client.has_collection(name), 60, f"{name} on the target")
+    index = target_client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="L2")
+    target_client.create_index(name, index)
+    wait_until(lambda: 10 in rows(target_client, name, "id"), 60, "the last row on the target")
+    got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
+    assert got == {8: "mid-8", 9: "kept-9", 10: "after-10"}
+    assert "p1" not in target_client.list_partitions(name)

@@ -74,6 +74,16 @@ class MsgstreamChannel:
             ),
         )
 
+    def drop_collection(self, collection_id: int, name: str, ms: int) -> Written:
+        return self.writer.old_format(
+            self.pchannel,
+            msg_pb2.DropCollectionRequest(
+                base=common_pb2.MsgBase(msg_type=common_pb2.DropCollection, timestamp=self.at(ms)),
+                collectionName=name,
+                collectionID=collection_id,
+            ),
+        )
+
     def drop_partition(self, collection_id: int, name: str, partition: str, ms: int) -> Written:
         return self.writer.old_format(
             self.pchannel,

@@ -156,7 +156,7 @@ async def test_the_recover_round_leaves_a_fence_a_job_joined_after_it_looked(
     fences.acquire("a", "job-of-a-deleted-task")
     wake = tmp_path / "wake"
     monkeypatch.setenv(FAULT_ENV, f"hold:pair-tended:30:{wake}")
-    tending = asyncio.ensure_future(world.disaster.pairs.tend({"ab"}))
+    tending = asyncio.ensure_future(world.disaster.pairs.tend())
     for _ in range(200):  # the round has read the pair
         if "held at pair-tended" in caplog.text:
             break

@@ -28,7 +28,7 @@ from metastore import (
 )
 from metastore.sql import SqlMetaStore
 from metastore.sql_urls import sqlite_url
-from replicator.errors import TargetUnavailableError
+from replicator.errors import SinkSessionLostError, TargetUnavailableError
 from replicator.events import Delete, Insert
 from replicator.pipeline import checkpoint as checkpoint_module
 from replicator.pipeline.checkpoint import ChannelCheckpoint
@@ -313,15 +313,37 @@ class TransactionalTable(Table):
         self.open: list[tuple[list[Insert | Delete], bool]] = []
         self.positions: list[Position] = []
         self.transactions = 0
+        # submitted, not committed yet (until ``settle`` or the next commit), and what
+        # committing it raises
+        self.in_flight: list[tuple[list[tuple[list[Insert | Delete], bool]], Position]] = []
+        self.fail: Exception | None = None
 
     def apply(self, events: Sequence[Insert | Delete], *, replay: bool = False) -> None:
         self.open.append((list(events), replay))
 
     def commit(self, position: Position | None) -> None:
+        self.settle()
+        self._transaction(self.open, position)
+        self.open = []
+
+    def submit(self, position: Position) -> None:
+        self.settle()
+        self.in_flight.append((self.open, position))
+        self.open = []
+
+    def settle(self) -> None:
+        in_flight, self.in_flight = self.in_flight, []
+        for writes, position in in_flight:
+            self._transaction(writes, position)
+
+    def _transaction(
+        self, writes: list[tuple[list[Insert | Delete], bool]], position: Position | None
+    ) -> None:
+        if self.fail is not None:
+            raise self.fail
         self.transactions += 1
-        for events, _replay in self.open:
+        for events, _replay in writes:
             Table.apply(self, events, replay=False)  # a transaction never half-commits
-        self.open.clear()
         if position is not None:
             self.positions.append(position)
 
@@ -412,11 +434,31 @@ def test_a_grouped_commit_ends_at_its_size_or_its_time(
     monkeypatch.setattr(checkpoint_module, "GROUP_EVENTS", 5)
     assert not checkpoint.commit([record(o) for o in range(3)], msg_id(2), 1002, more=True)
     assert checkpoint.commit([record(o) for o in range(3, 6)], msg_id(5), 1005, more=True)
-    assert table.transactions == 1 and saved_offset(store) == 5
+    assert len(table.in_flight) == 1  # submitted: the channel reads on while it commits
+    assert checkpoint.saved is not None and offset_of(checkpoint.saved.msg_id) == 5
     monkeypatch.setattr(checkpoint_module, "GROUP_SECONDS", 0.0)
     assert not checkpoint.commit([record(6)], msg_id(6), 1006, more=True)  # the first waits
     assert checkpoint.commit([record(7)], msg_id(7), 1007, more=True)  # then its time is up
+    # the second submit waited for the first; the metastore took the position it committed
+    assert table.transactions == 1 and saved_offset(store) == 5
+    checkpoint.settle()
     assert table.transactions == 2 and saved_offset(store) == 7 and table.doubled() == []
+
+
+def test_a_submitted_commit_that_fails_stops_the_channel_and_moves_no_position(
+    store: FlakyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit submitted in a backlog fails while the channel reads on: the rewind that
+    follows the channel's next failure must not resume after the position it carried (its
+    events are not on the target): it raises the commit's failure, and nothing moved."""
+    table = TransactionalTable()
+    checkpoint = durable_checkpoint(store, table)
+    monkeypatch.setattr(checkpoint_module, "GROUP_EVENTS", 0)
+    assert checkpoint.commit(read_after(checkpoint, 4), msg_id(4), 1004, more=True)
+    table.fail = SinkSessionLostError("kafka: a transaction failed")
+    with pytest.raises(SinkSessionLostError):
+        checkpoint.rewind()
+    assert table.positions == [] and table.copies == Counter() and saved_offset(store) == -1
 
 
 def test_a_milvus_target_never_waits_for_more(store: FlakyStore) -> None:

@@ -39,7 +39,7 @@ def test_a_task_is_adopted_as_the_active_direction_and_one_job_runs_at_a_time():
     pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
     assert flow(pair).tasks == {"a": "ab"} and flow(pair).active == "a"
     assert flow(pair).job.job_id == "j1"
-    running = r"a switchover \(j1, of task ab, on fleet member m1\)"
+    running = r"switchover j1 \(running\) holds its cluster pair \(of task ab, on fleet member m1\)"
     with pytest.raises(PairConflictError, match=running):
         claimed(pair, "switchover", "ab", "a", "j2", "m2", existing={"ab"})
     with pytest.raises(PairConflictError, match="under way"):
@@ -99,7 +99,7 @@ def test_failover_then_failback_reuses_the_flows_other_task():
     verb_allowed(syncing, "ab", "resume")
     with pytest.raises(PairConflictError, match="failing back from a to b: resume does not"):
         verb_allowed(syncing, "ba", "resume")
-    home = done(syncing, "fb1", "ba", state=REPLICATING, active="a")
+    home = done(back, "fb1", "ba", state=REPLICATING, active="a")  # from the claim, in sync
     # in sync: production stays on a, and ab (a -> b) replicates it to b
     assert flow(home).active == "a" and flow(home).tasks == {"a": "ab", "b": "ba"}
     verb_allowed(home, "ab", "resume")
@@ -110,8 +110,11 @@ def test_failover_then_failback_reuses_the_flows_other_task():
 def test_only_the_job_holding_the_flow_moves_its_tasks():
     pair = claimed(EMPTY, "switchover", "ab", "a", "j1", "m1", existing={"ab"})
     pair = pair.with_flow(replace(flow(pair), tasks={"a": "ab", "b": "ba"}))
-    verb_allowed(pair, "ab", "resume", job="j1")  # the job's own roll back
-    verb_allowed(pair, "ba", "delete", job="j1")
+    verb_allowed(pair, "ab", "resume", job="j1", member="m1")  # the job's own roll back
+    verb_allowed(pair, "ba", "delete", job="j1", member="m1")
+    # the same job on another member (this one stalled, that one took it over) moves nothing
+    with pytest.raises(PairConflictError, match=r"j1 no longer holds .* on fleet member m2"):
+        verb_allowed(pair, "ab", "resume", job="j1", member="m2")
     for task_id in ("ab", "ba"):  # an operator (or a retry), whatever the task's reason says
         for verb in ("pause", "resume", "delete"):
             with pytest.raises(
@@ -121,7 +124,8 @@ def test_only_the_job_holding_the_flow_moves_its_tasks():
             ):
                 verb_allowed(pair, task_id, verb, job_state="reversing")
     # a job whose claim another daemon took (it stalled) moves nothing
-    with pytest.raises(PairConflictError, match=r"j0 no longer holds .* \(held by switchover j1\)"):
+    held = r"j0 no longer holds .* \(held by switchover j1 \(running\)"
+    with pytest.raises(PairConflictError, match=held):
         verb_allowed(pair, "ab", "resume", job="j0")
     released = done(pair, "j1", "ab")
     with pytest.raises(PairConflictError, match=r"job j1 no longer holds .* \(held by nobody\)"):

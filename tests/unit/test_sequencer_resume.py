@@ -4,10 +4,13 @@ Insert of another collection or partition whose Delete may still come (fault 3).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+
 from replicator.events import Delete, Insert
-from replicator.pipeline.sequencer import ChannelSequencer, Pending
+from replicator.pipeline.sequencer import ChannelSequencer, DroppedPartitions, Pending
 
 P0 = "by-dev-rootcoord-dml_0"
 
@@ -80,3 +83,47 @@ def test_a_ddl_takes_only_the_waiting_dml_of_what_it_drops() -> None:
         ("Insert", 13),
         ("Delete", 14),
     ]
+
+
+def upsert_insert(ts: int, collection: int = 1, partition: str = "_default") -> Insert:
+    """An upsert's Insert: its MsgBase has no timestamp (2.3), its rows have the upsert's."""
+    request = msg_pb2.InsertRequest(base=common_pb2.MsgBase(timestamp=0))
+    return replace(insert(ts, collection, partition), request=request)
+
+
+def test_a_partitions_drop_takes_its_rows_but_an_upserts_lone_insert_and_later_records() -> None:
+    """A DropPartition of p1 at 20 read between an upsert's halves (its Insert into p1 at 10
+    waits, its Delete follows the drop), with an older Insert into p1 after it too: the drop
+    erases the upsert's rows and the late Insert's; none of them is written."""
+    seq = ChannelSequencer(P0)
+    plain = replace(
+        insert(12, 3, "p1"), request=msg_pb2.InsertRequest(base=common_pb2.MsgBase(timestamp=12))
+    )
+    feed(seq, upsert_insert(10, 3, "p1"), plain, upsert_insert(11, 3, "p1"), delete(11, 3, "p1"))
+    # the plain Insert and the upsert whose both halves were read go first; the lone one not
+    taken = seq.take_dropped(20, 3, "p1")
+    assert [(type(p.event).__name__, p.event.ts) for p in taken] == [
+        ("Insert", 12),
+        ("Insert", 11),
+        ("Delete", 11),
+    ]
+    assert not seq.waiting()
+    stored: list[list[tuple[int, str, int]]] = []
+    dropped = DroppedPartitions((), stored.append)
+    dropped.dropped(3, "p1", 20)
+    assert stored == [[(3, "p1", 20)]]  # kept across a restart
+    assert DroppedPartitions(stored[-1]).erased(delete(10, 3, "p1"))
+    assert dropped.erased(delete(10, 3, "p1")) and dropped.erased(insert(15, 3, "p1"))
+    assert not dropped.erased(insert(21, 3, "p1"))  # made again after the drop
+    assert not dropped.erased(delete(10, 3, "p2")) and not dropped.erased(delete(10, 4, "p1"))
+    dropped.passed(19)
+    assert len(stored) == 1  # nothing passed: nothing stored
+    dropped.passed(20)  # a tick at the drop: nothing older follows
+    assert not dropped.erased(delete(10, 3, "p1")) and stored[-1] == []
+
+
+def test_a_collections_drop_takes_its_rows_but_an_upserts_lone_insert() -> None:
+    seq = ChannelSequencer(P0)
+    feed(seq, upsert_insert(10, 3, "p1"), upsert_insert(11, 3), upsert_insert(12, 4))
+    assert seq.take_dropped(20, 3) == []  # collection 3's lone upsert Inserts: dropped
+    assert [p.event.collection_id for p in seq.release(20)] == [4]  # another's: kept

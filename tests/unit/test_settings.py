@@ -242,10 +242,3 @@ def test_the_interpreter_lock_turn_is_set_from_gil_switch_ms():
         sys.setswitchinterval(before)
     with pytest.raises(ConfigError, match="gilSwitchMs"):
         load_settings(None, {"CDC_GILSWITCHMS": "0"})
-
-
-def test_encode_processes_default_to_none_and_refuse_a_negative_count():
-    assert load_settings(None, {}).encodeProcesses == 0
-    assert load_settings(None, {"CDC_ENCODEPROCESSES": "2"}).encodeProcesses == 2
-    with pytest.raises(ConfigError, match="encodeProcesses"):
-        load_settings(None, {"CDC_ENCODEPROCESSES": "-1"})
