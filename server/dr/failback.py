@@ -106,12 +106,15 @@ class FailbackRun:
     async def create(self, spec: TaskSpec) -> None:
         """Create the reverse task (its backfill starts with it); the flow's own task in that
         direction, when it has one, is created again under its id."""
+        request = failback_request(spec, self.reverse_id)
         if self.record.get("reused"):
+            # a target still down refuses the failback before the flow's task is deleted
+            await self.sup.check_reachable(request)
             with contextlib.suppress(ApiError):  # gone already
                 await self.sup.delete(self.reverse_id, job=self.job_id)
             await injected_fault("failback_reverse_deleted", job="failback")
         await self.claim.reserve(self.reverse_id)  # the flow's (the job's) before it exists
-        await self.sup.create(failback_request(spec, self.reverse_id))
+        await self.sup.create(request)
         await injected_fault("failback_created", job="failback")
         for task_id, other in ((self.reverse_id, self.task_id), (self.task_id, self.reverse_id)):
             await asyncio.to_thread(

@@ -145,6 +145,8 @@ class DisasterRecovery:
             )
         if spec.name_mapping:
             raise ConflictError(f"task {tid} renames collections: a switchover cannot reverse it")
+        ends = (spec.source_cluster, spec.target_cluster)
+        await self.pairs.refuse_if_held(ends, tid, "switchover")
         runner = self.sup.runner_of(tid)
         if runner is None:
             owner = (await self.sup.owners()).get(tid)
@@ -172,7 +174,6 @@ class DisasterRecovery:
             request.fence,
             request.stale_check_seconds,
         )
-        ends = (spec.source_cluster, spec.target_cluster)
         await self.pairs.claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
         await injected_fault("claimed")
         run = SwitchoverRun(

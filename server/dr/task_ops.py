@@ -39,6 +39,10 @@ class TaskOperations(Protocol):
         """Create a task as ``POST /cdc`` create does (``start_positions``: where channels
         start, by channel)."""
 
+    async def check_reachable(self, request: CreateRequest) -> None:
+        """Raise what a create of ``request`` would raise for an end that does not answer,
+        storing nothing."""
+
     async def delete(self, task_id: str, ignore_not_found: bool = False, job: str = "") -> None:
         """Delete a task, its runner stopped first; ``job``: the job deleting it (a flow's
         tasks are moved only by the job holding its claim)."""

@@ -70,6 +70,25 @@ class TaskCreation:
         self.target_checker = target_checker
         self.fleet = runs.fleet
 
+    async def check_reachable(self, request: CreateRequest) -> None:
+        """What ``create`` asks of the request's ends before it stores anything (the target
+        answers; a backfill's source Milvus answers), asked on its own: a job that must undo
+        something to make room for the task (a failback re-creating the flow's reverse task)
+        asks first, so that a target still down changes nothing."""
+        await self._check_reachable(validate_create(request, self._settings))
+
+    async def _check_reachable(self, spec: TaskSpec) -> None:
+        self._runs.redactor.add(*spec.secrets())
+        if spec.is_kafka:
+            version = await asyncio.to_thread(check_kafka_reachable, spec.target_param)
+        else:
+            version = await asyncio.to_thread(self.target_checker, spec.target_param)
+        log.info("target %s answered, version %s", spec.target_label(), version)
+        if spec.backfill_collections:  # its Spark executors read the source Milvus
+            source = self._settings.source_of(spec)
+            key = f"clusters.{spec.source_cluster}" if spec.source_cluster else "sourceConfig"
+            await asyncio.to_thread(check_source_milvus, source, key, spec.connect_timeout)
+
     async def create(
         self, request: CreateRequest, start_positions: Mapping[str, Position] | None = None
     ) -> TaskRecord:
@@ -81,16 +100,7 @@ class TaskCreation:
         task_id = request.task_id or uuid.uuid4().hex
         existing = await asyncio.to_thread(self._store.list_tasks)
         self._check_admission(task_id, spec, existing)
-        self._runs.redactor.add(*spec.secrets())
-        if spec.is_kafka:
-            version = await asyncio.to_thread(check_kafka_reachable, spec.target_param)
-        else:
-            version = await asyncio.to_thread(self.target_checker, spec.target_param)
-        log.info("target %s answered, version %s", spec.target_label(), version)
-        if spec.backfill_collections:  # its Spark executors read the source Milvus
-            source = self._settings.source_of(spec)
-            key = f"clusters.{spec.source_cluster}" if spec.source_cluster else "sourceConfig"
-            await asyncio.to_thread(check_source_milvus, source, key, spec.connect_timeout)
+        await self._check_reachable(spec)
         auto_start = not spec.disable_auto_start
         async with self._runs.lock:
             # Again under the lock: another create may have been admitted meanwhile.

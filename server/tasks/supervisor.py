@@ -187,6 +187,11 @@ class TaskSupervisor:
         """Create a task (:meth:`TaskCreation.create`)."""
         return await self.creation.create(request, start_positions)
 
+    async def check_reachable(self, request: CreateRequest) -> None:
+        """Whether the ends a create of ``request`` needs answer
+        (:meth:`TaskCreation.check_reachable`)."""
+        await self.creation.check_reachable(request)
+
     def runners_here(self) -> list[tuple[str, TaskSpec, TaskRunner]]:
         """(task id, spec, runner) of every task running on this daemon now (a named target
         cluster's Milvus as configured now)."""

@@ -6,14 +6,16 @@ supervisor and disaster recovery on a real etcd store (tests/harness/dr_jobs.py)
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from harness.dr_jobs import dr_world
 
 from metastore import TaskState
-from server.dr.pair import FAILING_BACK
-from server.dr.record import FAILBACK_KEY, load_json
-from server.errors import ConflictError
+from server.dr.failbacks import FailbackRequest
+from server.dr.pair import FAILED_OVER, FAILING_BACK, Flow
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, load_json, save_json
+from server.errors import ConflictError, TargetUnreachableError
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +54,30 @@ async def test_a_failback_whose_reverse_task_stopped_while_seeding_fails_saying_
     assert world.state("ab-back") is TaskState.RUNNING
     again = await world.disaster.pairs.claim(("a", "b"), "failback", "ab", "a", "failback-0002")
     assert again.flow_of("ab").job.job_id == "failback-0002"
+
+
+async def test_a_failback_refused_for_a_target_still_down_leaves_the_flows_reverse_task(
+    etcd_service,
+):
+    # both clusters name a Milvus address; nothing is asked of it (the checker says "down")
+    async with dr_world(etcd_service.endpoint, milvus="http://127.0.0.1:9") as world:
+        # ab (a -> b) failed over to b; the flow's reverse task ab-back (b -> a) is paused. A
+        # failback asked while a is still down is refused, and ab-back is still there, its flow
+        # as it was (before: the failback deleted ab-back first, then its create was refused)
+        world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
+        world.add_task("ab-back", "b", "a", TaskState.PAUSED, "paused by the operator")
+        flow = Flow("ab", {"a": "ab", "b": "ab-back"}, active="b", state=FAILED_OVER)
+        world.pairs.update("a", "b", lambda p: p.with_flow(flow))
+        save_json(world.store, "ab", FAILOVER_KEY, {"task_id": "ab", "job_id": "failover-0001"})
+
+        def down(connect: dict[str, Any]) -> str:
+            raise TargetUnreachableError(f"target Milvus at {connect} is not reachable")
+
+        world.supervisor.creation.target_checker = down
+        with pytest.raises(TargetUnreachableError, match="is not reachable"):
+            await world.disaster.failback(FailbackRequest(task_id="ab"))
+        assert world.state("ab-back") is TaskState.PAUSED
+        after = world.pairs.get("a", "b").flow_of("ab")
+        assert after.tasks == {"a": "ab", "b": "ab-back"} and after.state == FAILED_OVER
+        assert after.job is None
+        assert (load_json(world.store, "ab", FAILBACK_KEY) or {}).get("state") == "failed"

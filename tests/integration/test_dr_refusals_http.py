@@ -100,6 +100,10 @@ async def test_a_verbs_409_names_the_holding_job_and_its_step_on_every_path(http
     assert http.store.get_task("ab-rev").state is TaskState.RUNNING  # type: ignore[union-attr]
     code, message = await http.call("failback", task_id="ab")
     assert code == 409 and held in message and "failback waits for it" in message, message
+    # a switchover of the flow's other task: the holder named before the task's own checks
+    # (its consistent-up-to, its runner), which a held flow's task may fail for the job's sake
+    code, message = await http.call("switchover", task_id="ab-rev")
+    assert code == 409 and held in message and "switchover waits for it" in message, message
 
 
 async def test_a_failback_asked_while_one_is_under_way_names_it_and_its_step(http):
