@@ -27,10 +27,19 @@ log = logging.getLogger(__name__)
 FORCE_DENY_KEY = "quotaAndLimits/limitWriting/forceDeny"
 # the value this daemon writes: Milvus reads it as true (a boolean setting parses "true")
 FENCE_VALUE = b"true"
+# where a hold given up before its key was written is marked, in the cluster's etcd (outside
+# Milvus's config prefix), and for how long the mark is kept (a first owner that stalls longer
+# between its join and its write could still write the key: a day is far beyond any lease)
+CANCELLED_PREFIX = "milvus-cdc/fence-cancelled"
+CANCELLED_TTL = 86_400
 
 
 class FenceError(Exception):
     """The fence could not be set, seen in effect, or lifted; the message says which."""
+
+
+class FenceCancelledError(FenceError):
+    """The hold a fence key was to be written for was given up first: nothing written."""
 
 
 class WriteFence(Protocol):
@@ -94,23 +103,63 @@ class EtcdQuotaFence:
 
         return self._etcd(get)  # type: ignore[no-any-return]
 
-    def create(self) -> int:
+    def cancelled_key(self, written_after: int) -> str:
+        """The mark of the hold that read etcd revision ``written_after`` before its join."""
+        return f"{self.source.root_path}/{CANCELLED_PREFIX}/{written_after}"
+
+    def create(self, written_after: int = 0) -> int:
         """Write the key if it is absent, in one transaction; the revision written, 0 when the
-        key was there (someone else's)."""
+        key was there (someone else's). ``written_after``: the hold this write is for; when
+        its mark says it was given up (:meth:`cancel_unwritten`), nothing is written and
+        FenceCancelledError is raised, in the same transaction."""
+        cancelled = self.cancelled_key(written_after)
 
         def put(client: Any) -> int:
             t = client.transactions
+            compare = [t.version(self.key) == 0]
+            if written_after:
+                compare.append(t.version(cancelled) == 0)
             ok, responses = client.transaction(
-                compare=[t.version(self.key) == 0],
+                compare=compare,
                 success=[t.put(self.key, FENCE_VALUE)],
-                failure=[],
+                failure=[t.get(cancelled)] if written_after else [],
             )
-            return int(responses[0].response_put.header.revision) if ok else 0
+            if ok:
+                return int(responses[0].response_put.header.revision)
+            if written_after and responses and responses[0]:
+                return -1
+            return 0
 
-        revision = self._etcd(put)
+        revision = int(self._etcd(put))
+        if revision < 0:
+            raise FenceCancelledError(
+                f"the fence on cluster {self.cluster} was given up (its job rolled back by "
+                f"another daemon) before {self.label} was written: not written"
+            )
         if revision:
             log.info("writes fenced on cluster %s (%s=true)", self.cluster, self.key)
-        return int(revision)
+        return revision
+
+    def cancel_unwritten(self, written_after: int) -> bool:
+        """Mark the hold that read ``written_after`` as given up while its key is absent, in
+        one transaction (True): its first owner, stalled between its join and its write,
+        then writes nothing (:meth:`create`), so no key outlives its hold even when that owner
+        is killed right after. False: the key is there now (lift it as written)."""
+        cancelled = self.cancelled_key(written_after)
+
+        def mark(client: Any) -> bool:
+            t = client.transactions
+            lease = client.lease(CANCELLED_TTL)
+            ok, _ = client.transaction(
+                compare=[t.version(self.key) == 0],
+                success=[t.put(cancelled, b"given up", lease=lease)],
+                failure=[],
+            )
+            if not ok:
+                lease.revoke()
+            return bool(ok)
+
+        return bool(self._etcd(mark))
 
     def delete_if(self, revision: int) -> bool:
         """Delete the key if it is still the write of ``revision``, in one transaction; False

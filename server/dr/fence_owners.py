@@ -97,7 +97,7 @@ class PairFences:
         if not writes:
             return hold
         injected_fault_sync("fence-joined")  # an owner recorded, the key not written yet
-        revision = fence.create()
+        revision = fence.create(hold.written_after)
         injected_fault_sync("fence_written")
         if revision:
             hold = replace(hold, revision=revision)
@@ -227,6 +227,11 @@ class PairFences:
     def _lift(self, cluster: str, hold: FenceHold) -> None:
         fence = self.fence(cluster)
         value, mod, created, _ = fence.read()
+        # never recorded as written: its first owner may have stalled between its join and its
+        # write; mark the hold given up (it then writes nothing), or lift the key it wrote just now
+        unwritten = value is None and not hold.revision and bool(hold.written_after)
+        if unwritten and not fence.cancel_unwritten(hold.written_after):
+            value, mod, created, _ = fence.read()
         ours = value is not None and value.strip().lower() == FENCE_VALUE
         if value is None:
             pass  # gone already

@@ -16,7 +16,7 @@ import pytest
 from metastore.sql import SqlMetaStore
 from metastore.sql_urls import sqlite_url
 from replicator.config.settings import CdcSettings
-from server.dr.fence import FenceError
+from server.dr.fence import FenceCancelledError, FenceError
 from server.dr.fence_owners import PairFences
 from server.dr.flows import FAULT_ENV
 from server.dr.pair import ClusterPair, FenceHold, PairStore
@@ -155,20 +155,27 @@ def test_pair_records_round_trip():
     assert ClusterPair.from_bytes(pair.to_bytes()) == pair
 
 
-def test_a_fence_written_after_its_hold_was_given_up_is_removed_again(world, monkeypatch, tmp_path):
+@pytest.mark.parametrize("killed", [False, True], ids=["wakes", "killed-after-its-write"])
+def test_a_fence_given_up_before_its_first_owner_writes_it_is_never_written(
+    world, monkeypatch, tmp_path, killed
+):
     """D1 joins as the fence's first owner and stalls before writing the key; D2 takes the job
-    over and rolls it back: no key yet, the hold forgotten. D1 wakes and writes the key: it
-    finds its hold gone and deletes the key again (issue 48, fault 5: forceDeny stayed on a with
-    no record, and no recover round lifted it)."""
+    over and rolls it back: no key yet, the hold forgotten. D1 wakes and would write the key
+    (issue 48, fault 5: forceDeny stayed on a with no record, and no recover round lifted it).
+    Fault 5's first fix had D1 find its hold gone and delete the key again, which a kill right
+    after the write (``killed``: the boundary search's kill at ``fence-unheld``) still left
+    behind. D2's lift now marks the hold given up in a's etcd, in one transaction with the key's
+    absence, and D1's write, in one transaction with the mark's absence, writes nothing."""
     fences, pairs, etcd, keys = world
     wake = tmp_path / "wake"
-    monkeypatch.setenv(FAULT_ENV, f"hold:fence-joined:30:{wake}")
+    killing = ",fail:fence-unheld" if killed else ""  # an error there: nothing after it runs
+    monkeypatch.setenv(FAULT_ENV, f"hold:fence-joined:30:{wake}{killing}")
     outcome: list[object] = []
 
     def stalled_member() -> None:
         try:
             outcome.append(fences.acquire("a", "job-1"))
-        except FenceError as exc:
+        except Exception as exc:  # noqa: BLE001 - the outcome is the test's
             outcome.append(exc)
 
     d1 = threading.Thread(target=stalled_member)
@@ -182,6 +189,7 @@ def test_a_fence_written_after_its_hold_was_given_up_is_removed_again(world, mon
     wake.touch()
     d1.join(30)
     assert etcd.get(keys["a"])[0] is None, "a forceDeny stayed with no hold recording it"
-    assert isinstance(outcome[0], FenceError) and "removed again" in str(outcome[0])
+    assert isinstance(outcome[0], FenceCancelledError), outcome[0]
+    assert "given up" in str(outcome[0])
     assert hold(pairs, "a") is None
     assert fences.lift_ownerless(set()) == []
