@@ -23,6 +23,7 @@ The table is written after every boundary, so a run stopped part-way leaves what
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import platform
 import signal
@@ -145,6 +146,9 @@ def main() -> None:
         help="no switchover there and back before the first case (the flow has one task)",
     )
     parser.add_argument("--no-batch", action="store_true", help="every verb a case of its own")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (the daemons' logs)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dr_boundaries.md")
     args = parser.parse_args()
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the writer's refusals, by design
@@ -167,8 +171,12 @@ def main() -> None:
     command = "python bench/dr_boundaries.py " + " ".join(sys.argv[1:])
     began, start, code = datetime.now(UTC), time.monotonic(), code_version()
     results: list[CaseResult] = []
-    with tempfile.TemporaryDirectory(prefix="dr-boundaries-") as d:
-        work = Path(d)
+    with contextlib.ExitStack() as stack:
+        if args.keep:  # the daemons' logs read after the run
+            work = Path(tempfile.mkdtemp(prefix="dr-boundaries-"))
+            say(f"work directory (kept): {work}")
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dr-boundaries-")))
         with walk_on_services(work, 1, keep_going=True) as walk:
             search = BoundarySearch(walk, work / "holds", say)
             search.prepare_fleet()

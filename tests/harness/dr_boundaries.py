@@ -312,7 +312,7 @@ class BoundarySearch:
         except InvariantError:
             pass  # recorded by the walk (keep_going) or below
         except Exception as exc:  # noqa: BLE001 - a wait that never ended is a result
-            self._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
+            self.step_failed(exc)
         finally:
             self.clean_up()
         result.broke = [f"{f.check}: {f.detail[:400]}" for f in self.walk.result.failures[before:]]
@@ -354,11 +354,19 @@ class BoundarySearch:
             self._release(point)
         self._one_member()
 
+    def step_failed(self, exc: Exception) -> None:
+        """A step that raised: its start in the row, the whole error in the run's output (a
+        daemon that exited names its log's tail there: the row's excerpt cut it off)."""
+        text = str(exc)
+        self._broke("step_completed", f"{type(exc).__name__}: {text[:300]}")
+        if len(text) > 300:
+            self.say(f"  the whole error: {text}")
+
     def _broke(self, check: str, detail: str) -> None:
         failure = InvariantError(check, detail, self.walk.seed, self.walk.result.steps)
         self.walk.result.failures.append(failure)
         self.walk.result.failure = self.walk.result.failure or failure
-        self.say(f"  broke {check}: {detail[:300]}")
+        self.say(f"  broke {check}: {detail[:2000]}")  # the row keeps 300
 
     def _case(self, case: Case, result: CaseResult) -> None:
         reached = self.reach(case, result)
@@ -517,6 +525,8 @@ class BoundarySearch:
             return False
         exists = task_id in listed
         previous = self._job_id("switchover", task_id) if verb == "switchover" else ""
+        members = list(self.walk.fleet.members.values())
+        offsets = [_log_size(member) for member in members]
         asked_at = time.time()
         status, reply = self.ask(verb, task_id)
         if verb == "switchover" and 200 <= status < 300:
@@ -527,6 +537,20 @@ class BoundarySearch:
         answer = f"{verb} {task_id}: {status} {detail[:200]}"
         result.answers.append(answer)
         result.outcome = answer
+        held_too = f"{verb} held at {case.point} for"
+        if verb == case.job and any(
+            _logged_since(m, o, held_too) for m, o in zip(members, offsets, strict=True)
+        ):
+            # the search holds by point, not by job: the verb's own job, accepted, passed the
+            # point too and was held there; whatever it answers after the hold (a failover's
+            # 409 "stalled past its claim" once a recover round applied its saved record and
+            # let its claim go) is the hold's, not the daemon's. Its world goes on as a case
+            # of its own, as an accepted verb's does.
+            result.outcome += (
+                f"; its own {verb} held at {case.point} too (the search holds every job "
+                "passing the point): an accepted verb, its answer the hold's"
+            )
+            return True
         self._judge(verb, status, detail, exists)
         if verb == "failover" and status == 200 and isinstance(reply, dict):
             # the operator failed over a live primary: the writers follow at its answer; the

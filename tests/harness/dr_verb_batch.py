@@ -101,7 +101,7 @@ def _one_world(search: BoundarySearch, pending: list[Case], world: int) -> list[
                 own_seconds[id(row)] = time.monotonic() - started
         except Exception as exc:  # noqa: BLE001 - counted against the verb judged, then the end
             if not isinstance(exc, InvariantError):
-                search._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
+                search.step_failed(exc)
             if rows and rows[-1] is not accepted:
                 row_failures[id(rows[-1])] = failures[before:]
         end_from = len(failures)
@@ -118,7 +118,7 @@ def _one_world(search: BoundarySearch, pending: list[Case], world: int) -> list[
     except InvariantError:
         pass  # recorded by the walk (keep_going) or by the search
     except Exception as exc:  # noqa: BLE001 - a wait that never ended is a result
-        search._broke("step_completed", f"{type(exc).__name__}: {str(exc)[:300]}")
+        search.step_failed(exc)
     finally:
         search.clean_up()
         if not rows:  # nothing judged (the world could not be made): each verb left says so
@@ -242,4 +242,4 @@ def _cheap_checks(
     after = _snapshot(search, job, own)
     detail = _differences(before, after) if before and after else ""
     if detail:
-        search._broke("refused_verb_changed_nothing", f"{row.outcome[:200]}: {detail[:900]}")
+        search._broke("refused_verb_changed_nothing", f"{row.outcome[:200]}: {detail[:1800]}")
