@@ -216,6 +216,7 @@ class BoundarySearch:
         self.store = EtcdMetaStore(connect_etcd([walk.etcd_endpoint]), config["rootPath"])
         self.pairs = PairStore(self.store)
         self._killed_at = self._asked_at = 0.0
+        self._killed = ""  # the cluster _killed_at is the kill of
         self._failovers: set[str] = set()  # failed_over_at of the failovers in the model
         self._mover: _WriterMover | None = None
         self._movers: list[_WriterMover] = []  # those of operators' switchovers
@@ -481,6 +482,7 @@ class BoundarySearch:
         handle = self.walk.clusters[label]
         assert handle.restartable is not None, f"{label} cannot be killed"
         self._killed_at = time.time()
+        self._killed = label
         handle.restartable.kill()
         self.walk._drop_client(label)
         self.say(f"  {label} killed (kill -9)")
@@ -804,7 +806,9 @@ class BoundarySearch:
             return "failover known"
         self._failovers.add(when)
         at = at or self._asked_at or datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
-        killed = self._killed_at or at
+        # the kill counts only for the cluster killed: a failover of another (live) cluster's
+        # task counts from its own time (its source takes writes until then, as an operator's)
+        killed = (self._killed_at if self._killed == lost else 0.0) or at
         return self.walk.failed_over(self.flow, lost, killed, at, task_id, answer)
 
     def _rebuild(self, tasks: dict[str, dict[str, Any]], source: str = "") -> str:
