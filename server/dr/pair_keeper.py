@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from metastore import TaskRecord
+from metastore import MetaStoreError, TaskRecord
 from replicator.config.settings import CdcSettings
 from replicator.config.task_spec import TaskSpec, UnreadableSpecError
 from server.dr.claims import FlowClaim
@@ -164,8 +164,14 @@ class PairKeeper:
     async def tend(self) -> None:
         """Apply the effects of finished jobs still holding flows, forget deleted tasks in every
         pair (their claims with them) and lift the fences no running job holds; a lift that
-        fails is tried again next round."""
-        for pair in await asyncio.to_thread(self.store.all):
+        fails is tried again next round. A metastore error reading the pairs leaves them all
+        for the next round: the round runs in the daemon's start too, which it never stops."""
+        try:
+            pairs = await asyncio.to_thread(self.store.all)
+        except MetaStoreError as exc:
+            log.warning("cluster pairs not tended: %s", exc)
+            return
+        for pair in pairs:
             try:
                 await self.settle(pair.clusters)
                 current = await asyncio.to_thread(

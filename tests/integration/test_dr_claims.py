@@ -171,3 +171,22 @@ async def test_the_recover_round_leaves_a_fence_a_job_joined_after_it_looked(
     await asyncio.wait_for(tending, 30)
     assert world.fence_value("a") == b"true", "the round lifted the fence the switchover holds"
     assert world.pairs.get("a", "b").fences["a"].owners == ("job-of-a-deleted-task", job)
+
+
+async def test_a_recover_round_whose_pair_read_fails_lets_the_daemon_start(
+    world, monkeypatch, caplog
+):
+    """The recover round runs inside the daemon's start: a metastore error reading the pairs
+    (etcd slow to answer a member just continued after a stall) leaves the pairs for the next
+    round, as an error reading the tasks does; it never stops the start (one way the boundary
+    search's `switchover @ takeover_claimed x stall` could exit with code 1 during its start)."""
+    from metastore import MetaStoreError
+
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+
+    def unreadable() -> list:
+        raise MetaStoreError("etcd: deadline exceeded reading pairs/")
+
+    monkeypatch.setattr(world.disaster.pairs.store, "all", unreadable)
+    await world.disaster.recover()  # raised before: the daemon's start failed with it
+    assert "cluster pairs not tended: etcd: deadline exceeded" in caplog.text
