@@ -95,6 +95,7 @@ CATCH_UP = 120.0  # seconds a replica may take to hold what its primary held
 JOB_TIMEOUT = 300.0
 FAILBACK_TIMEOUT = 900.0
 BATCH = 5  # rows per insert of a writer
+WRITE_TIMEOUT = 5.0  # seconds a writer's insert waits for its answer
 KEY_CHUNK = 16_000  # keys per query of primary_keys
 FIRST_ROWS = 100  # keys 0..99, written before the tasks
 
@@ -171,7 +172,9 @@ class MovingWriter(threading.Thread):
             label = self.at
             keys = list(range(self.next, self.next + BATCH))
             try:
-                self._client(label).insert(self.collection, [row(k) for k in keys], timeout=5)
+                self._client(label).insert(
+                    self.collection, [row(k) for k in keys], timeout=WRITE_TIMEOUT
+                )
             except Exception:  # noqa: BLE001 - a fenced or lost cluster refuses in many ways
                 self.refused[label] = self.refused.get(label, 0) + 1
                 client = self._clients.pop(label, None)
@@ -209,6 +212,10 @@ class Failover:
     insert_lines: int = 0  # insert lines read from the export file
     inserts_counted: int = 0  # inserts of the flow's collection the answer counted
     file: str = ""
+    # when the writers left the lost cluster: a live one (an operator's failover of a running
+    # primary) acknowledges the writes sent to it until then, and the failover paused the task
+    # that would have carried them (the operator's, as those after a kill are)
+    moved_at: float = 0.0
 
 
 @dataclass
@@ -806,6 +813,7 @@ class Walk:
         replica, the failover's figure and export kept for the invariants."""
         took_over = flow.replica(self.model.pair)
         flow.writer.move_to(took_over)
+        moved_at = time.time()
         export = answer.get("unreplicated") or {}
         file = str(export.get("file") or "")
         exported, in_doubt, lines = self._exported(file, flow.collection)
@@ -827,6 +835,7 @@ class Walk:
             insert_lines=lines,
             inserts_counted=counted,
             file=file,
+            moved_at=moved_at,
         )
         flow.failovers.append(failover)
         flow.state = "failed_over"
@@ -981,9 +990,13 @@ class Walk:
         return ""
 
     def _exempt(self, flow: Flow, key_ack: Ack) -> bool:
-        """A write the lost cluster acknowledged after its failover's consistent_up_to."""
+        """A write the lost cluster acknowledged after its failover's consistent_up_to (until
+        the writers left it: a live lost cluster takes writes until they move, and answers a
+        batch sent before the move within the write's timeout)."""
         return any(
-            key_ack.cluster == f.lost and f.consistent < key_ack.at <= f.at for f in flow.failovers
+            key_ack.cluster == f.lost
+            and f.consistent < key_ack.at <= max(f.at, f.moved_at + WRITE_TIMEOUT)
+            for f in flow.failovers
         )
 
     def _acknowledged_on_primary(self) -> str:

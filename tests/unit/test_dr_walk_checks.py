@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.dr_walk import (
     FIRST_ROWS,
+    WRITE_TIMEOUT,
     Ack,
     ClusterHandle,
     Failover,
@@ -132,3 +133,30 @@ def test_an_export_file_that_does_not_say_what_the_answer_counted_breaks_it(
     failover(walk, str(tmp_path / "missing.jsonl"), counted=7)  # nothing read: not vacuous
     problem = walk._export_disjoint_from_target()
     assert "has 0 insert line(s)" in problem and "the answer counted 7" in problem, problem
+
+
+def test_a_live_lost_clusters_writes_until_the_writers_moved_are_the_operators() -> None:
+    """An operator's failover of a running primary (the boundary search's failover:other at
+    failback_released): the old primary acknowledges what the writers send it until they move
+    at the answer, after the task that would carry it was paused; those writes are exempt, as
+    writes after a kill are, and only those."""
+    walk = FakeWalk(set())
+    flow = walk.model.flows["f1"]
+    flow.failovers.append(
+        Failover(
+            task_id="t1",
+            lost="a",
+            took_over="b",
+            killed_at=KILLED,
+            at=KILLED,
+            consistent=KILLED - 1,
+            exported=frozenset(),
+            complete=True,
+            moved_at=KILLED + 1,
+        )
+    )
+    assert walk._exempt(flow, Ack("a", KILLED + 0.5))  # after the ask, before the move
+    assert walk._exempt(flow, Ack("a", KILLED + 1 + WRITE_TIMEOUT))  # a batch sent before it
+    assert not walk._exempt(flow, Ack("a", KILLED - 2))  # before the figure: required
+    assert not walk._exempt(flow, Ack("a", KILLED + 2 + WRITE_TIMEOUT))  # sent after the move
+    assert not walk._exempt(flow, Ack("b", KILLED + 0.5))  # the new primary's own
