@@ -225,6 +225,27 @@ def held_by(job: JobClaim, step: str = "") -> str:
     return f"{job.kind} {job.job_id} ({step or 'running'})"
 
 
+def refuse_if_held(
+    flow: Flow,
+    kind: str,
+    task_id: str,
+    job_id: str = "",
+    now: float | None = None,
+    step: Callable[[JobClaim], str] | None = None,
+) -> None:
+    """PairConflictError naming the live job other than ``job_id`` that holds ``flow`` (its
+    kind, id and step, ``step``: the step of a job as its record says), for ``kind`` asked of
+    ``task_id``; nothing when none does (or its claim lapsed)."""
+    now = time.time() if now is None else now
+    job = flow.job
+    if job is not None and job.job_id != job_id and not job.expired(now):
+        raise PairConflictError(
+            f"task {task_id}: {held_by(job, step(job) if step else '')} holds its cluster "
+            f"pair (of task {job.task_id}, on fleet member {job.member}): {kind} waits for it "
+            "while it is under way"
+        )
+
+
 def claim(
     flow: Flow,
     kind: str,
@@ -237,13 +258,7 @@ def claim(
     """The flow with ``job_id`` running on it; PairConflictError when another job runs there
     (named with its step, ``step``: the step of a job as its record says)."""
     now = time.time() if now is None else now
-    if flow.job is not None and flow.job.job_id != job_id and not flow.job.expired(now):
-        job = flow.job
-        raise PairConflictError(
-            f"task {task_id}: {held_by(job, step(job) if step else '')} holds its cluster "
-            f"pair (of task {job.task_id}, on fleet member {job.member}): {kind} waits for it "
-            "while it is under way"
-        )
+    refuse_if_held(flow, kind, task_id, job_id, now, step)
     # a reverse task reserved by another job (its daemon gone) is not this job's
     pending = flow.pending if flow.job is not None and flow.job.job_id == job_id else ""
     return replace(flow, job=JobClaim(kind, job_id, task_id, member, now), pending=pending)

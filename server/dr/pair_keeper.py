@@ -19,7 +19,7 @@ from server.dr.claims import FlowClaim
 from server.dr.fence_owners import PairFences
 from server.dr.flows import injected_fault
 from server.dr.job_effects import finished_jobs, settled
-from server.dr.pair import ClusterPair, JobClaim, PairStore, claim
+from server.dr.pair import ClusterPair, JobClaim, PairStore, refuse_if_held
 from server.dr.pair_rules import claimed, pruned, verb_allowed, verb_renewed
 from server.dr.record import (
     DR_PREFIX,
@@ -105,10 +105,9 @@ class PairKeeper:
         before a DR verb's own checks of the task (its runner, its consistent-up-to), which a
         task of a held flow may fail for the job's sake: the refusal names the holder first.
         Reads only; the claim itself is taken by :meth:`claim`."""
-        pair = await self.settle(ends)
-        flow = pair.flow_of(task_id)
-        if flow is not None:  # raises PairConflictError when another job holds it
-            claim(flow, verb, "", task_id, self.sup.fleet.member_id, step=self._job_state)
+        flow = (await self.settle(ends)).flow_of(task_id)
+        if flow is not None:
+            refuse_if_held(flow, verb, task_id, step=self._job_state)
 
     async def check_verb(self, task: TaskRecord, verb: str, job: str) -> None:
         """Refuse (409) pausing, resuming or deleting a task of a flow while a job other than
