@@ -83,9 +83,11 @@ ROUTE = {
     # failed (ended without a result), and the failback it recovers forgets it and asks again
     "failback_verify_reset": "kill:repairing",
     "failback_taken_over": "kill:seeding",
-    # m1 stopped past its claim right before it writes the fence key, m2 rolls the job back
-    # (no key yet: the hold forgotten), m1 continued writes the key and finds its hold gone
-    "fence-unheld": "stall:fence-joined",
+    # m1 stopped past its claim right after it wrote the fence key (not recorded yet), m2 rolls
+    # the job back (the key written after the hold's join: lifted, the hold forgotten), m1
+    # continued finds its hold gone. (Stalled before the write, since 7ce3cc2 the roll back
+    # marks the hold given up and m1 writes nothing: it never reaches fence-unheld that way.)
+    "fence-unheld": "stall:fence_written",
 }
 # the states a 409 may name: the flow's, a task's, a job's (or a job under way)
 STATE_WORDS = (
