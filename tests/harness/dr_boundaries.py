@@ -572,9 +572,14 @@ class BoundarySearch:
 
     def _judge(self, verb: str, status: int, detail: str, exists: bool) -> None:
         """A verb is done (2xx), or refused with 409 naming the state; 404 only for a task
-        that is not there."""
+        that is not there; 400 only for a target that is down (a failback to the lost cluster
+        before it is back: the target check refuses it before anything changes, 6f2cf58)."""
         if 200 <= status < 300 or (status == 404 and not exists):
             return
+        if status == 400 and "is not reachable" in detail:
+            down = [c.milvus.uri for c in self.walk.clusters.values() if not c.alive]
+            if any(f"{uri} is not reachable" in detail for uri in down):
+                return
         if status == 0:  # no answer: a daemon held in the recover round of its start
             return
         if status == 409 and any(word in detail for word in STATE_WORDS):
