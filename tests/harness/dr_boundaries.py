@@ -879,6 +879,13 @@ class BoundarySearch:
             said.append(f"{verb} {task_id} {status}")
             if 200 <= status < 300:
                 return True
+            if status == 400 and any(
+                f"{c.milvus.uri} is not reachable" in detail
+                for c in self.walk.clusters.values()
+                if c.alive
+            ):  # a cluster just started again: the daemon's channel to it may be backing off
+                time.sleep(2.0)
+                continue
             if not any(w in detail for w in WAIT_WORDS):
                 self._broke("driven_home", f"{verb} {task_id}: {status} {detail}")
                 raise InvariantError("driven_home", detail, self.walk.seed, [])
