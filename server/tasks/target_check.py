@@ -59,6 +59,11 @@ def check_target_reachable(
     # A dedicated channel: pymilvus 3 shares channels per address and keeps a shared one open
     # (pinging every 10 s) after close(); a target then answers GOAWAY "too_many_pings".
     kwargs["dedicated"] = True
+    # A connection of its own: gRPC shares a subchannel per address among the process's
+    # channels, and one that other clients of the target (a runner's sink, the stale-write
+    # watch) saw refused backs off for up to 120 s, failing a new channel's calls at once while
+    # the target answers again (a failback asked right after the lost cluster came back).
+    kwargs["grpc_options"] = {"grpc.use_local_subchannel_pool": 1}
     try:
         client = MilvusClient(**kwargs)
     except Exception as exc:  # noqa: BLE001 - pymilvus raises many kinds; all mean "not reachable"

@@ -12,11 +12,12 @@ from types import TracebackType
 
 
 class CuttableProxy:
-    """Listens on a free loopback port and forwards every connection to ``upstream``."""
+    """Listens on a free loopback port (or ``port``) and forwards every connection to
+    ``upstream``."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, port: int = 0) -> None:
         self.upstream = (upstream_host, upstream_port)
-        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server = socket.create_server(("127.0.0.1", port))
         self._server.settimeout(0.2)
         self.port = int(self._server.getsockname()[1])
         self._flowing = threading.Event()
