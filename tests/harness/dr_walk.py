@@ -30,7 +30,8 @@ The invariants (:meth:`Walk.check_invariants`), each failing with a message that
   except those the lost cluster acknowledged after the ``consistent_up_to`` its failover
   reported (every write acknowledged at or before it is there);
 - ``target_plus_export``: for every failover, each write the lost cluster acknowledged since
-  the flow's previous failover (that one accounts for those before) is on the cluster that took
+  the flow's previous failover (that one accounts for those before, and for a live lost
+  cluster's writes after it was asked, until the writers left) is on the cluster that took
   over or in the failover's export;
 - ``export_disjoint_from_target``: no write twice: for every failover, no write the lost cluster
   acknowledged by then (nor a row written before the tasks) is both on the cluster that took
@@ -989,14 +990,14 @@ class Walk:
             )
         return ""
 
-    def _exempt(self, flow: Flow, key_ack: Ack) -> bool:
+    def _exempt(self, failovers: Sequence[Failover], key_ack: Ack) -> bool:
         """A write the lost cluster acknowledged after its failover's consistent_up_to (until
         the writers left it: a live lost cluster takes writes until they move, and answers a
         batch sent before the move within the write's timeout)."""
         return any(
             key_ack.cluster == f.lost
             and f.consistent < key_ack.at <= max(f.at, f.moved_at + WRITE_TIMEOUT)
-            for f in flow.failovers
+            for f in failovers
         )
 
     def _acknowledged_on_primary(self) -> str:
@@ -1005,7 +1006,9 @@ class Walk:
                 continue
             acked = flow.writer.snapshot()
             excused = self._excused.get(flow.name, set())
-            required = {k for k, a in acked.items() if not self._exempt(flow, a)} - excused
+            required = {
+                k for k, a in acked.items() if not self._exempt(flow.failovers, a)
+            } - excused
             held = self.keys(flow.primary, flow)
             missing = required - held
             if missing:
@@ -1026,14 +1029,18 @@ class Walk:
         for flow in self.model.flows.values():
             acked = flow.writer.snapshot()
             since = 0.0  # an earlier failover of the flow accounted for the writes before it
-            for f in flow.failovers:
+            for n, f in enumerate(flow.failovers):
                 window, since = (since, f.at), f.at
                 if not self.clusters[f.took_over].alive:
                     continue
+                # a live lost cluster's writes after an earlier failover was asked, until the
+                # writers left it, are that failover's (exempt), not this one's
                 lost_writes = {
                     k
                     for k, a in acked.items()
-                    if a.cluster == f.lost and window[0] < a.at <= window[1]
+                    if a.cluster == f.lost
+                    and window[0] < a.at <= window[1]
+                    and not self._exempt(flow.failovers[:n], a)
                 }
                 held = self.keys(f.took_over, flow)
                 missing = lost_writes - held - f.exported - self._excused.get(flow.name, set())

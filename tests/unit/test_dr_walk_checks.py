@@ -32,6 +32,7 @@ class FakeWalk(Walk):
         self.result = WalkResult(seed=1)
         self._excused = {}
         self._named = {}
+        self._missed = {}
         self.clusters = {
             "a": ClusterHandle("a", None),  # type: ignore[arg-type]
             "b": ClusterHandle("b", None),  # type: ignore[arg-type]
@@ -155,8 +156,42 @@ def test_a_live_lost_clusters_writes_until_the_writers_moved_are_the_operators()
             moved_at=KILLED + 1,
         )
     )
-    assert walk._exempt(flow, Ack("a", KILLED + 0.5))  # after the ask, before the move
-    assert walk._exempt(flow, Ack("a", KILLED + 1 + WRITE_TIMEOUT))  # a batch sent before it
-    assert not walk._exempt(flow, Ack("a", KILLED - 2))  # before the figure: required
-    assert not walk._exempt(flow, Ack("a", KILLED + 2 + WRITE_TIMEOUT))  # sent after the move
-    assert not walk._exempt(flow, Ack("b", KILLED + 0.5))  # the new primary's own
+    assert walk._exempt(flow.failovers, Ack("a", KILLED + 0.5))  # after the ask, before the move
+    assert walk._exempt(
+        flow.failovers, Ack("a", KILLED + 1 + WRITE_TIMEOUT)
+    )  # a batch sent before it
+    assert not walk._exempt(flow.failovers, Ack("a", KILLED - 2))  # before the figure: required
+    assert not walk._exempt(
+        flow.failovers, Ack("a", KILLED + 2 + WRITE_TIMEOUT)
+    )  # sent after the move
+    assert not walk._exempt(flow.failovers, Ack("b", KILLED + 0.5))  # the new primary's own
+
+
+def test_a_live_lost_clusters_writes_after_an_earlier_failover_are_not_the_next_ones() -> None:
+    """The boundary search on 1447c5d (failback_flow x kill, after the verbs at fence-unheld):
+    an operator's failover of a running a; a acknowledged writes after the ask until the
+    writers moved (exempt: a failback's repair removed them from a later); a second failover,
+    of a killed a, counted them among its own lost writes. They are the first failover's."""
+    walk = FakeWalk(set())
+    walk.keys = lambda label, flow, ranges=None: set()  # type: ignore[method-assign]
+    flow = walk.model.flows["f1"]
+    later = KILLED + 100
+
+    def failed_over(at: float) -> Failover:
+        return Failover(
+            task_id="t1",
+            lost="a",
+            took_over="b",
+            killed_at=at,
+            at=at,
+            consistent=at - 1,
+            exported=frozenset(),
+            complete=True,
+            moved_at=at + 1,
+        )
+
+    flow.failovers += [failed_over(KILLED), failed_over(later)]
+    ack(walk, range(FIRST, FIRST + 5), "a", KILLED + 0.5)  # after the first ask, before the move
+    assert walk._target_plus_export() == ""
+    ack(walk, range(FIRST + 5, FIRST + 7), "a", later - 10)  # the second failover's, not on b
+    assert "2 write(s) a acknowledged are neither on b" in walk._target_plus_export()
