@@ -43,6 +43,7 @@ from replicator.pipeline.bootstrap import (
 from replicator.pipeline.channel_reads import MAX_BACKOFF
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.fiber_group import NamedBody, run_fiber_group
+from replicator.pipeline.group_layout import fence_recorded_groups
 from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
@@ -119,7 +120,7 @@ class ReplicationRunner:
         self.context = context
         self.spec = TaskSpec.of(task)
         self.selection = TaskSelection.from_spec(self.spec)
-        self.rpc_channel = self.spec.rpc_channel
+        self.rpc_channel = self.spec.rpc_channel if context.replicate_channel else ""
         # the Go tool's ignore_partition: every row goes to the target's default partition
         milvus = self.spec.milvus_connect_param or {}
         self.single_partition = bool(milvus.get("ignore_partition"))
@@ -324,12 +325,17 @@ class ReplicationRunner:
 
     def _connect(self) -> _Connection:
         read = self.startup.read_source()
+        if self.kafka and not self.context.group:
+            fence_recorded_groups(self.state, self.spec.target_param, self.task.task_id)
         target = self.context.target_factory(self.task)
         target.fence = self.fence
         target.warn = self.warnings.warn
         if isinstance(target, KafkaTarget):
             try:
-                self.startup.adopt_newer_target_positions(read, target.committed_positions)
+                # this runner's channels only: a channel group's are the other groups' own
+                committed = target.committed_positions
+                mine = {ch: p for ch, p in committed.items() if ch in self.statuses}
+                self.startup.adopt_newer_target_positions(read, mine)
             except BaseException:
                 target.close()
                 raise
@@ -358,6 +364,7 @@ class ReplicationRunner:
             read_ahead=context.read_ahead,
             imports=self.imports,
             timings=self.timings,
+            ddl_lock=self.context.ddl_lock,
         )
 
     def _run_workers(self, connection: _Connection) -> Steps:

@@ -1,0 +1,162 @@
+"""A Kafka target whose task runs its channels in child processes (``kafkaTargetProcesses``,
+replicator/pipeline/group_runner.py): a real Milvus 2.3.5 source, a collection of two shards
+(its two pchannels fall in different groups), a writer inserting, upserting and deleting while
+the daemon is killed (SIGKILL), one group's process is killed, and the daemon starts again
+with another number of processes (2 -> 3 -> 1). A consumer rebuilds the source from the topic
+row by row; every write is one event, none missing, none repeated; each key's events are in
+source order; the collection's and the partition's creation, read by channels of both groups,
+are one event each.
+
+The accounting of the Kafka mock's missing read isolation is the one of test_kafka_sink.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from harness.services import ServiceStartError, wait_until
+from pymilvus import MilvusClient
+from test_backfill import Writer, task_view
+from test_kafka_sink import Rebuilt, TrackedWrites, create_collection, make_rows
+from test_replication import rows, source_config
+
+pytestmark = pytest.mark.e2e
+
+
+def group_processes(daemon_pid: int) -> list[int]:
+    """The daemon's channel group processes (multiprocessing's spawned children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == daemon_pid and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
+    daemon_factory, milvus_source, etcd_service, kafka_mock
+):
+    name = f"kgroups_{uuid.uuid4().hex[:8]}"
+    topic = f"events_{name}"
+    source = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    try:
+        create_collection(source, name)  # two shards: two pchannels, one in each group
+        source.insert(name, make_rows(list(range(-100, 0)), "before"))
+        config = source_config(milvus_source, etcd_service, kafka_mock)
+        daemon = daemon_factory(**config, kafkaTargetProcesses=2).start()
+        created = daemon.call(
+            "create",
+            {
+                "kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic},
+                "collection_infos": [{"name": name}],
+            },
+        )
+        assert created.code == 200, created.body
+        task_id = created.data["task_id"]
+        writes = TrackedWrites(name)
+        writer = Writer(milvus_source.uri, writes)
+        writer.start()
+
+        def running_groups(count: int) -> list[int]:
+            return wait_until(
+                lambda: (p if len(p := group_processes(daemon.process.pid)) == count else None),
+                60,
+                f"{count} group processes",
+            )
+
+        def groups_replicate(since: int) -> int:
+            """Wait until the task's groups (only they report: the daemon reads no channel)
+            applied rows past source time ``since`` on two channels; that time."""
+
+            def moved() -> int | None:
+                progress = task_view(daemon, task_id)["progress"] or {}
+                times = [c["applied_ts"] for c in progress.get("channels", []) if c["rows"]]
+                return min(times) if len(times) >= 2 and min(times) > since else None
+
+            return wait_until(moved, 60, "rows replicated by the channel groups")
+
+        running_groups(2)
+        applied = groups_replicate(0)
+        daemon.kill()  # the daemon: its groups see their pipe close and exit
+        daemon.start()
+        child = running_groups(2)[1]
+        applied = groups_replicate(applied)
+        os.kill(child, signal.SIGKILL)  # one group: the others stop, all start again
+        wait_until(
+            lambda: child not in (p := group_processes(daemon.process.pid)) and len(p) == 2,
+            60,
+            "the groups started again after one was killed",
+        )
+        applied = groups_replicate(applied)
+        daemon.kill()
+        daemon.config["kafkaTargetProcesses"] = 3  # another layout: the old producers fenced
+        daemon.start()
+        running_groups(3)
+        groups_replicate(applied)
+        daemon.stop()
+        daemon.config["kafkaTargetProcesses"] = 1  # in the daemon again
+        daemon.start()
+        time.sleep(2.0)
+        assert group_processes(daemon.process.pid) == []
+        writer.finish()
+        expected = rows(source, name, "id")
+
+        def rebuilt_equal() -> Rebuilt | None:
+            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+            return rebuilt if rebuilt.rows == expected else None
+
+        try:
+            rebuilt = wait_until(rebuilt_equal, 120, "the topic rebuilding the source")
+        except ServiceStartError:
+            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+            missing = sorted(set(expected) - set(rebuilt.rows))
+            extra = sorted(set(rebuilt.rows) - set(expected))
+            rebuilt.explain(
+                f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
+                f"extra {extra[:10]}; log {daemon.log_path}",
+                len(missing) + len(extra),
+            )
+        row_events = rebuilt.row_events()
+        channels = {e["source"]["channel"] for e in row_events}
+        assert len(channels) == 2, channels  # both groups wrote rows
+        pairs = Counter((e["pk"], e["ts"]["hybrid"]) for e in row_events)
+        repeated = {pair: n for pair, n in pairs.items() if n > 1}
+        if repeated:
+            rebuilt.explain(f"events repeated: {list(repeated.items())[:10]}", len(repeated))
+        per_key = Counter(e["pk"] for e in row_events if e["pk"] >= 0)
+        differ = sorted(
+            {(k, per_key[k], writes.ops[k]) for k in per_key | writes.ops}
+            - {(k, n, n) for k, n in writes.ops.items()}
+        )
+        if differ:
+            rebuilt.explain(f"(key, events, writes) that differ: {differ[:10]}", len(differ))
+        # each key's events (one channel's, one partition of the topic) in source order
+        times: dict[object, list[int]] = defaultdict(list)
+        for event in row_events:
+            times[event["pk"]].append(event["ts"]["hybrid"])
+        unordered = [k for k, ts in times.items() if ts != sorted(ts)]
+        assert not unordered, unordered[:10]
+        ddl = Counter((e["op"], e.get("partition")) for e in rebuilt.ddl)
+        assert ddl[("create_collection", None)] == 1, rebuilt.ddl
+        assert ddl[("create_partition", "p1")] == 1, rebuilt.ddl
+        if rebuilt.unequal:
+            rebuilt.explain("transactions not whole", rebuilt.cut_off)
+        print(
+            f"kafka groups: {writer.rounds} write rounds, {len(expected)} rows, "
+            f"{len(row_events)} row events; {rebuilt.account()}"
+        )
+    finally:
+        source.close()
