@@ -101,6 +101,12 @@ class GroupKafkaTarget(KafkaTarget):
     ) -> None:
         super().__init__(params, task_id, incarnation, group=group)
         self._ask = ask
+        log.info(
+            "channel group %s: producer %s ready, %d channel position(s) committed before",
+            group,
+            transactional_id(task_id, group),
+            len(self.committed_positions),
+        )
 
     def _call(self, method: str, request: Any, what: str) -> Any:
         if self.fence is not None:

@@ -53,8 +53,6 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
     topic = f"events_{name}"
     source = MilvusClient(uri=milvus_source.uri, dedicated=True)
     try:
-        create_collection(source, name)  # two shards: two pchannels, one in each group
-        source.insert(name, make_rows(list(range(-100, 0)), "before"))
         config = source_config(milvus_source, etcd_service, kafka_mock)
         daemon = daemon_factory(**config, kafkaTargetProcesses=2).start()
         created = daemon.call(
@@ -65,10 +63,6 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
             },
         )
         assert created.code == 200, created.body
-        task_id = created.data["task_id"]
-        writes = TrackedWrites(name)
-        writer = Writer(milvus_source.uri, writes)
-        writer.start()
 
         def running_groups(count: int) -> list[int]:
             return wait_until(
@@ -76,6 +70,22 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
                 60,
                 f"{count} group processes",
             )
+
+        task_id = created.data["task_id"]
+        running_groups(2)
+
+        wait_until(
+            lambda: daemon.log_path.read_text().count(" ready, ") >= 2,
+            60,
+            "both groups' producers ready (their models read)",
+        )
+        # made while the groups run: each group reads the CreateCollection on its channel (two
+        # shards: a pchannel in each group) with a model that has no such collection yet
+        create_collection(source, name)
+        source.insert(name, make_rows(list(range(-100, 0)), "before"))
+        writes = TrackedWrites(name)
+        writer = Writer(milvus_source.uri, writes)
+        writer.start()
 
         def groups_replicate(since: int) -> int:
             """Wait until the task's groups (only they report: the daemon reads no channel)
@@ -88,9 +98,14 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
 
             return wait_until(moved, 60, "rows replicated by the channel groups")
 
-        running_groups(2)
         applied = groups_replicate(0)
+        orphans = group_processes(daemon.process.pid)
         daemon.kill()  # the daemon: its groups see their pipe close and exit
+        wait_until(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in orphans),
+            20,
+            "the killed daemon's group processes to exit",
+        )
         daemon.start()
         child = running_groups(2)[1]
         applied = groups_replicate(applied)
@@ -154,6 +169,21 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
         assert ddl[("create_partition", "p1")] == 1, rebuilt.ddl
         if rebuilt.unequal:
             rebuilt.explain("transactions not whole", rebuilt.cut_off)
+        # the drop, read on both groups' channels, applied once its last copy is read (the
+        # barrier: both groups' arrivals in the task's state, under the groups' DDL lock)
+        daemon.config["kafkaTargetProcesses"] = 2
+        daemon.stop()
+        daemon.start()
+        running_groups(2)
+        source.drop_collection(name)
+
+        def drops() -> int | None:
+            ddl = Rebuilt(kafka_mock.bootstrap, topic, task_id).ddl
+            return sum(1 for e in ddl if e["op"] == "drop_collection") or None
+
+        wait_until(drops, 60, "the drop as an event")
+        time.sleep(3.0)
+        assert drops() == 1
         print(
             f"kafka groups: {writer.rounds} write rounds, {len(expected)} rows, "
             f"{len(row_events)} row events; {rebuilt.account()}"
