@@ -66,7 +66,7 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
 
         def running_groups(count: int) -> list[int]:
             return wait_until(
-                lambda: (p if len(p := group_processes(daemon.process.pid)) == count else None),
+                lambda: p if len(p := group_processes(daemon.process.pid)) == count else None,
                 60,
                 f"{count} group processes",
             )
