@@ -308,12 +308,15 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
         source.close()
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
-    daemon_factory, etcd_service, kafka_mock, stream
+    daemon_factory, etcd_service, kafka_mock, stream, processes
 ):
     """The 2.6 test writer's stream (see test_streaming_source.py): transactions committed and
     rolled back, an upsert, a partition made by a broadcast to three vchannels, a kill -9 in
-    the middle; the topic rebuilds exactly what the stream holds, each DDL once."""
+    the middle; the topic rebuilds exactly what the stream holds, each DDL once. With
+    ``processes`` 2 the task's three pchannels run in two channel group processes
+    (kafka_connect_param.processes): each broadcast is read by both groups."""
     from harness.streaming_writer import VECTOR_DIM
 
     w = stream.writer
@@ -324,7 +327,11 @@ def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
     created = daemon.call(
         "create",
         {
-            "kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic},
+            "kafka_connect_param": {
+                "address": kafka_mock.bootstrap,
+                "topic": topic,
+                "processes": processes,
+            },
             "collection_infos": [{"name": name}],
         },
     )
