@@ -76,7 +76,10 @@ async def _run(task: TaskRecord, context: RunnerContext, link: Link) -> None:
         await in_daemon_thread(runner.wait_stopped, STOP_SECONDS, name="group-stop")
     else:
         await in_daemon_thread(runner.wait_stopped, STOP_SECONDS, name="group-end")
-    await asyncio.sleep(0)  # a failure reported by the runner's fiber arrives
+    for _ in range(40):  # a failure the runner's fiber reported arrives through the loop
+        if failures or runner.finished or stopping.is_set():
+            break
+        await asyncio.sleep(0.05)
     _tell(link, ("status", list(runner.statuses.values())))
     if failures:
         _tell(link, ("failed", failures[0]))

@@ -222,7 +222,7 @@ class GroupedRunner:
         owner.fence = self.fence
         owner.warn = self._inner.warnings.warn
         try:
-            self._groups = self._spawn(names, owner)
+            self._spawn(names, owner)
             log.info(
                 "channels in %d processes: %s",
                 len(self._groups),
@@ -233,11 +233,13 @@ class GroupedRunner:
             self._end_groups()
             owner.close()
 
-    def _spawn(self, names: list[str], owner: KafkaTarget) -> list[_Group]:
+    def _spawn(self, names: list[str], owner: KafkaTarget) -> None:
+        """A process per group, each in ``_groups`` once started (so that one failing to
+        start leaves the others to be stopped)."""
         spawn = multiprocessing.get_context("spawn")
         # kept while the groups run: the lock's semaphore goes with its last reference here
         self._ddl_lock = ddl_lock = spawn.Lock()
-        groups = []
+        self._groups = groups = []
         for index, (name, channels) in enumerate(zip(names, self.layout, strict=True)):
             parent_end, child_end = spawn.Pipe()
             start = GroupStart(self.task, index, name, channels, child_end, ddl_lock)
@@ -251,7 +253,6 @@ class GroupedRunner:
                 daemon=True,
             ).start()
             groups.append(group)
-        return groups
 
     def _serve(self, group: _Group, owner: KafkaTarget) -> None:
         def answer(kind: str, payload: Any) -> Any:
