@@ -19,9 +19,9 @@ import os
 import threading
 from typing import Any, cast
 
-from metastore import MetaStore, TaskRecord
+from metastore import MetaStore, MetaStoreUnavailableError, TaskRecord
 from replicator.daemon_thread import in_daemon_thread
-from replicator.pipeline.group_link import Link, LinkClosedError, RemoteStore
+from replicator.pipeline.group_link import Link, RemoteStore
 from replicator.pipeline.runner import ReplicationRunner
 from replicator.pipeline.runner_context import RunnerContext
 
@@ -90,5 +90,5 @@ async def _run(task: TaskRecord, context: RunnerContext, link: Link) -> None:
 def _tell(link: Link, message: tuple[Any, ...]) -> None:
     try:
         link.send(message)
-    except LinkClosedError:
+    except MetaStoreUnavailableError:
         os._exit(ORPHANED)

@@ -26,10 +26,6 @@ Serve = Callable[[str, Any], Any]
 Notice = Callable[[tuple[Any, ...]], None]
 
 
-class LinkClosedError(MetaStoreUnavailableError):
-    """The other end of a group's pipe is gone."""
-
-
 class _Slot:
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -48,11 +44,13 @@ class Link:
         self.closed = threading.Event()
 
     def send(self, message: tuple[Any, ...]) -> None:
+        """Raises ``MetaStoreUnavailableError`` when the pipe is closed (the other end gone:
+        a group's store calls are the parent's)."""
         with self._send_lock:
             try:
                 self._conn.send(message)
             except (OSError, EOFError, ValueError) as exc:
-                raise LinkClosedError(f"{self._name}: the pipe is closed ({exc})") from None
+                raise MetaStoreUnavailableError(self._gone(exc)) from None
 
     def call(self, kind: str, payload: Any) -> Any:
         """Ask the other end; its answer, or raise what it raised."""
@@ -60,7 +58,7 @@ class Link:
         call_id = next(self._ids)
         with self._slots_lock:
             if self.closed.is_set():
-                raise LinkClosedError(f"{self._name}: the pipe is closed")
+                raise MetaStoreUnavailableError(self._gone())
             self._slots[call_id] = slot
         self.send(("call", call_id, kind, payload))
         slot.done.wait()
@@ -102,7 +100,7 @@ class Link:
             reply = ("reply", call_id, False, RuntimeError(f"{type(exc).__name__}: {exc}"))
         try:
             self.send(reply)
-        except LinkClosedError:
+        except MetaStoreUnavailableError:
             log.debug("%s: reply not sent, the pipe is closed", self._name)
 
     def _close_slots(self) -> None:
@@ -110,8 +108,13 @@ class Link:
             self.closed.set()
             slots, self._slots = self._slots, {}
         for slot in slots.values():
-            slot.ok, slot.value = False, LinkClosedError(f"{self._name}: the pipe is closed")
+            slot.ok, slot.value = False, MetaStoreUnavailableError(self._gone())
             slot.done.set()
+
+    def _gone(self, cause: BaseException | None = None) -> str:
+        return f"{self._name}: the process at the other end is gone" + (
+            f" ({cause})" if cause else ""
+        )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -135,4 +138,4 @@ class RemoteStore:
         return call
 
 
-__all__ = ["Link", "LinkClosedError", "RemoteStore"]
+__all__ = ["Link", "RemoteStore"]

@@ -30,14 +30,21 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from metastore import FencedError, MetaStore, MetaStoreError, TaskNotFoundError, TaskRecord
+from metastore import (
+    FencedError,
+    MetaStore,
+    MetaStoreError,
+    MetaStoreUnavailableError,
+    TaskNotFoundError,
+    TaskRecord,
+)
 from metastore.fenced import Fence, FencedStore
 from replicator.config.task_spec import TaskSpec
-from replicator.errors import CdcError, TaskFailedError, is_retriable
+from replicator.errors import CdcError, SinkSessionLostError, TaskFailedError, is_retriable
 from replicator.log_context import log_context
 from replicator.pipeline.channel_reads import MAX_BACKOFF
 from replicator.pipeline.group_layout import fence_and_record
-from replicator.pipeline.group_link import Link, LinkClosedError
+from replicator.pipeline.group_link import Link
 from replicator.pipeline.runner import ReplicationRunner
 from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.status import ChannelStatus
@@ -52,6 +59,8 @@ log = logging.getLogger(__name__)
 STOP_WAIT = 10.0
 # seconds a group that was told to stop has before it is killed
 KILL_WAIT = 5.0
+# how often the runner looks at its groups (and reads the warnings they saved)
+WATCH_SECONDS = 2.0
 
 
 @dataclass
@@ -68,12 +77,6 @@ class GroupStart:
 
 # starts a group's process (the daemon's: server/tasks/group_process.py)
 StartGroup = Callable[[GroupStart], BaseProcess]
-
-
-class GroupCrashedError(CdcError):
-    """A group's process ended without telling why (killed, crashed): retried."""
-
-    retriable = True
 
 
 @dataclass
@@ -291,14 +294,18 @@ class GroupedRunner:
                     raise TaskFailedError(str(failed.failure))
                 crashed = next((g for g in ended if not g.finished), None)
                 if crashed is not None:
-                    raise GroupCrashedError(
+                    raise SinkSessionLostError(
                         f"the process of channel group {crashed.name} "
                         f"({', '.join(crashed.channels)}) ended with exit code "
                         f"{crashed.process.exitcode} and no reason"
                     )
                 if len(ended) == len(self._groups):
                     return True  # every group ended by itself: fenced off or deleted
-                self._changed.wait(1.0)
+                self._changed.wait(WATCH_SECONDS)
+                # the groups' warnings, as they saved them (shown with the task's status); a
+                # store that does not answer now is the groups' to retry, not a reason to stop
+                with suppress(MetaStoreError):
+                    self._inner.warnings.load()
 
     def _end_groups(self) -> None:
         """Stop the groups (each commits and saves what it read); kill those that do not end
@@ -315,7 +322,7 @@ class GroupedRunner:
 
 
 def _notify(group: _Group, message: tuple[Any, ...]) -> None:
-    with suppress(LinkClosedError):
+    with suppress(MetaStoreUnavailableError):
         group.link.send(message)
 
 
