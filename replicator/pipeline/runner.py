@@ -17,6 +17,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,7 +351,10 @@ class ReplicationRunner:
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         names = TaskNames.for_task(registry.resolve, self.selection)
         rbac = self.spec.rbac
-        register_collections(registry, names, connection.target, read.catalog, self.state)
+        # a channel group's processes make the collections they find at start one at a time
+        # (each asks the target whether it has one, then makes it)
+        with self.context.ddl_lock or nullcontext():
+            register_collections(registry, names, connection.target, read.catalog, self.state)
         return TaskContext.build(
             self.task.task_id,
             self.store,
