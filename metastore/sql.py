@@ -350,14 +350,17 @@ class SqlMetaStore:
             ) from exc
 
     # --- per-task state ----------------------------------------------------------------------
-    def put_state(
-        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
-    ) -> None:
-        where = and_(
+    def _state_key(self, task_id: str, key: str) -> Any:
+        return and_(
             state_table.c.root_path == self.root_path,
             state_table.c.task_id == task_id,
             state_table.c.state_key == key,
         )
+
+    def put_state(
+        self, task_id: str, key: str, value: bytes, *, lease: Lease | None = None
+    ) -> None:
+        where = self._state_key(task_id, key)
 
         def write(conn: Connection) -> int:
             if conn.execute(update(state_table).where(where).values(value=value)).rowcount == 0:
@@ -371,12 +374,24 @@ class SqlMetaStore:
         with self._tx() as conn:
             self._write_for_task(conn, task_id, lambda: write(conn), lease)
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        def write(conn: Connection) -> int:
+            if expected is None:  # a row there already: IntegrityError
+                row = {"root_path": self.root_path, "task_id": task_id, "state_key": key}
+                return conn.execute(insert(state_table).values(**row, value=value)).rowcount
+            stored_is = and_(self._state_key(task_id, key), state_table.c.value == expected)
+            return conn.execute(update(state_table).where(stored_is).values(value=value)).rowcount
+
+        try:
+            with self._tx() as conn:
+                return self._write_for_task(conn, task_id, lambda: write(conn)) == 1
+        except IntegrityError:  # another writer stored it first
+            if self.get_task(task_id) is None:
+                raise TaskNotFoundError(task_id) from None
+            return False
+
     def get_state(self, task_id: str, key: str) -> bytes | None:
-        query = select(state_table.c.value).where(
-            state_table.c.root_path == self.root_path,
-            state_table.c.task_id == task_id,
-            state_table.c.state_key == key,
-        )
+        query = select(state_table.c.value).where(self._state_key(task_id, key))
         with self._tx() as conn:
             row = conn.execute(query).first()
         return None if row is None else bytes(row[0])

@@ -31,7 +31,7 @@ from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
 from server.dr.flows import injected_fault
-from server.dr.record import FAILOVER_KEY, iso, save_json
+from server.dr.record import FAILOVER_KEY, iso, json_bytes, replace_record
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
 from server.tasks.engine import cluster_context
@@ -57,6 +57,9 @@ async def run_failover(
     the flow's claim (between named clusters)."""
     task = await ops.get(request.task_id)
     tid = task.task_id
+    # the record is saved over the one read here: a failover that stalled past its claim
+    # finds another's record saved since (ClaimLostError) and writes nothing over it
+    seen = await asyncio.to_thread(ops.store.get_state, tid, FAILOVER_KEY)
     at = time.time()
     runner = ops.runner_of(tid)
     reason = f"failed over at {iso(at)}"
@@ -109,7 +112,9 @@ async def run_failover(
     }
     # the job's id: a recover round that finds the flow still claimed by it hands the flow over
     view = {**answer, "state": "done", "job_id": job}
-    await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
+    await asyncio.to_thread(
+        replace_record, ops.store, tid, FAILOVER_KEY, json_bytes(view), seen, job or "failover"
+    )
     await injected_fault("failover_saved", job="failover")
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
     await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")
