@@ -29,7 +29,7 @@ from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from server.dr.claims import ClaimLostError
 from server.dr.failbacks import FailbackRequest, Failbacks
-from server.dr.failover import FailoverRequest, run_failover
+from server.dr.failover import FailoverRequest, run_failover, saved_failover
 from server.dr.flows import injected_fault
 from server.dr.pair import FAILED_OVER
 from server.dr.pair_keeper import PairKeeper
@@ -332,10 +332,16 @@ class DisasterRecovery:
         try:  # its claim renewed while it waits for a runner and reads the WAL
             answer = await claim.run_while_held(self._fail_over(task, request, job_id))
         except ClaimLostError as exc:
-            raise ConflictError(
-                f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
-                f"and another daemon holds it now ({exc}); see progress.failover"
-            ) from exc
+            # lost after its record was saved (a recover round handed the flow over for the
+            # failover done, its renewal then found the claim gone): it happened, answered so
+            saved = await saved_failover(self.sup, tid, job_id)
+            if saved is None:
+                raise ConflictError(
+                    f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
+                    f"and another daemon holds it now ({exc}); see progress.failover"
+                ) from exc
+            self._remember_view(tid, "failover", saved)
+            answer = {key: value for key, value in saved.items() if key != "state"}
         except BaseException:
             await claim.release()
             raise
