@@ -7,6 +7,8 @@ between goes on from that step. The daemon's own disaster recovery on a real etc
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import asdict
 
 import pytest
 from harness.dr_jobs import DrWorld, dr_world, seed_job
@@ -16,7 +18,7 @@ from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.failback import FailbackRun
 from server.dr.flows import FAULT_ENV
 from server.dr.pair_rules import claimed
-from server.dr.record import FAILBACK_KEY, SwitchoverJob, load_job, load_json
+from server.dr.record import FAILBACK_KEY, SWITCHOVER_KEY, SwitchoverJob, load_job, load_json
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +125,19 @@ async def test_a_stalled_failbacks_save_after_a_takeover_is_refused(world):
     finally:
         for run in world.disaster.failbacks.stop():
             run.cancel()
+
+
+async def test_a_record_an_earlier_release_wrote_is_taken_over(world):
+    """A switchover's record as an earlier release wrote it (written as is, its own layout of
+    the JSON, not this release's bytes): the recover round's compare-and-set is against the
+    bytes it read, so the job is taken over and rolled back as before."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    job = SwitchoverJob.new("ab", "gone-member", 30, 600, ("a", "b")).to("draining")
+    earlier = json.dumps(asdict(job), indent=1).encode()  # keys unsorted, indented
+    assert earlier != job.to_bytes()
+    world.store.put_state("ab", SWITCHOVER_KEY, earlier)
+    await world.disaster.recover()
+    await world.disaster._runs["ab"]
+    stored = load_job(world.store, "ab")
+    assert stored is not None and stored.state == "failed" and stored.rolled_back
+    assert stored.member == world.supervisor.fleet.member_id
