@@ -266,8 +266,8 @@ class DisasterRecovery:
     async def _take_over_switchover(
         self, task: TaskRecord, job: SwitchoverJob, seen: bytes
     ) -> None:
-        """Claim the job (``seen``: its record as read) and go on with it; a record written
-        meanwhile (its daemon woke up) leaves it to the next round."""
+        """Claim the job (``seen``: its record as read) and go on with it; a step its stalled
+        daemon saved meanwhile is read again and gone on from (:mod:`takeover`)."""
         with log_context(task_id=task.task_id):
             log.warning(
                 "switchover %s was left at %s by its daemon: taking it over", job.job_id, job.state
