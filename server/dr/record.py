@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from metastore import MetaStore
+from metastore import MetaStore, MetaStoreError
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
 from server.dr.claims import ClaimLostError
@@ -146,13 +146,31 @@ def replace_record(
 ) -> bytes:
     """Store the record ``key`` of a job (``job_id``) if it still holds ``seen``, what this
     holder last read or wrote (None: nothing); ``value`` (what it holds now) when stored,
-    ClaimLostError when another daemon wrote it since (it holds the job now)."""
-    if not store.replace_state(task_id, key, value, seen):
+    ClaimLostError when another daemon wrote it since (it holds the job now).
+
+    A write whose answer was lost (the store's error after the write landed, or this same save
+    asked again after such an error) is told by reading the record back: holding ``value``, it
+    was stored; so the job's next save compares with what is there, not with ``seen``."""
+    try:
+        stored = store.replace_state(task_id, key, value, seen)
+    except MetaStoreError:
+        if _holds(store, task_id, key, value):
+            return value
+        raise
+    if not stored and not _holds(store, task_id, key, value):
         raise ClaimLostError(
             f"job {job_id}: its record {key} of task {task_id} was written by another daemon "
             "since this one last saved it (that daemon holds the job now)"
         )
     return value
+
+
+def _holds(store: MetaStore, task_id: str, key: str, value: bytes) -> bool:
+    """Whether the record ``key`` holds ``value`` now; False when it cannot be read."""
+    try:
+        return store.get_state(task_id, key) == value
+    except MetaStoreError:
+        return False
 
 
 def save_job(store: MetaStore, job: SwitchoverJob, seen: bytes | None) -> bytes:

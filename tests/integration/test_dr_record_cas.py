@@ -13,7 +13,7 @@ from dataclasses import asdict
 import pytest
 from harness.dr_jobs import DrWorld, dr_world, seed_job
 
-from metastore import TaskState
+from metastore import MetaStoreUnavailableError, TaskState
 from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.failback import FailbackRun
 from server.dr.flows import FAULT_ENV
@@ -141,3 +141,34 @@ async def test_a_record_an_earlier_release_wrote_is_taken_over(world):
     stored = load_job(world.store, "ab")
     assert stored is not None and stored.state == "failed" and stored.rolled_back
     assert stored.member == world.supervisor.fleet.member_id
+
+
+async def test_a_save_whose_answer_was_lost_after_it_landed_is_not_taken_for_a_takeover(world):
+    """The store writes the job's record, then its answer is lost (the connection drops): the
+    save reads the record back and counts it as stored, so the job's next save compares with
+    what is there; asked again after an error that left the write unknown, the same save is
+    stored, not refused as another daemon's (before: the first save raised the store's error
+    and the job's next save, compared with the record before it, was refused as another
+    daemon's: the job stopped until its claim lapsed and a recover round took it up)."""
+    job = draining(world, "d1")
+    run = world.run_of(job, fenced=True)
+    store = world.store
+    replace = store.replace_state
+    lost = {"answers": 1}
+
+    def landed_then_lost(task_id, key, value, expected):
+        done = replace(task_id, key, value, expected)
+        if lost["answers"]:
+            lost["answers"] -= 1
+            raise MetaStoreUnavailableError("etcd: the connection dropped before the answer")
+        return done
+
+    store.replace_state = landed_then_lost  # type: ignore[method-assign]
+    try:
+        await run._save(job.to("verifying"))
+        await run._save(job.to("verifying").to("reversing"))
+    finally:
+        store.replace_state = replace  # type: ignore[method-assign]
+    stored = load_job(store, "ab")
+    assert stored is not None and stored.state == "reversing", stored
+    assert stored.member == "d1"
