@@ -83,6 +83,7 @@ ROUTE = {
     # failed (ended without a result), and the failback it recovers forgets it and asks again
     "failback_verify_reset": "kill:repairing",
     "failback_taken_over": "kill:seeding",
+    "failback_taken_over_saved": "kill:seeding",
     # m1 stopped past its claim right before it writes the fence key, m2 rolls the job back
     # (no key yet: the hold forgotten), m1 continued writes the key and finds its hold gone
     "fence-unheld": "stall:fence-joined",
