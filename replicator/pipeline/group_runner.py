@@ -31,7 +31,6 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from metastore import (
-    FencedError,
     MetaStore,
     MetaStoreError,
     MetaStoreUnavailableError,
@@ -47,6 +46,7 @@ from replicator.pipeline.group_layout import fence_and_record
 from replicator.pipeline.group_link import Link
 from replicator.pipeline.runner import ReplicationRunner
 from replicator.pipeline.runner_context import RunnerContext
+from replicator.pipeline.runner_end import end_reason, report_failure
 from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.task_state import RunnerState
 from replicator.sinks.kafka import KafkaTarget
@@ -181,23 +181,14 @@ class GroupedRunner:
         with log_context(task_id=self.task.task_id):
             try:
                 self._run()
-            except TaskNotFoundError:
-                log.info("task deleted; runner stops")
-            except FencedError as exc:
-                log.warning("runner stops: %s", exc)
-            except (CdcError, MetaStoreError) as exc:
-                log.error("task failed: %s", exc)
-                self._report(str(exc))
-            except Exception as exc:
-                log.exception("task runner crashed")
-                self._report(f"internal error: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - every end is told (runner_end)
+                reason = end_reason(exc, log)
+                if reason is not None:
+                    self._failure_reported = True
+                    if not self._stop_requested:
+                        report_failure(self._loop, self.on_failure, self.task.task_id, reason)
             finally:
                 self._done.set()
-
-    def _report(self, reason: str) -> None:
-        self._failure_reported = True
-        if self._loop is not None and not self._stop_requested:
-            asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
 
     def _run(self) -> None:
         backoff = 1.0

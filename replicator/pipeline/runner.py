@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from metastore import (
-    FencedError,
     MetaStore,
     MetaStoreError,
     TaskNotFoundError,
@@ -49,6 +48,7 @@ from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.runner_context import RunnerContext
+from replicator.pipeline.runner_end import end_reason, report_failure
 from replicator.pipeline.runner_startup import PrepareBudget, RunnerStartup, SourceRead
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
@@ -83,16 +83,6 @@ def _rows_copied(view: dict[str, Any] | None) -> dict[str, int] | None:
     if not view:
         return None
     return {c["collection"]: int(c["rows_done"]) for c in view.get("collections") or []}
-
-
-def _fenced(exc: BaseException) -> FencedError | None:
-    """The ``FencedError`` behind an error (a worker wraps what stops it), if any."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, FencedError):
-            return seen
-        seen = seen.__cause__
-    return None
 
 
 @dataclass
@@ -265,25 +255,15 @@ class ReplicationRunner:
         with log_context(task_id=self.task.task_id):
             try:
                 yield from self._run()
-            except TaskNotFoundError:
-                log.info("task deleted; runner stops")
-            except (CdcError, MetaStoreError) as exc:
-                fenced = _fenced(exc)
-                if fenced is not None:
-                    # not the task's failure: this daemon may no longer run it (the supervisor
-                    # sees the runner finished and starts it again if the daemon still holds it)
-                    log.warning("runner stops: %s", fenced)
-                    return
-                log.error("task failed: %s", exc)
-                self._report(str(exc))
-            except Exception as exc:
-                log.exception("task runner crashed")
-                self._report(f"internal error: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - every end is told (runner_end)
+                reason = end_reason(exc, log)
+                if reason is not None:
+                    self._report(reason)
 
     def _report(self, reason: str) -> None:
         self._failure_reported = True
-        if self._loop is not None and not self._stop_requested:
-            asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
+        if not self._stop_requested:
+            report_failure(self._loop, self.on_failure, self.task.task_id, reason)
 
     def _run(self) -> Steps:
         """Connect and run the workers; source, target and store outages are retried."""

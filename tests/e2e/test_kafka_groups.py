@@ -20,10 +20,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from harness.services import ServiceStartError, wait_until
+from harness.services import wait_until
 from pymilvus import MilvusClient
 from test_backfill import Writer, task_view
-from test_kafka_sink import Rebuilt, TrackedWrites, create_collection, make_rows
+from test_kafka_sink import Rebuilt, TrackedWrites, create_collection, make_rows, wait_rebuilt
 from test_replication import rows, source_config
 
 pytestmark = pytest.mark.e2e
@@ -129,21 +129,7 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
         writer.finish()
         expected = rows(source, name, "id")
 
-        def rebuilt_equal() -> Rebuilt | None:
-            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
-            return rebuilt if rebuilt.rows == expected else None
-
-        try:
-            rebuilt = wait_until(rebuilt_equal, 120, "the topic rebuilding the source")
-        except ServiceStartError:
-            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
-            missing = sorted(set(expected) - set(rebuilt.rows))
-            extra = sorted(set(rebuilt.rows) - set(expected))
-            rebuilt.explain(
-                f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
-                f"extra {extra[:10]}; log {daemon.log_path}",
-                len(missing) + len(extra),
-            )
+        rebuilt = wait_rebuilt(kafka_mock.bootstrap, topic, task_id, expected, daemon)
         row_events = rebuilt.row_events()
         channels = {e["source"]["channel"] for e in row_events}
         assert len(channels) == 2, channels  # both groups wrote rows
