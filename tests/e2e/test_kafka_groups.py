@@ -176,3 +176,47 @@ def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
         )
     finally:
         source.close()
+
+
+def test_a_groups_failure_fails_the_task_with_its_reason(
+    daemon_factory, milvus_source, etcd_service, kafka_mock
+):
+    """A collection made before the task: both groups find it at start and ask the task's
+    target (in the daemon) to make it, one at a time; its creation event is larger than the
+    task's max_event_bytes, so the target refuses it, the group that asked first stops with
+    that reason, and the task fails with it, as in one process (the other group, asking next,
+    must not fail it with "already exists")."""
+    name = f"kgfail_{uuid.uuid4().hex[:8]}"
+    source = MilvusClient(uri=milvus_source.uri, dedicated=True)
+    try:
+        create_collection(source, name)
+        source.insert(name, make_rows(list(range(5)), "big"))
+        daemon = daemon_factory(**source_config(milvus_source, etcd_service, kafka_mock)).start()
+        created = daemon.call(
+            "create",
+            {
+                "kafka_connect_param": {
+                    "address": kafka_mock.bootstrap,
+                    "topic": f"events_{name}",
+                    "processes": 2,
+                    "max_event_bytes": 60,
+                },
+                "collection_infos": [{"name": name}],
+            },
+        )
+        assert created.code == 200, created.body
+        task_id = created.data["task_id"]
+        task = wait_until(
+            lambda: t if (t := task_view(daemon, task_id))["state"] == "Failed" else None,
+            60,
+            "the task failed by its group",
+        )
+        assert "max_event_bytes (60)" in task["reason"], task["reason"]
+        assert f"{name} pk " in task["reason"], task["reason"]
+        log = daemon.log_path.read_text()
+        assert "channels in 2 processes" in log
+        assert "already exists" not in log  # the collection made once, by one group
+        assert group_processes(daemon.process.pid) == []  # the groups ended with the task
+        print(f"kafka groups, the task's reason: {task['reason']}")
+    finally:
+        source.close()
