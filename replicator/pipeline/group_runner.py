@@ -61,6 +61,11 @@ STOP_WAIT = 10.0
 KILL_WAIT = 5.0
 # how often the runner looks at its groups (and reads the warnings they saved)
 WATCH_SECONDS = 2.0
+# a group process that dies without a reason this many times in a row, each within
+# CRASH_WINDOW seconds of its groups' start, fails the task (out of memory at every start, a
+# broken interpreter): restarting it for ever would hide it behind a task shown Running
+CRASH_LIMIT = 5
+CRASH_WINDOW = 60.0
 
 
 @dataclass
@@ -88,6 +93,32 @@ class _Group:
     ended: threading.Event = field(default_factory=threading.Event)
     failure: str | None = None
     finished: bool = False
+
+
+class GroupCrashedError(SinkSessionLostError):
+    """A group's process ended without a reason (killed, crashed): retried, the groups started
+    again from what Kafka committed, up to ``CRASH_LIMIT`` times in a row."""
+
+
+class CrashCount:
+    """Ends of the groups' runs in a row by a crash soon after their start; the one that makes
+    ``CRASH_LIMIT`` fails the task."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def ended(self, error: Exception, ran_for: float) -> None:
+        """A run ended by ``error`` after ``ran_for`` seconds (and is started again unless this
+        raises ``TaskFailedError``)."""
+        quick = isinstance(error, GroupCrashedError) and ran_for < CRASH_WINDOW
+        self.count = self.count + 1 if quick else 0
+        if self.count >= CRASH_LIMIT:
+            raise TaskFailedError(
+                f"{error}, {self.count} times in a row, each within {CRASH_WINDOW:.0f} s of "
+                "the groups' start: the task stops (the daemon's log tells each end; look for "
+                "the process killed for memory, or run the task in one process: "
+                "kafka_connect_param.processes 1)"
+            ) from error
 
 
 class GroupedRunner:
@@ -192,7 +223,9 @@ class GroupedRunner:
 
     def _run(self) -> None:
         backoff = 1.0
+        crashes = CrashCount()
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 if self._run_groups():
                     return
@@ -200,6 +233,7 @@ class GroupedRunner:
             except (CdcError, MetaStoreError, OSError) as exc:
                 if isinstance(exc, (TaskFailedError, TaskNotFoundError)) or not is_retriable(exc):
                     raise
+                crashes.ended(exc, time.monotonic() - started)
                 log.warning("channel groups stopped, starting again in %.0f s: %s", backoff, exc)
                 self._stop.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
@@ -285,7 +319,7 @@ class GroupedRunner:
                     raise TaskFailedError(str(failed.failure))
                 crashed = next((g for g in ended if not g.finished), None)
                 if crashed is not None:
-                    raise SinkSessionLostError(
+                    raise GroupCrashedError(
                         f"the process of channel group {crashed.name} "
                         f"({', '.join(crashed.channels)}) ended with exit code "
                         f"{crashed.process.exitcode} and no reason"
