@@ -130,6 +130,31 @@ def cpu_seconds(*pids: int) -> list[float]:
     return result
 
 
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its children alive now (a daemon's channel group processes)."""
+    found = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != pid:
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU-seconds of ``pid``, its reaped children and its children alive now."""
+    total = 0.0
+    for each in tree_pids(pid):
+        try:
+            total += cpu_seconds(each)[0]
+        except OSError:  # ended meanwhile (then reaped: counted in the parent's)
+            continue
+    return total
+
+
 def spent(before: list[float], after: list[float]) -> list[float]:
     return [b - a for a, b in zip(before, after, strict=False)]
 

@@ -50,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import cpu_seconds, settle  # noqa: E402
+from catch_up import settle, tree_cpu  # noqa: E402
 from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
@@ -74,22 +74,6 @@ def pin(pid: int, cpus: set[int]) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(tid), cpus)
-
-
-def children_cpu(pid: int) -> float:
-    """CPU-seconds of the children of ``pid`` alive now (an encoding pool's processes)."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != pid:
-            with contextlib.suppress(OSError, IndexError):
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid:
-                    total += cpu_seconds(int(entry))[0]
-    return total
-
-
-def tree_cpu(pid: int) -> float:
-    return cpu_seconds(pid)[0] + children_cpu(pid)
 
 
 def follow_progress(daemon, task_id: str, pid: int, rows: int, timeout: float) -> dict:
@@ -141,7 +125,7 @@ def one_run(
         pid = daemon.process.pid
         pin(pid, cpus)
         settle(pid, window=2.0, limit=30)
-        (own0,), kids0 = cpu_seconds(pid), children_cpu(pid)
+        cpu0 = tree_cpu(pid)
         infos = [{"name": name} for name in names]
         t0 = time.perf_counter()
         if target == "milvus":
@@ -171,10 +155,6 @@ def one_run(
             assert created.code == 200, created.body
             task_id = str(created.data["task_id"])
             seen = watch(ends, pid, args.rows, args.timeout, quiet=2.0)
-            # watch counts the daemon's own CPU; its pool's processes encode rows only, so
-            # they are counted from the create request to the end
-            kids = children_cpu(pid) - kids0
-            seen["cpu_first"] -= kids
             wal = task_bytes(daemon, task_id)
         load = os.getloadavg()
     if target == "milvus":
@@ -187,8 +167,8 @@ def one_run(
         keys = {(t, k) for t, k, _ in records}
         assert len(records) == args.rows == len(keys), (len(records), len(keys), args.rows)
     seconds = seen["last"] - t0
-    # follow_progress counts the whole tree, watch the daemon's own process (kids added)
-    cpu = seen["cpu_last"] - own0 - kids0 if target == "milvus" else seen["cpu_last"] - own0 + kids
+    # both count the daemon's whole tree (its channel group processes included)
+    cpu = seen["cpu_last"] - cpu0
     steady = seen["last"] - seen["first"]
     steady_cpu = seen["cpu_last"] - seen["cpu_first"]
     return {

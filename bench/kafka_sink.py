@@ -23,14 +23,17 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
    CPU per event compares the two writers whatever the load.
 
     python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
-                               [--code LABEL=CHECKOUT ...]
+                               [--code LABEL=CHECKOUT ...] [--daemon-configs JSON]
                                [--out bench/results/kafka_sink.md] [--profile FILE]
                                [--profile-idle]
 
 Steps 2 and 3 run ``--rounds`` times on the one backlog, each round with a fresh mock and a
 fresh metastore, once for every ``--code`` (a checkout whose daemon runs as ``python -m
 server``: ``--code before=/tmp/old --code after=.`` compares two trees on the same backlog and
-against the same baseline's rounds; default: the installed daemon). The report is appended to
+against the same baseline's rounds; default: the installed daemon), and once for every
+``--daemon-configs`` entry (top-level daemon settings: ``'[{}, {"kafkaTargetProcesses": 2}]'``
+runs the task in the daemon and in two channel group processes; CPU is the daemon's with its
+child processes). The report is appended to
 ``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
 samples the daemon at 100 Hz without pausing it, from the create request to the last event;
 its collapsed stacks are written to FILE (``--profile-idle``: the waiting threads too, each
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import platform
@@ -53,7 +57,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import cpu_seconds, settle  # noqa: E402
+from catch_up import cpu_seconds, settle, tree_cpu, tree_pids  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
@@ -163,26 +167,31 @@ class EndOffsets:
 
 
 def librdkafka_cpu(pid: int) -> float:
-    """CPU seconds so far of the process's librdkafka threads (named ``rdk:...``): the part of
-    its CPU spent outside the interpreter (it runs beside it, on another core when there is
-    one)."""
+    """CPU seconds so far of the librdkafka threads (named ``rdk:...``) of the process and its
+    children alive now (a daemon's channel groups): the part of its CPU spent outside the
+    interpreter (it runs beside it, on another core when there is one)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for each in tree_pids(pid):
         try:
-            if not (task / "comm").read_text().startswith("rdk:"):
-                continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended meanwhile
+            tasks = list(Path(f"/proc/{each}/task").iterdir())
+        except OSError:  # the process ended meanwhile
             continue
-        total += int(fields[11]) + int(fields[12])
+        for task in tasks:
+            try:
+                if not (task / "comm").read_text().startswith("rdk:"):
+                    continue
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            total += int(fields[11]) + int(fields[12])
     return total / tick
 
 
 def watch(ends: EndOffsets, pid: int, rows: int, timeout: float, quiet: float = 3.0) -> dict:
     """Poll the end offsets until they passed ``rows`` and did not grow for ``quiet`` seconds:
-    the moments of the first and of the last growth, and the daemon's CPU (and its librdkafka
-    threads') at each."""
+    the moments of the first and of the last growth, and the daemon's CPU (its child
+    processes included; and its librdkafka threads') at each."""
     deadline = time.monotonic() + timeout
     first = last = None
     cpu_first = cpu_last = rdk_first = rdk_last = 0.0
@@ -190,7 +199,7 @@ def watch(ends: EndOffsets, pid: int, rows: int, timeout: float, quiet: float = 
     while time.monotonic() < deadline:
         now, total = time.perf_counter(), ends.total()
         if total > seen:
-            (cpu,) = cpu_seconds(pid)
+            cpu = tree_cpu(pid)
             rdk = librdkafka_cpu(pid)
             if first is None:
                 first, cpu_first, rdk_first = now, cpu, rdk
@@ -257,12 +266,19 @@ def profiled(pid: int, out: Path, idle: bool = False):
         process.wait(30)
 
 
-def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str], code) -> dict:
+def daemon_round(
+    args, work: Path, source, etcd_endpoint: str, names: list[str], code, config: dict
+) -> dict:
     """One round: a fresh Kafka mock, a daemon of ``code`` (label, checkout or "": the
-    installed one) on a fresh metastore reading the whole backlog, then the raw producer of
-    the same bytes three times, each into a fresh mock."""
+    installed one) with the top-level settings ``config`` on a fresh metastore reading the
+    whole backlog, then the raw producer of the same bytes three times, each into a fresh
+    mock."""
     label, checkout = code
-    result: dict = {"code": label, "load_before": os.getloadavg()}
+    settings = json.dumps(config, separators=(",", ":")) if config else ""
+    result: dict = {
+        "code": " ".join(filter(None, [label, settings])),
+        "load_before": os.getloadavg(),
+    }
     with contextlib.ExitStack() as stack:
         kafka = stack.enter_context(kafka_mock_cluster(work / "kafka"))
         daemon = start_daemon(
@@ -270,6 +286,7 @@ def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str],
             work,
             etcd_endpoint,
             source,
+            config,
             mqType="rocksmq",
             rocksmq={"path": str(source.rocksmq_path)},
             checkout=checkout,
@@ -285,7 +302,7 @@ def daemon_round(args, work: Path, source, etcd_endpoint: str, names: list[str],
             else None
         )
         with spy or contextlib.nullcontext():
-            (before,) = cpu_seconds(daemon.process.pid)
+            before = tree_cpu(daemon.process.pid)
             t0 = time.perf_counter()
             created = daemon.call(
                 "create",
@@ -345,11 +362,14 @@ def run(args, work: Path) -> dict:
         settle(source.pid)
         for n in range(args.rounds):
             for m, code in enumerate(args.code):
-                round_work = work / f"round{n}_{m}"
-                round_work.mkdir()
-                done = daemon_round(args, round_work, source, etcd.endpoint, names, code)
-                print(round_line(done), flush=True)
-                result["rounds"].append(done)
+                for c, config in enumerate(args.daemon_configs):
+                    round_work = work / f"round{n}_{m}_{c}"
+                    round_work.mkdir()
+                    done = daemon_round(
+                        args, round_work, source, etcd.endpoint, names, code, config
+                    )
+                    print(round_line(done), flush=True)
+                    result["rounds"].append(done)
     return result
 
 
@@ -374,10 +394,16 @@ def report(args, r: dict) -> str:
         f"python bench/kafka_sink.py --rows {args.rows} --dim {args.dim} "
         f"--collections {args.collections} --rounds {args.rounds}"
         + "".join(f" --code {label}={path or '.'}" for label, path in args.code)
+        + (
+            f" --daemon-configs '{json.dumps(args.daemon_configs)}'"
+            if args.daemon_configs != [{}]
+            else ""
+        )
     )
     first = r["rounds"][0]
     lines = [
-        "| code | raw: median s (events/s) | raw runs: s | daemon, steady: s (events/s) "
+        "| code (daemon settings) | raw: median s (events/s) | raw runs: s "
+        "| daemon, steady: s (events/s) "
         "| ratio to raw | daemon CPU / event (of it librdkafka's threads) "
         "| daemon cores used (steady) | raw CPU / event "
         "| daemon from create: s (ratio) | load average (1 min) before / after |",
@@ -411,6 +437,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--rounds", type=int, default=1, help="daemon rounds on one backlog")
     add_code_option(parser, "this")
+    parser.add_argument(
+        "--daemon-configs",
+        type=json.loads,
+        default=[{}],
+        help="JSON list of top-level daemon settings, each run in every round (e.g. "
+        "'[{}, {\"kafkaTargetProcesses\": 2}]')",
+    )
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the daemon to this file")
     parser.add_argument(
         "--profile-idle", action="store_true", help="with --profile: waiting threads too"

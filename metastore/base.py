@@ -188,6 +188,14 @@ class MetaStore(Protocol):
 
     def get_state(self, task_id: str, key: str) -> bytes | None: ...
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        """Store ``value`` under the task if what is stored there is still ``expected`` (None:
+        nothing), in one compare-and-set (the stored bytes compared, so a value an earlier
+        release wrote is replaced like any other); False when another write came first,
+        ``TaskNotFoundError`` when the task is gone. For a value changed by one holder at a
+        time (a disaster-recovery job's record): a holder that lost it cannot overwrite the
+        next one's."""
+
     def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]: ...
 
     # --- the fleet: daemons sharing the store, and who runs which task -------------------------

@@ -85,6 +85,9 @@ class DelegatingStore:
     def list_state(self, task_id: str, prefix: str = "") -> dict[str, bytes]:
         return self.inner.list_state(task_id, prefix)
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        return self.inner.replace_state(task_id, key, value, expected)
+
     # --- the fleet -----------------------------------------------------------------------------
     def heartbeat(self, member_id: str, info: Mapping[str, Any], ttl: float) -> None:
         self.inner.heartbeat(member_id, info, ttl)

@@ -302,6 +302,21 @@ class EtcdMetaStore:
             self._refused(task_id, lease)
             raise TaskNotFoundError(task_id)  # deleted and stored again in between
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        full = self._state_prefix(task_id) + key
+        t = self._client.transactions
+        stored_is = t.version(full) == 0 if expected is None else t.value(full) == expected
+        ok, _ = self._call(
+            lambda: self._client.transaction(
+                compare=[*self._guards(task_id, None), stored_is],
+                success=[t.put(full, value)],
+                failure=[],
+            )
+        )
+        if not ok and self.get_task(task_id) is None:
+            raise TaskNotFoundError(task_id)
+        return bool(ok)
+
     def get_state(self, task_id: str, key: str) -> bytes | None:
         value, _ = self._call(lambda: self._client.get(self._state_prefix(task_id) + key))
         return None if value is None else bytes(value)

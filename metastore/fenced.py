@@ -188,5 +188,9 @@ class FencedStore(DelegatingStore):
         self.fence.check()
         self.inner.put_state(task_id, key, value, lease=lease or self.fence.lease)
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        self.fence.check()
+        return self.inner.replace_state(task_id, key, value, expected)
+
     def close(self) -> None:
         """The runner does not own the store: closing is the daemon's."""

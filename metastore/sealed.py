@@ -328,6 +328,11 @@ class SealedMetaStore(DelegatingStore):
         self.inner.put_state(task_id, key, self._seal_value(task_id, key, value, ring), lease=lease)
         self._sealed_with(ring)
 
+    def replace_state(self, task_id: str, key: str, value: bytes, expected: bytes | None) -> bool:
+        if key.startswith(SEALED_STATE):  # sealed anew at every write: no bytes to compare
+            raise ValueError(f"state {key} is sealed: it is not replaced by compare-and-set")
+        return self.inner.replace_state(task_id, key, value, expected)
+
     def get_state(self, task_id: str, key: str) -> bytes | None:
         value = self.inner.get_state(task_id, key)
         return None if value is None else self._open_value(task_id, key, value)

@@ -30,6 +30,7 @@ from server.app_state import (
     SUPERVISOR,
     Lifecycle,
 )
+from server.dr.flows import injected_fault
 from server.dr.manager import (
     DisasterRecovery,
 )
@@ -113,6 +114,7 @@ def create_app(
             supervisor.timings,
         )
         await supervisor.start()
+        await injected_fault("start_recover", job="daemon")  # a hold only (tests): a slow round
         await disaster.recover()
         yield
         disaster.stop()

@@ -21,6 +21,8 @@ from replicator.config.settings import CdcSettings
 from server.app import create_app
 from server.app_state import LIFECYCLE
 from server.http.auth import listen_host
+from server.http.starting import starting_app
+from server.listen import bind
 from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
 
@@ -72,16 +74,31 @@ async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -
     app = create_app(settings, redactor=redactor, heap=heap)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     ssl_context = server_tls_context(settings.tls)  # before anything opens: a bad file stops it
-    await runner.setup()  # opens the metastore and brings the tasks back
     configured_host, port = settings.host_port
     host = listen_host(configured_host, settings.auth)
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    sockets = bind(host, port)  # before anything opens: the port is this daemon's from now
+    scheme = "https" if ssl_context else "http"
+    log.info("milvus-cdc listening on %s://%s:%d (starting: 503 until ready)", scheme, host, port)
+    early = web.AppRunner(starting_app(), handle_signals=False, access_log=None)
+    started = False
     try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    log.info("milvus-cdc listening on %s://%s:%d", "https" if ssl_context else "http", host, port)
+        await early.setup()
+        for sock in sockets:  # a copy each: the early server closes its own when it stops
+            site = web.SockSite(early, sock.dup(), ssl_context=ssl_context, shutdown_timeout=5)
+            await site.start()
+        await runner.setup()  # opens the metastore, brings the tasks back, the recover round
+        started = True
+        for sock in sockets:
+            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    except BaseException:
+        if started:
+            await runner.cleanup()
+        await early.cleanup()
+        for sock in sockets:
+            sock.close()
+        raise
+    await early.cleanup()  # its requests under way answered; the daemon's own serve from here
+    log.info("milvus-cdc ready on %s://%s:%d", scheme, host, port)
     tune_gc()
 
     stop = asyncio.Event()

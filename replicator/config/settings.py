@@ -116,6 +116,9 @@ class CdcSettings(BaseSettings):
     logFormat: Literal["auto", "json", "console"] = "auto"
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024)
     drainTimeoutSeconds: float = Field(default=30.0, gt=0)
+    # ours: the processes a task with a Kafka target runs its channels in, unless the task's
+    # kafka_connect_param.processes says (1: the daemon's own; see docs, Kafka target)
+    kafkaTargetProcesses: int = Field(default=1, ge=1, le=64)
     # ours: how long a thread runs Python before one waiting for the interpreter lock takes it
     # (sys.setswitchinterval); Python's 5 ms made a Kafka target's catch-up spend a fifth of
     # its CPU handing the lock between channels (bench/results/kafka_sink.md)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import AbstractContextManager
+from typing import Any
 
 from replicator.codec.streaming_events import StreamMeta
 from replicator.pipeline.registry import CollectionRegistry
@@ -30,10 +32,17 @@ log = logging.getLogger(__name__)
 
 
 class Barriers:
-    def __init__(self, state: RunnerState, registry: CollectionRegistry) -> None:
+    def __init__(
+        self,
+        state: RunnerState,
+        registry: CollectionRegistry,
+        ddl_lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        """``ddl_lock``: one shared by the processes of a task's channel groups (their barrier
+        sets are in the metastore, read and written under it); a lock of its own otherwise."""
         self._state = state
         self._registry = registry
-        self.ddl_lock = threading.Lock()
+        self.ddl_lock: AbstractContextManager[Any] = ddl_lock or threading.Lock()
         self._applied = threading.Condition()
         self._done: set[int] = set()  # broadcasts applied by this runner
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from metastore import MetaStore
 from replicator.meta.catalog import CollectionMeta
@@ -57,12 +59,13 @@ class TaskContext:
         read_ahead: int = 2,
         imports: TaskImports | None = None,
         timings: TaskTimings | None = None,
+        ddl_lock: AbstractContextManager[Any] | None = None,
     ) -> TaskContext:
         """``describe``: one collection of the source catalog (for what a CreateCollection
         record lacks); ``ddl``: the applier of the 2.6 DDL beyond collections and partitions
-        (None: skipped)."""
+        (None: skipped); ``ddl_lock``: the DDL lock shared by a task's channel groups."""
         state = RunnerState(store, task_id)
-        barriers = Barriers(state, registry)
+        barriers = Barriers(state, registry, ddl_lock)
         collections = CollectionDdl(registry, target, state, barriers, describe, stop)
         broadcasts = BroadcastDdl(collections, barriers, registry, state, ddl, stop, imports)
         return cls(

@@ -17,11 +17,11 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from metastore import (
-    FencedError,
     MetaStore,
     MetaStoreError,
     TaskNotFoundError,
@@ -43,10 +43,12 @@ from replicator.pipeline.bootstrap import (
 from replicator.pipeline.channel_reads import MAX_BACKOFF
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.fiber_group import NamedBody, run_fiber_group
+from replicator.pipeline.group_layout import fence_recorded_groups
 from replicator.pipeline.handover import BackfillStage
 from replicator.pipeline.imports import ImportWatcher, TaskImports
 from replicator.pipeline.registry import CollectionRegistry
 from replicator.pipeline.runner_context import RunnerContext
+from replicator.pipeline.runner_end import end_reason, report_failure
 from replicator.pipeline.runner_startup import PrepareBudget, RunnerStartup, SourceRead
 from replicator.pipeline.selection import TaskSelection
 from replicator.pipeline.status import (
@@ -83,16 +85,6 @@ def _rows_copied(view: dict[str, Any] | None) -> dict[str, int] | None:
     return {c["collection"]: int(c["rows_done"]) for c in view.get("collections") or []}
 
 
-def _fenced(exc: BaseException) -> FencedError | None:
-    """The ``FencedError`` behind an error (a worker wraps what stops it), if any."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, FencedError):
-            return seen
-        seen = seen.__cause__
-    return None
-
-
 @dataclass
 class _Connection:
     read: SourceRead
@@ -119,7 +111,7 @@ class ReplicationRunner:
         self.context = context
         self.spec = TaskSpec.of(task)
         self.selection = TaskSelection.from_spec(self.spec)
-        self.rpc_channel = self.spec.rpc_channel
+        self.rpc_channel = self.spec.rpc_channel if context.replicate_channel else ""
         # the Go tool's ignore_partition: every row goes to the target's default partition
         milvus = self.spec.milvus_connect_param or {}
         self.single_partition = bool(milvus.get("ignore_partition"))
@@ -263,25 +255,15 @@ class ReplicationRunner:
         with log_context(task_id=self.task.task_id):
             try:
                 yield from self._run()
-            except TaskNotFoundError:
-                log.info("task deleted; runner stops")
-            except (CdcError, MetaStoreError) as exc:
-                fenced = _fenced(exc)
-                if fenced is not None:
-                    # not the task's failure: this daemon may no longer run it (the supervisor
-                    # sees the runner finished and starts it again if the daemon still holds it)
-                    log.warning("runner stops: %s", fenced)
-                    return
-                log.error("task failed: %s", exc)
-                self._report(str(exc))
-            except Exception as exc:
-                log.exception("task runner crashed")
-                self._report(f"internal error: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - every end is told (runner_end)
+                reason = end_reason(exc, log)
+                if reason is not None:
+                    self._report(reason)
 
     def _report(self, reason: str) -> None:
         self._failure_reported = True
-        if self._loop is not None and not self._stop_requested:
-            asyncio.run_coroutine_threadsafe(self.on_failure(self.task.task_id, reason), self._loop)
+        if not self._stop_requested:
+            report_failure(self._loop, self.on_failure, self.task.task_id, reason)
 
     def _run(self) -> Steps:
         """Connect and run the workers; source, target and store outages are retried."""
@@ -324,12 +306,17 @@ class ReplicationRunner:
 
     def _connect(self) -> _Connection:
         read = self.startup.read_source()
+        if self.kafka and not self.context.group:
+            fence_recorded_groups(self.state, self.spec.target_param, self.task.task_id)
         target = self.context.target_factory(self.task)
         target.fence = self.fence
         target.warn = self.warnings.warn
         if isinstance(target, KafkaTarget):
             try:
-                self.startup.adopt_newer_target_positions(read, target.committed_positions)
+                # this runner's channels only: a channel group's are the other groups' own
+                committed = target.committed_positions
+                mine = {ch: p for ch, p in committed.items() if ch in self.statuses}
+                self.startup.adopt_newer_target_positions(read, mine)
             except BaseException:
                 target.close()
                 raise
@@ -344,7 +331,10 @@ class ReplicationRunner:
         describe = context.collection or (lambda collection: context.catalog().get(collection))
         names = TaskNames.for_task(registry.resolve, self.selection)
         rbac = self.spec.rbac
-        register_collections(registry, names, connection.target, read.catalog, self.state)
+        # a channel group's processes make the collections they find at start one at a time
+        # (each asks the target whether it has one, then makes it)
+        with self.context.ddl_lock or nullcontext():
+            register_collections(registry, names, connection.target, read.catalog, self.state)
         return TaskContext.build(
             self.task.task_id,
             self.store,
@@ -358,6 +348,7 @@ class ReplicationRunner:
             read_ahead=context.read_ahead,
             imports=self.imports,
             timings=self.timings,
+            ddl_lock=self.context.ddl_lock,
         )
 
     def _run_workers(self, connection: _Connection) -> Steps:

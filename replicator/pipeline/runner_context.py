@@ -7,7 +7,9 @@ bulk imports and the pool of threads, built once per named source from the setti
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from metastore import TaskRecord
 from replicator.backfill.phase import DriverLauncher
@@ -49,3 +51,8 @@ class RunnerContext:
     import_serving: Callable[[TaskImports], None] | None = None
     # the threads every task's fibers run on (one pool per daemon)
     pool: FiberPool = field(default_factory=shared_pool)
+    # a channel group's process (replicator.sinks.kafka_groups): its name ("": the task runs in
+    # the daemon), whether it reads the replicate channel, and the task's DDL lock it shares
+    group: str = ""
+    replicate_channel: bool = True
+    ddl_lock: AbstractContextManager[Any] | None = None

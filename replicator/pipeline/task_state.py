@@ -12,6 +12,7 @@ knows the keys and their encoding (JSON, except the in-flight bound, a decimal i
 | ``index/<collection>/<index id>``     | ``[field, index name]`` of a 2.6 index the task made |
 | ``wal/<pchannel>/<generation>``       | a WAL the source switched to (kind, settings, tick)  |
 | ``warnings``                          | the task's warnings (list of text)                   |
+| ``kafka-groups``                      | the channel groups whose producers may be open (list)|
 | ``import/<job id>``                   | a bulk import the source ran and its copy (imports)  |
 
 Keys of the backfill job live in :mod:`replicator.backfill.state`.
@@ -201,6 +202,14 @@ class RunnerState:
     def imports(self) -> list[dict[str, Any]]:
         found = self._store.list_state(self._task_id, "import/")
         return [json.loads(value) for _key, value in sorted(found.items()) if value]
+
+    # --- a Kafka target's channel groups (see replicator.sinks.kafka_groups) ----------------
+    def kafka_groups(self) -> list[str]:
+        """The groups whose producers the task may have left open (fenced at the next start)."""
+        return [str(g) for g in self._get_json("kafka-groups", [])]
+
+    def save_kafka_groups(self, groups: list[str]) -> None:
+        self._put_json("kafka-groups", groups)
 
     # --- warnings ----------------------------------------------------------------------------
     def warnings(self) -> list[str]:

@@ -83,6 +83,11 @@ _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
 QUEUE_FULL_WAIT = 0.005
 
 
+def transactional_id(task_id: str, group: str = "") -> str:
+    """The producer's ``transactional.id`` of a task (``group``: of one channel group)."""
+    return f"milvus-cdc.{task_id}" + (f".{group}" if group else "")
+
+
 def topic_for(template: str, db: str, collection: str) -> str:
     return template.replace("{db}", db).replace("{collection}", collection)
 
@@ -160,7 +165,11 @@ class KafkaTarget(MilvusTarget):
         incarnation: str,
         timeout: float = 60.0,
         state_timeout: float = READ_STATE_TIMEOUT,
+        group: str = "",
     ) -> None:
+        """``group``: a channel group's producer (:mod:`kafka_groups`): its transactional id
+        is the task's plus the group; it never writes the model (the task's DDL is made by the
+        parent's target, see ``answer``)."""
         # no gRPC channel: nothing of MilvusTarget's connection is used
         self.address = params["address"]
         self._timeout = timeout
@@ -181,7 +190,7 @@ class KafkaTarget(MilvusTarget):
         self._producer = Producer(
             {
                 **config,
-                "transactional.id": f"milvus-cdc.{task_id}",
+                "transactional.id": transactional_id(task_id, group),
                 "transaction.timeout.ms": 60_000,
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",  # what Java clients use for the same key
@@ -205,6 +214,8 @@ class KafkaTarget(MilvusTarget):
         self.committed_positions: dict[str, Position] = positions
         self.model = TargetModel.from_json(model) if model else TargetModel()
         self._model_written = time.monotonic() if model else float("-inf")
+        if group:
+            self._model_written = float("inf")  # the parent's target writes the model
 
     # --- what Kafka committed -------------------------------------------------------------------
     # --- the Milvus calls, answered by the model -----------------------------------------------
@@ -247,6 +258,13 @@ class KafkaTarget(MilvusTarget):
             self.commit("", events, None, model=changed)
             self.model = changed
             return response
+
+    def answer(self, method: str, request: Any, what: str) -> tuple[Any, dict[str, Any]]:
+        """A call of a channel group's target (:mod:`kafka_groups`), made here: its answer
+        and the model as it is after it."""
+        response = self._call(method, request, what)
+        with self._lock:
+            return response, self.model.state
 
     def _ddl_event(self, change: Change) -> Event:
         topic = self.ddl_topic or topic_for(self.topic, change.db, change.collection)

@@ -38,7 +38,7 @@ from replicator.config.task_spec import TaskSpec
 from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.flows import VerifyWaitError, injected_fault, reverse_request, verify_ended
 from server.dr.pair import FAILING_BACK, REPLICATING, ClusterPair
-from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, save_json
+from server.dr.record import FAILBACK_KEY, LINK_KEY, iso, json_bytes, replace_record, save_json
 from server.dr.task_ops import TaskOperations
 from server.errors import ApiError, ConflictError
 from server.tasks.requests import BackfillOption, CreateRequest, VerifyRequest
@@ -72,11 +72,13 @@ class FailbackRun:
         record: dict[str, Any],
         on_save: Callable[[str, dict[str, Any]], None],
         claim: FlowClaim,
+        seen: bytes | None,
     ) -> None:
         self.sup = supervisor
         self.record = dict(record)
         self.on_save = on_save
         self.claim = claim
+        self.seen = seen  # the record as this run last read or wrote it (:mod:`record`)
 
     @property
     def task_id(self) -> str:
@@ -99,7 +101,16 @@ class FailbackRun:
             ]
             changes["steps"] = steps
         self.record.update(changes)
-        await asyncio.to_thread(save_json, self.sup.store, self.task_id, FAILBACK_KEY, self.record)
+        # ClaimLostError where another daemon took the job over and saved since
+        self.seen = await asyncio.to_thread(
+            replace_record,
+            self.sup.store,
+            self.task_id,
+            FAILBACK_KEY,
+            json_bytes(self.record),
+            self.seen,
+            self.job_id,
+        )
         self.on_save(self.task_id, dict(self.record))
         log.info("failback of %s: %s", self.task_id, self.record["state"])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -19,8 +20,9 @@ from server.dr.failback import FINISHED as FAILBACK_FINISHED
 from server.dr.failback import FailbackRun
 from server.dr.flows import injected_fault
 from server.dr.pair_keeper import PairKeeper
-from server.dr.record import FAILBACK_KEY, iso, load_json
+from server.dr.record import FAILBACK_KEY, iso, json_bytes, load_json
 from server.dr.stale_watch import arm, load_watch
+from server.dr.takeover import failback, save_taken_over
 from server.dr.task_ops import TaskOperations
 from server.dr.views import JobViews
 from server.dr.watches import StaleWatches
@@ -105,7 +107,9 @@ class Failbacks:
             "started_at": iso(now),
             "reason": "",
         }
-        run = FailbackRun(self.sup, record, self._saved, claim)
+        # over the task's last failback (ended: checked above, the claim now ours)
+        seen = await asyncio.to_thread(self.sup.store.get_state, tid, FAILBACK_KEY)
+        run = FailbackRun(self.sup, record, self._saved, claim, seen)
         try:
             await run.save()
             await injected_fault("failback_creating", job="failback")
@@ -117,6 +121,8 @@ class Failbacks:
             with contextlib.suppress(Exception):
                 await run.save(state="failed", reason=f"the reverse task was not created: {exc}")
             await claim.release()
+            if isinstance(exc, ClaimLostError):  # its record written by another daemon
+                raise ConflictError(f"task {tid}: failback {job_id} stopped: {exc}") from exc
             raise
 
         await run.mark_failing_back()
@@ -154,10 +160,11 @@ class Failbacks:
         except (ApiError, MetaStoreError) as exc:
             log.warning("the stale-write watch of %s is not armed yet: %s", reverse_id, exc)
 
-    async def recover(
-        self, task: TaskRecord, record: dict[str, Any], me: str, alive: set[str]
-    ) -> None:
+    async def recover(self, task: TaskRecord, raw: bytes, me: str, alive: set[str]) -> None:
+        """Take the failback of ``task`` (``raw``: its record as read) over when its daemon is
+        gone; remember its view otherwise."""
         tid = task.task_id
+        record = json.loads(raw)
         running = self._runs.get(tid)
         if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
             if running is None:
@@ -175,7 +182,15 @@ class Failbacks:
         record.update(member=me, job_id=job_id)
         record.setdefault("production_cluster", ends[1])
         claim = self.pairs.flow_claim(ends, tid, job_id)
-        run = FailbackRun(self.sup, record, self._saved, claim)
+        adopt = failback(job_id, me)
+        stored = await save_taken_over(
+            self.sup.store, claim, FAILBACK_KEY, json_bytes(record), raw, adopt
+        )
+        await injected_fault("failback_taken_over_saved", job="failback")
+        if stored is None:
+            return
+        record = json.loads(stored)
+        run = FailbackRun(self.sup, record, self._saved, claim, stored)
         self._saved(tid, record)
         self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
 

@@ -31,7 +31,7 @@ from replicator.pipeline.status import consistent_view
 from replicator.pipeline.task_state import RunnerState
 from server.dr.failover_export import ChannelTail, Unreplicated, export_unapplied
 from server.dr.flows import injected_fault
-from server.dr.record import FAILOVER_KEY, iso, save_json
+from server.dr.record import FAILOVER_KEY, iso, json_bytes, load_json, replace_record
 from server.dr.task_ops import TaskOperations
 from server.logs import log_context
 from server.tasks.engine import cluster_context
@@ -57,6 +57,9 @@ async def run_failover(
     the flow's claim (between named clusters)."""
     task = await ops.get(request.task_id)
     tid = task.task_id
+    # the record is saved over the one read here: a failover that stalled past its claim
+    # finds another's record saved since (ClaimLostError) and writes nothing over it
+    seen = await asyncio.to_thread(ops.store.get_state, tid, FAILOVER_KEY)
     at = time.time()
     runner = ops.runner_of(tid)
     reason = f"failed over at {iso(at)}"
@@ -109,14 +112,42 @@ async def run_failover(
     }
     # the job's id: a recover round that finds the flow still claimed by it hands the flow over
     view = {**answer, "state": "done", "job_id": job}
-    await asyncio.to_thread(save_json, ops.store, tid, FAILOVER_KEY, view)
+    await asyncio.to_thread(
+        replace_record, ops.store, tid, FAILOVER_KEY, json_bytes(view), seen, job or "failover"
+    )
     await injected_fault("failover_saved", job="failover")
     up_to = (answer["consistent_up_to"] or {}).get("time", "unknown")
-    await ops.set_reason(tid, f"{reason}: the target holds every source write up to {up_to}")
+    await ops.set_reason(tid, failed_over_reason(view))
     await injected_fault("failover_reason", job="failover")
     with log_context(task_id=tid):
         log.warning("failed over: consistent up to %s%s", up_to, "" if complete else " (saved)")
     return view
+
+
+def failed_over_reason(view: dict[str, Any]) -> str:
+    """The reason of a task failed over (``view``: the failover's record): what the target
+    holds."""
+    up_to = (view.get("consistent_up_to") or {}).get("time", "unknown")
+    return (
+        f"failed over at {view['failed_over_at']}: the target holds every source write up to "
+        f"{up_to}"
+    )
+
+
+async def saved_failover(ops: TaskOperations, tid: str, job: str) -> dict[str, Any] | None:
+    """The record of failover ``job`` of task ``tid`` when it says done (the failover
+    happened), its task's reason set as the failover sets it where the task still has the
+    pause's; None otherwise."""
+    saved = await asyncio.to_thread(load_json, ops.store, tid, FAILOVER_KEY)
+    if saved is None or saved.get("job_id") != job or saved.get("state") != "done":
+        return None
+    task = await ops.get(tid)
+    if (
+        task.state is TaskState.PAUSED
+        and task.reason == f"failed over at {saved['failed_over_at']}"
+    ):
+        await ops.set_reason(tid, failed_over_reason(saved))
+    return saved
 
 
 def _owner_wait(settings: CdcSettings) -> float:

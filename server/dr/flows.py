@@ -106,6 +106,7 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
         "failback_failed",  # state failed saved
         "failback_released",  # the flow handed over (in sync) or the claim released
         "failback_taken_over",  # a recover round: the failback claimed by another daemon
+        "failback_taken_over_saved",  # dr/failback saved by that daemon, its member
     ),
 }
 

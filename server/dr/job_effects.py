@@ -15,7 +15,7 @@ from typing import Any
 
 from metastore import MetaStore
 from server.dr.pair import FAILED_OVER, REPLICATING, ClusterPair, Flow, JobClaim, release
-from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, load_job, load_json
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, SwitchoverJob, load_job, load_json
 
 
 def finished_changes(store: MetaStore, pair: ClusterPair, flow: Flow) -> dict[str, Any] | None:
@@ -52,27 +52,37 @@ def _changes(
         # and saved its end over the record of the member that took the job over has no say
         if job is None or job.job_id != held.job_id or job.member != held.member:
             return None
-        if not job.finished:
-            return None
-        if job.state != "done":
-            return {}
-        return {
-            "active": job.target_cluster,
-            "state": REPLICATING,
-            "tasks": {job.source_cluster: job.task_id, job.target_cluster: job.reverse_task_id},
-        }
+        return switchover_changes(job) if job.finished else None
     key = FAILBACK_KEY if held.kind == "failback" else FAILOVER_KEY
     record = load_json(store, held.task_id, key) or {}
     if record.get("job_id") != held.job_id or record.get("member", held.member) != held.member:
         return None
-    state = record.get("state")
     if held.kind == "failback":
-        if state == "in_sync":
-            return {"state": REPLICATING, "active": str(record["production_cluster"])}
-        return {} if state == "failed" else None
-    if state != "done":
+        return failback_changes(record)
+    if record.get("state") != "done":
         return None
     return {"state": FAILED_OVER, "active": _target_of(pair, flow, held)}
+
+
+def failback_changes(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What a failback leaves on its flow: the reverse direction replicating when in sync,
+    nothing but the release when failed; None while it runs."""
+    state = record.get("state")
+    if state == "in_sync":
+        return {"state": REPLICATING, "active": str(record["production_cluster"])}
+    return {} if state == "failed" else None
+
+
+def switchover_changes(job: SwitchoverJob) -> dict[str, Any]:
+    """What a finished switchover leaves on its flow: handed to the reverse direction when
+    done, nothing but the release when failed."""
+    if job.state != "done":
+        return {}
+    return {
+        "active": job.target_cluster,
+        "state": REPLICATING,
+        "tasks": {job.source_cluster: job.task_id, job.target_cluster: job.reverse_task_id},
+    }
 
 
 def _target_of(pair: ClusterPair, flow: Flow, held: JobClaim) -> str:

@@ -29,7 +29,7 @@ from replicator.config.task_spec import TaskSpec
 from replicator.hybrid_time import to_seconds
 from server.dr.claims import ClaimLostError
 from server.dr.failbacks import FailbackRequest, Failbacks
-from server.dr.failover import FailoverRequest, run_failover
+from server.dr.failover import FailoverRequest, run_failover, saved_failover
 from server.dr.flows import injected_fault
 from server.dr.pair import FAILED_OVER
 from server.dr.pair_keeper import PairKeeper
@@ -48,6 +48,7 @@ from server.dr.stale_watch import (
     WatchState,
 )
 from server.dr.switchover import SwitchoverRun
+from server.dr.takeover import save_taken_over, switchover
 from server.dr.task_ops import TaskOperations
 from server.dr.views import JobViews
 from server.dr.watches import StaleWatches
@@ -179,8 +180,15 @@ class DisasterRecovery:
         run = SwitchoverRun(
             self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
         )
-        try:
-            await asyncio.to_thread(save_job, self.sup.store, job)
+        try:  # over the task's last switchover (ended, or left to no live claim: the flow's ours)
+            run.seen = await asyncio.to_thread(self.sup.store.get_state, tid, SWITCHOVER_KEY)
+            run.seen = await asyncio.to_thread(save_job, self.sup.store, job, run.seen)
+        except ClaimLostError as exc:
+            await run.claim.release()
+            raise ConflictError(
+                f"task {tid}: its switchover record was written by another daemon meanwhile; "
+                "try again"
+            ) from exc
         except BaseException:
             await run.claim.release()
             raise
@@ -237,7 +245,7 @@ class DisasterRecovery:
         if FAILOVER_KEY in records:
             self._remember_view(tid, "failover", json.loads(records[FAILOVER_KEY]))
         if FAILBACK_KEY in records:
-            await self.failbacks.recover(task, json.loads(records[FAILBACK_KEY]), me, alive)
+            await self.failbacks.recover(task, records[FAILBACK_KEY], me, alive)
         if WATCH_KEY in records and not self.watches.start(tid):  # shown as last saved
             watch = WatchState.from_bytes(records[WATCH_KEY])
             self._remember_view(tid, "stale_writes", watch.view())
@@ -253,9 +261,13 @@ class DisasterRecovery:
         ):
             self._on_switchover_saved(job)  # its daemon runs it
             return
-        await self._take_over_switchover(task, job.with_(member=me))
+        await self._take_over_switchover(task, job.with_(member=me), records[SWITCHOVER_KEY])
 
-    async def _take_over_switchover(self, task: TaskRecord, job: SwitchoverJob) -> None:
+    async def _take_over_switchover(
+        self, task: TaskRecord, job: SwitchoverJob, seen: bytes
+    ) -> None:
+        """Claim the job (``seen``: its record as read) and go on with it; a step its stalled
+        daemon saved meanwhile is read again and gone on from (:mod:`takeover`)."""
         with log_context(task_id=task.task_id):
             log.warning(
                 "switchover %s was left at %s by its daemon: taking it over", job.job_id, job.state
@@ -264,14 +276,25 @@ class DisasterRecovery:
             spec = TaskSpec.of(task)
             # made first: a cluster no longer configured stops it here, nothing claimed
             run = SwitchoverRun(
-                self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
+                self.sup,
+                self.settings,
+                job,
+                self.pairs.store,
+                on_save=self._on_switchover_saved,
+                seen=seen,
             )
             await self.pairs.claim(
                 ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
             )
             await injected_fault("takeover_claimed")
-            await asyncio.to_thread(save_job, self.sup.store, job)
+            stored = await save_taken_over(
+                self.sup.store, run.claim, SWITCHOVER_KEY, job.to_bytes(), seen, switchover(job)
+            )
             await injected_fault("taken_over")
+            if stored is None:
+                return
+            job = SwitchoverJob.from_bytes(stored)
+            run.job, run.seen = job, stored
             forward = job.state == "reversing" and (
                 job.reverse_start is not None or await run.reverse_exists(job.reverse_task_id)
             )
@@ -309,10 +332,16 @@ class DisasterRecovery:
         try:  # its claim renewed while it waits for a runner and reads the WAL
             answer = await claim.run_while_held(self._fail_over(task, request, job_id))
         except ClaimLostError as exc:
-            raise ConflictError(
-                f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
-                f"and another daemon holds it now ({exc}); see progress.failover"
-            ) from exc
+            # lost after its record was saved (a recover round handed the flow over for the
+            # failover done, its renewal then found the claim gone): it happened, answered so
+            saved = await saved_failover(self.sup, tid, job_id)
+            if saved is None:
+                raise ConflictError(
+                    f"task {tid}: failover {job_id} stalled past its claim on the cluster pair "
+                    f"and another daemon holds it now ({exc}); see progress.failover"
+                ) from exc
+            self._remember_view(tid, "failover", saved)
+            answer = {key: value for key, value in saved.items() if key != "state"}
         except BaseException:
             await claim.release()
             raise
@@ -337,7 +366,12 @@ class DisasterRecovery:
         self, task: TaskRecord, request: FailoverRequest, job: str = ""
     ) -> dict[str, Any]:
         """The task stopped, what its target holds and lacks (:mod:`failover`)."""
-        view = await run_failover(self.sup, self.settings, request, job)
+        try:
+            view = await run_failover(self.sup, self.settings, request, job)
+        except ClaimLostError as exc:
+            if job:  # the claim's: the caller answers
+                raise
+            raise ConflictError(f"task {task.task_id}: failover not saved: {exc}") from exc
         self._remember_view(task.task_id, "failover", view)
         return {key: value for key, value in view.items() if key != "state"}
 

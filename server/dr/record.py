@@ -2,6 +2,11 @@
 (``dr/switchover``), written at every step, so that a daemon that stops mid-way (a ``kill -9``)
 leaves enough for itself at restart, or another member of the fleet, to finish or roll back:
 the fence it set, whether it paused the original task, the reverse task it meant to create.
+
+A job's record (switchover, failover, failback) is written by compare-and-set against the
+bytes its holder last read or wrote (``MetaStore.replace_state``): a member that renewed its
+claim, then stalled past it while another member took the job over and saved, finds the record
+changed and stops (``ClaimLostError``) instead of writing its stale step over the new holder's.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from metastore import MetaStore
+from metastore import MetaStore, MetaStoreError
 from replicator.hybrid_time import from_seconds
 from replicator.pipeline.status import consistent_view
+from server.dr.claims import ClaimLostError
 
 DR_PREFIX = "dr/"  # every record below is under it
 SWITCHOVER_KEY = "dr/switchover"
@@ -135,8 +141,45 @@ def load_job(store: MetaStore, task_id: str) -> SwitchoverJob | None:
     return None if raw is None else SwitchoverJob.from_bytes(raw)
 
 
-def save_job(store: MetaStore, job: SwitchoverJob) -> None:
-    store.put_state(job.task_id, SWITCHOVER_KEY, job.to_bytes())
+def replace_record(
+    store: MetaStore, task_id: str, key: str, value: bytes, seen: bytes | None, job_id: str
+) -> bytes:
+    """Store the record ``key`` of a job (``job_id``) if it still holds ``seen``, what this
+    holder last read or wrote (None: nothing); ``value`` (what it holds now) when stored,
+    ClaimLostError when another daemon wrote it since (it holds the job now).
+
+    A write whose answer was lost (the store's error after the write landed, or this same save
+    asked again after such an error) is told by reading the record back: holding ``value``, it
+    was stored; so the job's next save compares with what is there, not with ``seen``."""
+    try:
+        stored = store.replace_state(task_id, key, value, seen)
+    except MetaStoreError:
+        if _holds(store, task_id, key, value):
+            return value
+        raise
+    if not stored and not _holds(store, task_id, key, value):
+        raise ClaimLostError(
+            f"job {job_id}: its record {key} of task {task_id} was written by another daemon "
+            "since this one last saved it (that daemon holds the job now)"
+        )
+    return value
+
+
+def _holds(store: MetaStore, task_id: str, key: str, value: bytes) -> bool:
+    """Whether the record ``key`` holds ``value`` now; False when it cannot be read."""
+    try:
+        return store.get_state(task_id, key) == value
+    except MetaStoreError:
+        return False
+
+
+def save_job(store: MetaStore, job: SwitchoverJob, seen: bytes | None) -> bytes:
+    """Save the job's record over ``seen`` (:func:`replace_record`); what it holds now."""
+    return replace_record(store, job.task_id, SWITCHOVER_KEY, job.to_bytes(), seen, job.job_id)
+
+
+def json_bytes(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
 
 
 def load_json(store: MetaStore, task_id: str, key: str) -> dict[str, Any] | None:
@@ -145,4 +188,4 @@ def load_json(store: MetaStore, task_id: str, key: str) -> dict[str, Any] | None
 
 
 def save_json(store: MetaStore, task_id: str, key: str, value: dict[str, Any]) -> None:
-    store.put_state(task_id, key, json.dumps(value, sort_keys=True).encode())
+    store.put_state(task_id, key, json_bytes(value))

@@ -57,7 +57,7 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
         )
     checked = run.job.with_(stale_check=check)
     run.job = checked
-    await asyncio.to_thread(save_job, run.sup.store, checked)
+    run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, run.seen)
     if run.on_save is not None:
         run.on_save(checked)
     return checked

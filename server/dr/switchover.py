@@ -96,8 +96,11 @@ class SwitchoverRun:
         pairs: PairStore,
         fence_probe: Callable[[], bool] | None = None,
         on_save: Callable[[SwitchoverJob], None] | None = None,
+        seen: bytes | None = None,
     ) -> None:
         self.sup = supervisor
+        # the job's record as this run last read or wrote it: its saves compare against it
+        self.seen = seen
         self.on_save = on_save
         self.settings = settings
         self.job = job
@@ -114,8 +117,10 @@ class SwitchoverRun:
     # --- the record ----------------------------------------------------------------------------
     async def _save(self, job: SwitchoverJob) -> None:
         await self.claim.keep()  # a daemon that lost the job (stalled) stops here
+        # and one that stalled after the renewal, the job taken over and saved meanwhile,
+        # finds the record changed (ClaimLostError): it writes nothing over the new holder's
         self.job = job
-        await asyncio.to_thread(save_job, self.sup.store, job)
+        self.seen = await asyncio.to_thread(save_job, self.sup.store, job, self.seen)
         if self.on_save is not None:
             self.on_save(job)
         log.info("switchover %s: %s", job.job_id, job.state)

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -25,13 +26,16 @@ from replicator.config.task_spec import TaskSpec
 from replicator.meta.catalog import AliasMeta, CollectionMeta, SourceCatalog
 from replicator.meta.imports import SourceImport
 from replicator.meta.shared_read import SharedRead
+from replicator.pipeline.group_runner import GroupedRunner
 from replicator.pipeline.import_serving import LoadedOnSource, ServingCheck
 from replicator.pipeline.runner import ReplicationRunner
 from replicator.pipeline.runner_context import RunnerContext
+from replicator.sinks.kafka_groups import processes_of
 from replicator.sources.base import READ_BYTES, SourceUnavailableError, WalSource
 from replicator.sources.factory import WalDefaults, open_source
 from replicator.sources.shared_source import SharedSource
 from server.tasks.cluster_target import ClusterTargets
+from server.tasks.group_process import start_group
 from server.tasks.spec import backfill_unavailable
 
 T = TypeVar("T")
@@ -47,6 +51,9 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
     contexts: dict[str, RunnerContext] = {}
     lock = threading.Lock()
     targets = ClusterTargets(settings)  # a target_cluster's Milvus as configured now
+    # a channel group's process rebuilds the settings from these (through its pipe, never a
+    # command line or a file: they hold secrets)
+    settings_json = json.dumps(_revealed(settings.model_dump()))
 
     def factory(task: TaskRecord, store: MetaStore, on_failure: FailureCallback) -> TaskRunner:
         name = TaskSpec.of(task).source_name
@@ -55,6 +62,13 @@ def make_runner_factory(settings: CdcSettings) -> RunnerFactory:
                 context = cluster_context(settings, name)
                 contexts[name] = replace(context, target_factory=targets.open)
             context = contexts[name]
+        spec = TaskSpec.of(task)
+        processes = (
+            processes_of(spec.target_param, settings.kafkaTargetProcesses) if spec.is_kafka else 1
+        )
+        if processes > 1:
+            start = partial(start_group, settings_json, cluster_context)
+            return GroupedRunner(task, store, on_failure, context, start, processes)
         return ReplicationRunner(task, store, on_failure, context)
 
     return factory

@@ -63,6 +63,10 @@ class KafkaSasl(_Strict):
     security_protocol: str = ""
 
 
+# the most processes one task's channels may run in (kafka_connect_param.processes)
+MAX_PROCESSES = 64
+
+
 class KafkaConnectParam(_Strict):
     address: str = ""
     topic: str = ""
@@ -75,6 +79,9 @@ class KafkaConnectParam(_Strict):
     connect_timeout: int = Field(default=0, ge=0, le=MAX_CONNECT_TIMEOUT)
     # ours: the largest event sent; a larger one stops the task with a reason
     max_event_bytes: int = Field(default=0, ge=0)
+    # ours: the processes the task's channels run in (groups of channels, each with its own
+    # transactional producer); 1: the daemon's own; 0: the daemon's kafkaTargetProcesses
+    processes: int = Field(default=0, ge=0, le=MAX_PROCESSES)
 
 
 class CollectionInfo(_Strict):

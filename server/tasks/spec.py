@@ -266,6 +266,8 @@ def _validate_kafka(param: KafkaConnectParam) -> dict[str, Any]:
         connect["positions_topic"] = param.positions_topic
     if param.max_event_bytes:
         connect["max_event_bytes"] = param.max_event_bytes
+    if param.processes:
+        connect["processes"] = param.processes
     if param.enable_sasl:
         sasl = param.sasl or KafkaSasl()
         password = sasl.password.get_secret_value()

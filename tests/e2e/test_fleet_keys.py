@@ -159,8 +159,8 @@ def test_daemons_without_the_fleets_key_take_nothing_and_say_why(
 
         def not_ready(daemon: Daemon = daemon) -> bool:
             assert daemon.process is not None and daemon.process.poll() is None, daemon.log_path
-            try:
-                return readiness(daemon)[0] == 503
+            try:  # started (503 "starting" until then), not ready
+                return readiness(daemon)[1]["status"] == "not ready"
             except OSError:  # not listening yet
                 return False
 

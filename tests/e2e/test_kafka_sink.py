@@ -199,6 +199,32 @@ class Rebuilt:
         pytest.fail(f"{problem}; {self.account()}")
 
 
+def wait_rebuilt(bootstrap: str, topic: str, task_id: str, expected: dict, daemon) -> Rebuilt:
+    """The topic once a consumer rebuilds ``expected`` from it; failing that within two
+    minutes, what differs (or the mock's account of it), with the task as the daemon sees it
+    (its channels' states and positions: a stalled channel told from a lost commit)."""
+
+    def rebuilt_equal() -> Rebuilt | None:
+        rebuilt = Rebuilt(bootstrap, topic, task_id)
+        return rebuilt if rebuilt.rows == expected else None
+
+    try:
+        return wait_until(rebuilt_equal, 120, "the topic rebuilding the source")
+    except ServiceStartError:
+        rebuilt = Rebuilt(bootstrap, topic, task_id)
+        missing = sorted(set(expected) - set(rebuilt.rows))
+        extra = sorted(set(rebuilt.rows) - set(expected))
+        changed = [k for k in expected if k in rebuilt.rows and rebuilt.rows[k] != expected[k]]
+        task = daemon.call("get", {"task_id": task_id}).body
+        rebuilt.explain(
+            f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
+            f"extra {extra[:10]}, {len(changed)} changed {changed[:5]}; log {daemon.log_path}"
+            f"; the task: {json.dumps(task)[:4000]}",
+            len(missing) + len(extra) + len(changed),
+        )
+        raise
+
+
 def test_kafka_target_rebuilds_the_source_exactly_through_kills(
     daemon_factory, milvus_source, etcd_service, kafka_mock
 ):
@@ -229,27 +255,7 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
         time.sleep(1)
         writer.finish()
         expected = rows(source, name, "id")
-
-        def rebuilt_equal() -> Rebuilt | None:
-            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
-            return rebuilt if rebuilt.rows == expected else None
-
-        try:
-            rebuilt = wait_until(rebuilt_equal, 120, "the topic rebuilding the source")
-        except ServiceStartError:
-            rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
-            missing = sorted(set(expected) - set(rebuilt.rows))
-            extra = sorted(set(rebuilt.rows) - set(expected))
-            changed = [k for k in expected if k in rebuilt.rows and rebuilt.rows[k] != expected[k]]
-            # the task as the daemon sees it (its channels' states and positions), to tell a
-            # stalled channel from a lost commit
-            task = daemon.call("get", {"task_id": task_id}).body
-            rebuilt.explain(
-                f"rebuilt from the topic: {len(missing)} missing {missing[:10]}, {len(extra)} "
-                f"extra {extra[:10]}, {len(changed)} changed {changed[:5]}; log {daemon.log_path}"
-                f"; the task: {json.dumps(task)[:4000]}",
-                len(missing) + len(extra) + len(changed),
-            )
+        rebuilt = wait_rebuilt(kafka_mock.bootstrap, topic, task_id, expected, daemon)
         print(f"kafka sink, per transaction: {rebuilt.account()}")
         assert not [u for u in rebuilt.unequal if u[2] > u[1]], rebuilt.account()
         row_events = rebuilt.row_events()
@@ -308,12 +314,15 @@ def test_kafka_target_rebuilds_the_source_exactly_through_kills(
         source.close()
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
-    daemon_factory, etcd_service, kafka_mock, stream
+    daemon_factory, etcd_service, kafka_mock, stream, processes
 ):
     """The 2.6 test writer's stream (see test_streaming_source.py): transactions committed and
     rolled back, an upsert, a partition made by a broadcast to three vchannels, a kill -9 in
-    the middle; the topic rebuilds exactly what the stream holds, each DDL once."""
+    the middle; the topic rebuilds exactly what the stream holds, each DDL once. With
+    ``processes`` 2 the task's three pchannels run in two channel group processes
+    (kafka_connect_param.processes): each broadcast is read by both groups."""
     from harness.streaming_writer import VECTOR_DIM
 
     w = stream.writer
@@ -324,7 +333,11 @@ def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
     created = daemon.call(
         "create",
         {
-            "kafka_connect_param": {"address": kafka_mock.bootstrap, "topic": topic},
+            "kafka_connect_param": {
+                "address": kafka_mock.bootstrap,
+                "topic": topic,
+                "processes": processes,
+            },
             "collection_infos": [{"name": name}],
         },
     )

@@ -83,6 +83,7 @@ ROUTE = {
     # failed (ended without a result), and the failback it recovers forgets it and asks again
     "failback_verify_reset": "kill:repairing",
     "failback_taken_over": "kill:seeding",
+    "failback_taken_over_saved": "kill:seeding",
     # m1 stopped past its claim right after it wrote the fence key (not recorded yet), m2 rolls
     # the job back (the key written after the hold's join: lifted, the hold forgotten), m1
     # continued finds its hold gone. (Stalled before the write, since 7ce3cc2 the roll back

@@ -18,14 +18,15 @@ from typing import Any
 
 import etcd3
 
-from metastore import TaskRecord, TaskState
+from metastore import MetaStore, TaskRecord, TaskState
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
 from replicator.backfill.state import BackfillJob, BackfillState
 from replicator.config.settings import CdcSettings, load_settings
 from server.dr.manager import DisasterRecovery
 from server.dr.pair import FAILING_BACK, Flow, PairStore
-from server.dr.record import FAILBACK_KEY, save_json
+from server.dr.record import FAILBACK_KEY, SWITCHOVER_KEY, SwitchoverJob, save_json
+from server.dr.switchover import SwitchoverRun
 from server.tasks.supervisor import TaskSupervisor
 
 
@@ -79,6 +80,18 @@ class DrWorld:
     etcd: Any  # a client of the clusters' etcd, to read the fence keys
     fence_keys: dict[str, str]
 
+    def run_of(self, job: SwitchoverJob, fenced: bool) -> SwitchoverRun:
+        """A member's run of ``job`` as it last saved it (seed_job), the fence probe answering
+        ``fenced``."""
+        return SwitchoverRun(
+            self.supervisor,
+            self.settings,
+            job,
+            self.pairs,
+            fence_probe=lambda: fenced,
+            seen=job.to_bytes(),
+        )
+
     def add_task(
         self, task_id: str, source: str, target: str, state: TaskState, reason: str = ""
     ) -> None:
@@ -114,6 +127,13 @@ class DrWorld:
         }
         save_json(self.store, "ab", FAILBACK_KEY, record)
         return str(record["job_id"])
+
+
+def seed_job(store: MetaStore, job: SwitchoverJob) -> bytes:
+    """A switchover's record as a daemon left it (written as is, whatever was there); its
+    bytes, what a run of it last saw."""
+    store.put_state(job.task_id, SWITCHOVER_KEY, job.to_bytes())
+    return job.to_bytes()
 
 
 @asynccontextmanager

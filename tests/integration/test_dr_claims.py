@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-from harness.dr_jobs import DrWorld, dr_world
+from harness.dr_jobs import DrWorld, dr_world, seed_job
 
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
@@ -17,8 +17,8 @@ from server.dr.fence_owners import PairFences
 from server.dr.flows import FAULT_ENV
 from server.dr.pair import FAILED_OVER, REPLICATING
 from server.dr.pair_rules import claimed
-from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, SwitchoverJob, save_job, save_json
-from server.dr.switchover import SwitchoverRun, paused_by
+from server.dr.record import FAILBACK_KEY, FAILOVER_KEY, SwitchoverJob, save_json
+from server.dr.switchover import paused_by
 from server.errors import ConflictError
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ async def world(etcd_service):
 def switchover_at(world: DrWorld, state: str, member: str, **changes) -> SwitchoverJob:
     """A switchover of ab (a -> b) saved at ``state``, its claim held by ``member``."""
     job = SwitchoverJob.new("ab", member, 30, 600, ("a", "b")).to(state, **changes)  # type: ignore[arg-type]
-    save_job(world.store, job)
+    seed_job(world.store, job)
     existing = {t.task_id for t in world.store.list_tasks()}
     world.pairs.update(
         "a",
@@ -80,7 +80,7 @@ async def test_a_stalled_member_that_wakes_up_rolls_nothing_back(world):
     job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b"))
     world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
     job = job.to("reversing", fence_set=True, original_paused=True, reverse_task_id="ab-rev")
-    save_job(world.store, job)
+    seed_job(world.store, job)
     existing = {"ab"}
     world.pairs.update(
         "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job.job_id, "d1", existing=existing)
@@ -91,9 +91,7 @@ async def test_a_stalled_member_that_wakes_up_rolls_nothing_back(world):
     world.pairs.update(
         "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job.job_id, "d2", existing=existing)
     )
-    stalled = SwitchoverRun(
-        world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: False
-    )
+    stalled = world.run_of(job, fenced=False)
     with pytest.raises(ClaimLostError):
         await stalled.roll_back("its step failed after the stall")
     assert world.fence_value("a") == b"true", "the stalled member lifted the fence D2 holds"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
-from harness.dr_jobs import ScriptedRunner, task_record
+from harness.dr_jobs import ScriptedRunner, seed_job, task_record
 
 from metastore import MetaStore, TaskState
 from replicator.config.settings import load_settings
@@ -23,7 +23,7 @@ from server.app import create_app
 from server.app_state import STORE
 from server.dr.pair import PairStore
 from server.dr.pair_rules import claimed
-from server.dr.record import FAILBACK_KEY, SwitchoverJob, save_job, save_json
+from server.dr.record import FAILBACK_KEY, SwitchoverJob, save_json
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def switchover_holding(store: MetaStore, state: str) -> str:
     job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b")).to(  # type: ignore[arg-type]
         state, reverse_task_id="ab-rev"
     )
-    save_job(store, job)
+    seed_job(store, job)
     existing = {"ab", "ab-rev"}
     PairStore(store).update(
         "a",

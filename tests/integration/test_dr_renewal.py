@@ -17,6 +17,7 @@ from server.dr import claims, pair
 from server.dr.failover import FailoverRequest
 from server.dr.flows import FAULT_ENV
 from server.dr.pair import FAILED_OVER
+from server.dr.record import FAILOVER_KEY, load_json
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +74,34 @@ async def test_a_failover_waiting_for_its_runner_keeps_its_claim(world, monkeypa
     assert answer["job_id"] == job_id
     flow = world.pairs.get("a", "b").flow_of("ab")
     assert flow.job is None and flow.state == FAILED_OVER and flow.active == "b"
+
+
+async def test_a_failover_whose_claim_is_let_go_for_it_after_its_save_answers_its_result(
+    world, monkeypatch, tmp_path
+):
+    """The failover saved its record (done); a recover round hands the flow over for it and
+    lets its claim go; its claim's renewal lands before the failover returns and finds the
+    claim gone. The failover happened: answered with its saved result, not 409 "stalled past
+    its claim" (held at ``failover_saved`` here; in service a window of milliseconds)."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+    go = tmp_path / "go"
+    monkeypatch.setenv(FAULT_ENV, f"hold:failover_saved:30:{go}")
+    asked = asyncio.ensure_future(
+        world.disaster.failover(FailoverRequest(task_id="ab", export_seconds=0))
+    )
+    job_id = await claimed_by(world, "ab")
+    for _ in range(200):
+        if (load_json(world.store, "ab", FAILOVER_KEY) or {}).get("job_id") == job_id:
+            break
+        await asyncio.sleep(0.05)
+    await world.disaster.recover()  # the failover's effects applied, its claim let go
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow.job is None and flow.state == FAILED_OVER and flow.active == "b"
+    try:
+        answer = await asyncio.wait_for(asked, 30)  # its next renewal finds the claim gone
+    finally:
+        go.touch()
+    assert answer["job_id"] == job_id and answer["task_id"] == "ab"
+    assert answer["failed_over_at"] and "consistent_up_to" in answer
+    reason = world.store.get_task("ab").reason
+    assert reason.startswith(f"failed over at {answer['failed_over_at']}: the target holds")

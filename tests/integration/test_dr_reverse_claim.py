@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harness.dr_jobs import DrWorld, dr_world
+from harness.dr_jobs import DrWorld, dr_world, seed_job
 
 from metastore import TaskState
 from server.dr.claims import FlowClaim
@@ -24,7 +24,6 @@ from server.dr.record import (
     LINK_KEY,
     SwitchoverJob,
     load_json,
-    save_job,
     save_json,
 )
 from server.dr.switchover import paused_by
@@ -48,7 +47,7 @@ async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob
     job = SwitchoverJob.new("ab", me, 30, 600, ("a", "b"))
     world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
     job = job.to("reversing", reverse_task_id="ab-rev", original_paused=True)
-    save_job(world.store, job)
+    seed_job(world.store, job)
     world.pairs.update(
         "a", "b", lambda p: claimed(p, "switchover", "ab", "a", job.job_id, me, existing={"ab"})
     )
@@ -60,7 +59,7 @@ async def first_switchover_at(world: DrWorld, state: str) -> tuple[SwitchoverJob
         save_json(world.store, "ab-rev", LINK_KEY, {"reverse_of": "ab"})
     if state == "finished":
         job = job.to("done")
-        save_job(world.store, job)
+        seed_job(world.store, job)
         world.disaster.pairs.running_here = lambda task_id: task_id == "ab"  # the job runs
     return job, claim
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from harness.dr_jobs import DrWorld, dr_world
+from harness.dr_jobs import DrWorld, dr_world, seed_job
 
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
@@ -26,8 +26,8 @@ from server.dr.flows import FAULT_ENV
 from server.dr.manager import SwitchoverRequest
 from server.dr.pair import CLAIM_SECONDS, REPLICATING, release
 from server.dr.pair_rules import claimed
-from server.dr.record import SwitchoverJob, load_job, save_job
-from server.dr.switchover import SwitchoverRun, paused_by
+from server.dr.record import SwitchoverJob, load_job
+from server.dr.switchover import paused_by
 from server.errors import ConflictError
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def reversing(world: DrWorld, member: str) -> SwitchoverJob:
     world.add_task("ab", "a", "b", TaskState.PAUSED, f"switched over {paused_by(job)} ...)")
     world.add_task("ab-rev", "b", "a", TaskState.RUNNING)
     job = job.to("reversing", reverse_task_id="ab-rev", original_paused=True)
-    save_job(world.store, job)
+    seed_job(world.store, job)
     claim_for(world, "ab", "a", job.job_id, member)
     world.pairs.update(
         "a", "b", lambda p: p.with_flow(replace(p.flow_of("ab"), tasks={"a": "ab", "b": "ab-rev"}))
@@ -103,8 +103,8 @@ async def test_a_job_that_finished_while_another_member_settled_it_lets_go_of_no
     the flow at b again (it did: the release applied its changes to a flow no job held)."""
     job = reversing(world, "d1")
     job = job.with_(reverse_start={}, writers_may_move_at={"time": "x"})
-    save_job(world.store, job)
-    run = SwitchoverRun(world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: 0)
+    seed_job(world.store, job)
+    run = world.run_of(job, fenced=False)
 
     async def armed() -> None:  # the stale-write watch (needs the clusters' Milvus) is not
         return None  # what this test is about
@@ -175,10 +175,10 @@ async def test_a_member_that_stalls_after_its_claim_check_lifts_no_fence_of_the_
     world.add_task("ab", "a", "b", TaskState.RUNNING)
     job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b"))
     job = job.to("draining", fence_set=True)
-    save_job(world.store, job)
+    seed_job(world.store, job)
     claim_for(world, "ab", "a", job.job_id, "d1")
     PairFences(world.pairs, world.settings, ("a", "b")).acquire("a", job.job_id)
-    run = SwitchoverRun(world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: 0)
+    run = world.run_of(job, fenced=False)
     checked = run.claim.keep
 
     async def checked_then_stalled() -> None:
@@ -221,7 +221,7 @@ async def test_a_dr_verb_refused_while_this_daemon_runs_the_switchover_names_it_
     switchover while this daemon runs the task's switchover."""
     world.add_task("ab", "a", "b", TaskState.RUNNING)
     job = SwitchoverJob.new("ab", world.supervisor.fleet.member_id, 30, 600, ("a", "b"))
-    save_job(world.store, job.to("draining"))
+    seed_job(world.store, job.to("draining"))
     world.disaster._runs["ab"] = running = asyncio.ensure_future(asyncio.sleep(30))
     try:
         failover = FailoverRequest(task_id="ab")
@@ -244,7 +244,7 @@ async def test_an_end_saved_by_a_member_that_lost_the_job_is_not_applied(world):
     next step, and the flow was free mid-switchover)."""
     world.add_task("ab", "a", "b", TaskState.RUNNING)
     job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b")).to("failed", reason="stale")
-    save_job(world.store, job)  # D1's late write
+    seed_job(world.store, job)  # D1's late write
     claim_for(world, "ab", "a", job.job_id, "d2")  # D2 holds the job
     with pytest.raises(ConflictError, match=rf"switchover {job.job_id} \(failed\) holds"):
         await world.supervisor.pause("ab")
@@ -260,11 +260,9 @@ async def test_a_member_that_stalls_after_its_claim_check_writes_no_fence(world)
     refused on a meanwhile). The join now checks the claim in its compare-and-set."""
     world.add_task("ab", "a", "b", TaskState.RUNNING)
     job = SwitchoverJob.new("ab", "d1", 30, 600, ("a", "b"))
-    save_job(world.store, job)
+    seed_job(world.store, job)
     claim_for(world, "ab", "a", job.job_id, "d1")
-    run = SwitchoverRun(
-        world.supervisor, world.settings, job, world.pairs, fence_probe=lambda: True
-    )
+    run = world.run_of(job, fenced=True)
     checked = run.claim.keep
     stalls = [True]
 

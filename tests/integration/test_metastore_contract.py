@@ -291,6 +291,38 @@ def test_racing_record_writers_one_wins(store_opener, root_path):
     assert sum(r is not None for r in results) == 1, results
 
 
+def test_a_tasks_state_is_replaced_by_compare_and_set(store):
+    """A job's record (issue 48): replaced only while it holds what the writer last saw."""
+    store.create_task(make_task("t1"))
+    assert store.replace_state("t1", "dr/switchover", b"one", None) is True
+    assert store.replace_state("t1", "dr/switchover", b"again", None) is False  # it exists
+    assert store.replace_state("t1", "dr/switchover", b"\x00two", b"one") is True
+    assert store.replace_state("t1", "dr/switchover", b"stale", b"one") is False  # changed since
+    assert store.get_state("t1", "dr/switchover") == b"\x00two"
+    # a value written unconditionally (an earlier release's record) is replaced like any other
+    old = b'{"state": "draining",  "job_id": "x"}'
+    store.put_state("t1", "dr/failover", old)
+    assert store.replace_state("t1", "dr/failover", b"{}", old + b" ") is False
+    assert store.replace_state("t1", "dr/failover", b"{}", old) is True
+    assert store.list_state("t1", "dr/") == {"dr/switchover": b"\x00two", "dr/failover": b"{}"}
+    with pytest.raises(TaskNotFoundError):
+        store.replace_state("gone", "dr/switchover", b"x", None)
+    with pytest.raises(TaskNotFoundError):
+        store.replace_state("gone", "dr/switchover", b"x", b"one")
+    assert store.get_state("gone", "dr/switchover") is None
+
+
+def test_racing_state_replacers_one_wins(store_opener, root_path):
+    stores = [store_opener(root_path) for _ in range(4)]
+    stores[0].create_task(make_task("t1"))
+    stores[0].put_state("t1", "dr/failback", b"0")
+    results = [
+        s.replace_state("t1", "dr/failback", b"%d" % (i + 1), b"0") for i, s in enumerate(stores)
+    ]
+    assert results.count(True) == 1, results
+    assert stores[1].get_state("t1", "dr/failback") == b"%d" % (results.index(True) + 1)
+
+
 def test_root_paths_keep_daemons_apart(store_opener, root_path):
     one = store_opener(root_path + "-one")
     two = store_opener(root_path + "-two")

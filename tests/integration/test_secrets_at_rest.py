@@ -376,7 +376,11 @@ def test_a_daemon_without_the_key_changes_nothing_says_why_and_recovers_with_it(
     (lost,) = KeyRing.parse(original, "f").ids
     key_file.write_text(keys("other").text())  # the daemon's key is lost
     daemon.launch()
-    wait_until(lambda: daemon.get("/readyz")[0] == 503, 30, "not ready without the key")
+    wait_until(  # started (503 "starting" until then), not ready
+        lambda: json.loads(daemon.get("/readyz")[1])["status"] == "not ready",
+        30,
+        "not ready without the key",
+    )
     ready = json.loads(daemon.get("/readyz")[1])
     assert ready["missing_keys"] == [lost]
     assert f"encrypted with key(s) {lost}, which this daemon's key ring lacks" in ready["reason"]

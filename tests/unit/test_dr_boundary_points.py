@@ -50,6 +50,8 @@ HELPERS = {
 WRITES = {
     "save_job",
     "save_json",
+    "replace_record",
+    "save_taken_over",
     "arm",
     "self._save",
     "self.save",
