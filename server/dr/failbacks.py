@@ -125,9 +125,12 @@ class Failbacks:
                 raise ConflictError(f"task {tid}: failback {job_id} stopped: {exc}") from exc
             raise
 
-        await run.mark_failing_back()
-        await injected_fault("failback_flow", job="failback")
-        await run.save(state="seeding")
+        try:
+            await run.mark_failing_back()
+            await injected_fault("failback_flow", job="failback")
+            await run.save(state="seeding")
+        except ClaimLostError as exc:  # let go meanwhile: what it did is the holder's now
+            raise ConflictError(f"task {tid}: failback {job_id} stopped: {exc}") from exc
         await injected_fault("seeding", job="failback")
         self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
         with log_context(task_id=tid):

@@ -8,6 +8,7 @@ etcd store (tests/harness/dr_jobs.py), the job left as it is at ``reverse_create
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from harness.dr_jobs import DrWorld, dr_world, seed_job
@@ -131,3 +132,33 @@ async def failback_held_after_create(world: DrWorld, monkeypatch, tmp_path, capl
     assert answer["reverse_task_id"] == reverse
     flow = world.pairs.get("a", "b").flow_of("ab")
     assert flow.pending == "" and flow.tasks == {"a": "ab", "b": reverse}
+
+
+async def test_a_failback_whose_claim_is_let_go_after_its_create_answers_409(
+    etcd_service, milvus_lite_service, monkeypatch, tmp_path, caplog
+):
+    """A failback whose flow's claim is let go between its flow's failing back and its save of
+    ``seeding`` (a recover round applying another job's end, seen in the boundary search on
+    1447c5d at failback_failed) answers 409 naming the failback stopped, not 500 (before: the
+    ClaimLostError of its save reached the API as an internal error)."""
+    async with dr_world(etcd_service.endpoint, milvus_lite_service.uri) as world:
+        world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
+        flow = Flow("ab", {"a": "ab"}, active="b", state=FAILED_OVER)
+        world.pairs.update("a", "b", lambda p: p.with_flow(flow))
+        wake = tmp_path / "wake"
+        monkeypatch.setenv(FAULT_ENV, f"hold:failback_flow:30:{wake}")
+        asked = asyncio.ensure_future(world.disaster.failback(FailbackRequest(task_id="ab")))
+        for _ in range(200):
+            if "held at failback_flow" in caplog.text:
+                break
+            await asyncio.sleep(0.05)
+        assert "held at failback_flow" in caplog.text
+        held = world.pairs.get("a", "b").flow_of("ab")
+        assert held is not None and held.job is not None
+        job_id = held.job.job_id
+        world.pairs.update(
+            "a", "b", lambda p: p.with_flow(dataclasses.replace(p.flow_of("ab"), job=None))
+        )
+        wake.touch()
+        with pytest.raises(ConflictError, match=rf"failback {job_id} stopped: .*no longer holds"):
+            await asyncio.wait_for(asked, 30)
