@@ -37,8 +37,6 @@ from metastore import (
     TaskNotFoundError,
     TaskRecord,
 )
-from metastore.fenced import Fence, FencedStore
-from replicator.config.task_spec import TaskSpec
 from replicator.errors import CdcError, SinkSessionLostError, TaskFailedError, is_retriable
 from replicator.log_context import log_context
 from replicator.pipeline.channel_reads import MAX_BACKOFF
@@ -48,7 +46,6 @@ from replicator.pipeline.runner import ReplicationRunner
 from replicator.pipeline.runner_context import RunnerContext
 from replicator.pipeline.runner_end import end_reason, report_failure
 from replicator.pipeline.status import ChannelStatus
-from replicator.pipeline.task_state import RunnerState
 from replicator.sinks.kafka import KafkaTarget
 from replicator.sinks.kafka_groups import group_name, layout, pack, unpack
 from replicator.task_runner import FailureCallback
@@ -131,20 +128,20 @@ class GroupedRunner:
         start_group: StartGroup,
         processes: int,
     ) -> None:
-        if not isinstance(store, FencedStore):
-            store = FencedStore(store, Fence(f"the runner of task {task.task_id}"))
+        # prepares the task and keeps the statuses (as the groups tell them): never started;
+        # its fenced store (the supervisor's, or one with a fence of its own), spec and state
+        # are this runner's too
+        self._inner = ReplicationRunner(task, store, on_failure, context)
         self.task = task
-        self.store: MetaStore = store
-        self.fence = store.fence
+        self.store: MetaStore = self._inner.store
+        self.fence = self._inner.fence
         self.on_failure = on_failure
         self.context = context
-        self.spec = TaskSpec.of(task)
+        self.spec = self._inner.spec
         self.start_group = start_group
         self.layout = layout(context.channels, processes)
-        # prepares the task and keeps the statuses (as the groups tell them): never started
-        self._inner = ReplicationRunner(task, store, on_failure, context)
         self.statuses: dict[str, ChannelStatus] = self._inner.statuses
-        self.state = RunnerState(store, task.task_id)
+        self.state = self._inner.state
         self._stop = threading.Event()
         self._stop_requested = False
         self._failure_reported = False
