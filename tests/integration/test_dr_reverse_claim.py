@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 
 import pytest
 from harness.dr_jobs import DrWorld, dr_world, seed_job
@@ -106,18 +107,27 @@ async def test_a_failbacks_new_reverse_task_is_the_jobs_before_the_flow_fails_ba
         await failback_held_after_create(world, monkeypatch, tmp_path, caplog)
 
 
-async def failback_held_after_create(world: DrWorld, monkeypatch, tmp_path, caplog) -> None:
+async def failback_held_at(
+    world: DrWorld, point: str, monkeypatch, tmp_path, caplog
+) -> tuple[asyncio.Future[dict], Path]:
+    """ab (a -> b) failed over to b; its failback asked and held at ``point``: the answer to
+    come, and the file that wakes it."""
     world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
     flow = Flow("ab", {"a": "ab"}, active="b", state=FAILED_OVER)
     world.pairs.update("a", "b", lambda p: p.with_flow(flow))
     wake = tmp_path / "wake"
-    monkeypatch.setenv(FAULT_ENV, f"hold:failback_created:30:{wake}")
+    monkeypatch.setenv(FAULT_ENV, f"hold:{point}:30:{wake}")
     asked = asyncio.ensure_future(world.disaster.failback(FailbackRequest(task_id="ab")))
     for _ in range(200):
-        if "held at failback_created" in caplog.text:
+        if f"held at {point}" in caplog.text:
             break
         await asyncio.sleep(0.05)
-    assert "held at failback_created" in caplog.text
+    assert f"held at {point}" in caplog.text
+    return asked, wake
+
+
+async def failback_held_after_create(world: DrWorld, monkeypatch, tmp_path, caplog) -> None:
+    asked, wake = await failback_held_at(world, "failback_created", monkeypatch, tmp_path, caplog)
     record = load_json(world.store, "ab", FAILBACK_KEY) or {}
     reverse = str(record["reverse_task_id"])
     named = rf"failback \(?{record['job_id']}\b"
@@ -142,17 +152,7 @@ async def test_a_failback_whose_claim_is_let_go_after_its_create_answers_409(
     1447c5d at failback_failed) answers 409 naming the failback stopped, not 500 (before: the
     ClaimLostError of its save reached the API as an internal error)."""
     async with dr_world(etcd_service.endpoint, milvus_lite_service.uri) as world:
-        world.add_task("ab", "a", "b", TaskState.PAUSED, "failed over at ...")
-        flow = Flow("ab", {"a": "ab"}, active="b", state=FAILED_OVER)
-        world.pairs.update("a", "b", lambda p: p.with_flow(flow))
-        wake = tmp_path / "wake"
-        monkeypatch.setenv(FAULT_ENV, f"hold:failback_flow:30:{wake}")
-        asked = asyncio.ensure_future(world.disaster.failback(FailbackRequest(task_id="ab")))
-        for _ in range(200):
-            if "held at failback_flow" in caplog.text:
-                break
-            await asyncio.sleep(0.05)
-        assert "held at failback_flow" in caplog.text
+        asked, wake = await failback_held_at(world, "failback_flow", monkeypatch, tmp_path, caplog)
         held = world.pairs.get("a", "b").flow_of("ab")
         assert held is not None and held.job is not None
         job_id = held.job.job_id
