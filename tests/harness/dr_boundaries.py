@@ -67,6 +67,9 @@ FAULTS = ("kill", "stall", *(f"{v}:{r}" for v in VERBS for r in ("own", "other")
 HOLD_SECONDS = 900  # a hold the search forgets to release ends by itself
 REACH_SECONDS = 150.0  # a job reaches its point within this
 JOB_SECONDS = 300.0
+# a daemon's start: its imports alone took 30 s at load 21 (six benches and two helpers on two
+# cores), and the daemon.start default of 30 s gave up 0.4 s before it served
+START_SECONDS = 120.0
 FAILBACK_SECONDS = 900.0
 DRIVE_SECONDS = 1500.0
 # how a point a plain job does not pass is reached: a failure injected at an earlier point
@@ -252,7 +255,7 @@ class BoundarySearch:
                 daemon.stop()
         daemon.env[FAULT_ENV] = self.env(route)
         if wait:
-            daemon.start()
+            daemon.start(START_SECONDS)
         else:
             daemon.launch()
 
@@ -424,7 +427,7 @@ class BoundarySearch:
         """The hold released, the job's end, the walk's invariants, the flow driven home by
         verbs alone and every invariant again."""
         self._release(case.point)
-        self.m1.wait_ready(120)
+        self.m1.wait_ready(START_SECONDS)
         result.outcome = (result.outcome + "; " if result.outcome else "") + self._settle(
             case.job, own, previous, asked
         )
@@ -594,7 +597,7 @@ class BoundarySearch:
         spare = self.walk.fleet.member("m2")
         if spare.process is None or spare.process.poll() is not None:
             spare.env.pop(FAULT_ENV, None)
-            spare.start()
+            spare.start(START_SECONDS)
         pid = self.m1.process.pid if self.m1.process else 0
         os.kill(pid, signal.SIGSTOP)
         try:
