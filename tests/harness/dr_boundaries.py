@@ -284,7 +284,15 @@ class BoundarySearch:
         return next((f for f in pair.flows.values() if mine & set(f.tasks.values())), None)
 
     def tasks(self) -> dict[str, dict[str, Any]]:
-        return {t["task_id"]: t for t in self.walk._flow_tasks()["f1"]}
+        """The flow's tasks; ConnectionError when no daemon serves: the only one is held in
+        the recover round of its start (it listens from before it, answering 503 until then)."""
+        try:
+            listed = self.walk._flow_tasks()["f1"]
+        except AssertionError as exc:
+            if "the daemon is starting" in str(exc):
+                raise ConnectionError(f"no daemon serving: {exc}") from exc
+            raise
+        return {t["task_id"]: t for t in listed}
 
     def other_cluster(self, label: str) -> str:
         return next(c for c in self.walk.model.pair if c != label)
