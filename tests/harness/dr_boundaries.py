@@ -50,7 +50,15 @@ from typing import Any, get_args
 
 from harness.daemon import Daemon
 from harness.dr_clusters import consistent_known
-from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since, writers_may_move
+from harness.dr_walk import (
+    Flow,
+    InvariantError,
+    Walk,
+    _log_size,
+    _logged_since,
+    writers_follow,
+    writers_may_move,
+)
 from metastore import TaskState
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
@@ -654,8 +662,9 @@ class BoundarySearch:
                     self._model_replicating(flow)  # the job may have handed the flow over
                 return f"{job}: task {own} deleted, the job's record with it"
             fresh = bool(view.get("job_id")) and view.get("job_id") != previous
-            if fresh and job == "switchover" and writers_may_move(view):
-                self.flow.writer.move_to(self.other_cluster(self.flow.primary))
+            follow = writers_follow(self.flow, view, self.walk.model.pair) if fresh else ""
+            if job == "switchover" and follow:
+                self.flow.writer.move_to(follow)
             if fresh and view.get("state") in ended:
                 break
             if not fresh and asked is not None and asked.status and asked.status != 202:

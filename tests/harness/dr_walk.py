@@ -347,6 +347,17 @@ def writers_may_move(job: dict[str, Any]) -> bool:
     return bool(job.get("writers_may_move_at")) or job.get("state") == "done"
 
 
+def writers_follow(flow: Flow, job: dict[str, Any], pair: Sequence[str]) -> str:
+    """Where the writers of ``flow`` go as its switchover ``job`` is followed: its target once
+    they may move (:func:`writers_may_move`), while the flow replicates; "" before, and once
+    the flow failed over since (a failover of the reverse task after the job handed the flow
+    over: the writers are where that failover put them)."""
+    if not writers_may_move(job) or flow.state != "replicating":
+        return ""
+    target = str(job.get("target_cluster") or "")
+    return target if target in pair else flow.replica(pair)
+
+
 def _log_size(daemon: Daemon) -> int:
     return daemon.log_path.stat().st_size if daemon.log_path.exists() else 0
 

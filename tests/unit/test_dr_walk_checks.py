@@ -18,6 +18,7 @@ from harness.dr_walk import (
     MovingWriter,
     Walk,
     WalkResult,
+    writers_follow,
 )
 
 COLLECTION = "walk_f1"
@@ -213,6 +214,8 @@ def test_a_failover_of_a_switchovers_reverse_task_before_the_switchover_is_settl
     assert flow.failovers[-1].took_over == "a"
     assert (flow.state, flow.primary, flow.writer.at) == ("failed_over", "a", "a")
     done = {"state": "done", "target_cluster": "b", "reverse_task_id": "t1-rev"}
+    # the search follows the job to its end: the writers stay where the failover put them
+    assert writers_follow(flow, done, walk.model.pair) == ""
     said = walk._settle(flow, done)
     assert "failed over since to a" in said, said
     assert flow.tasks == {"a": "t1", "b": "t1-rev"}
@@ -226,3 +229,14 @@ def test_a_switchover_settled_done_hands_the_model_to_its_target() -> None:
     walk._settle(flow, {"state": "done", "target_cluster": "b", "reverse_task_id": "t1-rev"})
     assert flow.tasks == {"a": "t1", "b": "t1-rev"}
     assert (flow.state, flow.primary, flow.writer.at) == ("replicating", "b", "b")
+
+
+def test_the_writers_follow_a_switchover_to_its_target_once_they_may_move() -> None:
+    walk = FakeWalk(set())
+    flow = walk.model.flows["f1"]
+    flow.state, flow.primary = "replicating", "a"
+    pair = walk.model.pair
+    assert writers_follow(flow, {"state": "reversing", "target_cluster": "b"}, pair) == ""
+    moving = {"state": "reversing", "target_cluster": "b", "writers_may_move_at": {"ts": 1}}
+    assert writers_follow(flow, moving, pair) == "b"
+    assert writers_follow(flow, {"state": "done", "target_cluster": "b"}, pair) == "b"
