@@ -74,6 +74,9 @@ VERBS = ("pause", "resume", "delete", "switchover", "failover", "failback")
 FAULTS = ("kill", "stall", *(f"{v}:{r}" for v in VERBS for r in ("own", "other")), "again")
 HOLD_SECONDS = 900  # a hold the search forgets to release ends by itself
 REACH_SECONDS = 150.0  # a job reaches its point within this
+# a failback reaches its points from repairing on (and failback_failed by the route through
+# repairing) only after its backfill, which took 3 min at load 20 (run B1 of dr-diag3)
+FAILBACK_REACH_SECONDS = 600.0
 JOB_SECONDS = 300.0
 FAILBACK_SECONDS = 900.0
 DRIVE_SECONDS = 1500.0
@@ -411,7 +414,7 @@ class BoundarySearch:
         if case.job == "switchover":
             self._mover = _WriterMover(self, own, previous)
         if first:
-            if not self._wait_held(self.m1, first, offset):
+            if not self._wait_held(self.m1, first, offset, case.job):
                 result.outcome = f"the route's point {first} not reached"
                 return None
             self._hold(case.point)
@@ -421,7 +424,7 @@ class BoundarySearch:
                 self.restart(self.m1, kill=True, wait=False)
             else:  # stopped past the claim, released while stopped, continued
                 result.outcome = self._stall(case, own, first, previous) + "; "
-        result.held = self._wait_held(self.m1, case.point, offset)
+        result.held = self._wait_held(self.m1, case.point, offset, case.job)
         if not result.held:
             result.outcome = "not reached"
         return own, previous, asked
@@ -498,9 +501,10 @@ class BoundarySearch:
         self.walk._drop_client(label)
         self.say(f"  {label} killed (kill -9)")
 
-    def _wait_held(self, daemon: Daemon, point: str, offset: int) -> bool:
+    def _wait_held(self, daemon: Daemon, point: str, offset: int, job: str = "") -> bool:
         text = f"held at {point} for"
-        deadline = time.monotonic() + REACH_SECONDS
+        reach = FAILBACK_REACH_SECONDS if job == "failback" else REACH_SECONDS
+        deadline = time.monotonic() + reach
         while time.monotonic() < deadline:
             if _logged_since(daemon, offset, text):
                 return True
