@@ -189,6 +189,11 @@ class Failbacks:
             or asking
             or (running is not None and not running.done())
         ):
+            if asking:
+                with log_context(task_id=tid):
+                    log.info(
+                        "failback %s is being asked here: left to its request", record.get("job_id")
+                    )
             if running is None:
                 self._saved(tid, record)
             return
@@ -199,6 +204,13 @@ class Failbacks:
             self._saved(tid, record)
             return
         job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
+        with log_context(task_id=tid):
+            log.warning(
+                "failback %s was left at %s by its daemon %s: taking it over",
+                job_id,
+                record.get("state"),
+                member or "?",
+            )
         await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
         await injected_fault("failback_taken_over", job="failback")
         record.update(member=me, job_id=job_id)

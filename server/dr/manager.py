@@ -271,6 +271,9 @@ class DisasterRecovery:
         # daemon, but it is not left by a restart)
         running = tid in self._runs and not self._runs[tid].done()
         if job.finished or tid in self._asking or running:
+            if tid in self._asking:
+                with log_context(task_id=tid):
+                    log.info("switchover %s is being asked here: left to its request", job.job_id)
             if tid not in self._runs:
                 self._on_switchover_saved(job)
             return
