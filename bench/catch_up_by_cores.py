@@ -50,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import settle, tree_cpu  # noqa: E402
+from catch_up import TreeMemorySampler, settle, tree_cpu  # noqa: E402
 from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
@@ -126,6 +126,11 @@ def one_run(
         pin(pid, cpus)
         settle(pid, window=2.0, limit=30)
         cpu0 = tree_cpu(pid)
+        others = [source.pid, kafka.pid if target == "kafka" else env["dst_pid"]]
+        others0 = [tree_cpu(other) for other in others]
+        memory = TreeMemorySampler(pid, interval=0.2)
+        memory.start()
+        stack.callback(memory.stop.set)
         infos = [{"name": name} for name in names]
         t0 = time.perf_counter()
         if target == "milvus":
@@ -157,6 +162,9 @@ def one_run(
             seen = watch(ends, pid, args.rows, args.timeout, quiet=2.0)
             wal = task_bytes(daemon, task_id)
         load = os.getloadavg()
+        others_s = [tree_cpu(other) - before for other, before in zip(others, others0, strict=True)]
+        memory.stop.set()
+        memory.join()
     if target == "milvus":
         total = sum(count(dst, name) for name in names)
         assert total == args.rows, f"the target holds {total} rows, not {args.rows}"
@@ -188,6 +196,10 @@ def one_run(
         "cpu_per_gb": cpu / (wal / 1024**3) if wal else math.nan,
         "steady_cpu_per_gb": steady_cpu / (wal / 1024**3) if wal else math.nan,
         "cores_used": steady_cpu / steady,
+        # what the machine's other busy processes took meanwhile (from create to the last event)
+        "others_cores": [spent / seconds for spent in others_s],
+        "peak_rss_mb": memory.peak[0] / 1024,
+        "peak_pss_mb": memory.peak[1] / 1024,
         "load": load,
     }
 
@@ -211,7 +223,7 @@ def run(args, work: Path) -> tuple[list[dict], dict]:
             target = stack.enter_context(
                 milvus_source_rocksmq(work / "target", etcd.endpoint, root_path="target")
             )
-            env["dst_uri"] = target.uri
+            env["dst_uri"], env["dst_pid"] = target.uri, target.pid
             dst = MilvusClient(uri=target.uri, dedicated=True)
             stack.callback(dst.close)
         env["dst"] = dst
@@ -252,8 +264,10 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
         "| round | target | daemon settings | cores | s from create | s first to last event "
         "(steady) | steady events/s | steady MB WAL/s | CPU-s (from create) | CPU-s per GB WAL "
         "(from create / steady) | cores used (steady) | steady events/s over the same daemon's "
-        "on the first core set | load average 1/5/15 min at its end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "on the first core set | source / target cores used (from create) "
+        "| peak RSS / PSS MB (daemon and groups) "
+        "| load average 1/5/15 min at its end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios: dict[tuple[str, str, int], list[float]] = {}
     for r in runs:
@@ -272,7 +286,9 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             f"| {r['seconds']:.1f} | {r['steady_s']:.1f} | {r['steady_events_s']:,.0f} "
             f"| {r['steady_mb_s']:.1f} | {r['cpu_s']:.1f} "
             f"| {r['cpu_per_gb']:.1f} / {r['steady_cpu_per_gb']:.1f} | {r['cores_used']:.2f} "
-            f"| {ratio} | {' / '.join(f'{v:.1f}' for v in r['load'])} |"
+            f"| {ratio} | {' / '.join(f'{v:.2f}' for v in r['others_cores'])} "
+            f"| {r['peak_rss_mb']:.0f} / {r['peak_pss_mb']:.0f} "
+            f"| {' / '.join(f'{v:.1f}' for v in r['load'])} |"
         )
     summary = [
         f"- {target}, settings {settings}, {cores} core(s): "
@@ -297,8 +313,10 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             "",
             f"Backlogs in a Milvus 2.3.5 source on RocksMQ, written in {info['write_s']:.0f} s: "
             f"{backlogs}. Each line a fresh daemon and task catching up "
-            "all of it; CPU and cores used are the daemon's (its child processes included; "
-            "the source, the target and the bench share the machine's cores).",
+            "all of it; CPU, cores used and memory are the daemon's (its child processes "
+            "included: RSS counts a page shared by two processes twice, PSS splits it; peak "
+            "from the create request to the last event, sampled every 0.2 s; the source, the "
+            "target and the bench share the machine's cores).",
             "",
             *lines,
             "",

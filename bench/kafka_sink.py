@@ -25,7 +25,7 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
     python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
                                [--code LABEL=CHECKOUT ...] [--daemon-configs JSON]
                                [--out bench/results/kafka_sink.md] [--profile FILE]
-                               [--profile-idle]
+                               [--profile-idle] [--profile-gil]
 
 Steps 2 and 3 run ``--rounds`` times on the one backlog, each round with a fresh mock and a
 fresh metastore, once for every ``--code`` (a checkout whose daemon runs as ``python -m
@@ -37,7 +37,10 @@ child processes). The report is appended to
 ``--out``. ``--profile``: py-spy (in the virtualenv or on PATH)
 samples the daemon at 100 Hz without pausing it, from the create request to the last event;
 its collapsed stacks are written to FILE (``--profile-idle``: the waiting threads too, each
-thread apart: where the daemon waits).
+thread apart: where the daemon waits; ``--profile-gil``: only the samples of a thread holding
+the interpreter lock, at 250 Hz: where its Python CPU goes, even on a loaded machine), channel
+group processes included, one file a round (``FILE.round<n>_<code>_<config>``) when there are
+several.
 """
 
 from __future__ import annotations
@@ -248,7 +251,7 @@ def raw_produce(
 
 
 @contextlib.contextmanager
-def profiled(pid: int, out: Path, idle: bool = False):
+def profiled(pid: int, out: Path, idle: bool = False, gil: bool = False):
     """py-spy sampling ``pid`` (not pausing it, 100 Hz) while the block runs; its collapsed
     stacks written to ``out`` (``idle``: waiting threads too, each thread's stacks apart)."""
     import shutil
@@ -257,13 +260,24 @@ def profiled(pid: int, out: Path, idle: bool = False):
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     command = [spy, "record", "--nonblocking", "--format", "raw", "-p", str(pid), "-o", str(out)]
+    command += ["--subprocesses"]  # a channel group's process too, each stack under its pid
     command += ["--idle", "--threads"] if idle else []
+    command += ["--gil", "--rate", "250"] if gil else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(30)
+
+
+def profile_file(args, work: Path) -> Path:
+    """``--profile``'s file; with more than one daemon round, one file a round, the round's
+    name (``round<n>_<code>_<config>``) before its suffix."""
+    out = Path(args.profile)
+    if args.rounds * len(args.code) * len(args.daemon_configs) == 1:
+        return out
+    return out.with_name(f"{out.stem}.{work.name}{out.suffix}")
 
 
 def daemon_round(
@@ -297,7 +311,9 @@ def daemon_round(
         make_positions_topic(kafka.bootstrap)
         ends = EndOffsets(kafka.bootstrap, topics)
         spy = (
-            profiled(daemon.process.pid, Path(args.profile), args.profile_idle)
+            profiled(
+                daemon.process.pid, profile_file(args, work), args.profile_idle, args.profile_gil
+            )
             if args.profile
             else None
         )
@@ -447,6 +463,11 @@ def main() -> None:
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the daemon to this file")
     parser.add_argument(
         "--profile-idle", action="store_true", help="with --profile: waiting threads too"
+    )
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile: only samples holding the interpreter lock (its CPU), at 250 Hz",
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "kafka_sink.md"))
     args = parser.parse_args()

@@ -422,7 +422,9 @@ def start_daemon(
     if checkout:
         daemon.command = [sys.executable, "-m", "server"]
         daemon.env = {"PYTHONPATH": checkout}
-    daemon.start()
+    # (a loaded machine took over 30 s to import and start a daemon: a bench round is not a
+    # test of the start's time, which the rounds report apart)
+    daemon.start(timeout=120)
     stack.callback(daemon.stop)
     return daemon
 

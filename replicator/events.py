@@ -68,6 +68,7 @@ class Insert(CollectionEvent):
     partition_name: str
     num_rows: int
     request: msg_pb2.InsertRequest  # its fields_data go to the target as they are
+    size: int = 0  # the request's bytes as read (0: not known; see apply.body_size)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Delete(CollectionEvent):
     partition_name: str
     num_rows: int
     request: msg_pb2.DeleteRequest  # primary_keys (int_id or str_id)
+    size: int = 0  # the request's bytes as read (0: not known; see apply.body_size)
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,10 @@ it saves its positions, and closes the metastore. A second signal exits at once.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
 import ssl
-import sys
 
 from aiohttp import web
 
@@ -25,6 +23,7 @@ from server.http.starting import starting_app
 from server.listen import bind
 from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
+from server.runtime.interpreter import tune_gc, tune_interpreter
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +43,6 @@ def server_tls_context(tls: TlsSettings) -> ssl.SSLContext | None:
             f"certificate and key: {reason}"
         ) from exc
     return context
-
-
-def tune_interpreter(settings: CdcSettings) -> None:
-    """The interpreter lock's switch interval (``gilSwitchMs``): while a catch-up keeps every
-    core busy, a longer turn per thread means fewer hand-overs of the lock between the task
-    threads and less CPU spent on them; a thread waiting for I/O gets the lock back as soon as
-    the one holding it waits for something itself."""
-    sys.setswitchinterval(settings.gilSwitchMs / 1000)
-
-
-def tune_gc() -> None:
-    """Keep garbage-collection pauses out of request latency.
-
-    Everything alive after start-up (imported modules, settings, the app) is moved out of the
-    collector's reach with ``gc.freeze()``, and the young generation is collected less often: a
-    ``list`` of 1,000 tasks allocates ~100k short-lived objects, and with the defaults its full
-    collections rescanned every module object (bench/list_latency.py, SQLite: p99 54 -> 20 ms).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
 
 
 async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -> None:

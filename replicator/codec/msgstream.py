@@ -111,14 +111,16 @@ def collection_of(payload: bytes, msg_type: int) -> int:
 
 # --- what an event takes from a body: the bodies are the same msg.proto messages in the 2.3-2.5
 # format and in 2.6 (replicator.codec.streaming builds its events from these too)
-def dml_fields(request: Any) -> dict[str, Any]:
-    """An Insert's or Delete's fields from its ``InsertRequest``/``DeleteRequest`` body."""
+def dml_fields(request: Any, size: int) -> dict[str, Any]:
+    """An Insert's or Delete's fields from its ``InsertRequest``/``DeleteRequest`` body of
+    ``size`` bytes."""
     return {
         "db_name": request.db_name,
         "collection_name": request.collection_name,
         "partition_name": request.partition_name,
         "num_rows": request.num_rows,
         "request": request,
+        "size": size,
     }
 
 
@@ -162,10 +164,14 @@ def _row_ts(request: Any, ts: int) -> int:
 def _decode_body(msg_type: int, ts: int, collection_id: int, payload: bytes) -> Event:
     if msg_type == MSG_INSERT:
         insert = msg_pb2.InsertRequest.FromString(payload)
-        return Insert(ts=_row_ts(insert, ts), collection_id=collection_id, **dml_fields(insert))
+        return Insert(
+            ts=_row_ts(insert, ts), collection_id=collection_id, **dml_fields(insert, len(payload))
+        )
     if msg_type == MSG_DELETE:
         delete = msg_pb2.DeleteRequest.FromString(payload)
-        return Delete(ts=_row_ts(delete, ts), collection_id=collection_id, **dml_fields(delete))
+        return Delete(
+            ts=_row_ts(delete, ts), collection_id=collection_id, **dml_fields(delete, len(payload))
+        )
     if msg_type == MSG_CREATE_COLLECTION:
         return CreateCollection(
             ts=ts, collection_id=collection_id, **create_collection_fields(payload)

@@ -206,11 +206,14 @@ def _decode(meta: StreamMeta, payload: bytes, props: Mapping[str, str], wanted: 
                 collection_id=collection_id,
                 meta=meta,
                 partitions=sh.insert_partitions(header),
-                **msgstream.dml_fields(insert),
+                **msgstream.dml_fields(insert, len(payload)),
             )
         delete = msg_pb2.DeleteRequest.FromString(payload)
         return StreamDelete(
-            ts=ts, collection_id=collection_id, meta=meta, **msgstream.dml_fields(delete)
+            ts=ts,
+            collection_id=collection_id,
+            meta=meta,
+            **msgstream.dml_fields(delete, len(payload)),
         )
     if name == "CreateCollection":
         return _create_collection(meta, _header(props), payload)

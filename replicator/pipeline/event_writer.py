@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from replicator.events import Delete, Insert
-from replicator.pipeline.apply import DEFAULT_PARTITION, BatchApplier, TargetCollection, delete_keys
+from replicator.pipeline.apply import (
+    DEFAULT_PARTITION,
+    BatchApplier,
+    TargetCollection,
+    body_size,
+    delete_keys,
+)
 from replicator.sinks.kafka import ChannelLog, KafkaTarget
 from replicator.sinks.kafka_columns import insert_events
 from replicator.sinks.kafka_events import row_key, ts_view
@@ -60,7 +66,7 @@ class EventWriter(BatchApplier):
                     value = _event("delete", db, name, partition or None, pk, None, event.ts)
                     deleted[(pk, event.ts)] = self.log.add(topic, row_key(db, name, pk), value)
                 self.stats.rows_deleted += len(keys)
-                self.stats.count(event, len(keys), event.request.ByteSize())
+                self.stats.count(event, len(keys), body_size(event))
                 continue
             partition = self._partition(collection, event.partition_name) or DEFAULT_PARTITION
             rows = insert_events(
@@ -76,7 +82,7 @@ class EventWriter(BatchApplier):
                 deleted,
             )
             self.stats.rows_inserted += rows
-            self.stats.count(event, rows, event.request.ByteSize())
+            self.stats.count(event, rows, body_size(event))
 
 
 def _event(

@@ -6,8 +6,9 @@ What every row of one insert shares (``op``, ``db``, ``collection``, ``partition
 the key's ``[db, collection,`` part) is serialized once; each column is serialized whole, a piece
 a row; a row's event is then its pieces joined with the shared parts between them, by
 ``map(b"".join, zip(...))``: no Python step per row. An event is kept as its JSON up to ``ts``
-(a *body*: every field but ``source``, without the closing brace); the commit appends
-``,"source":{...}}``, which it knows only then. The bytes are those of the event's dict
+(a *body*: every field but ``source``, without the closing brace), as the parts it is joined
+from (:class:`Rows`); the commit joins them with ``,"source":{...}}``, which it knows only then,
+in one join (a row's bytes are copied once). The bytes are those of the event's dict
 serialized whole by :func:`kafka_events.dumps` (same keys in the same order), each value as
 orjson writes it; a value orjson refuses (an integer beyond 64 bits in a JSON field) is
 written by the standard library alone.
@@ -47,11 +48,37 @@ Run = tuple[str, list[bytes], list[bytes]]
 
 @dataclass(slots=True)
 class Rows:
-    """An insert's row events of one topic, in their order: keys and bodies (see ``Event``)."""
+    """An insert's row events of one topic, in their order: keys, and bodies (see ``Event``)
+    kept as the ``parts`` they are joined from: a constant (bytes, the same in every row) or a
+    piece a row (a list), the last part a constant. Row ``i``'s body is the parts joined, each
+    list's ``i``-th piece in its place; the commit joins them with its ``source`` at the end
+    (``values``), so a row's bytes are copied once, not joined and then copied again."""
 
     topic: str
     keys: list[bytes]
-    bodies: list[bytes]
+    parts: list[bytes | list[bytes]]
+
+    def values(self, tail: bytes) -> list[bytes]:
+        """Each row's event: its body, then ``tail``."""
+        *middle, end = self.parts
+        assert isinstance(end, bytes), "the last part is a constant"
+        sequences = [repeat(part) if isinstance(part, bytes) else part for part in middle]
+        # (every list holds a piece a row, checked when it was cut; the constants repeat)
+        return list(map(b"".join, zip(*sequences, repeat(end + tail), strict=False)))
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return self.values(b"")
+
+    def body(self, row: int) -> bytes:
+        return b"".join(part if isinstance(part, bytes) else part[row] for part in self.parts)
+
+    def select(self, rows: list[int]) -> Rows:
+        """These rows only, in this order."""
+        parts = [
+            part if isinstance(part, bytes) else [part[n] for n in rows] for part in self.parts
+        ]
+        return Rows(self.topic, [self.keys[n] for n in rows], parts)
 
 
 # what a channel's log holds: single events (deletes, DDL, upserts) and inserts' rows
@@ -103,24 +130,25 @@ def insert_events(
     )
     made = _by_columns(fields_data, num_rows, pk_name, envelope)
     if made is None:
-        made = _by_rows(fields_data, num_rows, pk_name, envelope)
-    keys, bodies = made
+        keys, bodies = _by_rows(fields_data, num_rows, pk_name, envelope)
+        made = keys, [bodies, b""]
+    rows = Rows(topic, *made)
     if deleted:
-        keys, bodies = _pair_upserts(log, topic, fields_data, pk_name, ts, deleted, keys, bodies)
-    if keys:
-        log.add_rows(Rows(topic, keys, bodies))
+        rows = _pair_upserts(log, fields_data, pk_name, ts, deleted, rows)
+    if rows.keys:
+        log.add_rows(rows)
     return num_rows
 
 
 def _by_columns(
     fields_data: Sequence[schema_pb2.FieldData], num_rows: int, pk_name: str, envelope: Envelope
-) -> tuple[list[bytes], list[bytes]] | None:
-    """Keys and bodies joined from the columns' JSON pieces; None where a row needs more than
-    joining (see the module's docstring)."""
+) -> tuple[list[bytes], list[bytes | list[bytes]]] | None:
+    """Keys, and the bodies' parts (see ``Rows``) from the columns' JSON pieces; None where a
+    row needs more than joining (see the module's docstring)."""
     names = [column.field_name for column in fields_data if not column.is_dynamic]
     if not names or fields_data[0].is_dynamic or any("[" in name for name in names):
         return None
-    parts: list[Any] = []  # constants (bytes) and columns' pieces (lists), alternating
+    parts: list[bytes | list[bytes]] = []  # constants and columns' pieces, alternating
     constant = b',"row":{'
     pk_pieces: tuple[bytes, list[bytes], bytes] | None = None
     for n, column in enumerate(fields_data):
@@ -131,25 +159,26 @@ def _by_columns(
             parts += [constant, extra]
             constant = b""
             continue
-        before, pieces, after = column_json(column, num_rows)
-        if column.field_name == pk_name:
+        # a member follows: the comma between them ends this column's text (in its pieces,
+        # where that lets a vector column be cut at one byte; never in the pk's, also the key's)
+        follows = n + 1 < len(fields_data) and not fields_data[n + 1].is_dynamic
+        is_pk = column.field_name == pk_name
+        then = b"," if follows and not is_pk else b""
+        before, pieces, after = column_json(column, num_rows, then)
+        if is_pk:
             pk_pieces = (before, pieces, after)
-        parts += [
-            constant + (b"," if n else b"") + dumps(column.field_name) + b":" + before,
-            pieces,
-        ]
+            after += b"," if follows else b""
+        lead = b"," if n and fields_data[n - 1].is_dynamic else b""
+        parts += [constant + lead + dumps(column.field_name) + b":" + before, pieces]
         constant = after
     if pk_pieces is None:
         raise TargetRejectedError(f"field {pk_name}: the primary key's column is missing")
     head, when, prefix = envelope
     before, pk, after = pk_pieces
     keys = list(map(b"".join, zip(repeat(prefix + before), pk, repeat(after + b"]"))))
-    sequences = [repeat(head + before), pk, repeat(after + parts[0])]
-    for part in parts[1:]:
-        sequences.append(repeat(part) if isinstance(part, bytes) else part)
-    sequences.append(repeat(constant + b"}" + when))
-    # (every column's pieces counted num_rows above; the constants repeat without end)
-    return keys, list(map(b"".join, zip(*sequences, strict=False)))
+    first = parts[0]
+    assert isinstance(first, bytes)
+    return keys, [head + before, pk, after + first, *parts[1:], constant + b"}" + when]
 
 
 def _dynamic_pieces(
@@ -184,36 +213,35 @@ def _by_rows(
 
 def _pair_upserts(
     log: EventLog,
-    topic: str,
     fields_data: Sequence[schema_pb2.FieldData],
     pk_name: str,
     ts: int,
     deleted: dict[tuple[Any, int], int],
-    keys: list[bytes],
-    bodies: list[bytes],
-) -> tuple[list[bytes], list[bytes]]:
+    rows: Rows,
+) -> Rows:
     """A row whose key this batch deleted at the same time is an upsert: its event takes the
     delete's place in the log (Milvus writes an upsert as the two). The rows left."""
     column = next(c for c in fields_data if c.field_name == pk_name)
     events = log.events
     kept: list[int] = []
-    for n, pk in enumerate(column_values(column, len(keys))):
+    for n, pk in enumerate(column_values(column, len(rows.keys))):
         paired = deleted.pop((pk, ts), None)
         if paired is None:
             kept.append(n)
             continue
         replaced = events[paired]
         assert not isinstance(replaced, Rows), "a delete is logged as one event"
-        events[paired] = (topic, replaced[1], _UPSERT + bodies[n][len(_INSERT) :])
-    if len(kept) == len(keys):
-        return keys, bodies
-    return [keys[n] for n in kept], [bodies[n] for n in kept]
+        events[paired] = (rows.topic, replaced[1], _UPSERT + rows.body(n)[len(_INSERT) :])
+    if len(kept) == len(rows.keys):
+        return rows
+    return rows.select(kept)
 
 
 def topic_runs(events: Sequence[Entry], source: dict[str, Any], limit: int) -> list[Run]:
     """A commit's events as runs of one topic, keys and values, every event with the commit's
     ``source`` (raises ``TargetRejectedError`` for an event of more than ``limit`` bytes). An
-    insert's rows take no Python step each: their values are made by ``map`` in C."""
+    insert's rows take no Python step each: their values are joined by ``map`` in C, from
+    their parts and the ``source`` at once."""
     tail = b',"source":' + dumps(source) + b"}"
     runs: list[Run] = []
     keys: list[bytes] = []
@@ -222,9 +250,9 @@ def topic_runs(events: Sequence[Entry], source: dict[str, Any], limit: int) -> l
     for entry in events:
         if isinstance(entry, Rows):
             topic = entry.topic
-            if max(map(len, entry.bodies)) + len(tail) > limit:
-                body = next(b for b in entry.bodies if len(b) + len(tail) > limit)
-                raise _too_large(body + tail, limit)
+            made = entry.values(tail)
+            if max(map(len, made)) > limit:
+                raise _too_large(next(v for v in made if len(v) > limit), limit)
         else:
             topic, key, value = entry
             if isinstance(value, bytes):
@@ -239,7 +267,7 @@ def topic_runs(events: Sequence[Entry], source: dict[str, Any], limit: int) -> l
             runs.append((topic, keys, values))
         if isinstance(entry, Rows):
             keys += entry.keys
-            values += map(bytes.__add__, entry.bodies, repeat(tail))
+            values += made
         else:
             keys.append(key)
             values.append(data)

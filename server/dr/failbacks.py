@@ -65,6 +65,9 @@ class Failbacks:
         self.views = views
         self.watches = watches
         self._runs: dict[str, asyncio.Task[None]] = {}
+        # the tasks whose failback is being asked here (claimed and saved, its run not started
+        # yet): the recover round of this daemon leaves them to the request
+        self._asking: set[str] = set()
 
     async def ask(self, request: FailbackRequest) -> dict[str, Any]:
         """Start re-seeding a failed-over task's old source from its target: the flow's task
@@ -78,8 +81,10 @@ class Failbacks:
             raise ConflictError(f"task {tid}: a failback needs both ends as named clusters")
         running = self._runs.get(tid)
         current = await asyncio.to_thread(load_json, self.sup.store, tid, FAILBACK_KEY)
-        if (running is not None and not running.done()) or (
-            current is not None and current.get("state") not in FAILBACK_FINISHED
+        if (
+            tid in self._asking
+            or (running is not None and not running.done())
+            or (current is not None and current.get("state") not in FAILBACK_FINISHED)
         ):
             named = (
                 f"failback {current.get('job_id')} ({current.get('state')})"
@@ -87,9 +92,18 @@ class Failbacks:
                 else "a failback"
             )
             raise ConflictError(f"task {tid}: {named} of it is under way: failback waits for it")
-        ends = (spec.source_cluster, spec.target_cluster)
+        self._asking.add(tid)
+        try:
+            return await self._start(tid, spec, (spec.source_cluster, spec.target_cluster))
+        finally:
+            self._asking.discard(tid)
+
+    async def _start(self, tid: str, spec: TaskSpec, ends: tuple[str, str]) -> dict[str, Any]:
+        """The failback asked of ``tid`` (``ends``: its source and target clusters) claimed,
+        its record saved, the reverse task created and its run started (:meth:`ask`, which
+        keeps this daemon's recover round off it meanwhile)."""
         job_id = f"failback-{uuid.uuid4().hex[:8]}"
-        pair = await self.pairs.claim(ends, "failback", tid, spec.source_cluster, job_id)
+        pair = await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
         await injected_fault("failback_claimed", job="failback")
         claim = self.pairs.flow_claim(ends, tid, job_id)
         flow = pair.flow_of(tid)
@@ -100,7 +114,7 @@ class Failbacks:
             "job_id": job_id,
             "reverse_task_id": reused or f"{tid[:40]}-back-{uuid.uuid4().hex[:8]}",
             "reused": bool(reused),
-            "production_cluster": spec.target_cluster,
+            "production_cluster": ends[1],
             "member": self.sup.fleet.member_id,
             "state": "creating",
             "steps": [{"state": "creating", "at": iso(now)}],
@@ -134,9 +148,7 @@ class Failbacks:
         await injected_fault("seeding", job="failback")
         self._runs[tid] = asyncio.get_running_loop().create_task(_held(run))
         with log_context(task_id=tid):
-            log.info(
-                "failback asked: reverse task %s seeds %s", run.reverse_id, spec.source_cluster
-            )
+            log.info("failback asked: reverse task %s seeds %s", run.reverse_id, ends[0])
         return {"task_id": tid, "reverse_task_id": run.reverse_id, "failback": dict(run.record)}
 
     def _saved(self, task_id: str, record: dict[str, Any]) -> None:
@@ -169,7 +181,19 @@ class Failbacks:
         tid = task.task_id
         record = json.loads(raw)
         running = self._runs.get(tid)
-        if record.get("state") in FAILBACK_FINISHED or (running is not None and not running.done()):
+        # a failback asked here and not started yet is the request's: its member is this
+        # daemon, but it is not left by a restart
+        asking = tid in self._asking
+        if (
+            record.get("state") in FAILBACK_FINISHED
+            or asking
+            or (running is not None and not running.done())
+        ):
+            if asking:
+                with log_context(task_id=tid):
+                    log.info(
+                        "failback %s is being asked here: left to its request", record.get("job_id")
+                    )
             if running is None:
                 self._saved(tid, record)
             return
@@ -180,6 +204,13 @@ class Failbacks:
             self._saved(tid, record)
             return
         job_id = str(record.get("job_id") or f"failback-{uuid.uuid4().hex[:8]}")
+        with log_context(task_id=tid):
+            log.warning(
+                "failback %s was left at %s by its daemon %s: taking it over",
+                job_id,
+                record.get("state"),
+                member or "?",
+            )
         await self.pairs.claim(ends, "failback", tid, ends[0], job_id)
         await injected_fault("failback_taken_over", job="failback")
         record.update(member=me, job_id=job_id)

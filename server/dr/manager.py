@@ -99,6 +99,9 @@ class DisasterRecovery:
         self.pairs = PairKeeper(supervisor, settings)
         self.pairs.running_here = self._running
         self._runs: dict[str, asyncio.Task[SwitchoverJob]] = {}  # task id -> its job here
+        # the tasks whose switchover is being asked here (claimed, maybe saved, its run not
+        # started yet): the recover round of this daemon leaves them to the request
+        self._asking: set[str] = set()
         self._views = JobViews()
         self.watches = StaleWatches(supervisor, settings, self._views)
         self.failbacks = Failbacks(supervisor, settings, self.pairs, self._views, self.watches)
@@ -125,7 +128,7 @@ class DisasterRecovery:
         task = await self.sup.get(request.task_id)
         spec = TaskSpec.of(task)
         tid = task.task_id
-        if tid in self._runs and not self._runs[tid].done():
+        if tid in self._asking or (tid in self._runs and not self._runs[tid].done()):
             named = await self._running_here(tid)
             raise ConflictError(
                 f"task {tid}: {named} of it is under way here: switchover waits for it"
@@ -175,7 +178,19 @@ class DisasterRecovery:
             request.fence,
             request.stale_check_seconds,
         )
-        await self.pairs.claim(ends, "switchover", tid, spec.source_cluster, job.job_id)
+        self._asking.add(tid)
+        try:
+            return await self._start_switchover(job, ends, lag)
+        finally:
+            self._asking.discard(tid)
+
+    async def _start_switchover(
+        self, job: SwitchoverJob, ends: tuple[str, str], lag: float
+    ) -> dict[str, Any]:
+        """The switchover ``job`` claimed, saved and started (:meth:`switchover`, which keeps
+        this daemon's recover round off it meanwhile)."""
+        tid = job.task_id
+        await self.pairs.claim(ends, "switchover", tid, ends[0], job.job_id)
         await injected_fault("claimed")
         run = SwitchoverRun(
             self.sup, self.settings, job, self.pairs.store, on_save=self._on_switchover_saved
@@ -252,7 +267,13 @@ class DisasterRecovery:
         if SWITCHOVER_KEY not in records:
             return
         job = SwitchoverJob.from_bytes(records[SWITCHOVER_KEY])
-        if job.finished or (tid in self._runs and not self._runs[tid].done()):
+        # a switchover asked here and not started yet is the request's (its member is this
+        # daemon, but it is not left by a restart)
+        running = tid in self._runs and not self._runs[tid].done()
+        if job.finished or tid in self._asking or running:
+            if tid in self._asking:
+                with log_context(task_id=tid):
+                    log.info("switchover %s is being asked here: left to its request", job.job_id)
             if tid not in self._runs:
                 self._on_switchover_saved(job)
             return

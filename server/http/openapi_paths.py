@@ -31,7 +31,10 @@ _TASK_ID_PARAM = {
 }
 _ERRORS = {
     "400": problem_answer("Invalid request (the detail names the field)"),
-    "503": problem_answer("Metastore unavailable or the daemon is draining; try again"),
+    "503": problem_answer(
+        "Metastore unavailable, or the daemon is starting or draining; try again "
+        "(Retry-After says when)"
+    ),
 }
 _TASK_ERRORS = {**_ERRORS, "404": problem_answer("No task with this id")}
 _CROSS_SITE = {
@@ -389,7 +392,7 @@ def path_items() -> dict[str, Any]:
                         (405, "Not POST"),
                         (409, "State conflict"),
                         (413, "Body too large"),
-                        (503, "Metastore unavailable or draining"),
+                        (503, "Metastore unavailable, or the daemon is starting or draining"),
                     ]
                 },
             }
@@ -424,8 +427,9 @@ def path_items() -> dict[str, Any]:
                     "200": _json({"type": "object"}, "Ready"),
                     "503": _json(
                         {"type": "object"},
-                        "Draining, the metastore is down or in a format this release does not "
-                        "read, or keys are missing (the reason and missing_keys name their ids)",
+                        "Starting, draining, the metastore is down or in a format this release "
+                        "does not read, or keys are missing (the reason and missing_keys name "
+                        "their ids)",
                     ),
                 },
             }

@@ -21,6 +21,7 @@ from replicator.pipeline.runner_context import RunnerContext
 from replicator.sinks.kafka_groups import GroupKafkaTarget
 from replicator.sinks.targets import incarnation
 from server.logs import configure_logging
+from server.runtime.interpreter import tune_gc, tune_interpreter
 
 # the context of a named source cluster, built from the settings (engine.cluster_context)
 BuildContext = Callable[[CdcSettings, str], RunnerContext]
@@ -42,6 +43,10 @@ def start_group(settings_json: str, build: BuildContext, start: GroupStart) -> B
 
 def group_main(settings_json: str, build: BuildContext, start: GroupStart) -> None:
     settings = CdcSettings(**json.loads(settings_json))
+    # as the daemon's (the same pipeline runs here): its lock turn, and the modules the spawn
+    # imported out of the collector's reach, its young generation collected less often
+    tune_interpreter(settings)
+    tune_gc()
     redactor = configure_logging(settings.logLevel, settings.logFormat)
     redactor.add(*secret_values(settings))
     task = start.task

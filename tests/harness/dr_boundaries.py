@@ -50,7 +50,15 @@ from typing import Any, get_args
 
 from harness.daemon import Daemon
 from harness.dr_clusters import consistent_known
-from harness.dr_walk import Flow, InvariantError, Walk, _log_size, _logged_since, writers_may_move
+from harness.dr_walk import (
+    Flow,
+    InvariantError,
+    Walk,
+    _log_size,
+    _logged_since,
+    writers_follow,
+    writers_may_move,
+)
 from metastore import TaskState
 from metastore.etcd import EtcdMetaStore
 from metastore.etcd_connect import connect_etcd
@@ -66,8 +74,8 @@ VERBS = ("pause", "resume", "delete", "switchover", "failover", "failback")
 FAULTS = ("kill", "stall", *(f"{v}:{r}" for v in VERBS for r in ("own", "other")), "again")
 HOLD_SECONDS = 900  # a hold the search forgets to release ends by itself
 REACH_SECONDS = 150.0  # a job reaches its point within this
-# a failback's points after its seeding wait for the reverse task's backfill: 3,100 rows took
-# 202 s and 16,665 rows 148 s at load 21-27 (six benches and two helpers on two cores)
+# a failback reaches its points from repairing on (and failback_failed by the route through
+# repairing) only after its backfill, which took 3 min at load 20 (run B1 of dr-diag3)
 FAILBACK_REACH_SECONDS = 600.0
 JOB_SECONDS = 300.0
 # a daemon's start: its imports alone took 30 s at load 21 (six benches and two helpers on two
@@ -510,8 +518,8 @@ class BoundarySearch:
 
     def _wait_held(self, daemon: Daemon, point: str, offset: int, job: str = "") -> bool:
         text = f"held at {point} for"
-        budget = FAILBACK_REACH_SECONDS if job == "failback" else REACH_SECONDS
-        deadline = time.monotonic() + budget
+        reach = FAILBACK_REACH_SECONDS if job == "failback" else REACH_SECONDS
+        deadline = time.monotonic() + reach
         while time.monotonic() < deadline:
             if _logged_since(daemon, offset, text):
                 return True
@@ -673,8 +681,9 @@ class BoundarySearch:
                     self._model_replicating(flow)  # the job may have handed the flow over
                 return f"{job}: task {own} deleted, the job's record with it"
             fresh = bool(view.get("job_id")) and view.get("job_id") != previous
-            if fresh and job == "switchover" and writers_may_move(view):
-                self.flow.writer.move_to(self.other_cluster(self.flow.primary))
+            follow = writers_follow(self.flow, view, self.walk.model.pair) if fresh else ""
+            if job == "switchover" and follow:
+                self.flow.writer.move_to(follow)
             if fresh and view.get("state") in ended:
                 break
             if not fresh and asked is not None and asked.status and asked.status != 202:

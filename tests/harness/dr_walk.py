@@ -347,6 +347,17 @@ def writers_may_move(job: dict[str, Any]) -> bool:
     return bool(job.get("writers_may_move_at")) or job.get("state") == "done"
 
 
+def writers_follow(flow: Flow, job: dict[str, Any], pair: Sequence[str]) -> str:
+    """Where the writers of ``flow`` go as its switchover ``job`` is followed: its target once
+    they may move (:func:`writers_may_move`), while the flow replicates; "" before, and once
+    the flow failed over since (a failover of the reverse task after the job handed the flow
+    over: the writers are where that failover put them)."""
+    if not writers_may_move(job) or flow.state != "replicating":
+        return ""
+    target = str(job.get("target_cluster") or "")
+    return target if target in pair else flow.replica(pair)
+
+
 def _log_size(daemon: Daemon) -> int:
     return daemon.log_path.stat().st_size if daemon.log_path.exists() else 0
 
@@ -678,10 +689,19 @@ class Walk:
             time.sleep(0.3)
 
     def _settle(self, flow: Flow, job: dict[str, Any]) -> str:
-        """The model after a switchover job of ``flow`` ended as ``job`` says."""
+        """The model after a switchover job of ``flow`` ended as ``job`` says; a done job whose
+        reverse task failed over since (an operator's failover once the job handed the flow
+        over, settled here after it) leaves production where that failover put it."""
         if job.get("state") == "done":
-            new = flow.replica(self.model.pair)
-            flow.tasks[new] = str(job["reverse_task_id"])
+            new = str(job.get("target_cluster") or "")
+            new = new if new in self.model.pair else flow.replica(self.model.pair)
+            reverse = str(job["reverse_task_id"])
+            flow.tasks[new] = reverse
+            if flow.state == "failed_over" and flow.failovers[-1].task_id == reverse:
+                return (
+                    f"done: {flow.name} handed to {new} (task {reverse}), failed over since "
+                    f"to {flow.primary}"
+                )
             flow.primary = new
             flow.writer.move_to(new)
             return f"done: {flow.name} primary {new} (task {flow.tasks[new]})"
@@ -811,8 +831,12 @@ class Walk:
     ) -> str:
         """The model after the failover of ``flow``'s task ``active`` (asked at ``at``, its
         primary ``label`` lost at ``killed_at``) answered ``answer``: the writer moved to the
-        replica, the failover's figure and export kept for the invariants."""
-        took_over = flow.replica(self.model.pair)
+        replica, the failover's figure and export kept for the invariants. The cluster that
+        takes over is the failed-over task's target, the pair's other cluster than ``label``
+        (not the model's replica: a failover of a switchover's reverse task, asked once the
+        switchover handed the flow over but before the search settled it, finds the model's
+        primary still the switchover's source)."""
+        took_over = next(c for c in self.model.pair if c != label)
         flow.writer.move_to(took_over)
         moved_at = time.time()
         export = answer.get("unreplicated") or {}

@@ -162,3 +162,35 @@ async def test_a_failback_whose_claim_is_let_go_after_its_create_answers_409(
         wake.touch()
         with pytest.raises(ConflictError, match=rf"failback {job_id} stopped: .*no longer holds"):
             await asyncio.wait_for(asked, 30)
+
+
+async def test_a_failback_being_asked_is_not_taken_over_by_its_own_daemons_recover_round(
+    etcd_service, milvus_lite_service, monkeypatch, tmp_path, caplog
+):
+    """A recover round of the daemon asked a failback, between the failback's first save
+    (``creating``, this member its member) and the start of its run, took it for a job its own
+    restart left, and ran a twin under the same job id and claim: the twin failed (the reverse
+    task not there yet, or its verify replaced as the request created the task again) and let
+    the shared claim go, and the request's next save found "held by nobody" (boundary search on
+    1447c5d, failback_failed, run J: 500; 409 since 66f03da). The round leaves it to the
+    request now: the failback answers and seeds, under its claim."""
+    async with dr_world(etcd_service.endpoint, milvus_lite_service.uri) as world:
+        asked, wake = await failback_held_at(
+            world, "failback_creating", monkeypatch, tmp_path, caplog
+        )
+        record = load_json(world.store, "ab", FAILBACK_KEY) or {}
+        assert record["state"] == "creating"
+        await world.disaster.recover()  # the daemon's round, every RECOVER_SECONDS
+        for _ in range(40):  # a twin (before the fix) fails at once: given the time to
+            if (load_json(world.store, "ab", FAILBACK_KEY) or {}).get("state") != "creating":
+                break
+            await asyncio.sleep(0.05)
+        wake.touch()
+        answer = await asyncio.wait_for(asked, 30)
+        assert answer["failback"]["job_id"] == record["job_id"]
+        saved = load_json(world.store, "ab", FAILBACK_KEY) or {}
+        assert saved["job_id"] == record["job_id"]
+        assert saved["state"] == "seeding", saved
+        flow = world.pairs.get("a", "b").flow_of("ab")
+        assert flow is not None and flow.job is not None
+        assert flow.job.job_id == record["job_id"]

@@ -16,9 +16,10 @@ import time
 from dataclasses import replace
 
 import pytest
-from harness.dr_jobs import DrWorld, dr_world, seed_job
+from harness.dr_jobs import DrWorld, ScriptedRunner, dr_world, seed_job
 
 from metastore import TaskState
+from replicator.hybrid_time import from_seconds
 from server.dr.claims import ClaimLostError
 from server.dr.failover import FailoverRequest
 from server.dr.fence_owners import PairFences
@@ -279,3 +280,43 @@ async def test_a_member_that_stalls_after_its_claim_check_writes_no_fence(world)
         await run._fence()
     assert world.fence_value("a") is None, "the stalled member wrote a fence nobody holds"
     assert "a" not in world.pairs.get("a", "b").fences
+
+
+async def test_a_switchover_being_asked_is_not_taken_over_by_its_own_daemons_recover_round(
+    world, monkeypatch, tmp_path, caplog
+):
+    """A recover round of the daemon asked a switchover, between the job's first save
+    (``checking``, this member its member) and the start of its run, took it for a job its own
+    restart left and rolled it back ("the daemon running the job stopped while checking"); the
+    request's run then stopped at its first save. The same window as a failback's (boundary
+    search on 1447c5d, failback_failed, run J): the round leaves it to the request now."""
+    world.add_task("ab", "a", "b", TaskState.RUNNING)
+
+    class CaughtUp(ScriptedRunner):
+        def consistent_ts(self) -> int:
+            return from_seconds(time.time())
+
+    runner = CaughtUp(world.store.get_task("ab"), None, None)
+    monkeypatch.setattr(world.supervisor, "runner_of", lambda _task_id: runner)
+    wake = tmp_path / "wake"
+    monkeypatch.setenv(FAULT_ENV, f"hold:checking:30:{wake}")
+    asked = asyncio.ensure_future(world.disaster.switchover(SwitchoverRequest(task_id="ab")))
+    for _ in range(200):
+        if "held at checking" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    job = load_job(world.store, "ab")
+    assert job is not None and job.state == "checking"
+    await world.disaster.recover()  # the daemon's round, every RECOVER_SECONDS
+    for _ in range(40):  # a roll back (before the fix) is saved at once: given the time to
+        saved = load_job(world.store, "ab")
+        if saved is None or saved.state != "checking":
+            break
+        await asyncio.sleep(0.05)
+    assert "taking it over" not in caplog.text
+    saved = load_job(world.store, "ab")
+    assert saved is not None and saved.job_id == job.job_id
+    assert saved.state == "checking" and not saved.rolled_back, saved
+    wake.touch()
+    answer = await asyncio.wait_for(asked, 30)
+    assert answer["job_id"] == job.job_id

@@ -18,6 +18,7 @@ from harness.dr_walk import (
     MovingWriter,
     Walk,
     WalkResult,
+    writers_follow,
 )
 
 COLLECTION = "walk_f1"
@@ -195,3 +196,47 @@ def test_a_live_lost_clusters_writes_after_an_earlier_failover_are_not_the_next_
     assert walk._target_plus_export() == ""
     ack(walk, range(FIRST + 5, FIRST + 7), "a", later - 10)  # the second failover's, not on b
     assert "2 write(s) a acknowledged are neither on b" in walk._target_plus_export()
+
+
+def test_a_failover_of_a_switchovers_reverse_task_before_the_switchover_is_settled() -> None:
+    """The boundary search on 1447c5d (switchover @ released x failover:other): a switchover
+    a -> b handed the flow to b (the writers on b), and, before the search settled the job in
+    the model (primary still a), an operator failed over its reverse task b -> a. The cluster
+    that took over is the task's target a, not the model's replica b (the check then compared
+    b's own writes with b: "15 write(s) b acknowledged are both on b and in the export"); the
+    switchover's end, settled after, leaves production on a."""
+    walk = FakeWalk(set())
+    flow = walk.model.flows["f1"]
+    flow.state, flow.primary, flow.tasks = "replicating", "a", {"a": "t1"}
+    flow.writer.move_to("b")  # writers_may_move_at: the search's mover followed the job
+    walk.failed_over(flow, "b", 0.0, KILLED, "t1-rev", {"consistent_up_to": None})
+    assert flow.failovers[-1].lost == "b"
+    assert flow.failovers[-1].took_over == "a"
+    assert (flow.state, flow.primary, flow.writer.at) == ("failed_over", "a", "a")
+    done = {"state": "done", "target_cluster": "b", "reverse_task_id": "t1-rev"}
+    # the search follows the job to its end: the writers stay where the failover put them
+    assert writers_follow(flow, done, walk.model.pair) == ""
+    said = walk._settle(flow, done)
+    assert "failed over since to a" in said, said
+    assert flow.tasks == {"a": "t1", "b": "t1-rev"}
+    assert (flow.state, flow.primary, flow.writer.at) == ("failed_over", "a", "a")
+
+
+def test_a_switchover_settled_done_hands_the_model_to_its_target() -> None:
+    walk = FakeWalk(set())
+    flow = walk.model.flows["f1"]
+    flow.state, flow.primary, flow.tasks = "replicating", "a", {"a": "t1"}
+    walk._settle(flow, {"state": "done", "target_cluster": "b", "reverse_task_id": "t1-rev"})
+    assert flow.tasks == {"a": "t1", "b": "t1-rev"}
+    assert (flow.state, flow.primary, flow.writer.at) == ("replicating", "b", "b")
+
+
+def test_the_writers_follow_a_switchover_to_its_target_once_they_may_move() -> None:
+    walk = FakeWalk(set())
+    flow = walk.model.flows["f1"]
+    flow.state, flow.primary = "replicating", "a"
+    pair = walk.model.pair
+    assert writers_follow(flow, {"state": "reversing", "target_cluster": "b"}, pair) == ""
+    moving = {"state": "reversing", "target_cluster": "b", "writers_may_move_at": {"ts": 1}}
+    assert writers_follow(flow, moving, pair) == "b"
+    assert writers_follow(flow, {"state": "done", "target_cluster": "b"}, pair) == "b"

@@ -9,6 +9,7 @@ from replicator.codec.msgstream import decode, message_header, record_time
 from replicator.codec.wire import encode_varint, find_varint_field, to_signed64
 from replicator.events import (
     CreateCollection,
+    Delete,
     FailedRecord,
     Insert,
     RawRecord,
@@ -66,6 +67,14 @@ def test_insert_is_decoded_with_row_timestamp_and_columns():
     assert isinstance(event, Insert)
     assert (event.collection_id, event.num_rows, event.ts) == (444, 3, TS)
     assert list(event.request.fields_data[0].scalars.long_data.data) == [1, 2, 3]
+
+
+def test_a_dml_events_size_is_its_bodys_bytes_as_read():
+    """(counted in the task's bytes by type without serializing the request again)"""
+    for request in (insert_request(444, [1, 2, 3]), delete_request(444, [4, 5])):
+        event = decode(record(request), "kafka", lambda cid: True)
+        assert isinstance(event, (Insert, Delete))
+        assert event.size == len(request.SerializeToString()) == event.request.ByteSize()
 
 
 def test_unselected_collections_are_skipped_before_the_body_is_parsed():
