@@ -20,10 +20,10 @@ from server.app import create_app
 from server.app_state import LIFECYCLE
 from server.http.auth import listen_host
 from server.http.starting import starting_app
+from server.interpreter import tune_gc, tune_interpreter
 from server.listen import bind
 from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
-from server.runtime.interpreter import tune_gc, tune_interpreter
 
 log = logging.getLogger(__name__)
 

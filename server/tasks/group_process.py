@@ -20,8 +20,8 @@ from replicator.pipeline.group_runner import GroupStart
 from replicator.pipeline.runner_context import RunnerContext
 from replicator.sinks.kafka_groups import GroupKafkaTarget
 from replicator.sinks.targets import incarnation
+from server.interpreter import tune_gc, tune_interpreter
 from server.logs import configure_logging
-from server.runtime.interpreter import tune_gc, tune_interpreter
 
 # the context of a named source cluster, built from the settings (engine.cluster_context)
 BuildContext = Callable[[CdcSettings, str], RunnerContext]

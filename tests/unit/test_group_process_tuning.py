@@ -1,6 +1,6 @@
 """A channel group's process runs with the daemon's interpreter settings (its lock turn,
 ``gilSwitchMs``, and its collector's thresholds), not Python's defaults: it runs the same
-pipeline (server/tasks/group_process.py, server/runtime/interpreter.py)."""
+pipeline (server/tasks/group_process.py, server/interpreter.py)."""
 
 from __future__ import annotations
 
