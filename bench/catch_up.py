@@ -204,8 +204,11 @@ class TreeMemorySampler(RssSampler):
     """The peak of :func:`tree_memory_kb` over the samples: ``peak`` is (RSS kB, PSS kB), each
     its own maximum."""
 
-    def run(self) -> None:
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        super().__init__(pid, interval)
         self.peak = (0, 0)
+
+    def run(self) -> None:
         while not self.stop.is_set():
             rss, pss = tree_memory_kb(self.pid)
             self.peak = (max(self.peak[0], rss), max(self.peak[1], pss))

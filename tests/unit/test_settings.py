@@ -230,7 +230,7 @@ def test_config_show_prints_the_merged_configuration_redacted():
 
 
 def test_the_interpreter_lock_turn_is_set_from_gil_switch_ms():
-    from server.daemon import tune_interpreter
+    from server.interpreter import tune_interpreter
 
     before = sys.getswitchinterval()
     try:
