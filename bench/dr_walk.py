@@ -164,6 +164,8 @@ def report(results: list[WalkResult], command: str, began: datetime, total: floa
     for r in results:
         broke = sorted({f.check for f in r.failures})
         verdict = f"broke: **{', '.join(broke)}**" if broke else "every invariant held"
+        if r.jobs_failed:
+            verdict += f"; {len(r.jobs_failed)} job(s) ended failed (listed below)"
         lines.append(f"| {r.seed} | {len(r.steps)} | {verdict} | {r.seconds:.0f} |")
     lines += ["", "Time per verb and per check (all seeds):", "", *timings_table(results), ""]
     for r in results:
@@ -178,6 +180,9 @@ def report(results: list[WalkResult], command: str, began: datetime, total: floa
             "",
         ]
         lines += [s.line() for s in r.steps]
+        if r.jobs_failed:
+            lines += ["", "Jobs that ended failed (the model follows the documented end):"]
+            lines += [f"- {job}" for job in r.jobs_failed]
         for failure in r.failures:
             lines += [
                 "",

@@ -240,3 +240,36 @@ def test_the_writers_follow_a_switchover_to_its_target_once_they_may_move() -> N
     moving = {"state": "reversing", "target_cluster": "b", "writers_may_move_at": {"ts": 1}}
     assert writers_follow(flow, moving, pair) == "b"
     assert writers_follow(flow, {"state": "done", "target_cluster": "b"}, pair) == "b"
+
+
+class OneMember:
+    def live(self) -> list[object]:
+        return [object()]
+
+
+def test_a_failed_failback_leaves_the_flow_failing_back_with_its_reverse_task_free_to_run() -> None:
+    """The walk on 346369d (seed 41, first attempt): a failback whose verify Milvus timed out
+    ended failed, the model put the flow back to failed over, and the next check flagged the
+    reverse task still Running. Documented (disaster-recovery.md, Failback): the flow stays
+    failing back with no job on it, its reverse task may run, and the failback applies again."""
+    walk = FakeWalk(set())
+    walk.fleet = OneMember()  # type: ignore[assignment]
+    flow = walk.model.flows["f1"]
+    flow.failovers.append(
+        Failover("t1", "a", "b", KILLED, KILLED + 1, KILLED - 1, frozenset(), True)
+    )
+    said = walk.failed_back(flow, "t1-rev", {"state": "failed", "reason": "DEADLINE_EXCEEDED"})
+    assert "stays failing back" in said, said
+    assert (flow.state, flow.primary, flow.reverse) == ("failing_back", "b", "t1-rev")
+    assert walk.result.jobs_failed and "DEADLINE_EXCEEDED" in walk.result.jobs_failed[0]
+    assert walk._moves("failback") == ["f1"]  # asked again
+    listed: list[dict[str, str]] = []
+    walk._flow_tasks = lambda: {"f1": listed}  # type: ignore[method-assign]
+    for running in ([], ["t1-rev"]):
+        listed[:] = [{"task_id": t, "state": "Running"} for t in running]
+        listed.append({"task_id": "t1", "state": "Paused"})
+        assert walk._one_direction_running() == ""
+    listed[:] = [{"task_id": "t1", "state": "Running"}, {"task_id": "t1-rev", "state": "Paused"}]
+    assert "Running ['t1']" in walk._one_direction_running()
+    walk.failed_back(flow, "t1-rev", {"state": "in_sync"})
+    assert (flow.state, flow.tasks, flow.reverse) == ("replicating", {"a": "t1", "b": "t1-rev"}, "")
