@@ -24,6 +24,14 @@ to 2 cores of that daemon.
         [--rounds 3] [--targets milvus,kafka] [--cores 0:0,1] [--daemon-configs JSON]
         [--code LABEL=CHECKOUT ...] [--out bench/results/catch_up_by_cores.md]
 
+``--pause-source``: the source Milvus (every process of it) is stopped with SIGSTOP once the
+task is created and continued once the line ends, so its own background work (the backlog's
+segments compacted and indexed, its time ticks) takes nothing of the cores the daemon is pinned
+to: the daemon reads the WAL from RocksMQ's files and the metadata from etcd, neither of which
+needs the source's process. In production the source runs on machines of its own; on this
+2-core machine it took 0.35-0.43 of a core during each catch-up, which is what a 1-to-2-core
+ratio cannot tell from the daemon's scaling. The source's cores column then reads about 0.
+
 ``--daemon-configs``: a JSON list of top-level daemon settings, each measured in every round
 (default ``[{}]``; a Milvus target runs with the first settings only); the report names them.
 ``--code``: as in ``kafka_sink.py``, a checkout whose daemon runs as ``python -m server``
@@ -40,6 +48,7 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import tempfile
@@ -50,7 +59,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import TreeMemorySampler, settle, tree_cpu  # noqa: E402
+from catch_up import TreeMemorySampler, settle, tree_cpu, tree_pids  # noqa: E402
 from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
@@ -74,6 +83,21 @@ def pin(pid: int, cpus: set[int]) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def source_paused(pid: int, paused: bool):
+    """Every process of ``pid``'s tree stopped (SIGSTOP) while the block runs, when ``paused``;
+    continued after, however the block ends."""
+    stopped = tree_pids(pid) if paused else []
+    for each in stopped:
+        os.kill(each, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for each in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGCONT)
 
 
 def follow_progress(daemon, task_id: str, pid: int, rows: int, timeout: float) -> dict:
@@ -140,7 +164,8 @@ def one_run(
             )
             assert created.code == 200, created.body
             task_id = str(created.data["task_id"])
-            seen = follow_progress(daemon, task_id, pid, args.rows, args.timeout)
+            with source_paused(source.pid, args.pause_source):
+                seen = follow_progress(daemon, task_id, pid, args.rows, args.timeout)
             wal = task_bytes(daemon, task_id)
         else:
             prefix = f"ev{n}_"
@@ -159,7 +184,8 @@ def one_run(
             )
             assert created.code == 200, created.body
             task_id = str(created.data["task_id"])
-            seen = watch(ends, pid, args.rows, args.timeout, quiet=2.0)
+            with source_paused(source.pid, args.pause_source):
+                seen = watch(ends, pid, args.rows, args.timeout, quiet=2.0)
             wal = task_bytes(daemon, task_id)
         load = os.getloadavg()
         others_s = [tree_cpu(other) - before for other, before in zip(others, others0, strict=True)]
@@ -316,7 +342,12 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             "all of it; CPU, cores used and memory are the daemon's (its child processes "
             "included: RSS counts a page shared by two processes twice, PSS splits it; peak "
             "from the create request to the last event, sampled every 0.2 s; the source, the "
-            "target and the bench share the machine's cores).",
+            "target and the bench share the machine's cores"
+            + (
+                "; the source Milvus stopped with SIGSTOP from each create to the line's end)."
+                if args.pause_source
+                else ")."
+            ),
             "",
             *lines,
             "",
@@ -355,6 +386,11 @@ def main() -> None:
         type=json.loads,
         default=[{}],
         help="a JSON list of the daemon settings to run with (each a line per core set)",
+    )
+    parser.add_argument(
+        "--pause-source",
+        action="store_true",
+        help="stop the source Milvus (SIGSTOP) from the create to the line's end",
     )
     add_code_option(parser, "")
     parser.add_argument("--timeout", type=float, default=900)
