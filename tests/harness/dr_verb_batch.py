@@ -203,7 +203,14 @@ def _snapshot(search: BoundarySearch, job: str, own: str) -> dict[str, Any]:
         return {}
     pair = search.pairs.get(*search.walk.model.pair)
     record = {k: v for k, v in search.view(job, own).items() if k != "renewed_at"}
-    snapshot: dict[str, Any] = {"fences": dict(pair.fences), "tasks": tasks, "job": record}
+    # a fence its last owner left (ownerless, being lifted) is lifted by whichever comes first,
+    # the job or any recover round (server/dr/fence_owners.py): gone or not, not the verb's doing
+    fences = {
+        label: hold
+        for label, hold in pair.fences.items()
+        if hold.owners or hold.operator or not hold.lifting
+    }
+    snapshot: dict[str, Any] = {"fences": fences, "tasks": tasks, "job": record}
     if record.get("state") not in ENDED:
         snapshot["flows"] = {
             key: replace(flow, job=replace(flow.job, renewed_at=0.0) if flow.job else None)
