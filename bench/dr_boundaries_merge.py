@@ -44,7 +44,8 @@ def kind_of(held: str, invariants: str, fault: str, outcome: str) -> str:
         return "broken"
     if "not asked, no daemon serving" in outcome or "the flow has no other task" in outcome:
         return "not asked"
-    if fault in ("kill", "stall"):
+    # the verb's own job held at the same point by the search: accepted, its answer the hold's
+    if fault in ("kill", "stall") or "an accepted verb, its answer the hold's" in outcome:
         return "held"
     answer = ANSWER.match(outcome)
     if answer is None:
