@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from harness.dr_boundaries import FAULTS  # noqa: E402
+from harness.dr_boundaries import FAULTS, HELD_TOO, NO_DAEMON_SERVING, NO_OTHER_TASK  # noqa: E402
 
 from server.dr.flows import BOUNDARIES  # noqa: E402
 
@@ -42,10 +42,10 @@ def kind_of(held: str, invariants: str, fault: str, outcome: str) -> str:
         return "not reached"
     if invariants != "all held":
         return "broken"
-    if "not asked, no daemon serving" in outcome or "the flow has no other task" in outcome:
+    if NO_DAEMON_SERVING in outcome or NO_OTHER_TASK in outcome:
         return "not asked"
     # the verb's own job held at the same point by the search: accepted, its answer the hold's
-    if fault in ("kill", "stall") or "an accepted verb, its answer the hold's" in outcome:
+    if fault in ("kill", "stall") or HELD_TOO in outcome:
         return "held"
     answer = ANSWER.match(outcome)
     if answer is None:

@@ -116,6 +116,12 @@ STATE_WORDS = (
     *(f"({state})" for state in get_args(State)),
     *(f"({state})" for state in ("creating", "seeding", "repairing", "streaming", "in_sync")),
 )
+# what a row's outcome says when its verb was not asked (bench/dr_boundaries_merge.py counts
+# rows by these): no daemon served, or the flow had no other task for an ``:other`` verb
+NO_DAEMON_SERVING = "not asked, no daemon serving"
+NO_OTHER_TASK = "the flow has no other task"
+# ... and when the verb's own job was held at the same point: accepted, its answer the hold's
+HELD_TOO = "an accepted verb, its answer the hold's"
 # a refusal that says to wait for a job: asked again while driving home
 WAIT_WORDS = (
     "under way",
@@ -545,7 +551,7 @@ class BoundarySearch:
         try:
             listed = self.tasks()
         except OSError:  # the only daemon held in the recover round of its start
-            result.outcome = f"{case.fault}: not asked, no daemon serving (held starting)"
+            result.outcome = f"{case.fault}: {NO_DAEMON_SERVING} (held starting)"
             return False
         # the flow's other task is its collection's other task (the pair learns a reverse
         # task only when the switchover hands the flow over)
@@ -553,7 +559,7 @@ class BoundarySearch:
         task_id = own if case.fault == "again" or role == "own" else other
         verb = case.job if case.fault == "again" else verb
         if not task_id:
-            result.outcome = f"{case.fault}: the flow has no other task"
+            result.outcome = f"{case.fault}: {NO_OTHER_TASK}"
             return False
         exists = task_id in listed
         previous = self._job_id("switchover", task_id) if verb == "switchover" else ""
@@ -580,7 +586,7 @@ class BoundarySearch:
             # of its own, as an accepted verb's does.
             result.outcome += (
                 f"; its own {verb} held at {case.point} too (the search holds every job "
-                "passing the point): an accepted verb, its answer the hold's"
+                f"passing the point): {HELD_TOO}"
             )
             return True
         self._judge(verb, status, detail, exists)
