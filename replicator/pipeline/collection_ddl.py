@@ -122,12 +122,22 @@ class CollectionDdl:
     def apply_record(
         self, event: CreateCollection | DropCollection | DropPartition, pchannel: str
     ) -> None:
-        """A 2.3-2.5 DDL record, applied when read; a drop once every channel reached it."""
+        """A 2.3-2.5 DDL record, applied when read; a drop once every channel reached it.
+
+        A CreateCollection has a copy on each of the collection's channels: the first copy this
+        process reads makes it (unless the task made it at its start, from the catalog), or
+        finds it is not replicated; the others change nothing. They read neither the catalog
+        nor take the lock the task's channel groups share, nor ask the target again (in a
+        backlog of many collections, every copy of every create waited on the other groups'
+        DDL)."""
+        if isinstance(event, CreateCollection) and self._registry.settled(event.collection_id):
+            return
         # asked before the lock: it may wait for the catalog, the other channels need not
         meta = self._catalog_entry(event) if isinstance(event, CreateCollection) else None
         with self._barriers.ddl_lock:
             if isinstance(event, CreateCollection):
-                self.create(event, meta)
+                if not self._registry.settled(event.collection_id):  # by a copy waited on
+                    self.create(event, meta)
             elif self._registry.resolve(event.collection_id) is None:
                 return  # not replicated
             elif isinstance(event, DropPartition):

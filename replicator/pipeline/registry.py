@@ -62,6 +62,10 @@ class CollectionRegistry:
             self._created.add(collection_id)
             self._changed.notify_all()
 
+    def settled(self, collection_id: int) -> bool:
+        """On the target, or known not to be replicated: its create record changes nothing."""
+        return collection_id in self._created or collection_id in self._unselected
+
     def remove(self, collection_id: int) -> None:
         with self._lock:
             self._by_id.pop(collection_id, None)

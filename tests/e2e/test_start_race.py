@@ -177,8 +177,14 @@ def test_a_2_3_create_record_read_before_the_catalog_has_it_waits_for_the_catalo
     now = time.time()
     store.create_task(TaskRecord("late", TaskState.RUNNING, "", spec, now, now))
     catalog = SourceCatalog(etcd, f"mirror_{tag}")
+    asked: list[int] = []
+
+    def describe(collection_id: int):
+        asked.append(collection_id)
+        return catalog.collection(collection_id)
+
     context = TaskContext.build(
-        "late", store, registry, target, threading.Event(), describe=catalog.collection
+        "late", store, registry, target, threading.Event(), describe=describe
     )
     late = threading.Timer(2.0, _copy_keys, (etcd, held, root, mirror))
     try:
@@ -202,6 +208,13 @@ def test_a_2_3_create_record_read_before_the_catalog_has_it_waits_for_the_catalo
         assert registry.wanted(meta.collection_id), "the collection was taken for another db's"
         assert registry.resolve(meta.collection_id).db == target_db
         assert name in target.list_collections(target_db)
+
+        # the record's copy on another channel: the catalog is not read, nothing made again
+        made = registry.resolve(meta.collection_id)
+        asked.clear()
+        context.collections.apply_record(event, meta.pchannels[-1])
+        assert asked == [], "the catalog was read again for a collection already made"
+        assert registry.resolve(meta.collection_id) is made, "the collection was registered again"
     finally:
         late.cancel()
         if late.is_alive():
