@@ -130,7 +130,7 @@ class CollectionDdl:
         nor take the lock the task's channel groups share, nor ask the target again (in a
         backlog of many collections, every copy of every create waited on the other groups'
         DDL)."""
-        if isinstance(event, CreateCollection) and self._registry.settled(event.collection_id):
+        if self.settled(event):
             return
         # asked before the lock: it may wait for the catalog, the other channels need not
         meta = self._catalog_entry(event) if isinstance(event, CreateCollection) else None
@@ -147,6 +147,11 @@ class CollectionDdl:
                     self.drop_partition(event.collection_id, event.partition_name)
             elif self._barriers.drop_reached(event.collection_id, pchannel):
                 self.drop(event.collection_id)
+
+    def settled(self, event: CreateCollection | DropCollection | DropPartition) -> bool:
+        """Does the record change nothing here? A CreateCollection of a collection this
+        process has made (or knows it does not replicate)."""
+        return isinstance(event, CreateCollection) and self._registry.settled(event.collection_id)
 
     def describe(self, collection_id: int) -> CollectionMeta | None:
         """The source catalog's entry of a collection, as it is now."""

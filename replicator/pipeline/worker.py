@@ -276,6 +276,8 @@ class ChannelWorker:
                 else:
                     seq.add(Pending(record.offset, event, before, read_at=read_at))
             elif isinstance(event, (CreateCollection, DropCollection, DropPartition)):
+                if self.context.collections.settled(event):
+                    return False  # nothing to apply: no commit first (a Kafka target's waits)
                 # the DML older than a drop, of what it drops, goes first (its barrier needs it
                 # applied), but an upsert's lone Insert (the drop erases both its halves, the
                 # Delete is skipped once read); nothing else waiting is taken: an upsert's
