@@ -64,13 +64,6 @@ def next_batch(
         yield until
 
 
-def more_buffered(reader: ChannelReader | IdleReader) -> bool:
-    """Did the last read leave records waiting, to be taken at once (a backlog)? False for a
-    reader that cannot tell."""
-    buffered = getattr(reader, "more_buffered", None)
-    return bool(buffered()) if buffered is not None else False
-
-
 def read_with_retries(
     checkpoint: ChannelCheckpoint,
     status: ChannelStatus,

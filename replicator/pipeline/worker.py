@@ -36,12 +36,7 @@ from replicator.events import (
 from replicator.fibers import Steps
 from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import DEFAULT_DB
-from replicator.pipeline.channel_reads import (
-    READ_TIMEOUT,
-    more_buffered,
-    next_batch,
-    read_with_retries,
-)
+from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_with_retries
 from replicator.pipeline.checkpoint import ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
@@ -57,7 +52,7 @@ from replicator.pipeline.status import ChannelStatus
 from replicator.pipeline.stop_signal import StopSignal
 from replicator.pipeline.timings import Releases
 from replicator.pipeline.wal_switch import SwitchFollower
-from replicator.sources.base import ChannelReader, WalSource
+from replicator.sources.base import ChannelReader, WalSource, more_buffered
 from replicator.sources.idle_reader import IdleReader
 from replicator.sources.prefetch import reading_ahead
 

@@ -36,6 +36,13 @@ class ChannelReader(Protocol):
 Wakes = Callable[[int], bool]
 
 
+def more_buffered(reader: object) -> bool:
+    """Did the last read of ``reader`` leave records waiting, to be taken at once (a
+    backlog)? False for a reader that cannot tell."""
+    buffered = getattr(reader, "more_buffered", None)
+    return bool(buffered()) if buffered is not None else False
+
+
 @runtime_checkable
 class PolledReader(Protocol):
     """A reader whose reads need not wait in the caller's thread (a fiber's, see
@@ -54,7 +61,10 @@ class PolledReader(Protocol):
         return now, or None when it would still wait; ``last``: its wait is over, answer."""
 
     def more_buffered(self) -> bool:
-        """Were records left waiting, to be taken at once, by the last read (a backlog)?"""
+        """Were records left waiting, to be taken at once, by the last read (a backlog)? A
+        reader over another (read ahead, shared) says so too while the one under it is
+        behind its channel's end: a backlog has not ended because the records read ahead so
+        far were all taken."""
 
 
 class WalSource(Protocol):
@@ -84,4 +94,5 @@ __all__ = [
     "Wakes",
     "WalSource",
     "WalTruncatedError",
+    "more_buffered",
 ]

@@ -83,6 +83,7 @@ class KafkaChannelReader:
     def __init__(self, config: dict[str, Any], pchannel: str, start: Position | None) -> None:
         self.pchannel = pchannel
         self._refusals = BrokerRefusals()
+        self._full = False  # the last read took as many records as asked: likely more
         self._consumer = Consumer(
             {
                 "fetch.wait.max.ms": FETCH_WAIT_MS,  # the source's setting, if any, wins
@@ -108,6 +109,7 @@ class KafkaChannelReader:
     def seek(self, position: Position | None) -> None:
         offset = OFFSET_BEGINNING if position is None else decode_offset(position.msg_id) + 1
         self._consumer.assign([TopicPartition(self.pchannel, _PARTITION, offset)])
+        self._full = False
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         """What is fetched already, at once; else the first record to arrive within ``timeout``
@@ -122,6 +124,7 @@ class KafkaChannelReader:
                     messages = [first, *rest]
         except KafkaException as exc:
             raise SourceUnavailableError(f"kafka: {self._refusals.explain(exc)}") from exc
+        self._full = len(messages) >= max_records
         if self._refusals.last and not messages:
             refusal, self._refusals.last = self._refusals.last, ""
             raise SourceUnavailableError(f"kafka {self.pchannel}: {refusal}")
@@ -158,6 +161,11 @@ class KafkaChannelReader:
                 )
             )
         return records
+
+    def more_buffered(self) -> bool:
+        """Did the last read take as many records as it asked for (the consumer has likely
+        fetched more already)?"""
+        return self._full
 
     def close(self) -> None:
         self._consumer.close()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import ChannelReader, Wakes
+from replicator.sources.base import ChannelReader, Wakes, more_buffered
 
 _PUT_WAIT = 0.1
 
@@ -32,6 +32,7 @@ class PrefetchingReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leftover: list[RawRecord] = []  # of a batch read ahead, not yet asked for
+        self._inner_behind = False  # the inner reader's last read stopped before the end
         self._listener: Callable[[], None] | None = None
         self._start()
 
@@ -48,11 +49,13 @@ class PrefetchingReader:
         while not self._queue.empty():
             self._queue.get_nowait()
         self._leftover = []
+        self._inner_behind = False
 
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
                 batch = self._inner.read_batch(self._max_records, self._timeout)
+                self._inner_behind = more_buffered(self._inner)
                 if batch:
                     self._put(batch)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
@@ -79,7 +82,7 @@ class PrefetchingReader:
         return records if records or last else None
 
     def more_buffered(self) -> bool:
-        return bool(self._leftover) or not self._queue.empty()
+        return bool(self._leftover) or not self._queue.empty() or self._inner_behind
 
     def read_batch(self, max_records: int, timeout: float) -> list[RawRecord]:
         """Up to ``max_records`` of the records read ahead (the rest of a larger batch is

@@ -478,6 +478,11 @@ class RocksmqChannelReader:
             self._last_id = found[-1][0]
         return records
 
+    def more_buffered(self) -> bool:
+        """Did the last read stop before the topic's end (a limit of records or bytes), with
+        the next record there to read at once?"""
+        return self._cursor is not None
+
     def close(self) -> None:
         self._cursor = None  # its iterator goes before the store can be closed
         store, self._store = self._store, None

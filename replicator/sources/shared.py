@@ -46,7 +46,7 @@ from typing import Protocol
 
 from metastore import Position
 from replicator.events import RawRecord
-from replicator.sources.base import READ_BYTES, ChannelReader, Wakes
+from replicator.sources.base import READ_BYTES, ChannelReader, Wakes, more_buffered
 from replicator.sources.prefetch import PrefetchingReader
 from replicator.sources.shared_records import (
     BEGINNING,
@@ -125,6 +125,8 @@ class SharedChannel:
         self._subscribers = 0
         self._generation = 0  # bumped when the buffer restarts elsewhere: reopen the reader
         self._thread: threading.Thread | None = None
+        # the reader's last read stopped before the channel's end: more is there at once
+        self._reader_behind = False
 
     # -- subscribers -----------------------------------------------------------------------
     def subscribe(self, start: Position | None) -> Subscription:
@@ -241,6 +243,12 @@ class SharedChannel:
             self._attached.discard(subscription)
             self._space.notify()
 
+    def reader_behind(self) -> bool:
+        """Did the channel's reader stop its last read before the channel's end (a backlog
+        read no faster than its subscribers take it)?"""
+        with self._lock:
+            return self._reader_behind
+
     def is_attached(self, subscription: Subscription) -> bool:
         with self._lock:
             return subscription in self._attached
@@ -317,6 +325,7 @@ class SharedChannel:
         self._dropped_bytes = 0
         self._base = cursor
         self._generation += 1
+        self._reader_behind = False
 
     def _append(self, batch: list[RawRecord], record_kinds: list[int | None]) -> None:
         """Buffer ``batch``, and wake the idle subscribers that want a record of it
@@ -429,9 +438,12 @@ class SharedChannel:
                     continue
                 # told apart outside the lock: the subscribers take meanwhile
                 kinds = [kind_of(self._kind, record) for record in batch]
+                behind = more_buffered(reader)
                 with self._lock:
-                    if generation == self._generation and batch:
-                        self._append(batch, kinds)
+                    if generation == self._generation:
+                        self._reader_behind = behind
+                        if batch:
+                            self._append(batch, kinds)
         finally:
             if reader is not None:
                 reader.close()
@@ -536,7 +548,9 @@ class Subscription:
 
     def more_buffered(self) -> bool:
         own = self._own
-        return own.more_buffered() if own is not None else not self.took_all
+        if own is not None:
+            return own.more_buffered()
+        return not self.took_all or self._channel.reader_behind()
 
     def _read(self, max_records: int, timeout: float, wakes: Wakes | None) -> list[RawRecord]:
         if self._own is None:

@@ -26,6 +26,7 @@ from replicator.codec.msgstream import decode
 from replicator.codec.wire import find_bytes_field, iter_fields
 from replicator.events import CreateCollection, Delete, Event, Insert, RawRecord, TimeTick
 from replicator.sources import rocksmq
+from replicator.sources import shared as shared_module
 from replicator.sources.base import SourceUnavailableError
 from replicator.sources.rocksmq import (
     STREAMING_MAGIC,
@@ -33,6 +34,8 @@ from replicator.sources.rocksmq import (
     RocksmqSource,
     unwrap_value,
 )
+from replicator.sources.shared_records import RECORD_OVERHEAD
+from replicator.sources.shared_source import SharedSource
 
 if TYPE_CHECKING:
     from harness.milvus_source import MilvusSource
@@ -573,3 +576,53 @@ def test_a_channel_quiet_for_long_is_looked_at_more_rarely(
     assert min(b - a for a, b in itertools.pairwise(short)) >= 0.19
     assert 2 <= len(long) <= 2.4 / 0.7 + 1, long
     assert min(b - a for a, b in itertools.pairwise(long)) >= 0.69, long
+
+
+def test_a_backlog_goes_on_while_the_reader_under_a_shared_channel_is_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``more_buffered`` is what tells a Kafka target's channel that it is in a backlog, and so
+    that it may group its commits. A subscriber of a shared channel that took every record the
+    channel's reader had read so far is still in a backlog while that reader's last read
+    stopped short of the topic's end (it had read as many records as it asks for, and waits
+    for room in its window): it used to say no, and the channel committed and waited for its
+    transaction after each take. Once the reader found the end, it says no. Scaled down:
+    reads of 3 records, a window of 3 records' bytes."""
+    from rocksdict import Options, Rdict
+
+    path = str(tmp_path / "primary")
+    primary = Rdict(path, Options(raw_mode=True))
+    for msg_id in range(1000, 1010):
+        primary[b"a/%d" % msg_id] = b"x" * 100
+    primary[b"b/2000"] = b"next topic"
+    source = RocksmqSource(path, secondary_dir=str(tmp_path / "secondary"), linger=0)
+
+    reader = source.open_channel("a", None)
+    try:
+        assert len(reader.read_batch(3, 1.0)) == 3
+        assert reader.more_buffered(), "the read stopped at its limit, 7 records before the end"
+        assert len(reader.read_batch(100, 1.0)) == 7
+        assert not reader.more_buffered(), "the read reached the topic's end"
+    finally:
+        reader.close()
+
+    monkeypatch.setattr(shared_module, "READ_RECORDS", 3)
+    shared = SharedSource(source, window=3 * (100 + RECORD_OVERHEAD))
+    subscriber = shared.open_channel("a", None)
+    channel = shared.channel("a")
+    try:
+        wait_until(lambda: channel.stats.records_read == 3, 10, "the channel's first read")
+        time.sleep(0.3)
+        assert channel.stats.records_read == 3, "the window is full: the reader waits"
+        assert len(subscriber.read_batch(100, 1.0)) == 3
+        assert subscriber.took_all, "every record the channel read was taken"
+        assert subscriber.more_buffered(), "the channel's reader is 7 records from the end"
+        taken = 3
+        deadline = time.monotonic() + 10
+        while taken < 10 and time.monotonic() < deadline:
+            taken += len(subscriber.read_batch(100, 0.5))
+        assert taken == 10
+        wait_until(lambda: not subscriber.more_buffered(), 10, "the backlog's end seen")
+    finally:
+        subscriber.close()
+        primary.close()
