@@ -37,7 +37,7 @@ from replicator.fibers import Steps
 from replicator.hybrid_time import to_seconds
 from replicator.meta.catalog import DEFAULT_DB
 from replicator.pipeline.channel_reads import READ_TIMEOUT, next_batch, read_with_retries
-from replicator.pipeline.checkpoint import ChannelCheckpoint
+from replicator.pipeline.checkpoint import GROUP_EVENTS, ChannelCheckpoint
 from replicator.pipeline.context import TaskContext
 from replicator.pipeline.event_writer import channel_writer
 from replicator.pipeline.save_budget import IDLE_SAVE_SECONDS, IDLE_SAVES
@@ -77,6 +77,10 @@ class _Read:
     applied_to: int = 0  # the source time applied once ``ready`` is written
     changed: bool = False  # DDL or control applied: save the position
     releases: Releases = field(default_factory=Releases)  # for the daemon's own lag part
+
+
+def rows_of(batch: list[Pending]) -> int:
+    return sum(p.event.num_rows for p in batch if isinstance(p.event, (Insert, Delete)))
 
 
 def commit_action(
@@ -344,6 +348,12 @@ class ChannelWorker:
         read.commit_at = oldest.before if oldest is not None else record.msg_id
         # everything up to the oldest waiting event is on the target once written
         read.applied_to = seq.applied_to()
+        if self.checkpoint.durable is not None and data and rows_of(read.ready) >= GROUP_EVENTS:
+            # a durable target builds a commit's events whole (their JSON is several times
+            # the WAL's bytes): one read of megabytes of WAL is committed a tick at a time
+            self._write(read.ready, read.commit_at, more=True)
+            read.ready = []
+            read.releases.clear()
         return False
 
     def _durable_point(self, rest: list[Pending]) -> tuple[bytes | None, int]:
