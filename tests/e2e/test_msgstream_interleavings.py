@@ -18,6 +18,8 @@ only by chance: concurrent proxy tasks and rootcoord append to one pchannel side
   an Insert into p1 older than the drop read after it: nothing of p1 reaches the target after
   its drop (the Delete made p1 again on the target and the late Insert put its row there; a
   Kafka consumer got the upsert's Insert alone, p1 made again, the Delete and the late row).
+- One read releasing more rows than a Kafka commit holds: committed at the tick that reaches
+  the commit's size, each row once through a ``kill -9``.
 """
 
 from __future__ import annotations
@@ -446,3 +448,43 @@ def test_a_dropped_partitions_late_record_after_a_restart_past_the_drop_into_mil
     got = {pk: row["tag"] for pk, row in rows(target_client, name, "id").items()}
     assert got == {8: "mid-8", 9: "kept-9", 10: "after-10"}
     assert "p1" not in target_client.list_partitions(name)
+
+
+def test_a_read_of_more_rows_than_a_commit_holds_is_committed_at_its_ticks_and_once(
+    daemon_factory, etcd_service, kafka_mock, channel
+):
+    """A Kafka target's events are built whole at their commit, several times the WAL's bytes:
+    a read releasing more rows than a commit holds (``GROUP_EVENTS``) is committed at the tick
+    that reaches it, with that tick's position, not whole at the read's end (eight channels
+    each holding a read of 8 MB of WAL as JSON took a catch-up past a gigabyte). Written while
+    the task is paused, the backlog is one read: 30,000 rows, a tick after each 5,000. No
+    commit holds more than 20,000 rows, and through a ``kill -9`` each row is on the topic
+    once."""
+    daemon, name, topic, task_id = task_into_kafka(
+        daemon_factory, etcd_service, kafka_mock, channel, "chunked"
+    )
+    channel.create_collection(COLLECTION, name, 10)
+    channel.tick(20)
+    assert daemon.call("pause", {"task_id": task_id}).code == 200
+    for tick in range(6):
+        base = 1_000 + tick * 100
+        for part in range(5):
+            first = tick * 5_000 + part * 1_000
+            channel.insert(COLLECTION, name, range(first, first + 1_000), base + part)
+        channel.tick(base + 50)
+    assert daemon.call("resume", {"task_id": task_id}).code == 200
+
+    def rebuilt_all() -> Rebuilt | None:
+        rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+        return rebuilt if len(rebuilt.rows) == 30_000 else None
+
+    rebuilt = wait_until(rebuilt_all, 90, "the 30,000 rows on the topic")
+    per_commit = Counter(e["source"]["commit"] for e in rebuilt.row_events())
+    assert len(per_commit) >= 2 and max(per_commit.values()) <= 20_000, sorted(per_commit.values())
+    daemon.kill()
+    daemon.start()
+    channel.tick(2_000)
+    time.sleep(3)  # it reads from its committed position again
+    rebuilt = Rebuilt(kafka_mock.bootstrap, topic, task_id)
+    events = Counter(e["pk"] for e in rebuilt.row_events())
+    assert len(events) == 30_000 and set(events.values()) == {1}, rebuilt.account()
