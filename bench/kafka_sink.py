@@ -253,13 +253,15 @@ def raw_produce(
 @contextlib.contextmanager
 def profiled(pid: int, out: Path, idle: bool = False, gil: bool = False):
     """py-spy sampling ``pid`` (not pausing it, 100 Hz) while the block runs; its collapsed
-    stacks written to ``out`` (``idle``: waiting threads too, each thread's stacks apart)."""
+    stacks written to ``out`` (``idle``: waiting threads too, each thread's stacks apart; an
+    ``out`` ending in ``.json``: speedscope's format, each thread's samples in time order)."""
     import shutil
     import signal
     import subprocess
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    command = [spy, "record", "--nonblocking", "--format", "raw", "-p", str(pid), "-o", str(out)]
+    form = "speedscope" if out.suffix == ".json" else "raw"
+    command = [spy, "record", "--nonblocking", "--format", form, "-p", str(pid), "-o", str(out)]
     command += ["--subprocesses"]  # a channel group's process too, each stack under its pid
     command += ["--idle", "--threads"] if idle else []
     command += ["--gil", "--rate", "250"] if gil else []

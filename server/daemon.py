@@ -24,6 +24,7 @@ from server.interpreter import tune_gc, tune_interpreter
 from server.listen import bind
 from server.logs import SecretRedactor
 from server.runtime.heap import HeapKeeper
+from server.tasks.group_process import warm_group_processes
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ async def serve(settings: CdcSettings, redactor: SecretRedactor | None = None) -
         for sock in sockets:  # a copy each: the early server closes its own when it stops
             site = web.SockSite(early, sock.dup(), ssl_context=ssl_context, shutdown_timeout=5)
             await site.start()
+        if settings.kafkaTargetProcesses > 1:
+            warm_group_processes()  # the groups of the tasks brought back start without imports
         await runner.setup()  # opens the metastore, brings the tasks back, the recover round
         started = True
         for sock in sockets:

@@ -56,6 +56,11 @@ log = logging.getLogger(__name__)
 STOP_WAIT = 10.0
 # seconds a group that was told to stop has before it is killed
 KILL_WAIT = 5.0
+# how a group's process is made: forked by multiprocessing's fork server, a process of one
+# thread that imported what a group runs once (server/group_preload.py), so a group
+# starts in milliseconds, not a second of imports per group and per start; never forked from
+# the daemon itself (its threads and gRPC channels are not to be copied)
+GROUP_PROCESSES = multiprocessing.get_context("forkserver")
 # how often the runner looks at its groups (and reads the warnings they saved)
 WATCH_SECONDS = 2.0
 # a group process that dies without a reason this many times in a row, each within
@@ -261,12 +266,11 @@ class GroupedRunner:
     def _spawn(self, names: list[str], owner: KafkaTarget) -> None:
         """A process per group, each in ``_groups`` once started (so that one failing to
         start leaves the others to be stopped)."""
-        spawn = multiprocessing.get_context("spawn")
         # kept while the groups run: the lock's semaphore goes with its last reference here
-        self._ddl_lock = ddl_lock = spawn.Lock()
+        self._ddl_lock = ddl_lock = GROUP_PROCESSES.Lock()
         self._groups = groups = []
         for index, (name, channels) in enumerate(zip(names, self.layout, strict=True)):
-            parent_end, child_end = spawn.Pipe()
+            parent_end, child_end = GROUP_PROCESSES.Pipe()
             start = GroupStart(self.task, index, name, channels, child_end, ddl_lock)
             process = self.start_group(start)
             child_end.close()

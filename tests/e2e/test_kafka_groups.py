@@ -30,20 +30,25 @@ pytestmark = pytest.mark.e2e
 
 
 def group_processes(daemon_pid: int) -> list[int]:
-    """The daemon's channel group processes (multiprocessing's spawned children)."""
-    found = []
+    """The daemon's channel group processes: the children of its fork server (multiprocessing's,
+    a child of the daemon), which forks them."""
+    parents: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == daemon_pid and b"spawn_main" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)
+        parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    servers = [
+        pid
+        for pid in parents.get(daemon_pid, [])
+        if b"multiprocessing.forkserver" in commands.get(pid, b"")
+    ]
+    return sorted(child for server in servers for child in parents.get(server, []))
 
 
 def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
