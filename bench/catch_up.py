@@ -131,21 +131,24 @@ def cpu_seconds(*pids: int) -> list[float]:
 
 
 def tree_pids(pid: int) -> list[int]:
-    """``pid`` and its children alive now (a daemon's channel group processes)."""
-    found = [pid]
+    """``pid`` and its descendants alive now (a daemon's channel group processes, children of
+    the fork server that is its child)."""
+    children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != pid:
+        if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found = [pid]
+    for each in found:  # grows as it goes: breadth first
+        found += children.get(each, [])
     return found
 
 
 def tree_cpu(pid: int) -> float:
-    """CPU-seconds of ``pid``, its reaped children and its children alive now."""
+    """CPU-seconds of ``pid``, its reaped children and its descendants alive now."""
     total = 0.0
     for each in tree_pids(pid):
         try:
@@ -187,7 +190,7 @@ class RssSampler(threading.Thread):
 
 def tree_memory_kb(pid: int) -> tuple[int, int]:
     """Resident and proportional (PSS: a page shared by N processes counts 1/N in each) kB of
-    ``pid`` and its children alive now (a daemon's channel group processes)."""
+    ``pid`` and its descendants alive now (a daemon's channel group processes)."""
     rss = pss = 0
     for each in tree_pids(pid):
         with contextlib.suppress(OSError):  # ended meanwhile
