@@ -75,6 +75,15 @@ class BroadcastDdl:
             if turn:
                 self._apply(event, op)
                 self._barriers.applied(meta)
+        if (
+            not turn
+            and isinstance(event, StreamCreateCollection)
+            and not self._registry.settled(event.collection_id)
+        ):
+            # applied by another process's copy (a channel group's): this process learns the
+            # collection from its own copy, or its channels' rows of it would find it unknown
+            # (the target, asked again, answers that it exists and announces nothing)
+            self._collections.create(event, self._collections.describe(event.collection_id))
         # After a truncate or a partition drop the collection or partition lives on: a channel
         # that reached its copy first waits for the barrier, or what it writes next would be
         # wiped when the last channel gets there

@@ -371,11 +371,17 @@ def test_a_2_6_stream_into_kafka_with_transactions_broadcast_ddl_and_a_kill(
     w.insert(v2, coll, range(400, 410), txn=rolled)
     w.end_txn(rolled, commit=False)
     stream.tick_all()
-    wait_until(
-        lambda: len(Rebuilt(kafka_mock.bootstrap, topic, task_id).rows) == len(expected),
-        60,
-        "the first rows as events",
-    )
+    seen: list[int] = []
+
+    def first_rows() -> bool:
+        rows = Rebuilt(kafka_mock.bootstrap, topic, task_id).rows
+        seen[:] = sorted(expected.keys() - rows.keys())
+        return len(rows) == len(expected)
+
+    try:  # 60 s ran out twice under the suite's load, with two processes
+        wait_until(first_rows, 120, "the first rows as events", log_paths=[daemon.log_path])
+    except ServiceStartError as exc:
+        raise AssertionError(f"{exc}\nrows missing ({len(seen)}): {seen[:20]}") from None
     daemon.kill()
     w.upsert(v0, coll, range(10), tag="up")
     expected.update({pk: f"up-{pk}" for pk in range(10)})
