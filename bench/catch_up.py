@@ -53,6 +53,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
+from harness.process_tree import descendants  # noqa: E402
 from replication_throughput import (  # noqa: E402
     DIM,
     create_collection,
@@ -133,18 +134,7 @@ def cpu_seconds(*pids: int) -> list[float]:
 def tree_pids(pid: int) -> list[int]:
     """``pid`` and its descendants alive now (a daemon's channel group processes, children of
     the fork server that is its child)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found = [pid]
-    for each in found:  # grows as it goes: breadth first
-        found += children.get(each, [])
-    return found
+    return descendants(pid)
 
 
 def tree_cpu(pid: int) -> float:

@@ -26,22 +26,21 @@ from server.logs import configure_logging
 
 # the context of a named source cluster, built from the settings (engine.cluster_context)
 BuildContext = Callable[[CdcSettings, str], RunnerContext]
-# what the fork server imports before it forks a group
+# what the fork server imports before it forks a group, whenever it starts
 PRELOAD = ["server.group_preload"]
+GROUP_PROCESSES.set_forkserver_preload(PRELOAD)
 
 
 def warm_group_processes() -> None:
     """Start the fork server now (it imports in the background), not at the first group's
     start: a daemon whose Kafka tasks run in groups (``kafkaTargetProcesses`` > 1) calls it
     at its start. Without it the first group's start starts it."""
-    GROUP_PROCESSES.set_forkserver_preload(PRELOAD)
     forkserver.ensure_running()
 
 
 def start_group(settings_json: str, build: BuildContext, start: GroupStart) -> BaseProcess:
     """Start a group's process (a daemon process of this one: it ends with it), given the
     daemon's settings as JSON, secrets revealed."""
-    GROUP_PROCESSES.set_forkserver_preload(PRELOAD)  # for the fork server, when it starts
     process = GROUP_PROCESSES.Process(
         target=group_main,
         args=(settings_json, build, start),

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from harness.process_tree import children_by_parent
 from harness.services import wait_until
 from pymilvus import MilvusClient
 from test_backfill import Writer, task_view
@@ -32,23 +33,18 @@ pytestmark = pytest.mark.e2e
 def group_processes(daemon_pid: int) -> list[int]:
     """The daemon's channel group processes: the children of its fork server (multiprocessing's,
     a child of the daemon), which forks them."""
-    parents: dict[int, list[int]] = {}
-    commands: dict[int, bytes] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    children = children_by_parent()
+
+    def command(pid: int) -> bytes:
         try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            return b""
+
     servers = [
-        pid
-        for pid in parents.get(daemon_pid, [])
-        if b"multiprocessing.forkserver" in commands.get(pid, b"")
+        pid for pid in children.get(daemon_pid, []) if b"multiprocessing.forkserver" in command(pid)
     ]
-    return sorted(child for server in servers for child in parents.get(server, []))
+    return sorted(child for server in servers for child in children.get(server, []))
 
 
 def test_channel_groups_exactly_once_through_kills_and_a_changed_layout(
