@@ -6,6 +6,7 @@ tests use.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
@@ -169,9 +170,10 @@ async def verify_ended(
     still: Callable[[], object] = lambda: None,
     poll: float = POLL,
 ) -> VerifyJob:
-    """The verify job ``job_id`` of ``task_id`` once it has ended; ``still`` is called between
-    looks (it raises to give up). VerifyWaitError after ``budget`` seconds, or when the task's
-    latest verify is another job (``job_id`` was replaced: its result is not known)."""
+    """The verify job ``job_id`` of ``task_id`` once it has ended; ``still`` is called (and
+    awaited, when it answers an awaitable) between looks: it raises to give up.
+    VerifyWaitError after ``budget`` seconds, or when the task's latest verify is another job
+    (``job_id`` was replaced: its result is not known)."""
     deadline = time.monotonic() + budget
     while True:
         current = supervisor.verify_job(task_id)
@@ -183,8 +185,14 @@ async def verify_ended(
             )
         if time.monotonic() >= deadline:
             raise VerifyWaitError(f"verify {job_id} of task {task_id} not ended in {budget:g} s")
-        still()
+        await awaited(still())
         await asyncio.sleep(poll)
+
+
+async def awaited(answer: object) -> None:
+    """Wait for ``answer`` when it is awaitable (a callback that may be a coroutine function)."""
+    if inspect.isawaitable(answer):
+        await answer
 
 
 def reverse_request(spec: TaskSpec, task_id: str) -> CreateRequest:

@@ -2,6 +2,13 @@
 fences the old primary once the reverse flow writes there, so a client still writing to it
 writes rows the new primary never gets; a while after the switchover, a verify of the reverse
 task compares the two and shows what it found in the job's ``stale_check``.
+
+The check answers for the reverse task only while that task is the flow's running direction.
+A switch home (a switchover of the reverse task) verifies the same two clusters with them fenced
+and then pauses it; a task paused or deleted applies nothing, so a verify of it cannot settle
+and says nothing of stale clients. Once either is seen — before the check's verify, while it
+waits for another verify of the task, or while its own runs — the check ends ``not_checked``
+and names what overtook it, at once.
 """
 
 from __future__ import annotations
@@ -11,10 +18,12 @@ import logging
 import time
 from typing import Any
 
+from metastore import TaskState
 from server.dr.claims import ClaimLostError
 from server.dr.flows import verify_ended
-from server.dr.record import SwitchoverJob, iso, save_job
+from server.dr.record import SwitchoverJob, iso, load_job, save_job
 from server.dr.switchover import SwitchoverRun
+from server.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +39,14 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
     check: dict[str, Any] = {"reverse_task_id": reverse, "asked_at": iso(time.time())}
     run.deadline = time.monotonic() + run.job.timeout_seconds
     try:
-        verify_id = await run.start_verify(reverse)
-        current = await verify_ended(run.sup, reverse, verify_id, run.job.timeout_seconds)
+        verify_id = await run.start_verify(reverse, lambda: still_the_flow(run, reverse, True))
+        current = await verify_ended(
+            run.sup,
+            reverse,
+            verify_id,
+            run.job.timeout_seconds,
+            lambda: still_the_flow(run, reverse, False),
+        )
         divergent = {
             c.collection: {k: c.of(k).count for k in ("missing", "extra", "different")}
             for c in current.collections
@@ -44,6 +59,9 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
             collections=divergent,
             reason=current.reason,
         )
+    except CheckOvertakenError as exc:
+        check.update(state="not_checked", reason=str(exc), overtaken_by=exc.job_id or None)
+        log.info("switchover %s: stale-write check not made: %s", run.job.job_id, exc)
     except Exception as exc:  # noqa: BLE001 - the check is shown, whatever stopped it
         check.update(state="not_checked", reason=f"{type(exc).__name__}: {exc}")
     if check.get("divergent_rows"):
@@ -69,3 +87,39 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
     if run.on_save is not None:
         run.on_save(checked)
     return checked
+
+
+class CheckOvertakenError(Exception):
+    """The reverse task is no longer the flow's running direction (``job_id``: the switchover
+    of it that overtook the check, when one did)."""
+
+    def __init__(self, message: str, job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+async def still_the_flow(run: SwitchoverRun, reverse: str, before_verify: bool) -> None:
+    """Raise CheckOvertakenError once ``reverse`` is not running, or (``before_verify``: the
+    check's own verify not started yet) once a switchover of it started after this job: its
+    verify of the same clusters comes first, and then it pauses the task. While the check's
+    verify runs, a switchover of the task waits for it, so only the task's state is looked
+    at."""
+    try:
+        task = await run.sup.get(reverse)
+    except ApiError as exc:
+        raise CheckOvertakenError(f"the reverse task {reverse} is gone ({exc.message})") from None
+    other = await asyncio.to_thread(load_job, run.sup.store, reverse)
+    home = other if other is not None and other.started_at >= run.job.started_at else None
+    if task.state is not TaskState.RUNNING:
+        by = f"; switched over by job {home.job_id} ({home.state})" if home else ""
+        raise CheckOvertakenError(
+            f"the reverse task {reverse} is {task.state.value} ({task.reason}){by}: it no "
+            "longer carries the flow, so a verify of it says nothing of stale clients",
+            home.job_id if home else "",
+        )
+    if before_verify and home is not None and not home.finished:
+        raise CheckOvertakenError(
+            f"switchover {home.job_id} of the reverse task {reverse} is under way "
+            f"({home.state}): its own verify compares the two clusters, fenced",
+            home.job_id,
+        )

@@ -43,6 +43,7 @@ from server.dr.claims import ClaimLostError, FlowClaim
 from server.dr.fence import EtcdQuotaFence, FenceError, wait_in_effect
 from server.dr.fence_owners import PairFences
 from server.dr.flows import (
+    awaited,
     flow_request,
     injected_fault,
     positions_of,
@@ -211,10 +212,12 @@ class SwitchoverRun:
             runner.wake_idle_readers()  # idle channels read their latest ticks now
             await asyncio.sleep(POLL)
 
-    async def start_verify(self, task_id: str) -> str:
+    async def start_verify(self, task_id: str, still: Callable[[], object] = lambda: None) -> str:
         """Start a verify of ``task_id``; one already running (scheduled, or an earlier
-        switchover's stale-write check) is waited for first."""
+        switchover's stale-write check) is waited for first. ``still`` is called (and awaited)
+        before each try: it raises to give up."""
         while True:
+            await awaited(still())
             try:
                 _, verify_id = await self.sup.verify(VerifyRequest(task_id=task_id))
                 return verify_id
