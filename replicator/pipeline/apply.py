@@ -13,15 +13,13 @@ Rules:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from replicator.errors import TaskFailedError
 from replicator.events import Delete, Insert
 from replicator.sinks.milvus import MilvusTarget
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PARTITION = "_default"  # the target's default partition
 
@@ -74,6 +72,20 @@ def delete_keys(request: Any) -> list[int | str]:
     return list(request.int64_primary_keys)
 
 
+def unplaced_message(unplaced: dict[int, list[Insert | Delete]]) -> str:
+    """What stops a task whose batch holds rows of collections it has no target for."""
+    named = ", ".join(
+        f"{group[0].db_name or 'default'}.{group[0].collection_name} (id {cid}): "
+        f"{sum(e.num_rows for e in group)} row(s) at ts {min(e.ts for e in group)}"
+        for cid, group in sorted(unplaced.items())
+    )
+    return (
+        f"rows read as replicated have no target collection: {named}; the task knows no "
+        "target for them (its registry never learned the collection), so they are not dropped: "
+        "the task stops here, before writing the batch"
+    )
+
+
 def order_for_target(events: Sequence[Insert | Delete]) -> list[Insert | Delete]:
     """Stable order by (ts, delete first): see the module docstring."""
     return sorted(events, key=lambda e: (e.ts, 0 if isinstance(e, Delete) else 1))
@@ -90,16 +102,23 @@ class BatchApplier:
         self.stats = ApplyStats()
 
     def apply(self, events: Sequence[Insert | Delete], *, replay: bool = False) -> None:
+        """Apply a batch; TaskFailedError, before anything of it is written, when a collection
+        of it has no target (the channel read its rows as replicated: they are never dropped
+        in silence)."""
         by_collection: dict[int, list[Insert | Delete]] = {}
         for event in events:
             by_collection.setdefault(event.collection_id, []).append(event)
+        placed: list[tuple[TargetCollection, list[Insert | Delete]]] = []
+        unplaced: dict[int, list[Insert | Delete]] = {}
         for collection_id, group in by_collection.items():
             collection = self._resolve(collection_id)
             if collection is None:
-                log.warning(
-                    "no target for collection %d; %d events skipped", collection_id, len(group)
-                )
-                continue
+                unplaced[collection_id] = group
+            else:
+                placed.append((collection, group))
+        if unplaced:
+            raise TaskFailedError(unplaced_message(unplaced))
+        for collection, group in placed:
             self._apply_collection(collection, order_for_target(group), replay)
 
     def _partition(self, collection: TargetCollection, source_partition: str) -> str:
