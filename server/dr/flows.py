@@ -76,6 +76,8 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
         "fence_lifted",  # the fence forgotten (pair record)
         "finished",  # state done saved, the flow not handed over yet
         "released",  # the flow handed to the reverse direction, the claim released
+        "stale_check_verifying",  # the stale-write check's verify started (its record)
+        "stale_check_saved",  # the check's result saved in the job's record
         "takeover_claimed",  # a recover round: the job claimed by another daemon
         "taken_over",  # a recover round: the job saved by its new daemon
         "rollback_resumed",  # the roll back resumed the task

@@ -42,7 +42,7 @@ from server.dr.record import (
     load_job,
     save_job,
 )
-from server.dr.stale_check import check_stale_writes
+from server.dr.stale_check import check_again, check_left, check_stale_writes
 from server.dr.stale_watch import (
     WATCH_KEY,
     WatchState,
@@ -74,7 +74,7 @@ class SwitchoverRequest(TaskIdRequest):
 async def _logged(run: SwitchoverRun, work: Awaitable[SwitchoverJob]) -> SwitchoverJob:
     try:
         job = await run.claim.run_while_held(work)
-        if job.state == "done" and job.stale_check_seconds and job.stale_check is None:
+        if check_left(job):
             # the flow is the reverse direction's now: the check holds no claim
             job = await check_stale_writes(run, job.stale_check_seconds)
         return job
@@ -276,6 +276,8 @@ class DisasterRecovery:
                     log.info("switchover %s is being asked here: left to its request", job.job_id)
             if tid not in self._runs:
                 self._on_switchover_saved(job)
+                if check_left(job) and (job.member == me or job.member not in alive):
+                    self._check_again(job, records[SWITCHOVER_KEY])
             return
         if not await self.pairs.gone(
             job.source_cluster, job.target_cluster, tid, job.member, alive
@@ -283,6 +285,19 @@ class DisasterRecovery:
             self._on_switchover_saved(job)  # its daemon runs it
             return
         await self._take_over_switchover(task, job.with_(member=me), records[SWITCHOVER_KEY])
+
+    def _check_again(self, job: SwitchoverJob, seen: bytes) -> None:
+        """The stale-write check of a done job, left unended by its daemon (this one before a
+        restart, or a member no longer live), made here (:func:`check_again`)."""
+        run = SwitchoverRun(
+            self.sup,
+            self.settings,
+            job,
+            self.pairs.store,
+            on_save=self._on_switchover_saved,
+            seen=seen,
+        )
+        self._runs[job.task_id] = asyncio.get_running_loop().create_task(check_again(run))
 
     async def _take_over_switchover(
         self, task: TaskRecord, job: SwitchoverJob, seen: bytes

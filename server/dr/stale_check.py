@@ -20,10 +20,11 @@ from typing import Any
 
 from metastore import TaskState
 from server.dr.claims import ClaimLostError
-from server.dr.flows import verify_ended
+from server.dr.flows import injected_fault, verify_ended
 from server.dr.record import SwitchoverJob, iso, load_job, save_job
 from server.dr.switchover import SwitchoverRun
 from server.errors import ApiError
+from server.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
     run.deadline = time.monotonic() + run.job.timeout_seconds
     try:
         verify_id = await run.start_verify(reverse, lambda: still_the_flow(run, reverse, True))
+        check["verify_job"] = verify_id
+        await injected_fault("stale_check_verifying")
         current = await verify_ended(
             run.sup,
             reverse,
@@ -86,7 +89,28 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
         run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, None)
     if run.on_save is not None:
         run.on_save(checked)
+    await injected_fault("stale_check_saved")
     return checked
+
+
+def check_left(job: SwitchoverJob) -> bool:
+    """Whether ``job`` is done and its stale-write check was asked and has no result yet."""
+    return job.state == "done" and bool(job.stale_check_seconds) and job.stale_check is None
+
+
+async def check_again(run: SwitchoverRun) -> SwitchoverJob:
+    """The check of a done job whose daemon stopped before it ended (a restart, or a fleet
+    member gone): made now, at the time it was due (at once when that has passed), so a
+    check asked always ends with a result or ``not_checked``."""
+    job = run.job
+    due = job.finished_at + job.stale_check_seconds - time.time()
+    with log_context(task_id=job.task_id):
+        log.info("switchover %s: its stale-write check taken up again", job.job_id)
+        try:
+            return await check_stale_writes(run, max(0.0, due))
+        except Exception:
+            log.exception("switchover %s: the stale-write check stopped", job.job_id)
+            return run.job
 
 
 class CheckOvertakenError(Exception):

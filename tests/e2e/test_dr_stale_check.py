@@ -15,6 +15,7 @@ import pytest
 from harness.dr_clusters import consistent_known, job_of, row, switchover_ends, task
 from harness.services import wait_until
 
+from server.dr.flows import FAULT_ENV
 from tests.e2e.test_disaster_recovery import (  # noqa: F401 - fixtures
     clusters,
     dr_daemon,
@@ -82,5 +83,51 @@ def test_a_switch_home_during_the_stale_write_check_ends_the_check(
     assert task(dr_daemon, ba)["state"] == "Paused"
     a.insert(name, [row(k) for k in range(500, 510)])
     wait_equal(a, b, name, "id", timeout=120)
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("point", ["stale_check_verifying", "stale_check_saved"])
+def test_a_daemon_killed_during_the_stale_write_check_makes_it_when_it_starts_again(
+    point,
+    daemon_factory,
+    clusters,  # noqa: F811
+    milvus_source,
+    milvus_source_rocksmq,
+):
+    """``kill -9`` with the check held at ``point`` (its verify started, or its result saved),
+    then a start: the check asked ends with a result, made again when it had none (the job's
+    record said done and the check stayed without a result for good before)."""
+    daemon = daemon_factory("dr", clusters=clusters, verify={"settleSeconds": 20})
+    daemon.env[FAULT_ENV] = f"hold:{point}:120"
+    daemon.start()
+    name, a, b, ab = replicated(daemon, milvus_source, milvus_source_rocksmq, "drk", range(50))
+    asked = daemon.call(
+        "switchover", {"task_id": ab, "max_lag_seconds": 30, "stale_check_seconds": 1}
+    )
+    assert asked.code == 200, asked.message
+    wait_until(
+        lambda: f"switchover held at {point}" in daemon.log_text(), 120, f"the check at {point}"
+    )
+    saved = job_of(daemon, ab)
+    assert saved["state"] == "done", saved
+    assert (saved["stale_check"] is None) == (point == "stale_check_verifying"), saved
+    daemon.kill()
+    del daemon.env[FAULT_ENV]
+    daemon.start()
+    check = wait_until(
+        lambda: stale_check_of(daemon, ab, asked.data["job_id"]),
+        120,
+        f"the stale-write check of {ab} after the restart",
+        interval=0.5,
+    )
+    assert check["state"] == "done" and check["divergent_rows"] == 0, check
+    if point == "stale_check_verifying":
+        assert "taken up again" in daemon.log_text()
+    # the flow is b -> a, and carries writes
+    ba = job_of(daemon, ab)["reverse_task_id"]
+    assert task(daemon, ba)["state"] == "Running"
+    b.insert(name, [row(k) for k in range(500, 510)])
+    wait_equal(b, a, name, "id", timeout=120)
     a.close()
     b.close()

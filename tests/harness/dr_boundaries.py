@@ -431,7 +431,7 @@ class BoundarySearch:
         first = route.split(":", 1)[1] if route.startswith(("kill:", "stall:")) else ""
         self._hold(first or case.point)
         offset = _log_size(self.m1)
-        asked = self._ask(case.job, own)
+        asked = self._ask(case.job, own, case.point)
         if case.job == "switchover":
             self._mover = _WriterMover(self, own, previous)
         if first:
@@ -499,13 +499,15 @@ class BoundarySearch:
         key = FAILBACK_KEY if job == "failback" else FAILOVER_KEY
         return load_json(self.store, task_id, key) or {}
 
-    def _ask(self, job: str, task_id: str) -> _Asked:
+    def _ask(self, job: str, task_id: str, point: str = "") -> _Asked:
         body: dict[str, Any] = {}
         if job == "switchover":
-            # asked of the member running the task, once its consistent-up-to is known
+            # asked of the member running the task, once its consistent-up-to is known; with a
+            # stale-write check only where the case's point is the check's
             self.walk.fleet.owner_of(task_id)
             consistent_known(self.m1, task_id)
-            body = {"max_lag_seconds": 60, "timeout_seconds": 240, "stale_check_seconds": 0}
+            check = 1 if point.startswith("stale_check") else 0
+            body = {"max_lag_seconds": 60, "timeout_seconds": 240, "stale_check_seconds": check}
         elif job == "failover":
             self._lose_primary()
             body = {"export_seconds": 30}
