@@ -1,6 +1,9 @@
 """A job's claim on its flow (:mod:`pair`), kept while the job runs: renewed at every saved step
 and every ``RENEW_SECONDS`` in between; a job whose claim another daemon took (this one stalled
-past ``CLAIM_SECONDS``, or was taken for dead) is cancelled and touches nothing more.
+past ``CLAIM_SECONDS``, or was taken for dead) is cancelled and touches nothing more. Once the
+job lets go of the claim itself (its last step), nothing renews it: a renewal that ran while the
+job released found the claim gone and took the job for lost, which cut off its end (a done
+switchover's stale-write check was never made).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class FlowClaim:
         self.task_id = task_id
         self.job_id = job_id
         self.member = member
+        # the job lets go of its claim (release called): a renewal that finds it gone from
+        # then on is the job's own doing, not another daemon's
+        self.releasing = False
 
     def _renew(self, pair: ClusterPair, reverse: str = "") -> ClusterPair:
         flow = pair.flow_of(self.task_id)
@@ -69,6 +75,7 @@ class FlowClaim:
                 return pair
             return pair.with_flow(release(flow, self.job_id, self.member, **changes))
 
+        self.releasing = True
         await asyncio.to_thread(self.pairs.update, *self.ends, change)
 
     async def run_while_held(self, work: Awaitable[T]) -> T:
@@ -80,9 +87,13 @@ class FlowClaim:
                 done, _ = await asyncio.wait({task}, timeout=RENEW_SECONDS)
                 if done:
                     return task.result()
+                if self.releasing:  # the job let go of the claim: it only finishes
+                    return await task
                 try:
                     await self.keep()
                 except ClaimLostError:
+                    if self.releasing:  # released while this renewal ran: by the job
+                        return await task
                     log.warning("job %s lost its claim: stopping it here", self.job_id)
                     task.cancel()
                     raise

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from metastore import TaskState
+from metastore import TaskNotFoundError, TaskState
 from server.dr.claims import ClaimLostError
 from server.dr.flows import injected_fault, verify_ended
 from server.dr.record import SwitchoverJob, iso, load_job, save_job
@@ -86,11 +86,21 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
         # under its id (its reverse flow starts at the WAL's end). The check holds no claim and
         # is shown there, where the operator looks, unless another job's record is there now
         # (then this raises again, and the check is in the log above only)
-        run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, None)
+        try:
+            run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, None)
+        except TaskNotFoundError:
+            return _unsaved(checked, "its task was deleted")
+    except TaskNotFoundError:
+        return _unsaved(checked, "its task was deleted")
     if run.on_save is not None:
         run.on_save(checked)
     await injected_fault("stale_check_saved")
     return checked
+
+
+def _unsaved(job: SwitchoverJob, why: str) -> SwitchoverJob:
+    log.info("switchover %s: stale-write check %s not saved (%s)", job.job_id, job.stale_check, why)
+    return job
 
 
 def check_left(job: SwitchoverJob) -> bool:

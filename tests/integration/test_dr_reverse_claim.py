@@ -194,3 +194,22 @@ async def test_a_failback_being_asked_is_not_taken_over_by_its_own_daemons_recov
         flow = world.pairs.get("a", "b").flow_of("ab")
         assert flow is not None and flow.job is not None
         assert flow.job.job_id == record["job_id"]
+
+
+async def test_a_job_that_let_go_of_its_claim_is_not_taken_for_lost_at_its_end(
+    world, monkeypatch
+):
+    """A renewal due after the job released its claim (its last step) found the claim gone and
+    cancelled the job as lost: a done switchover's end was cut off, its stale-write check never
+    made (the boundary search at stale_check_verifying, 2026-12-07). The job now finishes."""
+    monkeypatch.setattr("server.dr.claims.RENEW_SECONDS", 0.05)
+    _, claim = await first_switchover_at(world, "finished")
+
+    async def job_end() -> str:
+        await claim.release()
+        await asyncio.sleep(0.4)  # what follows the release: several renewals due meanwhile
+        return "ended"
+
+    assert await claim.run_while_held(job_end()) == "ended"
+    flow = world.pairs.get("a", "b").flow_of("ab")
+    assert flow is not None and flow.job is None, flow
