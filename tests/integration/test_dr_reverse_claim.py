@@ -196,9 +196,7 @@ async def test_a_failback_being_asked_is_not_taken_over_by_its_own_daemons_recov
         assert flow.job.job_id == record["job_id"]
 
 
-async def test_a_job_that_let_go_of_its_claim_is_not_taken_for_lost_at_its_end(
-    world, monkeypatch
-):
+async def test_a_job_that_let_go_of_its_claim_is_not_taken_for_lost_at_its_end(world, monkeypatch):
     """A renewal due after the job released its claim (its last step) found the claim gone and
     cancelled the job as lost: a done switchover's end was cut off, its stale-write check never
     made (the boundary search at stale_check_verifying, 2026-12-07). The job now finishes."""
