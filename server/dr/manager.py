@@ -289,7 +289,12 @@ class DisasterRecovery:
     def _check_again(self, job: SwitchoverJob, seen: bytes) -> None:
         """The stale-write check of a done job, left unended by its daemon (this one before a
         restart, or a member no longer live), made here (:func:`check_again`)."""
-        run = SwitchoverRun(
+        run = self._run_of(job, seen)
+        self._runs[job.task_id] = asyncio.get_running_loop().create_task(check_again(run))
+
+    def _run_of(self, job: SwitchoverJob, seen: bytes) -> SwitchoverRun:
+        """A run of a job found in the store (``seen``: its record as read)."""
+        return SwitchoverRun(
             self.sup,
             self.settings,
             job,
@@ -297,7 +302,6 @@ class DisasterRecovery:
             on_save=self._on_switchover_saved,
             seen=seen,
         )
-        self._runs[job.task_id] = asyncio.get_running_loop().create_task(check_again(run))
 
     async def _take_over_switchover(
         self, task: TaskRecord, job: SwitchoverJob, seen: bytes
@@ -311,14 +315,7 @@ class DisasterRecovery:
             ends = (job.source_cluster, job.target_cluster)
             spec = TaskSpec.of(task)
             # made first: a cluster no longer configured stops it here, nothing claimed
-            run = SwitchoverRun(
-                self.sup,
-                self.settings,
-                job,
-                self.pairs.store,
-                on_save=self._on_switchover_saved,
-                seen=seen,
-            )
+            run = self._run_of(job, seen)
             await self.pairs.claim(
                 ends, "switchover", task.task_id, spec.source_cluster or "", job.job_id
             )
