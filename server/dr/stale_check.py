@@ -41,7 +41,6 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
     run.deadline = time.monotonic() + run.job.timeout_seconds
     try:
         verify_id = await run.start_verify(reverse, lambda: still_the_flow(run, reverse, True))
-        check["verify_job"] = verify_id
         await injected_fault("stale_check_verifying")
         current = await verify_ended(
             run.sup,
@@ -79,28 +78,32 @@ async def check_stale_writes(run: SwitchoverRun, after: float) -> SwitchoverJob:
         )
     checked = run.job.with_(stale_check=check)
     run.job = checked
-    try:
-        run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, run.seen)
-    except ClaimLostError:
-        # the record went with its task: a switch home deletes the task and creates it again
-        # under its id (its reverse flow starts at the WAL's end). The check holds no claim and
-        # is shown there, where the operator looks, unless another job's record is there now
-        # (then this raises again, and the check is in the log above only)
-        try:
-            run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, None)
-        except TaskNotFoundError:
-            return _unsaved(checked, "its task was deleted")
-    except TaskNotFoundError:
-        return _unsaved(checked, "its task was deleted")
-    if run.on_save is not None:
-        run.on_save(checked)
+    await save_check(run, checked)
     await injected_fault("stale_check_saved")
     return checked
 
 
-def _unsaved(job: SwitchoverJob, why: str) -> SwitchoverJob:
-    log.info("switchover %s: stale-write check %s not saved (%s)", job.job_id, job.stale_check, why)
-    return job
+async def save_check(run: SwitchoverRun, checked: SwitchoverJob) -> None:
+    """The job's record with its check, then shown; only logged when its task was deleted
+    meanwhile."""
+    try:
+        try:
+            run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, run.seen)
+        except ClaimLostError:
+            # the record went with its task: a switch home deletes the task and creates it
+            # again under its id (its reverse flow starts at the WAL's end). The check holds no
+            # claim and is shown there, where the operator looks, unless another job's record
+            # is there now (then this raises again, and the check is in the log above only)
+            run.seen = await asyncio.to_thread(save_job, run.sup.store, checked, None)
+    except TaskNotFoundError:
+        log.info(
+            "switchover %s: stale-write check %s not saved (its task was deleted)",
+            checked.job_id,
+            checked.stale_check,
+        )
+        return
+    if run.on_save is not None:
+        run.on_save(checked)
 
 
 def check_left(job: SwitchoverJob) -> bool:

@@ -33,6 +33,7 @@ JOB_CODE: dict[str, dict[str, set[str] | None]] = {
     "failover.py": {"": {"run_failover"}},
     "failback.py": {"FailbackRun": None},
     "failbacks.py": {"Failbacks": {"ask", "recover"}},
+    "stale_check.py": {"": {"check_stale_writes"}},
 }
 # helpers that write (their call sites are checked, not their bodies)
 # (a claim renewed, claim.keep, changes only its time: not a boundary)
@@ -60,6 +61,8 @@ WRITES = {
     "self._update",
     "self._join",
     "self.start_verify",
+    "run.start_verify",
+    "save_check",
     "self._arm_watch",
     "self.mark_failing_back",
     "run.mark_failing_back",
