@@ -131,16 +131,10 @@ def cpu_seconds(*pids: int) -> list[float]:
     return result
 
 
-def tree_pids(pid: int) -> list[int]:
-    """``pid`` and its descendants alive now (a daemon's channel group processes, children of
-    the fork server that is its child)."""
-    return descendants(pid)
-
-
 def tree_cpu(pid: int) -> float:
     """CPU-seconds of ``pid``, its reaped children and its descendants alive now."""
     total = 0.0
-    for each in tree_pids(pid):
+    for each in descendants(pid):
         try:
             total += cpu_seconds(each)[0]
         except OSError:  # ended meanwhile (then reaped: counted in the parent's)
@@ -182,7 +176,7 @@ def tree_memory_kb(pid: int) -> tuple[int, int]:
     """Resident and proportional (PSS: a page shared by N processes counts 1/N in each) kB of
     ``pid`` and its descendants alive now (a daemon's channel group processes)."""
     rss = pss = 0
-    for each in tree_pids(pid):
+    for each in descendants(pid):
         with contextlib.suppress(OSError):  # ended meanwhile
             for line in Path(f"/proc/{each}/smaps_rollup").read_text().splitlines():
                 key, _, value = line.partition(":")

@@ -62,11 +62,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import TreeMemorySampler, settle, tree_cpu, tree_pids  # noqa: E402
+from catch_up import TreeMemorySampler, settle, tree_cpu  # noqa: E402
 from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
+from harness.process_tree import descendants  # noqa: E402
 from kafka_sink import (  # noqa: E402
     EVENTS_PER_TOPIC,
     EndOffsets,
@@ -84,7 +85,7 @@ MB = 1024 * 1024
 def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of ``pid`` and of its descendants (the fork server of its channel groups)
     on ``cpus`` (threads and processes they start later inherit it)."""
-    for each in tree_pids(pid):
+    for each in descendants(pid):
         with contextlib.suppress(OSError):  # ended meanwhile
             for tid in os.listdir(f"/proc/{each}/task"):
                 with contextlib.suppress(ProcessLookupError):
@@ -95,7 +96,7 @@ def pin(pid: int, cpus: set[int]) -> None:
 def source_paused(pid: int, paused: bool):
     """Every process of ``pid``'s tree stopped (SIGSTOP) while the block runs, when ``paused``;
     continued after, however the block ends."""
-    stopped = tree_pids(pid) if paused else []
+    stopped = descendants(pid) if paused else []
     for each in stopped:
         os.kill(each, signal.SIGSTOP)
     try:

@@ -60,10 +60,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from catch_up import cpu_seconds, settle, tree_cpu, tree_pids  # noqa: E402
+from catch_up import cpu_seconds, settle, tree_cpu  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
+from harness.process_tree import descendants  # noqa: E402
 from replication_throughput import add_code_option, code_choices, start_daemon  # noqa: E402
 
 MB = 1024 * 1024
@@ -184,7 +185,7 @@ def librdkafka_cpu(pid: int) -> float:
     interpreter (it runs beside it, on another core when there is one)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
-    for each in tree_pids(pid):
+    for each in descendants(pid):
         try:
             tasks = list(Path(f"/proc/{each}/task").iterdir())
         except OSError:  # the process ended meanwhile
