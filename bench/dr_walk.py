@@ -33,12 +33,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from harness import services  # noqa: E402
 from harness.daemon import Daemon  # noqa: E402
-from harness.dr_walk import (  # noqa: E402
-    ClusterHandle,
-    InvariantError,
-    Walk,
-    WalkResult,
-)
+from harness.dr_walk import Walk  # noqa: E402
+from harness.dr_walk_model import ClusterHandle, InvariantError, WalkResult  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import restartable_milvus  # noqa: E402
 
@@ -179,6 +175,17 @@ def report(results: list[WalkResult], command: str, began: datetime, total: floa
             f"{r.export_keys_in_doubt_on_target}",
             "",
         ]
+        tally = r.stale_checks
+        ended = ", ".join(f"{state} {n}" for state, n in sorted(tally.ended.items())) or "none"
+        lines += [
+            f"Stale-write checks asked: {tally.asked}; ended: {ended}; superseded by a later "
+            f"switchover of the task: {tally.superseded}; done with a stale writer's rows "
+            f"found: {tally.stale_found}",
+            "",
+        ]
+        if tally.not_done:
+            lines += ["Checks not ended done (state, reason):", ""]
+            lines += [f"- {line}" for line in tally.not_done] + [""]
         lines += [s.line() for s in r.steps]
         if r.jobs_failed:
             lines += ["", "Jobs that ended failed (the model follows the documented end):"]

@@ -56,8 +56,16 @@ def test_a_seeded_walk_keeps_every_invariant_after_every_step(
     assert outcomes[1].startswith("failed") and "rolled_back True" in outcomes[1], outcomes
     assert "complete True" in outcomes[2], outcomes
     assert outcomes[4].startswith("in_sync: f1 replicated b -> a"), outcomes
-    assert len(result.checks) == 7, result.checks  # every invariant, after every step
+    assert len(result.checks) == 9, result.checks  # every invariant, after every step
+    waited = result.checks["stale_check_ends"] == STEPS + 2
     exported = re.search(r"(\d+) exported insert", outcomes[2])
     if exported and int(exported[1]):  # the export's keys were compared with the target's
         assert result.export_keys_compared > 0, (outcomes[2], result.export_keys_compared)
-    assert all(result.checks[name] == STEPS + 1 for name in result.checks), result.checks
+    # the stale-write checks' two once more when the walk's end waited for a check running
+    assert all(
+        result.checks[name] == STEPS + 1 + (name.startswith("stale_check") and waited)
+        for name in result.checks
+    ), result.checks
+    tally = result.stale_checks  # every check asked ended (or a later switchover replaced it)
+    assert tally.asked >= 1, tally
+    assert sum(tally.ended.values()) + tally.superseded == tally.asked, tally

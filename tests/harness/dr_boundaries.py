@@ -50,12 +50,12 @@ from typing import Any, get_args
 
 from harness.daemon import Daemon
 from harness.dr_clusters import consistent_known
-from harness.dr_walk import (
+from harness.dr_walk import Walk
+from harness.dr_walk_model import (
     Flow,
     InvariantError,
-    Walk,
-    _log_size,
-    _logged_since,
+    log_size,
+    logged_since,
     writers_follow,
     writers_may_move,
 )
@@ -430,7 +430,7 @@ class BoundarySearch:
         previous = self._job_id(case.job, own)
         first = route.split(":", 1)[1] if route.startswith(("kill:", "stall:")) else ""
         self._hold(first or case.point)
-        offset = _log_size(self.m1)
+        offset = log_size(self.m1)
         asked = self._ask(case.job, own, case.point)
         if case.job == "switchover":
             self._mover = _WriterMover(self, own, previous)
@@ -439,7 +439,7 @@ class BoundarySearch:
                 result.outcome = f"the route's point {first} not reached"
                 return None
             self._hold(case.point)
-            offset = _log_size(self.m1)
+            offset = log_size(self.m1)
             if route.startswith("kill:"):
                 self._release(first)
                 self.restart(self.m1, kill=True, wait=False)
@@ -529,7 +529,7 @@ class BoundarySearch:
         reach = FAILBACK_REACH_SECONDS if job == "failback" else REACH_SECONDS
         deadline = time.monotonic() + reach
         while time.monotonic() < deadline:
-            if _logged_since(daemon, offset, text):
+            if logged_since(daemon, offset, text):
                 return True
             time.sleep(0.3)
         return False
@@ -566,7 +566,7 @@ class BoundarySearch:
         exists = task_id in listed
         previous = self._job_id("switchover", task_id) if verb == "switchover" else ""
         members = list(self.walk.fleet.members.values())
-        offsets = [_log_size(member) for member in members]
+        offsets = [log_size(member) for member in members]
         asked_at = time.time()
         status, reply = self.ask(verb, task_id)
         if verb == "switchover" and 200 <= status < 300:
@@ -579,7 +579,7 @@ class BoundarySearch:
         result.outcome = answer
         held_too = f"{verb} held at {case.point} for"
         if verb == case.job and any(
-            _logged_since(m, o, held_too) for m, o in zip(members, offsets, strict=True)
+            logged_since(m, o, held_too) for m, o in zip(members, offsets, strict=True)
         ):
             # the search holds by point, not by job: the verb's own job, accepted, passed the
             # point too and was held there; whatever it answers after the hold (a failover's

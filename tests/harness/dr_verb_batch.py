@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from harness.dr_clusters import fence_at
-from harness.dr_walk import InvariantError
+from harness.dr_walk_model import InvariantError
 
 if TYPE_CHECKING:
     from harness.dr_boundaries import BoundarySearch, Case, CaseResult

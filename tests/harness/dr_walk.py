@@ -51,6 +51,10 @@ The invariants (:meth:`Walk.check_invariants`), each failing with a message that
   and holds no key the primary does not;
 - ``verb_accepted``: a verb the model says applies is not refused, and its job ends;
 - ``step_completed``: every wait of a step ends (a job's state, a task placed on a member).
+- ``stale_check_ends``, ``stale_check_truthful``: every switchover asks a stale-write check
+  after 0, 1 or 15 s (drawn); each one asked ends with a result or a reason whatever the steps
+  after it did, and one that found divergent rows had a writer to find
+  (:mod:`harness.dr_walk_stale_checks`). The walk's end waits for the checks still running.
 
 A failing walk raises :class:`InvariantError`, whose message names the seed, the steps so far and
 the check; ``CDC_WALK_SEED=<seed>`` makes the suite's walk take that seed.
@@ -61,11 +65,9 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -84,328 +86,41 @@ from harness.dr_clusters import (
     seconds_of,
     task,
 )
-from harness.milvus_source import MilvusSource, RestartableMilvus, restartable_milvus
+from harness.dr_walk_model import (
+    SEED_ENV,
+    ClusterHandle,
+    Failover,
+    Fleet,
+    Flow,
+    InvariantError,
+    MakeDaemon,
+    Model,
+    StepRecord,
+    WalkResult,
+    log_size,
+    logged_since,
+    writers_may_move,
+)
+from harness.dr_walk_stale_checks import StaleChecks
+from harness.dr_walk_writer import (
+    FIRST_ROWS,
+    WRITE_TIMEOUT,
+    Ack,
+    MovingWriter,
+    primary_keys,
+    sample_keys,
+)
+from harness.milvus_source import MilvusSource, restartable_milvus
 from harness.services import ServiceStartError, wait_until
 from replicator.config.connections import SourceSettings
 from server.dr.fence import EtcdQuotaFence, wait_in_effect
 from server.dr.flows import FAULT_ENV
 
-SEED_ENV = "CDC_WALK_SEED"
 WALK_POINTS = (*POINTS, "moving")  # where a switchover job is held before its daemon is killed
 FENCE_GRACE = 15.0  # seconds a fence may outlive its job (a recover round lifts an orphan)
 CATCH_UP = 120.0  # seconds a replica may take to hold what its primary held
 JOB_TIMEOUT = 300.0
 FAILBACK_TIMEOUT = 900.0
-BATCH = 5  # rows per insert of a writer
-WRITE_TIMEOUT = 5.0  # seconds a writer's insert waits for its answer
-KEY_CHUNK = 16_000  # keys per query of primary_keys
-FIRST_ROWS = 100  # keys 0..99, written before the tasks
-
-MakeDaemon = Callable[..., Daemon]
-
-
-# ----------------------------------------------------------------------------------------------
-# The clusters and the writer
-
-
-@dataclass
-class ClusterHandle:
-    """One named cluster of the walk: a Milvus that may be killed (``restartable``) or not."""
-
-    label: str
-    milvus: MilvusSource
-    restartable: RestartableMilvus | None = None
-
-    @property
-    def killable(self) -> bool:
-        return self.restartable is not None
-
-    @property
-    def alive(self) -> bool:
-        return self.restartable is None or self.restartable.alive
-
-    @property
-    def uri(self) -> str:
-        return self.milvus.uri
-
-
-@dataclass(frozen=True)
-class Ack:
-    cluster: str  # the cluster that acknowledged the write
-    at: float  # when the insert returned, by this host's clock (the clusters' clock too)
-
-
-class MovingWriter(threading.Thread):
-    """Inserts ``BATCH`` rows at a time into one collection of the cluster it is pointed at,
-    until stopped; ``acked`` holds every acknowledged key with its cluster and time."""
-
-    def __init__(self, collection: str, uris: dict[str, str], at: str, first: int) -> None:
-        super().__init__(daemon=True, name=f"writer-{collection}")
-        self.collection = collection
-        self.uris = uris
-        self.at = at
-        self.first = first
-        self.next = first
-        self.acked: dict[int, Ack] = {}
-        self.refused: dict[str, int] = {}
-        self.stop = threading.Event()
-        self._lock = threading.Lock()
-        self._clients: dict[str, MilvusClient] = {}
-
-    def key_ranges(self) -> list[range]:
-        """Every key written so far, or being written: the rows before the tasks, then the
-        writer's (one batch past what it acknowledged)."""
-        return [range(FIRST_ROWS), range(self.first, self.next + BATCH)]
-
-    def move_to(self, label: str) -> None:
-        self.at = label
-
-    def snapshot(self) -> dict[int, Ack]:
-        with self._lock:
-            return dict(self.acked)
-
-    def _client(self, label: str) -> MilvusClient:
-        if label not in self._clients:
-            self._clients[label] = MilvusClient(uri=self.uris[label], dedicated=True, timeout=5)
-        return self._clients[label]
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            label = self.at
-            keys = list(range(self.next, self.next + BATCH))
-            try:
-                self._client(label).insert(
-                    self.collection, [row(k) for k in keys], timeout=WRITE_TIMEOUT
-                )
-            except Exception:  # noqa: BLE001 - a fenced or lost cluster refuses in many ways
-                self.refused[label] = self.refused.get(label, 0) + 1
-                client = self._clients.pop(label, None)
-                if client is not None:
-                    client.close()
-                time.sleep(0.3)
-                continue
-            acked = Ack(label, time.time())
-            with self._lock:
-                self.acked.update(dict.fromkeys(keys, acked))
-            self.next += BATCH
-            time.sleep(0.1)
-        for client in self._clients.values():
-            client.close()
-
-
-# ----------------------------------------------------------------------------------------------
-# The model
-
-
-@dataclass(frozen=True)
-class Failover:
-    """What one failover answered."""
-
-    task_id: str
-    lost: str  # the cluster killed
-    took_over: str  # the failed-over task's target
-    killed_at: float  # when the lost cluster was killed
-    at: float  # when the failover was asked
-    consistent: float  # consistent_up_to, Unix seconds (0: none answered)
-    exported: frozenset[int]  # keys inserted by the export's records
-    complete: bool
-    # keys of export lines marked maybe_on_target (a write cut off: may be on the target too)
-    in_doubt: frozenset[int] = frozenset()
-    insert_lines: int = 0  # insert lines read from the export file
-    inserts_counted: int = 0  # inserts of the flow's collection the answer counted
-    file: str = ""
-    # when the writers left the lost cluster: a live one (an operator's failover of a running
-    # primary) acknowledges the writes sent to it until then, and the failover paused the task
-    # that would have carried them (the operator's, as those after a kill are)
-    moved_at: float = 0.0
-
-
-@dataclass
-class Flow:
-    """One collection replicated between the pair, with a task per direction at most."""
-
-    name: str
-    collection: str
-    home: str
-    primary: str
-    tasks: dict[str, str]  # source cluster -> task id
-    writer: MovingWriter
-    # "replicating", "failed_over", or "failing_back": a failback of it ended failed, which
-    # leaves the flow failing back with no job on it (docs/concepts/disaster-recovery.md,
-    # Failback): its reverse task may run, a failback again applies
-    state: str = "replicating"
-    failovers: list[Failover] = field(default_factory=list)
-    reverse: str = ""  # the reverse task of a failback that failed (state "failing_back")
-
-    @property
-    def active_task(self) -> str | None:
-        return self.tasks.get(self.primary) if self.state == "replicating" else None
-
-    def may_run(self) -> list[list[str]]:
-        """The sets of this flow's tasks that may be Running between steps."""
-        if self.state == "failing_back":
-            return [[], [self.reverse]]
-        return [[self.active_task] if self.active_task else []]
-
-    def replica(self, pair: Sequence[str]) -> str:
-        return next(c for c in pair if c != self.primary)
-
-
-@dataclass
-class Model:
-    pair: tuple[str, str]
-    flows: dict[str, Flow] = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------------------------
-# Results
-
-
-class InvariantError(AssertionError):
-    """An invariant broke; the message names the seed, the steps and the check."""
-
-    def __init__(self, check: str, message: str, seed: int, steps: Sequence[StepRecord]) -> None:
-        self.check = check
-        self.detail = message
-        self.seed = seed
-        self.steps = list(steps)
-        lines = "\n".join(f"  {s.line()}" for s in steps)
-        super().__init__(
-            f"walk seed {seed}: check {check} failed after step {len(steps)}: {message}\n"
-            f"steps:\n{lines}\nreproduce: {SEED_ENV}={seed}"
-        )
-
-
-@dataclass
-class StepRecord:
-    index: int
-    kind: str
-    detail: str
-    outcome: str = ""
-    seconds: float = 0.0
-
-    def line(self) -> str:
-        return f"{self.index}. {self.kind} {self.detail}: {self.outcome} ({self.seconds:.1f} s)"
-
-
-@dataclass
-class WalkResult:
-    seed: int
-    steps: list[StepRecord] = field(default_factory=list)
-    checks: dict[str, int] = field(default_factory=dict)  # check name -> times it held
-    timings: dict[str, list[float]] = field(default_factory=dict)  # verb -> seconds
-    failure: InvariantError | None = None  # the first
-    failures: list[InvariantError] = field(default_factory=list)  # every one (keep_going)
-    # jobs accepted that ended failed with a reason (a failback's verify that Milvus timed out):
-    # not an invariant broken, the documented end the model follows, but shown
-    jobs_failed: list[str] = field(default_factory=list)
-    # export_disjoint_from_target: keys of exports compared with a read of their target (summed
-    # over the checks: 0 means no export had an insert), of those the writer retried there, and
-    # those marked maybe_on_target (a write cut off when the task stopped) and found on it
-    export_keys_compared: int = 0
-    export_keys_retried: int = 0
-    export_keys_in_doubt: int = 0
-    export_keys_in_doubt_on_target: int = 0
-    seconds: float = 0.0
-
-
-# ----------------------------------------------------------------------------------------------
-# The fleet of daemons
-
-
-class Fleet:
-    """Daemons sharing one etcd metastore, as fleet members named after their ``memberId``."""
-
-    def __init__(self, make: MakeDaemon, config: dict[str, Any]) -> None:
-        self._make = make
-        self._config = config
-        self.members: dict[str, Daemon] = {}
-
-    def member(self, name: str) -> Daemon:
-        if name not in self.members:
-            fleet = {"leaseSeconds": 3.0, "checkSeconds": 0.5, "memberId": name}
-            self.members[name] = self._make(name, fleet=fleet, **self._config)
-        return self.members[name]
-
-    def live(self) -> list[Daemon]:
-        return [d for d in self.members.values() if d.process and d.process.poll() is None]
-
-    def any(self) -> Daemon:
-        return self.live()[0]
-
-    def name_of(self, daemon: Daemon) -> str:
-        return next(n for n, d in self.members.items() if d is daemon)
-
-    def tasks(self) -> list[dict[str, Any]]:
-        reply = self.any().call("list")
-        assert reply.code == 200, reply.message
-        listed: list[dict[str, Any]] = reply.data["tasks"]
-        return listed
-
-    def owner_of(self, task_id: str, timeout: float = 60) -> Daemon:
-        """The live member running ``task_id`` (waiting for the fleet to place it)."""
-
-        def placed() -> Daemon | None:
-            owner = task(self.any(), task_id).get("owner")
-            daemon = self.members.get(str(owner))
-            return daemon if daemon in self.live() else None
-
-        owner = wait_until(placed, timeout, f"a live member running {task_id}", interval=0.5)
-        assert owner is not None
-        return owner
-
-
-def writers_may_move(job: dict[str, Any]) -> bool:
-    """README: move the writers to the new primary once the job shows ``writers_may_move_at``
-    (the reverse flow's start is saved: the point of no return), or is done."""
-    return bool(job.get("writers_may_move_at")) or job.get("state") == "done"
-
-
-def writers_follow(flow: Flow, job: dict[str, Any], pair: Sequence[str]) -> str:
-    """Where the writers of ``flow`` go as its switchover ``job`` is followed: its target once
-    they may move (:func:`writers_may_move`), while the flow replicates; "" before, and once
-    the flow failed over since (a failover of the reverse task after the job handed the flow
-    over: the writers are where that failover put them)."""
-    if not writers_may_move(job) or flow.state != "replicating":
-        return ""
-    target = str(job.get("target_cluster") or "")
-    return target if target in pair else flow.replica(pair)
-
-
-def _log_size(daemon: Daemon) -> int:
-    return daemon.log_path.stat().st_size if daemon.log_path.exists() else 0
-
-
-def _logged_since(daemon: Daemon, offset: int, text: str) -> bool:
-    if not daemon.log_path.exists():
-        return False
-    with open(daemon.log_path, "rb") as log:
-        log.seek(offset)
-        return text.encode() in log.read()
-
-
-def primary_keys(client: MilvusClient, collection: str, ranges: Sequence[range]) -> set[int]:
-    """The primary keys of ``collection`` within ``ranges``, read with Strong consistency in
-    key ranges of at most ``KEY_CHUNK`` (a query answers 16,384 rows at most; the query
-    iterator's hints make 2.3.5 skip keys and read stale, replicator/backfill/transfer.py)."""
-    keys: set[int] = set()
-    for whole in ranges:
-        for lo in range(whole.start, whole.stop, KEY_CHUNK):
-            hi = min(lo + KEY_CHUNK, whole.stop)
-            found = client.query(
-                collection,
-                filter=f"id >= {lo} and id < {hi}",
-                output_fields=["id"],
-                limit=hi - lo,
-                consistency_level="Strong",
-                timeout=30,
-            )
-            keys.update(int(r["id"]) for r in found)
-    return keys
-
-
-def _sample(keys: set[int]) -> list[int]:
-    return sorted(keys)[:8]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -456,6 +171,8 @@ class Walk:
         assert len(pair) == 2, pair
         self.model = Model(pair=(pair[0], pair[1]))
         self.result = WalkResult(seed=seed)
+        self.stale_checks = StaleChecks(seed)
+        self.result.stale_checks = self.stale_checks.tally
         self._clients: dict[str, MilvusClient] = {}
         self._loaded: set[tuple[str, str]] = set()  # (cluster, collection) loaded here
         # the daemons' ``clusters`` settings
@@ -579,6 +296,14 @@ class Walk:
                 record.seconds = time.monotonic() - began
                 self.say(f"step {record.line()}")
                 self.check_invariants()
+            if self.stale_checks.pending():
+                self.say(f"waiting for {len(self.stale_checks.pending())} stale-write check(s)")
+                self.check_invariants(("stale_check_ends", "stale_check_truthful"), True)
+            tally = self.stale_checks.tally
+            self.say(
+                f"stale-write checks: {tally.asked} asked, ended {tally.ended}, "
+                f"{tally.superseded} superseded, {tally.stale_found} found a slow writer's rows"
+            )
         except InvariantError as failure:
             self.result.failure = self.result.failure or failure
             raise
@@ -650,17 +375,21 @@ class Walk:
         raise ValueError(kind)
 
     # --- steps -----------------------------------------------------------------------------------
-    def _ask_switchover(self, daemon: Daemon, task_id: str) -> str:
-        """Ask a switchover of ``task_id``; its job id. A lag or consistent-up-to refusal is
-        asked again (the task catches up); any other refusal fails ``verb_accepted``."""
+    def _ask_switchover(self, daemon: Daemon, task_id: str, flow: Flow) -> str:
+        """Ask a switchover of ``task_id`` (``flow``'s active task), with a stale-write check
+        drawn (:mod:`harness.dr_walk_stale_checks`); its job id. A lag or consistent-up-to
+        refusal is asked again (the task catches up); any other refusal fails
+        ``verb_accepted``."""
         consistent_known(daemon, task_id)
-        body = {"max_lag_seconds": 30, "timeout_seconds": 240, "stale_check_seconds": 0}
+        check = self.stale_checks.draw()
+        body = {"max_lag_seconds": 30, "timeout_seconds": 240, "stale_check_seconds": check}
         deadline = time.monotonic() + 90
         while True:
             status, _, answer = daemon.request(
                 "POST", f"/v1/tasks/{task_id}/switchover", body, timeout=60
             )
             if status == 202:
+                self.stale_checks.asked(task_id, str(answer["job_id"]), check, flow.name)
                 return str(answer["job_id"])
             detail = str((answer or {}).get("detail", answer))
             transient = "max_lag_seconds" in detail or "not known yet" in detail
@@ -707,6 +436,7 @@ class Walk:
         """The model after a switchover job of ``flow`` ended as ``job`` says; a done job whose
         reverse task failed over since (an operator's failover once the job handed the flow
         over, settled here after it) leaves production where that failover put it."""
+        self.stale_checks.job_ended(job)
         if job.get("state") == "done":
             new = str(job.get("target_cluster") or "")
             new = new if new in self.model.pair else flow.replica(self.model.pair)
@@ -733,7 +463,7 @@ class Walk:
         for flow in flows:
             active = flow.active_task
             assert active is not None
-            asked[active] = (flow, self._ask_switchover(daemon, active))
+            asked[active] = (flow, self._ask_switchover(daemon, active, flow))
         jobs = self._follow(daemon, asked)
         self.timed("switchover", time.monotonic() - began)
         return "; ".join(self._settle(flow, jobs[t]) for t, (flow, _) in asked.items())
@@ -758,13 +488,13 @@ class Walk:
         hold, call ``before_kill``, kill the daemon; the task and job ids."""
         active = flow.active_task
         assert active is not None
-        offset = _log_size(daemon)
-        job_id = self._ask_switchover(daemon, active)
+        offset = log_size(daemon)
+        job_id = self._ask_switchover(daemon, active, flow)
         held = f"switchover held at {point}"
         self._follow(
             daemon,
             {active: (flow, job_id)},
-            until=lambda: _logged_since(daemon, offset, held),
+            until=lambda: logged_since(daemon, offset, held),
             timeout=180,
         )
         before_kill()
@@ -969,10 +699,19 @@ class Walk:
         return f"in_sync: {flow.name} replicated {flow.primary} -> {lost} by {reverse}"
 
     # --- invariants ---------------------------------------------------------------------
-    def check_invariants(self, only: Sequence[str] = ()) -> None:
+    def check_invariants(self, only: Sequence[str] = (), wait_checks: bool = False) -> None:
         """Every invariant (``only``: those named) against the model and the clusters; a
-        broken one is recorded (raised unless ``keep_going``)."""
+        broken one is recorded (raised unless ``keep_going``). ``wait_checks``: every
+        stale-write check asked must end first (the walk's end)."""
+        stale = ("", "")
+        if not only or any(name.startswith("stale_check") for name in only):
+            stale = self.stale_checks.look(self._switchover_view, self._acked_on, wait_checks)
         for name, check in (
+            ("stale_check_ends", lambda: stale[1] if stale[0] == "stale_check_ends" else ""),
+            (
+                "stale_check_truthful",
+                lambda: stale[1] if stale[0] == "stale_check_truthful" else "",
+            ),
             ("one_direction_running", self._one_direction_running),
             ("at_most_two_tasks", self._at_most_two_tasks),
             ("no_ownerless_fence", self._no_ownerless_fence),
@@ -993,6 +732,17 @@ class Walk:
             for flow, keys in self._named.items():
                 self._excused.setdefault(flow, set()).update(keys)
             self._record(InvariantError(name, problem, self.seed, self.result.steps))
+
+    def _switchover_view(self, task_id: str) -> dict[str, Any]:
+        """``progress.switchover`` of ``task_id`` ({} while no daemon answers)."""
+        try:
+            return job_of(self.fleet.any(), task_id)
+        except Exception:  # noqa: BLE001 - a daemon being started
+            return {}
+
+    def _acked_on(self, flow: str, cluster: str, after: float) -> int:
+        acked = self.model.flows[flow].writer.snapshot().values()
+        return sum(1 for a in acked if a.cluster == cluster and a.at > after)
 
     def _flow_tasks(self) -> dict[str, list[dict[str, Any]]]:
         listed = self.fleet.tasks()
@@ -1073,7 +823,7 @@ class Walk:
                     f"flow {flow.name}: {len(missing)} of {len(required)} acknowledged writes "
                     f"(not after a failover's consistent_up_to) are not on its primary "
                     f"{flow.primary}: acknowledged by {by}, the last at "
-                    f"{time.strftime('%H:%M:%S', time.gmtime(last))}; e.g. {_sample(missing)}"
+                    f"{time.strftime('%H:%M:%S', time.gmtime(last))}; e.g. {sample_keys(missing)}"
                 )
         return ""
 
@@ -1106,7 +856,7 @@ class Walk:
                         f"({len(f.exported)} inserts, complete {f.complete}); acknowledged "
                         f"{acks[0] - f.consistent:+.2f}..{acks[-1] - f.consistent:+.2f} s from "
                         f"the reported consistent_up_to, {f.killed_at - acks[-1]:.2f} s before "
-                        f"the kill; e.g. {_sample(missing)}"
+                        f"the kill; e.g. {sample_keys(missing)}"
                     )
         return ""
 
@@ -1162,7 +912,7 @@ class Walk:
                         f"({len(f.exported)} inserts, {len(f.in_doubt)} maybe_on_target, "
                         f"{len(both & f.in_doubt)} of those on the target, {len(retried)} "
                         f"retried by the writer; complete {f.complete}); {when}"
-                        f"e.g. {_sample(twice)}"
+                        f"e.g. {sample_keys(twice)}"
                     )
         return ""
 
@@ -1180,14 +930,14 @@ class Walk:
                 return (
                     f"flow {flow.name}: replica {replica} lacks {len(lacking)} of the "
                     f"{len(expected)} keys its primary {flow.primary} held, {CATCH_UP:g} s on; "
-                    f"e.g. {_sample(lacking)}"
+                    f"e.g. {sample_keys(lacking)}"
                 )
             extra = self.keys(replica, flow, spans) - self.keys(flow.primary, flow, spans) - excused
             if extra:
                 self._named[flow.name] = extra
                 return (
                     f"flow {flow.name}: replica {replica} holds {len(extra)} key(s) its primary "
-                    f"{flow.primary} does not; e.g. {_sample(extra)}"
+                    f"{flow.primary} does not; e.g. {sample_keys(extra)}"
                 )
         return ""
 

@@ -7,19 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.dr_walk import (
-    FIRST_ROWS,
-    WRITE_TIMEOUT,
-    Ack,
-    ClusterHandle,
-    Failover,
-    Flow,
-    Model,
-    MovingWriter,
-    Walk,
-    WalkResult,
-    writers_follow,
-)
+from harness.dr_walk import Walk
+from harness.dr_walk_model import ClusterHandle, Failover, Flow, Model, WalkResult, writers_follow
+from harness.dr_walk_stale_checks import StaleChecks
+from harness.dr_walk_writer import FIRST_ROWS, WRITE_TIMEOUT, Ack, MovingWriter
 
 COLLECTION = "walk_f1"
 KILLED = 1000.0
@@ -34,6 +25,7 @@ class FakeWalk(Walk):
         self._excused = {}
         self._named = {}
         self._missed = {}
+        self.stale_checks = StaleChecks(seed=1)
         self.clusters = {
             "a": ClusterHandle("a", None),  # type: ignore[arg-type]
             "b": ClusterHandle("b", None),  # type: ignore[arg-type]
