@@ -163,7 +163,7 @@ def boundary_seed() -> int:
 
 
 def rotating(
-    seed: int, jobs: Sequence[str] = ("switchover",), batches: int = 2
+    seed: int, jobs: Sequence[str] = ("switchover",), batches: int = 1
 ) -> tuple[list[list[Case]], Case]:
     """Drawn by ``seed``: every verb fault at each of ``batches`` boundaries (each judged in
     one held world while refused) and a kill at one more; stalls (a minute each) are left to

@@ -41,10 +41,12 @@ def test_a_plan_naming_what_is_not_there_is_refused(plan):
         planned(plan)
 
 
-def test_the_suite_draws_two_verb_worlds_and_a_kill_at_three_boundaries():
+def test_the_suite_draws_a_verb_world_and_a_kill_at_two_boundaries():
     verbs, kill = rotating(20261206)
     points = {batch[0].point for batch in verbs} | {kill.point}
-    assert len(points) == 3
+    assert len(verbs) == 1 and len(points) == 2
+    wider, _ = rotating(20261206, batches=2)
+    assert len({batch[0].point for batch in wider} | {kill.point}) == 3
     assert all([c.fault for c in batch] == VERBS for batch in verbs)
     assert kill.fault == "kill"
     assert rotating(20261206) == (verbs, kill)  # the same seed, the same draw
