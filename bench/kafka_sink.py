@@ -19,7 +19,9 @@ an event topic of its own (``events_{collection}``), about 20,000 events (10 MB)
 3. Baseline: the same keys and values (as read back, topic by topic) written by one
    confluent-kafka producer (linger.ms 5, no transactions) into topics of their own (one per
    collection, as the daemon's) of a fresh mock, until flushed; three times (the machine is
-   shared and its load varies), the median counts. The producer's process CPU is noted too:
+   shared and its load varies), the median counts. The producer runs in a fresh interpreter
+   of its own, the records handed over in a file: run in the bench's process, it made every
+   later daemon round slower. The producer's process CPU is noted too:
    CPU per event compares the two writers whatever the load.
 
     python bench/kafka_sink.py [--rows 20000] [--dim 8] [--collections N] [--rounds N]
@@ -50,7 +52,9 @@ import contextlib
 import json
 import math
 import os
+import pickle
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +73,9 @@ from replication_throughput import add_code_option, code_choices, start_daemon  
 
 MB = 1024 * 1024
 RAW_RUNS = 3
+WARM_UP = 200_000  # records the raw producer's process writes first, untimed
+# where the raw producer finds the records (memory: no disk writeback during its runs)
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 EVENTS_PER_TOPIC = 20_000  # about 10 MB a topic: 2.5 MB a partition, under the mock's 5 MB
 
 
@@ -260,6 +267,32 @@ def raw_produce(
     return seconds, cpu_seconds(os.getpid())[0] - cpu0
 
 
+def raw_in_own_process(bootstrap: str, records_file: Path, prefix: str) -> tuple[float, float]:
+    """:func:`raw_produce` of the records pickled in ``records_file``, in a fresh interpreter
+    (``--raw-child``). Run in this process, the baseline made every later round of a daemon
+    in two processes 25-30% slower (0.67x, then 0.47x after two rounds' raw runs, 2026-12-07;
+    0.58x again once the raw producer ran apart), and a forked child producing from this
+    process's records paid copy-on-write on every page it touched (2x slower)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--raw-child", str(records_file), bootstrap, prefix],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    seconds, cpu = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(seconds), float(cpu)
+
+
+def raw_child(records_file: str, bootstrap: str, prefix: str) -> None:
+    """The raw producer's run in its own interpreter, after a warm-up of WARM_UP records into
+    topics of their own, untimed (a fresh process first pays for the memory its client's
+    copies take; the daemon, long-running, has it)."""
+    with open(records_file, "rb") as f:
+        records = pickle.load(f)
+    raw_produce(bootstrap, records[:WARM_UP], "warm_")
+    print(json.dumps(raw_produce(bootstrap, records, prefix)), flush=True)
+
+
 @contextlib.contextmanager
 def profiled(pid: int, out: Path, idle: bool = False, gil: bool = False):
     """py-spy sampling ``pid`` (not pausing it, 100 Hz) while the block runs; its collapsed
@@ -359,12 +392,17 @@ def daemon_round(
     # three times, each into a fresh mock as the daemon had (a mock holding a run's 500 MB
     # already took 2-4x longer for the next): the machine is shared, its load varies
     raws = []
+    records_file = Path(tempfile.mkdtemp(dir=SHM)) / "records.pickle"
+    with records_file.open("wb") as f:
+        pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
     for n in range(RAW_RUNS):
         with kafka_mock_cluster(work / f"kafka-raw{n}") as kafka:
-            raws.append(raw_produce(kafka.bootstrap, records, "raw_"))
+            raws.append(raw_in_own_process(kafka.bootstrap, records_file, "raw_"))
             if n == 0:
                 written = read_all(kafka.bootstrap, ["raw_" + t for t in topics])
                 assert len(written) == len(records)
+    records_file.unlink()
+    records_file.parent.rmdir()
     result["raw_all_s"] = [s for s, _ in raws]
     result["raw_s"], result["raw_cpu_s"] = sorted(raws)[RAW_RUNS // 2]
     result["load_after"] = os.getloadavg()
@@ -446,13 +484,17 @@ rows over {args.collections} collections (int64 key, {args.dim}-float vector, 16
 written in {r["write_s"]:.0f} s), the librdkafka mock as the Kafka, a topic per collection. Each
 round: a fresh mock and a daemon on a fresh metastore reading the whole backlog, then the raw
 producer of the same {first["events"]:,} events ({first["mb"]:.1f} MB of keys and values) three
-times, each into a fresh mock, its median the baseline of that round.
+times, each into a fresh mock and in a process of its own (after {WARM_UP:,} records untimed),
+its median the baseline of that round.
 
 {table}
 """
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--raw-child"]:
+        raw_child(*sys.argv[2:5])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--dim", type=int, default=8)
