@@ -4,6 +4,7 @@ walk's results with the error a broken invariant raises."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from harness.milvus_source import MilvusSource, RestartableMilvus
 from harness.services import wait_until
 
 SEED_ENV = "CDC_WALK_SEED"
+UNAVAILABLE_RETRY = 15.0  # seconds a list answered 503 (metastore unavailable) is asked again
 
 MakeDaemon = Callable[..., Daemon]
 
@@ -186,7 +188,16 @@ class Fleet:
         return next(n for n, d in self.members.items() if d is daemon)
 
     def tasks(self) -> list[dict[str, Any]]:
-        reply = self.any().call("list")
+        """Every task, as ``list`` answers; a 503 (the metastore did not answer: "try again")
+        is asked again for up to ``UNAVAILABLE_RETRY`` seconds, as an operator would. A member
+        continued after a stall (SIGSTOP past its leases) answers one for its first calls,
+        whose connection to etcd lapsed while it was stopped."""
+        deadline = time.monotonic() + UNAVAILABLE_RETRY
+        while True:
+            reply = self.any().call("list")
+            if reply.code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert reply.code == 200, reply.message
         listed: list[dict[str, Any]] = reply.data["tasks"]
         return listed
