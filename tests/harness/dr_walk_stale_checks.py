@@ -117,15 +117,21 @@ class StaleChecks:
         self, check: AskedCheck, read_job: JobReader, acked_on: AckCounter
     ) -> tuple[str, str]:
         job = read_job(check.task_id)
+        late = time.monotonic() - check.done_at - check.seconds
         if job.get("job_id") != check.job_id:
             if job.get("job_id"):
                 check.superseded_by = str(job["job_id"])
                 check.result = {}
                 self.tally.superseded += 1
+            elif late > CHECK_GRACE:  # no daemon answered all along: never wait for ever
+                return (
+                    "stale_check_ends",
+                    f"switchover {check.job_id} of {check.task_id}: no record of its task "
+                    f"read {late:.0f} s past its stale-write check's due time",
+                )
             return "", ""
         result = job.get("stale_check")
         if not result:
-            late = time.monotonic() - check.done_at - check.seconds
             if late > CHECK_GRACE:
                 return (
                     "stale_check_ends",

@@ -94,6 +94,9 @@ def test_a_record_replaced_by_a_later_switchover_counts_as_superseded():
     assert checks.tally.superseded == 1 and not checks.pending()
     checks = followed()  # no answer from a daemon: still pending, nothing counted
     assert checks.look(lambda t: {}, no_acks) == ("", "") and checks.pending()
+    checks.checks["j1"].done_at = time.monotonic() - 15.0 - CHECK_GRACE - 1  # ... for too long
+    name, problem = checks.look(lambda t: {}, no_acks, wait=True)
+    assert name == "stale_check_ends" and "no record" in problem
 
 
 def test_the_walks_end_waits_for_a_check_to_end():
