@@ -50,8 +50,7 @@ class AskedCheck:
     done_at: float = 0.0  # when the walk saw the job done (monotonic; 0: not seen done)
     old_primary: str = ""  # the job's source cluster, the reverse task's target
     movable_at: float = 0.0  # the job's writers_may_move_at, Unix seconds
-    result: dict[str, Any] | None = None
-    superseded_by: str = ""  # a later switchover of the task whose record replaced this one
+    result: dict[str, Any] | None = None  # its record's stale_check ({}: superseded)
 
 
 @dataclass
@@ -119,8 +118,7 @@ class StaleChecks:
         job = read_job(check.task_id)
         late = time.monotonic() - check.done_at - check.seconds
         if job.get("job_id") != check.job_id:
-            if job.get("job_id"):
-                check.superseded_by = str(job["job_id"])
+            if job.get("job_id"):  # a later switchover of the task replaced the record
                 check.result = {}
                 self.tally.superseded += 1
             elif late > CHECK_GRACE:  # no daemon answered all along: never wait for ever
