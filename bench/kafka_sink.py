@@ -270,9 +270,9 @@ def raw_produce(
 def raw_in_own_process(bootstrap: str, records_file: Path, prefix: str) -> tuple[float, float]:
     """:func:`raw_produce` of the records pickled in ``records_file``, in a fresh interpreter
     (``--raw-child``). Run in this process, the baseline made every later round of a daemon
-    in two processes 25-30% slower (0.67x, then 0.47x after two rounds' raw runs, 2026-12-07;
-    0.58x again once the raw producer ran apart), and a forked child producing from this
-    process's records paid copy-on-write on every page it touched (2x slower)."""
+    in two processes 25-30% slower (2.51 s steady, then 3.22 s after two rounds' raw runs,
+    2026-12-07; 2.44 s once the raw producer ran apart), and a forked child producing from
+    this process's records paid copy-on-write on every page it touched (2x slower)."""
     done = subprocess.run(
         [sys.executable, __file__, "--raw-child", str(records_file), bootstrap, prefix],
         check=True,
@@ -392,17 +392,16 @@ def daemon_round(
     # three times, each into a fresh mock as the daemon had (a mock holding a run's 500 MB
     # already took 2-4x longer for the next): the machine is shared, its load varies
     raws = []
-    records_file = Path(tempfile.mkdtemp(dir=SHM)) / "records.pickle"
-    with records_file.open("wb") as f:
-        pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
-    for n in range(RAW_RUNS):
-        with kafka_mock_cluster(work / f"kafka-raw{n}") as kafka:
-            raws.append(raw_in_own_process(kafka.bootstrap, records_file, "raw_"))
-            if n == 0:
-                written = read_all(kafka.bootstrap, ["raw_" + t for t in topics])
-                assert len(written) == len(records)
-    records_file.unlink()
-    records_file.parent.rmdir()
+    with tempfile.TemporaryDirectory(dir=SHM) as shm:  # gone however the runs end (RAM)
+        records_file = Path(shm) / "records.pickle"
+        with records_file.open("wb") as f:
+            pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
+        for n in range(RAW_RUNS):
+            with kafka_mock_cluster(work / f"kafka-raw{n}") as kafka:
+                raws.append(raw_in_own_process(kafka.bootstrap, records_file, "raw_"))
+                if n == 0:
+                    written = read_all(kafka.bootstrap, ["raw_" + t for t in topics])
+                    assert len(written) == len(records)
     result["raw_all_s"] = [s for s, _ in raws]
     result["raw_s"], result["raw_cpu_s"] = sorted(raws)[RAW_RUNS // 2]
     result["load_after"] = os.getloadavg()
