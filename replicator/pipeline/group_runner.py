@@ -123,6 +123,39 @@ class CrashCount:
             ) from error
 
 
+class OwnerTarget:
+    """The task's own Kafka target (its model and DDL transactions), made by ``make`` in a
+    thread of its own so that the groups start meanwhile; ``get`` waits for it."""
+
+    def __init__(self, make: Callable[[], KafkaTarget], name: str) -> None:
+        self._made = threading.Event()
+        self._target: KafkaTarget | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._make, args=(make,), name=name, daemon=True).start()
+
+    def _make(self, make: Callable[[], KafkaTarget]) -> None:
+        try:
+            self._target = make()
+        except BaseException as exc:  # noqa: BLE001 - raised again to every get()
+            self._error = exc
+        finally:
+            self._made.set()
+
+    def get(self) -> KafkaTarget:
+        """The target once made; the error that made it fail, raised again."""
+        self._made.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._target is not None
+        return self._target
+
+    def close(self) -> None:
+        """Close the target once made (a make still running is waited for)."""
+        self._made.wait()
+        if self._target is not None:
+            self._target.close()
+
+
 class GroupedRunner:
     def __init__(
         self,
@@ -244,15 +277,16 @@ class GroupedRunner:
         """One run of every group, until stopped (True), every group ended by itself (True:
         fenced off or deleted), or one failed (raised)."""
         names = [group_name(i) for i in range(len(self.layout))]
+        # every producer of the task fenced (its own too): a group reads its positions while
+        # the task's own target is still being made, and nothing an earlier one left open can
+        # commit after that read
         fence_and_record(self.state, self.spec.target_param, self.task.task_id, names)
-        owner = self.context.target_factory(self.task)
-        if not isinstance(owner, KafkaTarget):
-            owner.close()
-            raise TaskFailedError("channel groups (processes > 1) need a Kafka target")
-        owner.fence = self.fence
-        owner.warn = self._inner.warnings.warn
+        # the task's own target (a producer, the positions topic read: about a second) is made
+        # while the groups start and make theirs; a group's metadata call waits for it
+        owner = OwnerTarget(self._make_owner, f"owner-{self.task.task_id[:8]}")
         try:
             self._spawn(names, owner)
+            owner.get()  # made, or its error ends this run of the groups
             log.info(
                 "channels in %d processes: %s",
                 len(self._groups),
@@ -263,7 +297,16 @@ class GroupedRunner:
             self._end_groups()
             owner.close()
 
-    def _spawn(self, names: list[str], owner: KafkaTarget) -> None:
+    def _make_owner(self) -> KafkaTarget:
+        owner = self.context.target_factory(self.task)
+        if not isinstance(owner, KafkaTarget):
+            owner.close()
+            raise TaskFailedError("channel groups (processes > 1) need a Kafka target")
+        owner.fence = self.fence
+        owner.warn = self._inner.warnings.warn
+        return owner
+
+    def _spawn(self, names: list[str], owner: OwnerTarget) -> None:
         """A process per group, each in ``_groups`` once started (so that one failing to
         start leaves the others to be stopped)."""
         # kept while the groups run: the lock's semaphore goes with its last reference here
@@ -283,13 +326,13 @@ class GroupedRunner:
             ).start()
             groups.append(group)
 
-    def _serve(self, group: _Group, owner: KafkaTarget) -> None:
+    def _serve(self, group: _Group, owner: OwnerTarget) -> None:
         def answer(kind: str, payload: Any) -> Any:
             if kind == "store":
                 name, args, kwargs = payload
                 return getattr(self.store, name)(*args, **kwargs)
             method, request, what = payload
-            response, state = owner.answer(method, unpack(request), what)
+            response, state = owner.get().answer(method, unpack(request), what)
             return pack(response), state
 
         def on_notice(message: tuple[Any, ...]) -> None:

@@ -46,6 +46,10 @@ def processes_of(params: dict[str, Any], default: int = 1) -> int:
     return int(params.get("processes") or default)
 
 
+# the group name of the task's own producer (its model and DDL; a task of one process: all)
+TASK_PRODUCER = ""
+
+
 def group_name(index: int) -> str:
     return f"g{index}"
 
@@ -61,7 +65,8 @@ def fence_producers(
     params: dict[str, Any], task_id: str, groups: list[str], timeout: float
 ) -> None:
     """Fence the producers of these groups of the task: each ``init_transactions`` aborts the
-    transaction a predecessor left open and fences it off."""
+    transaction a predecessor left open and fences it off. One after another: fenced at once
+    (a thread each), three took 0.5 s against 0.16 s on the Kafka mock."""
     config = client_config(params)
     for group in groups:
         name = transactional_id(task_id, group)
@@ -118,6 +123,7 @@ class GroupKafkaTarget(KafkaTarget):
 
 
 __all__ = [
+    "TASK_PRODUCER",
     "GroupKafkaTarget",
     "fence_producers",
     "group_name",

@@ -40,12 +40,12 @@ def fenced(monkeypatch) -> list[list[str]]:
     return calls
 
 
-def test_groups_start_after_the_earlier_and_the_new_layouts_producers_are_fenced(
+def test_groups_start_after_the_tasks_own_and_every_layouts_producers_are_fenced(
     state, fenced
 ) -> None:
     fence_and_record(state, PARAMS, TASK, ["g0", "g1", "g2"])  # first start: three processes
     fence_and_record(state, PARAMS, TASK, ["g0", "g1"])  # then two: g2 fenced too
-    assert fenced == [["g0", "g1", "g2"], ["g0", "g1", "g2"]]
+    assert fenced == [["", "g0", "g1", "g2"], ["", "g0", "g1", "g2"]]
     assert state.kafka_groups() == ["g0", "g1"]
 
 
@@ -54,5 +54,5 @@ def test_a_start_in_the_daemon_fences_the_recorded_groups_once(state, fenced) ->
     fence_and_record(state, PARAMS, TASK, ["g0", "g1"])
     fence_recorded_groups(state, PARAMS, TASK)  # kafkaTargetProcesses back to 1
     fence_recorded_groups(state, PARAMS, TASK)  # and again: forgotten
-    assert fenced == [["g0", "g1"], ["g0", "g1"]]
+    assert fenced == [["", "g0", "g1"], ["g0", "g1"]]
     assert state.kafka_groups() == []
