@@ -440,15 +440,21 @@ def run(args, work: Path) -> dict:
 
 def round_line(r: dict) -> str:
     events = r["events"]
-    ratio = r["raw_s"] / r["steady_s"]
     load = f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f}"
+    if r["steady_s"] > 0:
+        steady = (
+            f"{r['steady_s']:.2f} ({events / r['steady_s']:,.0f}) "
+            f"| **{r['raw_s'] / r['steady_s']:.2f}** "
+            f"| {r['steady_cpu_s'] / events * 1e6:.1f} µs "
+            f"({r['steady_rdk_s'] / events * 1e6:.1f} µs) "
+            f"| {r['steady_cpu_s'] / r['steady_s']:.2f}"
+        )
+    else:  # every event appeared between two looks at the offsets: no window to measure
+        steady = "no window (every event in one look) | - | - | -"
     return (
         f"| {r['code']} | {r['raw_s']:.2f} ({events / r['raw_s']:,.0f}) "
         f"| {', '.join(f'{x:.2f}' for x in r['raw_all_s'])} "
-        f"| {r['steady_s']:.2f} ({events / r['steady_s']:,.0f}) | **{ratio:.2f}** "
-        f"| {r['steady_cpu_s'] / events * 1e6:.1f} µs "
-        f"({r['steady_rdk_s'] / events * 1e6:.1f} µs) "
-        f"| {r['steady_cpu_s'] / r['steady_s']:.2f} "
+        f"| {steady} "
         f"| {r['raw_cpu_s'] / events * 1e6:.1f} µs "
         f"| {r['daemon_s']:.2f} ({r['raw_s'] / r['daemon_s']:.2f}) | {load} |"
     )
