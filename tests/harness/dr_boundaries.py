@@ -301,7 +301,7 @@ class BoundarySearch:
         """The flow's tasks; ConnectionError when no daemon serves: the only one is held in
         the recover round of its start (it listens from before it, answering 503 until then)."""
         try:
-            listed = self.walk._flow_tasks()["f1"]
+            listed = self.walk.invariants.flow_tasks()["f1"]
         except AssertionError as exc:
             if "the daemon is starting" in str(exc):
                 raise ConnectionError(f"no daemon serving: {exc}") from exc

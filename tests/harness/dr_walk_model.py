@@ -106,6 +106,9 @@ class Model:
     pair: tuple[str, str]
     flows: dict[str, Flow] = field(default_factory=dict)
 
+    def replicating(self) -> list[Flow]:
+        return [f for f in self.flows.values() if f.state == "replicating"]
+
 
 # ----------------------------------------------------------------------------------------------
 # Results

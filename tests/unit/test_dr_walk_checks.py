@@ -1,5 +1,5 @@
-"""The walk's ``export_disjoint_from_target`` check (tests/harness/dr_walk.py), on a model
-without clusters: the target's keys are given, the writer's acknowledgements set by hand."""
+"""The walk's invariants (tests/harness/dr_walk_invariants.py) on a model without clusters:
+the target's keys are given, the writer's acknowledgements set by hand."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.dr_walk import Walk
+from harness.dr_walk_invariants import Invariants
 from harness.dr_walk_model import ClusterHandle, Failover, Flow, Model, WalkResult, writers_follow
 from harness.dr_walk_stale_checks import StaleChecks
 from harness.dr_walk_writer import FIRST_ROWS, WRITE_TIMEOUT, Ack, MovingWriter
@@ -22,9 +23,6 @@ class FakeWalk(Walk):
         self.target_keys = target_keys
         self.reads: list[list[range]] = []
         self.result = WalkResult(seed=1)
-        self._excused = {}
-        self._named = {}
-        self._missed = {}
         self.stale_checks = StaleChecks(seed=1)
         self.clusters = {
             "a": ClusterHandle("a", None),  # type: ignore[arg-type]
@@ -35,6 +33,16 @@ class FakeWalk(Walk):
         self.model = Model(pair=("a", "b"))
         self.model.flows["f1"] = Flow(
             "f1", COLLECTION, "a", "b", {"a": "t1"}, writer, "failed_over"
+        )
+        self.invariants = Invariants(
+            model=self.model,
+            clusters=self.clusters,
+            fleet=None,  # type: ignore[arg-type]
+            etcd_endpoint="",
+            keys=self.keys,
+            drop_client=lambda _label: None,
+            stale_checks=self.stale_checks,
+            result=self.result,
         )
 
     def keys(self, label: str, flow: Flow, ranges: Any = None) -> set[int]:
@@ -89,9 +97,9 @@ def test_a_key_acknowledged_by_the_lost_cluster_on_the_target_and_in_the_export_
     walk = FakeWalk(target)
     ack(walk, range(FIRST, FIRST + 30), "a", KILLED - 2)
     failover(walk, export_file(tmp_path, list(range(FIRST + 20, FIRST + 30))), counted=10)
-    problem = walk._export_disjoint_from_target()
+    problem = walk.invariants.export_disjoint_from_target()
     assert "5 write(s) a acknowledged are both on b and in the export" in problem, problem
-    assert walk._named == {"f1": set(range(FIRST + 20, FIRST + 25))}
+    assert walk.invariants.named == {"f1": set(range(FIRST + 20, FIRST + 25))}
     assert walk.result.export_keys_compared == 10
     # every exported key was within the ranges read
     assert all(any(k in r for r in walk.reads[-1]) for k in range(FIRST + 20, FIRST + 30))
@@ -112,7 +120,7 @@ def test_disjoint_exports_hold_and_retries_and_maybe_on_target_lines_are_not_dou
     # a write cut off: may be on the target (it holds the first 5 of these 7)
     in_doubt = set(range(FIRST + 15, FIRST + 22))
     failover(walk, export_file(tmp_path, exported, in_doubt), counted=len(exported))
-    assert walk._export_disjoint_from_target() == ""
+    assert walk.invariants.export_disjoint_from_target() == ""
     assert walk.result.export_keys_compared == 15
     assert walk.result.export_keys_retried == 5
     # the maybe_on_target lines are counted, and so are those the target does hold
@@ -125,7 +133,7 @@ def test_an_export_file_that_does_not_say_what_the_answer_counted_breaks_it(
 ) -> None:
     walk = FakeWalk(set(range(FIRST_ROWS)))
     failover(walk, str(tmp_path / "missing.jsonl"), counted=7)  # nothing read: not vacuous
-    problem = walk._export_disjoint_from_target()
+    problem = walk.invariants.export_disjoint_from_target()
     assert "has 0 insert line(s)" in problem and "the answer counted 7" in problem, problem
 
 
@@ -149,15 +157,12 @@ def test_a_live_lost_clusters_writes_until_the_writers_moved_are_the_operators()
             moved_at=KILLED + 1,
         )
     )
-    assert walk._exempt(flow.failovers, Ack("a", KILLED + 0.5))  # after the ask, before the move
-    assert walk._exempt(
-        flow.failovers, Ack("a", KILLED + 1 + WRITE_TIMEOUT)
-    )  # a batch sent before it
-    assert not walk._exempt(flow.failovers, Ack("a", KILLED - 2))  # before the figure: required
-    assert not walk._exempt(
-        flow.failovers, Ack("a", KILLED + 2 + WRITE_TIMEOUT)
-    )  # sent after the move
-    assert not walk._exempt(flow.failovers, Ack("b", KILLED + 0.5))  # the new primary's own
+    exempt = walk.invariants.exempt
+    assert exempt(flow.failovers, Ack("a", KILLED + 0.5))  # after the ask, before the move
+    assert exempt(flow.failovers, Ack("a", KILLED + 1 + WRITE_TIMEOUT))  # a batch sent before it
+    assert not exempt(flow.failovers, Ack("a", KILLED - 2))  # before the figure: required
+    assert not exempt(flow.failovers, Ack("a", KILLED + 2 + WRITE_TIMEOUT))  # sent after the move
+    assert not exempt(flow.failovers, Ack("b", KILLED + 0.5))  # the new primary's own
 
 
 def test_a_live_lost_clusters_writes_after_an_earlier_failover_are_not_the_next_ones() -> None:
@@ -166,7 +171,7 @@ def test_a_live_lost_clusters_writes_after_an_earlier_failover_are_not_the_next_
     writers moved (exempt: a failback's repair removed them from a later); a second failover,
     of a killed a, counted them among its own lost writes. They are the first failover's."""
     walk = FakeWalk(set())
-    walk.keys = lambda label, flow, ranges=None: set()  # type: ignore[method-assign]
+    walk.invariants.keys = lambda label, flow, ranges=None: set()
     flow = walk.model.flows["f1"]
     later = KILLED + 100
 
@@ -185,9 +190,9 @@ def test_a_live_lost_clusters_writes_after_an_earlier_failover_are_not_the_next_
 
     flow.failovers += [failed_over(KILLED), failed_over(later)]
     ack(walk, range(FIRST, FIRST + 5), "a", KILLED + 0.5)  # after the first ask, before the move
-    assert walk._target_plus_export() == ""
+    assert walk.invariants.target_plus_export() == ""
     ack(walk, range(FIRST + 5, FIRST + 7), "a", later - 10)  # the second failover's, not on b
-    assert "2 write(s) a acknowledged are neither on b" in walk._target_plus_export()
+    assert "2 write(s) a acknowledged are neither on b" in walk.invariants.target_plus_export()
 
 
 def test_a_failover_of_a_switchovers_reverse_task_before_the_switchover_is_settled() -> None:
@@ -256,12 +261,12 @@ def test_a_failed_failback_leaves_the_flow_failing_back_with_its_reverse_task_fr
     assert walk.result.jobs_failed and "DEADLINE_EXCEEDED" in walk.result.jobs_failed[0]
     assert walk._moves("failback") == ["f1"]  # asked again
     listed: list[dict[str, str]] = []
-    walk._flow_tasks = lambda: {"f1": listed}  # type: ignore[method-assign]
+    walk.invariants.flow_tasks = lambda: {"f1": listed}  # type: ignore[method-assign]
     for running in ([], ["t1-rev"]):
         listed[:] = [{"task_id": t, "state": "Running"} for t in running]
         listed.append({"task_id": "t1", "state": "Paused"})
-        assert walk._one_direction_running() == ""
+        assert walk.invariants.one_direction_running() == ""
     listed[:] = [{"task_id": "t1", "state": "Running"}, {"task_id": "t1-rev", "state": "Paused"}]
-    assert "Running ['t1']" in walk._one_direction_running()
+    assert "Running ['t1']" in walk.invariants.one_direction_running()
     walk.failed_back(flow, "t1-rev", {"state": "in_sync"})
     assert (flow.state, flow.tasks, flow.reverse) == ("replicating", {"a": "t1", "b": "t1-rev"}, "")
