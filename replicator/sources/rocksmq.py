@@ -38,8 +38,8 @@ import struct
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass
+from multiprocessing import util as mp_util
 
 from rocksdict import AccessType, BlockBasedOptions, Options, Rdict, RdictIter, ReadOptions
 
@@ -158,9 +158,16 @@ class _SecondaryDB:
         if secondary_dir is not None:
             os.makedirs(secondary_dir, exist_ok=True)
         self._scratch = tempfile.mkdtemp(prefix="milvus-cdc-rocksmq-", dir=secondary_dir)
-        # removed by close(), or at the interpreter's exit when still open then (lingering)
-        self._remove_scratch = weakref.finalize(
-            self, shutil.rmtree, self._scratch, ignore_errors=True
+        # removed by close(), or at the exit of a process that still holds it (lingering): the
+        # daemon's, and one multiprocessing started, which ends by os._exit and so runs no
+        # atexit hook but multiprocessing's own finalizers (a channel group's process left a
+        # directory in /tmp at each end with weakref.finalize)
+        self._remove_scratch = mp_util.Finalize(
+            self,
+            shutil.rmtree,
+            args=(self._scratch,),
+            kwargs={"ignore_errors": True},
+            exitpriority=0,
         )
         options = Options(raw_mode=True)
         options.create_if_missing(False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import multiprocessing
 import os
 import struct
 import threading
@@ -285,6 +286,26 @@ def test_readers_in_threads_share_one_secondary_instance(
             reader.close()
     assert len(os.listdir(scratch)) == 1, "kept a while for the next reader"
     wait_until(lambda: os.listdir(scratch) == [], 10, "closed after the last reader lingered")
+
+
+def test_a_process_that_ends_while_its_instance_lingers_leaves_no_scratch_directory(
+    rocksmq_milvus: MilvusSource, written: Written, tmp_path: Path
+) -> None:
+    """A channel group's process (multiprocessing) ends by ``os._exit`` while its secondary
+    instance still lingers: the instance's scratch directory goes with it (it stayed in /tmp,
+    one a group and a start, when only an atexit hook removed it)."""
+    scratch = tmp_path / "secondary"
+
+    def watermarks_then_end() -> None:
+        source = RocksmqSource(str(rocksmq_milvus.rocksmq_path), str(scratch), linger=60)
+        source.watermarks(written.pchannel)
+        assert len(os.listdir(scratch)) == 1  # open, lingering for the next reader
+
+    child = multiprocessing.get_context("fork").Process(target=watermarks_then_end)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert os.listdir(scratch) == []
 
 
 def test_watermarks_one_after_another_open_the_store_once(
