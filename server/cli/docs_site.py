@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import functools
 import http.server
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,13 +48,23 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         return
 
 
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def serve_site(site: Path, host: str, port: int, out: TextIO) -> None:
+    """Serve ``site`` until Ctrl-C or SIGTERM (either ends it the same way: the caller's
+    scratch copy of the site is removed)."""
     handler = functools.partial(_QuietHandler, directory=str(site))
     with http.server.ThreadingHTTPServer((host, port), handler) as server:
         print(f"documentation on http://{host}:{server.server_port}/ (Ctrl-C stops)", file=out)
         out.flush()
-        with contextlib.suppress(KeyboardInterrupt):
-            server.serve_forever()
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                server.serve_forever()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def run_docs_command(args: argparse.Namespace, settings: CdcSettings, out: TextIO) -> int:

@@ -26,11 +26,13 @@ def docs_url(tmp_path: Path):
     port = free_port()
     command, installed = daemon_command()
     environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CDC_")}
+    scratch = tmp_path / "tmp"  # where it builds the site it serves
+    scratch.mkdir()
     log = tmp_path / "docs.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [*command, "docs", "--port", str(port)],
-            env={**environ, **installed},
+            env={**environ, **installed, "TMPDIR": str(scratch)},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -51,6 +53,9 @@ def docs_url(tmp_path: Path):
         yield url
     finally:
         stop_process(process)
+    # stopped as a service manager stops it (SIGTERM): its copy of the site is gone
+    assert process.returncode == 0, log.read_text()
+    assert list(scratch.iterdir()) == []
 
 
 def shots() -> Path | None:
