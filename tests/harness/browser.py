@@ -13,9 +13,11 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
 import struct
 import subprocess
+import tempfile
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -188,11 +190,13 @@ class Page:
         return data
 
 
-def _launch(profile: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def _launch(profile: Path, log_path: Path, scratch: Path) -> subprocess.Popen[bytes]:
+    """``scratch``: its temporary directory (a short path: chromium makes sockets there)."""
     profile.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             die_with_parent([chromium_binary(), *FLAGS, f"--user-data-dir={profile}"]),
+            env={**os.environ, "TMPDIR": str(scratch)},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -204,7 +208,9 @@ def _launch(profile: Path, log_path: Path) -> subprocess.Popen[bytes]:
 async def chromium(workdir: Path) -> AsyncIterator[Browser]:
     profile = workdir / "profile"
     log_path = workdir / "chromium.log"
-    process = _launch(profile, log_path)
+    # its org.chromium.Chromium.* files go here and with it (a killed chromium left them in /tmp)
+    scratch = Path(tempfile.mkdtemp(prefix="cdc-chromium-"))
+    process = _launch(profile, log_path, scratch)
     try:
         port_file = profile / "DevToolsActivePort"
         for _ in range(300):
@@ -230,6 +236,7 @@ async def chromium(workdir: Path) -> AsyncIterator[Browser]:
                     await reader
     finally:
         stop_process(process, grace=5)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # --- PNG reading (enough to check a screenshot) --------------------------------------------------
