@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # seconds past its connect timeout the supervisor waits for a runner's prepare (which keeps
 # to the connect timeout by itself) before answering without it
 PREPARE_GUARD = 3.0
+# writes of a state change tried when a write that kept the state came first (set_state)
+CONFLICT_ATTEMPTS = 3
 
 
 class LocalRuns:
@@ -112,23 +114,40 @@ class LocalRuns:
         extra: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         """Store a state change; ``lease``: only while this daemon holds the task (a runner's
-        failure), a 409 once another member does; ``extra``: the record's new extra."""
-        try:
-            updated = await asyncio.to_thread(
-                self.store.update_task,
-                task.task_id,
-                state=state,
-                reason=reason,
-                expected_revision=task.revision,
-                lease=lease,
-                extra=extra,
-            )
-        except TaskNotFoundError as exc:
-            raise NotFoundError(f"task {task.task_id} not found") from exc
-        except ConcurrentUpdateError as exc:
-            raise ConflictError(str(exc)) from exc
-        except FencedError as exc:
-            raise ConflictError(f"task {task.task_id} runs on another fleet member") from exc
+        failure), a 409 once another member does; ``extra``: the record's new extra.
+
+        A write that came first and left the state as it was (a runner recording a warning in
+        the reason until it stops: one stuck on a hung source is abandoned, not stopped) does
+        not refuse the change: it is made on the record as read again. A write that changed the
+        state (another member's verb) or an ``extra`` computed from the record read is a 409,
+        read it again."""
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                updated = await asyncio.to_thread(
+                    self.store.update_task,
+                    task.task_id,
+                    state=state,
+                    reason=reason,
+                    expected_revision=task.revision,
+                    lease=lease,
+                    extra=extra,
+                )
+                break
+            except TaskNotFoundError as exc:
+                raise NotFoundError(f"task {task.task_id} not found") from exc
+            except ConcurrentUpdateError as exc:
+                fresh = await asyncio.to_thread(self.store.get_task, task.task_id)
+                if fresh is None:
+                    raise NotFoundError(f"task {task.task_id} not found") from exc
+                if (
+                    fresh.state is not task.state
+                    or extra is not None
+                    or attempt + 1 == CONFLICT_ATTEMPTS
+                ):
+                    raise ConflictError(str(exc)) from exc
+                task = fresh
+            except FencedError as exc:
+                raise ConflictError(f"task {task.task_id} runs on another fleet member") from exc
         self.remember_state(updated)
         with log_context(task_id=task.task_id):
             log.info(

@@ -17,6 +17,7 @@ from metastore.sql import SqlMetaStore
 from metastore.sql_urls import sqlite_url
 from replicator.config.daemon import FleetSettings
 from replicator.config.settings import load_settings
+from server.errors import ConflictError
 from server.tasks.requests import CreateRequest, parse_model
 from server.tasks.supervisor import TaskSupervisor
 from server.tasks.target_check import check_target_reachable
@@ -339,3 +340,47 @@ async def test_a_round_racing_a_create_leaves_the_new_tasks_lease_alone(
     assert held is not None and held.owner == "a", store.leases()
     assert held == a.runs.fences[task.task_id].lease
     assert ("start", task.task_id) in events
+
+
+async def test_a_state_change_is_made_over_a_write_that_kept_the_state(
+    make_supervisor, milvus_lite_service
+):
+    """CI of d43bc28: a pause answered 409 "changed concurrently" because the runner it had
+    abandoned (stuck on a hung source) recorded a warning between the pause's read and its
+    write. A write that kept the state does not refuse a state change; one that changed the
+    state, or an extra computed from the record read, still does (409: read it again)."""
+    events: list = []
+    supervisor, _ = make_supervisor(events)
+    await supervisor.start()
+    store = supervisor.runs.store
+    task = await supervisor.create(create_request(milvus_lite_service, "w"))
+    read = await supervisor.get(task.task_id)
+    # what a runner recording a warning writes (replicator/pipeline/status.py)
+    store.update_task(
+        task.task_id,
+        state=TaskState.RUNNING,
+        reason="source etcd unreachable",
+        expected_revision=read.revision,
+    )
+    paused = await supervisor.runs.set_state(read, TaskState.PAUSED, "paused by user")
+    assert (paused.state, paused.reason) == (TaskState.PAUSED, "paused by user")
+    stored = await supervisor.get(task.task_id)
+    assert (stored.state, stored.reason) == (TaskState.PAUSED, "paused by user")
+
+    # another member resumed it first: the pause read before that is refused
+    store.update_task(
+        task.task_id, state=TaskState.RUNNING, reason="", expected_revision=paused.revision
+    )
+    with pytest.raises(ConflictError, match="changed concurrently"):
+        await supervisor.runs.set_state(paused, TaskState.PAUSED, "paused by user")
+
+    # an extra made from the record read is not written over a newer record
+    running = await supervisor.get(task.task_id)
+    store.update_task(
+        task.task_id,
+        state=TaskState.RUNNING,
+        reason="a warning",
+        expected_revision=running.revision,
+    )
+    with pytest.raises(ConflictError, match="changed concurrently"):
+        await supervisor.runs.set_state(running, TaskState.RUNNING, "", extra={"shown": True})
