@@ -7,12 +7,11 @@ warm-up of the same records into topics of their own:
 
 - *loop*: ``produce`` called from a Python loop, a record at a time, no transactions (the raw
   producer ``bench/kafka_sink.py`` compares the daemon with): the baseline;
-- *mapped*: ``produce`` mapped over a run's keys and values in C, as the daemon's
-  ``KafkaTarget._produce_runs`` does, no transactions;
+- *mapped*: the daemon's own ``produce_run`` (``replicator/sinks/kafka.py``: ``produce``
+  mapped over a run's keys and values in C), no transactions;
 - *transactions*: the same in transactions of 20,000 records (a channel's commit of an
-  insert), with the daemon's producer settings (a transactional id, ``linger.ms`` 5,
-  ``murmur2_random``, delivery reports of failures only): what the daemon's producer costs
-  when it has nothing else to do.
+  insert), with the daemon's producer settings (``PRODUCER_SETTINGS``, a transactional id):
+  what the daemon's producer costs when it has nothing else to do.
 
 Reported, median of ``--runs`` runs each (a fresh mock each): records/s, CPU per record of the
 whole process (the client's threads included) and of the calling thread alone
@@ -27,20 +26,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+from catch_up import cpu_seconds  # noqa: E402
+
+from replicator.sinks.kafka import PRODUCER_SETTINGS, produce_run  # noqa: E402
 
 TOPICS = 20
 PER_TRANSACTION = 20_000
@@ -67,8 +68,7 @@ def records(count: int) -> tuple[list[bytes], list[bytes]]:
 
 
 def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return cpu_seconds(os.getpid())[0]
 
 
 def _producer(bootstrap: str, way: str, name: str) -> Any:
@@ -78,11 +78,8 @@ def _producer(bootstrap: str, way: str, name: str) -> Any:
     if way == "transactions":
         config.update(
             {
+                **PRODUCER_SETTINGS,
                 "transactional.id": name,
-                "transaction.timeout.ms": 60_000,
-                "partitioner": "murmur2_random",
-                "message.max.bytes": 16 * 1024 * 1024,
-                "delivery.report.only.error": True,
                 "on_delivery": lambda _error, _message: None,
             }
         )
@@ -90,19 +87,6 @@ def _producer(bootstrap: str, way: str, name: str) -> Any:
     if way == "transactions":
         producer.init_transactions(30)
     return producer
-
-
-def _mapped(producer: Any, topic: str, keys: list[bytes], values: list[bytes]) -> None:
-    """The daemon's way: ``produce`` mapped in C, resumed at the record a full queue refused."""
-    start = 0
-    while start < len(values):
-        left = iter(values[start:])
-        try:
-            deque(map(producer.produce, repeat(topic), left, keys[start:]), maxlen=0)
-            return
-        except BufferError:
-            start = len(values) - left.__length_hint__() - 1
-            producer.poll(0.005)
 
 
 def produce_all(bootstrap: str, way: str, prefix: str, count: int) -> dict[str, float]:
@@ -127,7 +111,7 @@ def produce_all(bootstrap: str, way: str, prefix: str, count: int) -> dict[str, 
             continue
         if way == "transactions":
             producer.begin_transaction()
-        _mapped(producer, topic, run_keys, run_values)
+        produce_run(producer, topic, run_keys, run_values)
         if way == "transactions":
             producer.commit_transaction(60)
     if way != "transactions":

@@ -81,6 +81,33 @@ _READS = ("Has", "Show", "Describe", "List", "GetLoadState")
 # all of it (0.1 s cost a 300,000-event catch-up about 8% of its time, once a transaction held
 # more than the queue's 100,000 messages)
 QUEUE_FULL_WAIT = 0.005
+# a target's producer settings but its address, security and transactional id
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "transaction.timeout.ms": 60_000,
+    "linger.ms": 5,
+    "partitioner": "murmur2_random",  # what Java clients use for the same key
+    "message.max.bytes": 16 * 1024 * 1024,
+    # a report for a failed record only (_delivered): none for each of the others
+    "delivery.report.only.error": True,
+}
+
+
+def produce_run(producer: Producer, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+    """A run's messages by ``produce`` mapped over its keys and values (in C; a
+    ``produce_batch`` of the same took 0.4 µs a message more: a dict each, and its delivery
+    callback given per message). When the local queue is full, the message refused and every
+    one after it are given again once it drained (the order holds); any other refusal fails
+    the transaction."""
+    produce = producer.produce
+    start = 0
+    while start < len(values):
+        left = iter(values[start:] if start else values)
+        try:
+            deque(map(produce, repeat(topic), left, keys[start:] if start else keys), maxlen=0)
+            return
+        except BufferError:  # at the value just taken from `left`
+            start = len(values) - length_hint(left) - 1
+            producer.poll(QUEUE_FULL_WAIT)
 
 
 def transactional_id(task_id: str, group: str = "") -> str:
@@ -191,12 +218,7 @@ class KafkaTarget(MilvusTarget):
             {
                 **config,
                 "transactional.id": transactional_id(task_id, group),
-                "transaction.timeout.ms": 60_000,
-                "linger.ms": 5,
-                "partitioner": "murmur2_random",  # what Java clients use for the same key
-                "message.max.bytes": 16 * 1024 * 1024,
-                # a report for a failed record only (_delivered): none for each of the others
-                "delivery.report.only.error": True,
+                **PRODUCER_SETTINGS,
                 "on_delivery": self._delivered,
             }
         )
@@ -409,24 +431,8 @@ class KafkaTarget(MilvusTarget):
             self._refused = error
 
     def _produce_runs(self, runs: list[Run]) -> None:
-        """Each run's messages by ``produce`` mapped over its keys and values (in C; a
-        ``produce_batch`` of the same took 0.4 µs a message more: a dict each, and its
-        delivery callback given per message). When the local queue is full, the message
-        refused and every one after it are given again once it drained (the order holds); any
-        other refusal fails the transaction."""
-        produce = self._producer.produce
         for topic, keys, values in runs:
-            start = 0
-            while start < len(values):
-                left = iter(values[start:] if start else values)
-                try:
-                    deque(
-                        map(produce, repeat(topic), left, keys[start:] if start else keys), maxlen=0
-                    )
-                    break
-                except BufferError:  # at the value just taken from `left`
-                    start = len(values) - length_hint(left) - 1
-                    self._producer.poll(QUEUE_FULL_WAIT)
+            produce_run(self._producer, topic, keys, values)
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
@@ -468,4 +474,4 @@ class _Sibling(MilvusTarget):
         pass
 
 
-__all__ = ["ChannelLog", "KafkaTarget"]
+__all__ = ["PRODUCER_SETTINGS", "ChannelLog", "KafkaTarget", "produce_run"]
