@@ -6,11 +6,11 @@ mock; a broker no one listens on for the failure."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import pytest
+from harness.services import free_port
 
 from replicator.errors import TargetUnavailableError
 from replicator.pipeline.group_runner import OwnerTarget
@@ -44,9 +44,7 @@ def test_calls_made_while_the_target_is_made_wait_for_it_and_share_it(params):  
 
 
 def test_a_target_that_cannot_be_made_is_every_calls_error_and_close_ends(params):  # noqa: F811
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     made_at: list[float] = []
 
     def make() -> KafkaTarget:
