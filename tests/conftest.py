@@ -167,6 +167,22 @@ def root_path() -> str:
 # The daemon under test
 
 
+MADE_DAEMONS = pytest.StashKey[list["Daemon"]]()
+FAILED_DAEMON_LOG_LINES = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the last lines of each daemon it made: the logs live in
+    the test's temporary directory, which a CI machine does not keep."""
+    report = yield
+    if report.failed:
+        for daemon in item.stash.get(MADE_DAEMONS, []):
+            tail = services.log_tail(daemon.log_path, lines=FAILED_DAEMON_LOG_LINES)
+            report.sections.append((f"daemon log {daemon.log_path}", tail or "(empty)"))
+    return report
+
+
 @pytest.fixture
 def daemon_factory(
     tmp_path: Path, request: pytest.FixtureRequest
@@ -180,6 +196,7 @@ def daemon_factory(
     from harness.daemon import Daemon
 
     made: list[Daemon] = []
+    request.node.stash[MADE_DAEMONS] = made  # their logs go in a failure's report
 
     def make(name: str = "daemon", **config: object) -> Daemon:
         workdir = tmp_path / name

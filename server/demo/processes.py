@@ -28,7 +28,6 @@ import contextlib
 import http.client
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -50,6 +49,7 @@ from server.demo.local_milvus import (
     milvus_lite_command,
     wheel,
 )
+from server.demo.ports import free_ports, hold_port
 
 T = TypeVar("T")
 
@@ -193,62 +193,17 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, child: Chi
         time.sleep(0.3)
 
 
-# Listeners' ports are chosen at or above this and below the kernel's range for the local ports
-# of outgoing connections: a port the kernel hands out as ephemeral (port 0) can be taken by
-# any connection made between the choice and the server's bind, which Milvus 2.3 then fails
-# with "bind: address already in use" and a panic (it binds a dozen ports at start).
-LISTEN_PORTS_FROM = 20000
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def ephemeral_ports_start() -> int:
-    """The first port of the kernel's ephemeral range (0 where it cannot be read)."""
+def hold_daemon_port(port: int) -> socket.socket:
+    """The daemon's port on loopback, held from the demo's start until the daemon is started
+    (``close()`` then): the source and the target take a dozen ports meanwhile, none of them
+    this one."""
     try:
-        return int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on every interface (Milvus listens on all), held together
-    while chosen. Random ones between ``LISTEN_PORTS_FROM`` and the ephemeral range where there
-    is room (random: several test workers or demos choose at once); else the kernel's."""
-    chooser = random.SystemRandom()  # never a seeded global state two processes share
-    start = ephemeral_ports_start()
-    room = range(LISTEN_PORTS_FROM, start) if start > LISTEN_PORTS_FROM else range(0)
-    candidates = chooser.sample(room, min(len(room), 4 * count + 64))
-    socks: list[socket.socket] = []
-    try:
-        for port in candidates:
-            if len(socks) == count:
-                break
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind(("", port))
-            except OSError:
-                sock.close()  # in use, or in TIME_WAIT
-                continue
-            socks.append(sock)
-        while len(socks) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind(("", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def check_port_free(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError as exc:
-            raise DemoError(
-                f"port {port} on {LOOPBACK} is busy ({exc.strerror}): another milvus-cdc "
-                "daemon or demo may be running; stop it or pass --port"
-            ) from exc
+        return hold_port(LOOPBACK, port)
+    except OSError as exc:
+        raise DemoError(
+            f"port {port} on {LOOPBACK} is busy ({exc.strerror}): another milvus-cdc "
+            "daemon or demo may be running; stop it or pass --port"
+        ) from exc
 
 
 def http_call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -405,8 +360,11 @@ def start_target(base_dir: Path, timeout: float) -> tuple[Child, str]:
 
 
 def start_daemon(
-    base_dir: Path, port: int, source: Source, timeout: float, *, backfill: bool
+    base_dir: Path, held_port: socket.socket, source: Source, timeout: float, *, backfill: bool
 ) -> Child:
+    """The daemon on the port ``held_port`` holds (see ``hold_daemon_port``), closed just
+    before the daemon is started."""
+    port = held_port.getsockname()[1]
     base_dir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {
         "address": f"{LOOPBACK}:{port}",
@@ -439,6 +397,7 @@ def start_daemon(
     python_path = os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = f"{REPO_ROOT}:{python_path}" if python_path else str(REPO_ROOT)
     env["no_proxy"] = f"{LOOPBACK},localhost"
+    held_port.close()
     child = start_child(
         "milvus-cdc daemon",
         [sys.executable, "-m", "server", "serve", "--config", str(config_path)],

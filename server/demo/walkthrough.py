@@ -54,7 +54,7 @@ from server.demo.processes import (
     DemoError,
     Source,
     cdc,
-    check_port_free,
+    hold_daemon_port,
     log_tail,
     say,
     start_daemon,
@@ -282,20 +282,25 @@ def run(args: argparse.Namespace, children: list[Child]) -> None:
     from pymilvus import MilvusClient
 
     data_dir = Path(args.data_dir).resolve()
-    check_port_free(args.port)
-    wheel()
-    milvus_lite_command()
-    prepare_data_dir(data_dir)
-    started = time.monotonic()
-    blocker = backfill_blocker()
+    # the daemon's port is held until the daemon starts (start_daemon closes it), or an error
+    with contextlib.closing(hold_daemon_port(args.port)) as daemon_port:
+        wheel()
+        milvus_lite_command()
+        prepare_data_dir(data_dir)
+        started = time.monotonic()
+        blocker = backfill_blocker()
 
-    source = start_source(data_dir / "source", args.startup_timeout)
-    children.append(source.child)
-    target_child, target_uri = start_target(data_dir / "target", args.startup_timeout)
-    children.append(target_child)
-    daemon = start_daemon(
-        data_dir / "daemon", args.port, source, args.startup_timeout, backfill=not blocker
-    )
+        source = start_source(data_dir / "source", args.startup_timeout)
+        children.append(source.child)
+        target_child, target_uri = start_target(data_dir / "target", args.startup_timeout)
+        children.append(target_child)
+        daemon = start_daemon(
+            data_dir / "daemon",
+            daemon_port,
+            source,
+            args.startup_timeout,
+            backfill=not blocker,
+        )
     children.append(daemon)
 
     source_client = MilvusClient(uri=source.uri, dedicated=True)

@@ -34,12 +34,12 @@ from harness.services import (
     LOOPBACK,
     MissingBinaryError,
     ServiceStartError,
-    _free_ports,
     _port_open,
     _running,
     wait_until,
 )
 from server.demo import MILVUS_ENV_PREFIXES, local_milvus
+from server.demo.ports import free_ports
 
 DEFAULT_ROOT_PATH = "by-dev"
 DML_CHANNEL_NUM = 16  # rootCoord.dmlChannelNum in the wheel's template
@@ -186,7 +186,7 @@ def _prepare_standalone(
     # Every `{{ *_port }}` placeholder of the template, plus the metrics port (an env variable).
     config = MilvusServerConfig(data_dir=str(base_dir))
     port_keys = sorted(k for k in config.configurable_items if k.endswith("_port"))
-    *chosen, metrics_port = _free_ports(len(port_keys) + 1)
+    *chosen, metrics_port = free_ports(len(port_keys) + 1)
     ports = dict(zip(port_keys, chosen, strict=True))
     config.update(**ports)  # resolve() binds each of them once to check, then writes the yaml
     rocksmq_path = base_dir / "data" / "rocksmq"  # what the wheel's resolve_storage() sets

@@ -10,7 +10,6 @@ that importing this module stays cheap.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from server.demo import local_milvus
+from server.demo.ports import free_ports
 
 T = TypeVar("T")
 
@@ -100,27 +100,10 @@ class MilvusLiteService:
 # Generic helpers
 
 
-# the ports this process handed out lately: a server given one may not have bound it yet, so
-# it is not handed out again (a full run once gave two daemons of one fleet the same port)
-_GIVEN: collections.deque[int] = collections.deque(maxlen=2000)
-
-
 def free_port() -> int:
-    """A TCP port free on every interface right now, not handed out lately."""
-    return _free_ports(1)[0]
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free ports (held together while chosen, so they differ; see
-    ``server.demo.free_ports``), none handed out lately by this process."""
-    from server.demo import free_ports
-
-    given = set(_GIVEN)
-    while True:
-        ports = free_ports(count)
-        if not given.intersection(ports):
-            _GIVEN.extend(ports)
-            return ports
+    """A TCP port free on every interface right now, handed out to no one else lately (see
+    ``server.demo.ports``)."""
+    return free_ports(1)[0]
 
 
 def log_tail(path: Path, lines: int = 40, max_bytes: int = 16384) -> str:
@@ -301,7 +284,7 @@ def etcd_server(
     """
     etcd = _find_binary("etcd", "/usr/bin/etcd", package="etcd-server")
     workdir.mkdir(parents=True, exist_ok=True)
-    client_port, peer_port = ports or _free_ports(2)
+    client_port, peer_port = ports or free_ports(2)
     client_url = f"{'https' if tls else 'http'}://{LOOPBACK}:{client_port}"
     health_url = client_url
     peer_url = f"http://{LOOPBACK}:{peer_port}"
