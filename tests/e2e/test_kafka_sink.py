@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from harness.kafka_topics import read_topic as records
 from harness.services import ServiceStartError, wait_until
 from pymilvus import DataType, MilvusClient
 from test_backfill import Writer
@@ -103,36 +103,9 @@ def create_collection(client: MilvusClient, name: str) -> None:
 
 
 def read_topic(bootstrap: str, topic: str) -> list[tuple[int, int, dict[str, Any]]]:
-    """Every record of a topic: (partition, offset, JSON value), in each partition's order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if metadata is None or not metadata.partitions:
-            return []
-        consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
-        open_partitions = set(metadata.partitions)
-        records = []
-        deadline = time.monotonic() + 60
-        while open_partitions and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.5):
-                if message.error() is not None:
-                    if message.error().code() == KafkaError._PARTITION_EOF:
-                        open_partitions.discard(message.partition())
-                    continue
-                key = message.key()
-                value = json.loads(message.value())
-                records.append((message.partition(), message.offset(), value, key))
-        return [(p, o, {**v, "_key": k}) for p, o, v, k in sorted(records, key=lambda r: r[:2])]
-    finally:
-        consumer.close()
+    """Every committed record of a topic: (partition, offset, JSON value with its key as
+    ``_key``), in each partition's order."""
+    return [(r.partition, r.offset, {**r.value, "_key": r.key}) for r in records(bootstrap, topic)]
 
 
 def committed(bootstrap: str, task_id: str) -> dict[str, int | None]:

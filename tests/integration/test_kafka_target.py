@@ -8,7 +8,7 @@ import json
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from harness.kafka_topics import read_topic
 from pymilvus.grpc_gen import schema_pb2
 
 from metastore import Position
@@ -28,30 +28,7 @@ def schema() -> schema_pb2.CollectionSchema:
 def keyed_events(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
     """Every committed event of ``topic`` with its key (read_committed, each partition to its
     end)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        if metadata.error is not None:
-            return []
-        consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
-        waiting, found = set(metadata.partitions), []
-        while waiting:
-            for message in consumer.consume(500, 1.0):
-                if message.error() is not None:
-                    if message.error().code() == KafkaError._PARTITION_EOF:
-                        waiting.discard(message.partition())
-                    continue
-                found.append((message.key(), json.loads(message.value())))
-        return found
-    finally:
-        consumer.close()
+    return [(record.key, record.value) for record in read_topic(bootstrap, topic)]
 
 
 def events(bootstrap: str, topic: str) -> list[dict]:
