@@ -4,12 +4,12 @@ A channel hands its events and position to :class:`Committer` (``submit``) and g
 the broker acknowledges a transaction (``commit_transaction`` waits without the interpreter
 lock), the channels read, decode and build their next events. When a transaction ends, every
 commit handed in meanwhile, of any channel, goes into the next one, in the order handed in:
-each commit's events, then its model, then its position record. One transaction holding
-several channels' commits is committed whole or not at all, as one holding one; a channel's
-events and its position are always in the same transaction, so a crash anywhere leaves both or
-neither (exactly once is unchanged). A failed transaction fails every commit in it and every
-commit after it (the target is closed: the task connects again and starts over from what Kafka
-committed).
+every commit's events (produced in one call), then each commit's model and position record.
+One transaction holding several channels' commits is committed whole or not at all, as one
+holding one; a channel's events and its position are always in the same transaction, so a
+crash anywhere leaves both or neither (exactly once is unchanged). A failed transaction fails
+every commit in it and every commit after it (the target is closed: the task connects again
+and starts over from what Kafka committed).
 
 A synchronous commit (a DDL's, one that ends a backlog, a stop's) is a submit and a wait: the
 channel's earlier commits are ahead of it in the queue, so once it returns they are committed

@@ -5,6 +5,8 @@ reason naming it and commits nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import Producer
 from pymilvus.grpc_gen import schema_pb2
@@ -80,20 +82,26 @@ def test_a_bytes_event_too_large_stops_with_a_reason_and_commits_nothing(params)
     assert read(params["address"], topic) == []
 
 
-def test_a_local_queue_that_fills_keeps_every_event_once_and_in_order(params):  # noqa: F811 - the imported fixture
-    """produce_batch refuses what does not fit (the message it is at and every one after it):
-    those are given again once the queue drained, so one key's events stay in order."""
-    target = KafkaTarget(params, "task-col3", "1.0")
+def small_queue_target(connect: dict, task_id: str, messages: int) -> KafkaTarget:
+    """A Kafka target whose producer's local queue holds ``messages``: it fills at once."""
+    target = KafkaTarget(connect, task_id, "1.0")
     target._producer.flush(10)
     target._producer = Producer(
         {
-            "bootstrap.servers": params["address"],
-            "transactional.id": "milvus-cdc.task-col3-small-queue",
-            "queue.buffering.max.messages": 50,
+            "bootstrap.servers": connect["address"],
+            "transactional.id": f"milvus-cdc.{task_id}-small-queue",
+            "queue.buffering.max.messages": messages,
             "delivery.report.only.error": True,
         }
     )
     target._producer.init_transactions(30)
+    return target
+
+
+def test_a_local_queue_that_fills_keeps_every_event_once_and_in_order(params):  # noqa: F811 - the imported fixture
+    """produce_batch refuses what does not fit (the message it is at and every one after it):
+    those are given again once the queue drained, so one key's events stay in order."""
+    target = small_queue_target(params, "task-col3", 50)
     topic = target.row_topic("default", "c")
     try:
         log = target.channel_log("dml_0")
@@ -106,3 +114,48 @@ def test_a_local_queue_that_fills_keeps_every_event_once_and_in_order(params):  
         target.close()
     found = read(params["address"], topic)
     assert [e["row"]["title"] for _, e in found] == [str(n) for n in range(300)]
+
+
+def test_a_queue_that_fills_in_a_transaction_of_many_topics_keeps_each_in_its_topic(params):  # noqa: F811 - the imported fixture
+    """A transaction's runs (three collections' topics, two channels' commits) are produced in
+    one call: when the queue fills at any message, what is given again goes to the topic it
+    was meant for, each event once."""
+    params = {**params, "topic": params["topic"] + "-{collection}"}  # a topic a collection
+    target = small_queue_target(params, "task-col4", 37)
+    names = ("a", "b", "c")
+    entered, gate = threading.Event(), threading.Event()
+    transact = target._committer._transact
+
+    def gated(commits):  # the first commit alone; the next two channels' in one transaction
+        entered.set()
+        gate.wait(10)
+        transact(commits)
+
+    target._committer._transact = gated
+    try:
+        logs = [target.channel_log(f"dml_{n}") for n in range(3)]
+        handed = []
+        for n, log in enumerate(logs):
+            for name in names:
+                topic = target.row_topic("default", name)
+                rows = insert(list(range(n * 100, n * 100 + 60)), f"{name}{n}")
+                insert_events(log, topic, "default", name, "_default", "id", rows, 60, 5 + n, {})
+            at = Position("kafka", f"dml_{n}", (n + 1).to_bytes(8, "little"), 5 + n)
+            handed.append(target.commit(log.pchannel, log.events, at, count=180, wait=False))
+            log.discard()
+            if n == 0:
+                assert entered.wait(10)
+        gate.set()
+        for commit in handed:
+            commit.wait()
+    finally:
+        gate.set()
+        target.close()
+    for name in names:
+        found = read(params["address"], target.row_topic("default", name))
+        assert {e["collection"] for _, e in found} == {name}
+        by_channel = {
+            n: sorted(e["pk"] for _, e in found if e["row"]["title"] == f"{name}{n}")
+            for n in range(3)
+        }
+        assert by_channel == {n: list(range(n * 100, n * 100 + 60)) for n in range(3)}
