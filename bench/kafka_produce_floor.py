@@ -7,8 +7,8 @@ warm-up of the same records into topics of their own:
 
 - *loop*: ``produce`` called from a Python loop, a record at a time, no transactions (the raw
   producer ``bench/kafka_sink.py`` compares the daemon with): the baseline;
-- *mapped*: the daemon's own ``produce_run`` (``replicator/sinks/kafka.py``: ``produce``
-  mapped over a run's keys and values in C), no transactions;
+- *mapped*: the daemon's own ``produce_runs`` (``replicator/sinks/kafka.py``: ``produce``
+  mapped over a transaction's messages in C), here a run of one topic, no transactions;
 - *transactions*: the same in transactions of 20,000 records (a channel's commit of an
   insert), with the daemon's producer settings (``PRODUCER_SETTINGS``, a transactional id):
   what the daemon's producer costs when it has nothing else to do.
@@ -41,7 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from catch_up import cpu_seconds  # noqa: E402
 
-from replicator.sinks.kafka import PRODUCER_SETTINGS, produce_run  # noqa: E402
+from replicator.sinks.kafka import PRODUCER_SETTINGS, produce_runs  # noqa: E402
 
 TOPICS = 20
 PER_TRANSACTION = 20_000
@@ -111,7 +111,7 @@ def produce_all(bootstrap: str, way: str, prefix: str, count: int) -> dict[str, 
             continue
         if way == "transactions":
             producer.begin_transaction()
-        produce_run(producer, topic, run_keys, run_values)
+        produce_runs(producer, [(topic, run_keys, run_values)])
         if way == "transactions":
             producer.commit_transaction(60)
     if way != "transactions":

@@ -92,31 +92,26 @@ PRODUCER_SETTINGS: dict[str, Any] = {
 }
 
 
-def produce_run(producer: Producer, topic: str, keys: list[bytes], values: list[bytes]) -> None:
-    """A run's messages, all to ``topic`` (see ``produce_all``)."""
-    produce_all(producer, [topic] * len(values), keys, values)
-
-
-def produce_all(
-    producer: Producer, topics: list[str], keys: list[bytes], values: list[bytes]
-) -> None:
-    """Messages by ``produce`` mapped over their topics, keys and values: one call in C, which
-    holds the interpreter lock from the first to the last (a transaction's runs, hundreds in
-    a catch-up, no longer give it up between them; 2-4 % more events a second, within the
-    bench's noise). A ``produce_batch`` of the same took 0.4 µs a message more (a dict each,
-    and its delivery callback given per message). When the local queue is full, the message
-    refused and every one after it are given again once it drained (the order holds); any
-    other refusal fails the transaction."""
+def produce_runs(producer: Producer, runs: list[Run]) -> None:
+    """A transaction's runs, in order, by ``produce`` mapped over every message's topic, key
+    and value: one call in C, which holds the interpreter lock from the first message to the
+    last (a transaction's runs, hundreds in a catch-up, no longer give it up between them;
+    2-4 % more events a second, within the bench's noise). A ``produce_batch`` of the same
+    took 0.4 µs a message more (a dict each, and its delivery callback given per message).
+    When the local queue is full, the message refused and every one after it are given again
+    once it drained (the order holds); any other refusal fails the transaction."""
+    topics = list(chain.from_iterable(repeat(topic, len(values)) for topic, _, values in runs))
+    keys = list(chain.from_iterable(keys for _, keys, _ in runs))
+    values = list(chain.from_iterable(values for _, _, values in runs))
     produce = producer.produce
-    start = 0
-    while start < len(values):
-        left = iter(values[start:] if start else values)
+    while values:
+        left = iter(values)
         try:
-            rest = (topics[start:], keys[start:]) if start else (topics, keys)
-            deque(map(produce, rest[0], left, rest[1]), maxlen=0)
+            deque(map(produce, topics, left, keys), maxlen=0)
             return
         except BufferError:  # at the value just taken from `left`
             start = len(values) - length_hint(left) - 1
+            topics, keys, values = topics[start:], keys[start:], values[start:]
             producer.poll(QUEUE_FULL_WAIT)
 
 
@@ -403,7 +398,7 @@ class KafkaTarget(MilvusTarget):
                 if isinstance(commit.runs, BaseException):
                     raise commit.runs
                 runs += commit.runs
-            self._produce_runs(runs)
+            produce_runs(self._producer, runs)
             for commit in commits:
                 if commit.model is not None:
                     state = {"commit": commit.commit_id, "state": commit.model.state}
@@ -442,13 +437,6 @@ class KafkaTarget(MilvusTarget):
         cannot change is kept, and the commit that fails with it stops the task with it."""
         if error is not None and not error.retriable() and self._refused is None:
             self._refused = error
-
-    def _produce_runs(self, runs: list[Run]) -> None:
-        """Every run of a transaction in one ``produce_all``, in order."""
-        topics = list(chain.from_iterable(repeat(topic, len(values)) for topic, _, values in runs))
-        keys = list(chain.from_iterable(keys for _, keys, _ in runs))
-        values = list(chain.from_iterable(values for _, _, values in runs))
-        produce_all(self._producer, topics, keys, values)
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
@@ -490,4 +478,4 @@ class _Sibling(MilvusTarget):
         pass
 
 
-__all__ = ["PRODUCER_SETTINGS", "ChannelLog", "KafkaTarget", "produce_run"]
+__all__ = ["PRODUCER_SETTINGS", "ChannelLog", "KafkaTarget", "produce_runs"]
