@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import struct
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from metastore import Position
 from replicator.codec.wire import WireError, find_bytes_field, iter_fields
 from replicator.events import RawRecord
 from replicator.sources.base import READ_BYTES, SourceUnavailableError
+from replicator.sources.rocksmq_scratch import make_scratch
 
 BACKEND = "rocksmq"
 POLL_INTERVAL = 0.1  # seconds between catch-ups while a channel has nothing new
@@ -155,13 +155,12 @@ class _SecondaryDB:
         if not os.path.isfile(os.path.join(path, "CURRENT")):
             # checked first: rocksdict would create the directory (and no database is there yet)
             raise SourceUnavailableError(f"rocksmq: no RocksDB at {path!r} (is Milvus running?)")
-        if secondary_dir is not None:
-            os.makedirs(secondary_dir, exist_ok=True)
-        self._scratch = tempfile.mkdtemp(prefix="milvus-cdc-rocksmq-", dir=secondary_dir)
+        self._scratch = make_scratch(secondary_dir)
         # removed by close(), or at the exit of a process that still holds it (lingering): the
         # daemon's, and one multiprocessing started, which ends by os._exit and so runs no
         # atexit hook but multiprocessing's own finalizers (a channel group's process left a
-        # directory in /tmp at each end with weakref.finalize)
+        # directory in /tmp at each end with weakref.finalize); a process killed leaves it to
+        # the next make_scratch
         self._remove_scratch = mp_util.Finalize(
             self,
             shutil.rmtree,
