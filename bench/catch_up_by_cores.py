@@ -37,6 +37,12 @@ ratio cannot tell from the daemon's scaling. The source's cores column then read
 
 ``--daemon-configs``: a JSON list of top-level daemon settings, each measured in every round
 (default ``[{}]``; a Milvus target runs with the first settings only); the report names them.
+``--raw-baseline``: after each Kafka line (its daemon stopped), the events it wrote, as read
+back, are written again by raw producers, one process per channel group of the daemon (the
+topics dealt among them), pinned to the line's cores, into a fresh mock: what producing the
+same bytes alone makes on the same cores, with the mock sharing them as it does with the
+daemon. Its own 1-to-2-core ratio is the machine's for producing; a daemon's ratio below it
+is the daemon's, the rest is the machine's.
 ``--code``: as in ``kafka_sink.py``, a checkout whose daemon runs as ``python -m server``
 (several: each in every round, on the same backlog, the label before the settings in the
 table).
@@ -49,6 +55,7 @@ import contextlib
 import json
 import math
 import os
+import pickle
 import platform
 import shlex
 import signal
@@ -70,8 +77,10 @@ from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
 from harness.process_tree import descendants  # noqa: E402
 from kafka_sink import (  # noqa: E402
     EVENTS_PER_TOPIC,
+    SHM,
     EndOffsets,
     make_positions_topic,
+    raw_in_own_processes,
     read_all,
     row_events,
     watch,
@@ -127,6 +136,41 @@ def follow_progress(daemon, task_id: str, pid: int, rows: int, timeout: float) -
     raise TimeoutError(f"the task did not report {rows} rows in {timeout:g} s")
 
 
+def raw_producers(
+    records: list[tuple[str, bytes, bytes]], cpus: set[int], processes: int, work: Path
+) -> dict:
+    """The line's row events, as read back, written again into a fresh mock by ``processes``
+    raw producers (a process each, the topics dealt among them, as the daemon deals its
+    channels among its groups) pinned to the line's cores: what producing those bytes alone
+    makes on those cores, the mock sharing them as it shares them with the daemon."""
+    topics = sorted({topic for topic, _, _ in records})
+    share = {topic: at % processes for at, topic in enumerate(topics)}
+    parts: list[list[tuple[str, bytes, bytes]]] = [[] for _ in range(processes)]
+    for record in records:
+        parts[share[record[0]]].append(record)
+    with tempfile.TemporaryDirectory(dir=SHM) as shm:  # RAM: no disk writeback meanwhile
+        files = []
+        for at, part in enumerate(parts):
+            path = Path(shm) / f"records{at}.pickle"
+            with path.open("wb") as f:
+                pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
+            files.append(path)
+        del parts
+        with kafka_mock_cluster(work / "kafka-raw") as kafka:
+            mock0: list[float] = []
+            results = raw_in_own_processes(
+                kafka.bootstrap, files, "raw_", cpus, lambda: mock0.append(tree_cpu(kafka.pid))
+            )
+            mock_cpu = tree_cpu(kafka.pid) - mock0[0]
+    seconds = max(s for s, _ in results)
+    mock_cores = mock_cpu / seconds
+    return {
+        "raw_events_s": len(records) / seconds,
+        "raw_cores_used": sum(cpu for _, cpu in results) / seconds,
+        "raw_mock_cores": mock_cores,
+    }
+
+
 def task_bytes(daemon, task_id: str) -> int:
     task = daemon.call("get", {"task_id": task_id}).data["task"]
     return int((task.get("progress") or {}).get("bytes") or 0)
@@ -141,6 +185,8 @@ def one_run(
     names = env["names"][target]
     run_dir = work / f"run{n}"
     run_dir.mkdir()
+    raw: dict = {}
+    records: list[tuple[str, bytes, bytes]] = []
     with contextlib.ExitStack() as stack:
         kafka = None
         if target == "kafka":  # a fresh mock a line: one that kept every earlier line's
@@ -207,6 +253,11 @@ def one_run(
             records = row_events(read_all(kafka.bootstrap, topics))
             keys = {(t, k) for t, k, _ in records}
             assert len(records) == args.rows == len(keys), (len(records), len(keys), args.rows)
+            del keys
+    if records and args.raw_baseline:  # once the daemon and the line's mock are stopped
+        processes = max(1, int(config.get("kafkaTargetProcesses") or 1))
+        raw = raw_producers(records, cpus, processes, run_dir)
+    del records
     if target == "milvus":
         total = sum(count(dst, name) for name in names)
         assert total == args.rows, f"the target holds {total} rows, not {args.rows}"
@@ -239,6 +290,7 @@ def one_run(
         "peak_rss_mb": memory.peak[0] / 1024,
         "peak_pss_mb": memory.peak[1] / 1024,
         "load": load,
+        **raw,
     }
 
 
@@ -335,6 +387,9 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
         f"(median {statistics.median(values):.2f})"
         for (target, settings, cores), values in ratios.items()
     ]
+    raws = [r for r in runs if "raw_events_s" in r]
+    if raws:
+        summary += ["", *raw_lines(raws)]
     wal_mb = {
         t: statistics.median(r["wal_mb"] for r in runs if r["target"] == t) for t in args.targets
     }
@@ -368,6 +423,31 @@ def report(args, runs: list[dict], info: dict, command: str) -> str:
             "",
         ]
     )
+
+
+def raw_lines(raws: list[dict]) -> list[str]:
+    """The raw producers' baseline (``--raw-baseline``): a table of each Kafka line's events/s
+    beside the raw producers' on the same cores, and the raw producers' own scaling."""
+    lines = [
+        "Baseline of each Kafka line (`--raw-baseline`): its events, as read back, written "
+        "again by raw confluent-kafka producers (one process per channel group of the daemon, "
+        "the topics dealt among them, no transactions) pinned to the same cores, into a fresh "
+        "mock:",
+        "",
+        "| round | daemon settings | cores | daemon steady events/s | raw producers events/s "
+        "| daemon over raw | raw producers' cores used (their processes / the mock) "
+        "| raw events/s over the raw on the first core set |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in raws:
+        first = next(x for x in raws if (x["round"], x["settings"]) == (r["round"], r["settings"]))
+        lines.append(
+            f"| {r['round']} | {r['settings']} | {r['cores']} | {r['steady_events_s']:,.0f} "
+            f"| {r['raw_events_s']:,.0f} | {r['steady_events_s'] / r['raw_events_s']:.2f} "
+            f"| {r['raw_cores_used']:.2f} / {r['raw_mock_cores']:.2f} "
+            f"| {r['raw_events_s'] / first['raw_events_s']:.2f} |"
+        )
+    return lines
 
 
 def parse_cores(text: str) -> list[set[int]]:
@@ -406,6 +486,12 @@ def main() -> None:
         help="stop the source Milvus (SIGSTOP) from the create to the line's end",
     )
     add_code_option(parser, "")
+    parser.add_argument(
+        "--raw-baseline",
+        action="store_true",
+        help="after each Kafka line, its events written again by raw producers (as many "
+        "processes as the daemon's kafkaTargetProcesses) pinned to the same cores",
+    )
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=str(REPO / "bench/results/catch_up_by_cores.md"))
     args = parser.parse_args()

@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -278,14 +279,51 @@ def raw_in_own_process(bootstrap: str, records_file: Path, prefix: str) -> tuple
     in two processes 25-30% slower (2.51 s steady, then 3.22 s after two rounds' raw runs,
     2026-12-07; 2.44 s once the raw producer ran apart), and a forked child producing from
     this process's records paid copy-on-write on every page it touched (2x slower)."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--raw-child", str(records_file), bootstrap, prefix],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    seconds, cpu = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(seconds), float(cpu)
+    ((seconds, cpu),) = raw_in_own_processes(bootstrap, [records_file], prefix)
+    return seconds, cpu
+
+
+def raw_in_own_processes(
+    bootstrap: str,
+    records_files: list[Path],
+    prefix: str,
+    cpus: set[int] | None = None,
+    on_go: Callable[[], None] | None = None,
+) -> list[tuple[float, float]]:
+    """:func:`raw_in_own_process` of each file, each file's records by a producer of its own
+    (as a daemon's channel groups each have theirs), every process pinned to ``cpus`` when
+    given (``taskset``): each one's seconds and CPU-seconds. The timed runs begin together,
+    once every process made its warm-up (``on_go`` is called just before)."""
+    pinned = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+    children = [
+        subprocess.Popen(
+            [*pinned, sys.executable, __file__, "--raw-child", str(path), bootstrap, prefix],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for path in records_files
+    ]
+    for child in children:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            child.kill()
+    results = []
+    if on_go is not None:
+        on_go()
+    for child in children:  # go
+        assert child.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.write("go\n")
+            child.stdin.flush()  # closed by communicate()
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            raise subprocess.CalledProcessError(child.returncode, child.args, out, err)
+        seconds, cpu = json.loads(out.strip().splitlines()[-1])
+        results.append((float(seconds), float(cpu)))
+    return results
 
 
 def raw_child(records_file: str, bootstrap: str, prefix: str) -> None:
@@ -295,6 +333,8 @@ def raw_child(records_file: str, bootstrap: str, prefix: str) -> None:
     with open(records_file, "rb") as f:
         records = pickle.load(f)
     raw_produce(bootstrap, records[:WARM_UP], "warm_")
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent's go: every producer of a run begins together
     print(json.dumps(raw_produce(bootstrap, records, prefix)), flush=True)
 
 
