@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from metastore.base import Lease, Position, TaskRecord, TaskState, check_position_step, encode_spec
@@ -39,6 +39,32 @@ from metastore.sql_schema import (
     state_table,
     task_from_row,
     tasks_table,
+)
+
+# a channel's position: its row, and the saves (an INSERT of the first, then an UPDATE that
+# moves it only from the position the saver read), built once (see sql_plumbing's statements)
+_POSITION_KEY = and_(  # (an UPDATE's parameters may not be named as its columns)
+    positions_table.c.root_path == bindparam("key_root_path"),
+    positions_table.c.task_id == bindparam("key_task_id"),
+    positions_table.c.pchannel == bindparam("key_pchannel"),
+)
+_POSITION_ROW = select(positions_table).where(_POSITION_KEY)
+_POSITION_INSERT = insert(positions_table)
+_POSITION_STEP = (
+    update(positions_table)
+    .where(
+        _POSITION_KEY,
+        positions_table.c.backend == bindparam("expected_backend"),
+        positions_table.c.msg_id == bindparam("expected_msg_id"),
+        positions_table.c.ts == bindparam("expected_ts"),
+        positions_table.c.ts <= bindparam("new_ts"),
+    )
+    .values(
+        backend=bindparam("new_backend"),
+        msg_id=bindparam("new_msg_id"),
+        ts=bindparam("new_ts"),
+        updated_at=bindparam("new_updated_at"),
+    )
 )
 
 
@@ -158,48 +184,32 @@ class SqlMetaStore(SqlFleet, SqlRecords):
         *,
         lease: Lease | None = None,
     ) -> None:
+        row = {"root_path": self.root_path, "task_id": task_id, "pchannel": position.pchannel}
+        key = {f"key_{name}": value for name, value in row.items()}
         values = {
             "backend": position.backend,
             "msg_id": position.msg_id,
             "ts": position.ts,
             "updated_at": time.time(),
         }
-        key = and_(
-            positions_table.c.root_path == self.root_path,
-            positions_table.c.task_id == task_id,
-            positions_table.c.pchannel == position.pchannel,
-        )
 
         def write(conn: Connection) -> int:
             if expected is None:
-                conn.execute(
-                    insert(positions_table).values(
-                        root_path=self.root_path,
-                        task_id=task_id,
-                        pchannel=position.pchannel,
-                        **values,
-                    )
-                )
+                conn.execute(_POSITION_INSERT, {**row, **values})
                 return 1
-            return int(
-                conn.execute(
-                    update(positions_table)
-                    .where(
-                        key,
-                        positions_table.c.backend == expected.backend,
-                        positions_table.c.msg_id == expected.msg_id,
-                        positions_table.c.ts == expected.ts,
-                        positions_table.c.ts <= position.ts,
-                    )
-                    .values(**values)
-                ).rowcount
-            )
+            step = {
+                "expected_backend": expected.backend,
+                "expected_msg_id": expected.msg_id,
+                "expected_ts": expected.ts,
+                **{f"new_{name}": value for name, value in values.items()},
+            }
+            return int(conn.execute(_POSITION_STEP, {**key, **step}).rowcount)
 
         try:
             with self._tx() as conn:
                 if self._write_for_task(conn, task_id, lambda: write(conn), lease) != 1:
-                    row = conn.execute(select(positions_table).where(key)).first()
-                    stored = None if row is None else position_from_row(row._mapping)
+                    found = conn.execute(_POSITION_ROW, key).first()
+                    stored = None if found is None else position_from_row(found._mapping)
                     check_position_step(task_id, stored, expected, position)
                     # check_position_step raises for every way the UPDATE can miss
                     raise PositionConflictError(f"position of task {task_id} was not saved")
