@@ -439,6 +439,13 @@ def mariadb_server(
     workdir.mkdir(parents=True, exist_ok=True)
     datadir = workdir / "data"
     os_user = _current_user()
+    # a temporary directory of its own: a starting mariadbd deletes every "#sql*" file in its
+    # tmpdir (its own leftovers, it assumes), which in a shared /tmp are the live temporary
+    # tables of the other servers the test workers run ("Error on delete of
+    # '/tmp/#sql-temptable-...MAI'" in a DESCRIBE, a CI run of 2026-12-07)
+    tmpdir = workdir / "tmp"
+    tmpdir.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
 
     install_log = workdir / "mariadb-install-db.log"
     with open(install_log, "ab") as log:
@@ -457,6 +464,7 @@ def mariadb_server(
                 stderr=subprocess.STDOUT,
                 timeout=120,
                 check=False,
+                env=env,
             )
         except subprocess.TimeoutExpired as exc:
             raise ServiceStartError(
@@ -484,6 +492,7 @@ def mariadb_server(
             f"--bind-address={LOOPBACK}",
             f"--pid-file={workdir / 'mariadbd.pid'}",
             f"--log-error={error_log}",
+            f"--tmpdir={tmpdir}",
             "--innodb-buffer-pool-size=64M",
             "--skip-name-resolve",
         ]
@@ -491,7 +500,7 @@ def mariadb_server(
             argv += [f"--ssl-cert={tls.cert_file}", f"--ssl-key={tls.key_file}"]
             if tls.client_ca_file is not None:
                 argv.append(f"--ssl-ca={tls.client_ca_file}")
-        with _running(argv, log_path=out_log, grace=15.0) as process:
+        with _running(argv, log_path=out_log, env=env, grace=15.0) as process:
             what = f"mariadbd on {LOOPBACK}:{port}"
             wait_until(
                 lambda: _mariadb_socket_ready(unix_socket),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
+from harness.services import mariadb_server
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +61,38 @@ def test_mariadb_create_insert_select(mariadb_service) -> None:
         f"mysql+pymysql://root:{mariadb_service.password}@127.0.0.1:{mariadb_service.port}"
         f"/{mariadb_service.database}"
     )
+
+
+def test_a_mariadb_starting_leaves_another_servers_temporary_tables(
+    mariadb_service, tmp_path
+) -> None:
+    """A starting mariadbd deletes every "#sql*" file in its tmpdir: each server the harness
+    starts has a tmpdir of its own, or one starting in another test worker deletes a running
+    server's temporary tables (a DESCRIBE then failed "Error on delete of
+    '/tmp/#sql-temptable-...MAI'")."""
+    import pymysql
+
+    conn = pymysql.connect(
+        host=mariadb_service.host,
+        port=mariadb_service.port,
+        user=mariadb_service.user,
+        password=mariadb_service.password,
+        connect_timeout=5,
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@tmpdir")
+            ((tmpdir,),) = cur.fetchall()
+    finally:
+        conn.close()
+    canary = Path(tmpdir) / f"#sql-canary-{uuid.uuid4().hex}.MAI"  # a temporary table's file
+    canary.write_bytes(b"")
+    try:
+        with mariadb_server(tmp_path / "second"):
+            pass
+        assert canary.exists(), f"the second server's start deleted {canary}"
+    finally:
+        canary.unlink(missing_ok=True)
 
 
 def test_milvus_lite_collection_roundtrip(milvus_lite_service) -> None:
