@@ -398,14 +398,14 @@ class KafkaTarget(MilvusTarget):
                 if isinstance(commit.runs, BaseException):
                     raise commit.runs
                 runs += commit.runs
-            produce_runs(self._producer, runs)
-            for commit in commits:
+            for commit in commits:  # then each commit's model and position, after every event
                 if commit.model is not None:
                     state = {"commit": commit.commit_id, "state": commit.model.state}
-                    self._produce(self.positions_topic, self._key(MODEL_KEY), dumps(state))
+                    runs.append((self.positions_topic, [self._key(MODEL_KEY)], [dumps(state)]))
                 if commit.position_record is not None:
                     key = self._key(commit.pchannel)
-                    self._produce(self.positions_topic, key, commit.position_record)
+                    runs.append((self.positions_topic, [key], [commit.position_record]))
+            produce_runs(self._producer, runs)
             remaining = self._timeout
             if self.fence is not None:
                 self.fence.check()
@@ -437,14 +437,6 @@ class KafkaTarget(MilvusTarget):
         cannot change is kept, and the commit that fails with it stops the task with it."""
         if error is not None and not error.retriable() and self._refused is None:
             self._refused = error
-
-    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, value, key)
-                return
-            except BufferError:  # the local queue is full: let it drain
-                self._producer.poll(QUEUE_FULL_WAIT)
 
     def _abort(self) -> None:
         try:

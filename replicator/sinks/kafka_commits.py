@@ -4,7 +4,7 @@ A channel hands its events and position to :class:`Committer` (``submit``) and g
 the broker acknowledges a transaction (``commit_transaction`` waits without the interpreter
 lock), the channels read, decode and build their next events. When a transaction ends, every
 commit handed in meanwhile, of any channel, goes into the next one, in the order handed in:
-every commit's events (produced in one call), then each commit's model and position record.
+every commit's events, then each commit's model and position record, all produced in one call.
 One transaction holding several channels' commits is committed whole or not at all, as one
 holding one; a channel's events and its position are always in the same transaction, so a
 crash anywhere leaves both or neither (exactly once is unchanged). A failed transaction fails
