@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from catch_up import cpu_seconds  # noqa: E402
+from results_file import append_result  # noqa: E402
 
 from replicator.sinks.kafka import PRODUCER_SETTINGS, produce_runs  # noqa: E402
 
@@ -188,11 +189,8 @@ def main() -> None:
             print(way, json.dumps(results[way][-1]), flush=True)
     text = report(args.records, args.runs, results, began)
     print(text)
-    out = Path(args.out)
-    if not out.exists():
-        out.write_text("# What producing alone costs (the floor under the Kafka target)\n\n")
-    with out.open("a", encoding="utf-8") as f:
-        f.write("\n" + text)
+    title = "What producing alone costs (the floor under the Kafka target)"
+    append_result(Path(args.out), title, text)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from results_file import append_result  # noqa: E402
 
 from metastore import Position, TaskRecord, TaskState  # noqa: E402
 from metastore.base import Lease  # noqa: E402
@@ -178,11 +180,7 @@ def main() -> None:
             )
     text = "\n".join(lines) + "\n"
     print(text)
-    out = Path(args.out)
-    if not out.exists():
-        out.write_text("# A position save on the SQL metastore (SQLite)\n")
-    with out.open("a", encoding="utf-8") as f:
-        f.write("\n" + text)
+    append_result(Path(args.out), "A position save on the SQL metastore (SQLite)", text)
 
 
 if __name__ == "__main__":
