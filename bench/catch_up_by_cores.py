@@ -70,7 +70,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from catch_up import TreeMemorySampler, settle, tree_cpu  # noqa: E402
-from dr_walk import code_version  # noqa: E402
 from harness import services  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import milvus_source_rocksmq  # noqa: E402
@@ -87,6 +86,7 @@ from kafka_sink import (  # noqa: E402
     write_backlog,
 )
 from replication_throughput import add_code_option, code_choices, count, start_daemon  # noqa: E402
+from results_file import code_version  # noqa: E402
 
 MB = 1024 * 1024
 

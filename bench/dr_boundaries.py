@@ -45,7 +45,8 @@ from harness.dr_boundaries import (  # noqa: E402
     table,
 )
 
-from bench.dr_walk import code_version, say, walk_on_services  # noqa: E402
+from bench.dr_walk import say, walk_on_services  # noqa: E402
+from bench.results_file import code_version  # noqa: E402
 from server.dr.flows import BOUNDARIES  # noqa: E402
 
 

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,8 @@ from harness.dr_walk import Walk  # noqa: E402
 from harness.dr_walk_model import ClusterHandle, InvariantError, WalkResult  # noqa: E402
 from harness.kafka_mock import kafka_mock_cluster  # noqa: E402
 from harness.milvus_source import restartable_milvus  # noqa: E402
+
+from bench.results_file import code_version  # noqa: E402
 
 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the writers' refusals, by design
 
@@ -118,26 +119,6 @@ def timings_table(results: list[WalkResult]) -> list[str]:
             f"| {verb} | {len(seconds)} | {statistics.median(seconds):.1f} | {max(seconds):.1f} |"
         )
     return lines
-
-
-def code_version() -> str:
-    """The commit the walks ran on (and whether the work tree differed from it)."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "log", "-1", "--format=%h %s"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git)"
-    return f"commit {head[:80]}" + (" (with uncommitted changes)" if dirty else "")
 
 
 def report(results: list[WalkResult], command: str, began: datetime, total: float) -> str:

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from catch_up import cpu_seconds  # noqa: E402
-from results_file import append_result  # noqa: E402
+from results_file import append_result, code_version  # noqa: E402
 
 from replicator.sinks.kafka import PRODUCER_SETTINGS, produce_runs  # noqa: E402
 
@@ -143,13 +143,10 @@ def run_way(way: str, count: int) -> dict[str, float]:
 
 
 def report(count: int, runs: int, results: dict[str, list[dict[str, float]]], began: str) -> str:
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "log", "-1", "--format=%h"], capture_output=True, text=True
-    ).stdout.strip()
     import confluent_kafka
 
     lines = [
-        f"## {began} UTC: {count:,} records, {runs} runs a way (commit {commit})",
+        f"## {began} UTC: {count:,} records, {runs} runs a way ({code_version()})",
         "",
         f"`python bench/kafka_produce_floor.py --records {count} --runs {runs}` on this machine "
         f"({platform.machine()}, Python {platform.python_version()}, confluent-kafka "

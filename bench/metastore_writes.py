@@ -26,7 +26,6 @@ import os
 import platform
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from results_file import append_result  # noqa: E402
+from results_file import append_result, code_version  # noqa: E402
 
 from metastore import Position, TaskRecord, TaskState  # noqa: E402
 from metastore.base import Lease  # noqa: E402
@@ -154,11 +153,8 @@ def main() -> None:
                 results.setdefault((way, threads), []).append(
                     (per * threads / seconds, cpu / (per * threads))
                 )
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "log", "-1", "--format=%h %s"], capture_output=True, text=True
-    ).stdout.strip()
     lines = [
-        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: commit {commit[:70]}",
+        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {code_version()}",
         "",
         f"`python bench/metastore_writes.py --saves {args.saves} --threads {args.threads} "
         f"--runs {args.runs}` ({platform.node()}, Python {platform.python_version()}, "
